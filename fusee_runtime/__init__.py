@@ -1,0 +1,60 @@
+"""fusee: embeddable durable execution for Python, at the speed of the disk."""
+
+from fusee_runtime.clock import Clock, FakeClock, SystemClock
+from fusee_runtime.context import Ctx, current_ctx
+from fusee_runtime.dsl import Exhausted, RetryPolicy, StepDef, WorkflowDef, step, workflow
+from fusee_runtime.engine.engine import Config, Engine, RunHandle
+from fusee_runtime.engine.state import RunInfo, Status
+from fusee_runtime.errors import (
+    Cancelled,
+    ChildFailed,
+    CodecError,
+    Failure,
+    Fatal,
+    FuseeError,
+    HomeLocked,
+    JournalCorrupt,
+    JournalFailed,
+    NonDeterminism,
+    NotFound,
+    Rejected,
+    RunFailed,
+    StepFailed,
+    Terminated,
+    TimedOut,
+)
+
+__all__ = [
+    "Cancelled",
+    "ChildFailed",
+    "Clock",
+    "CodecError",
+    "Config",
+    "Ctx",
+    "Engine",
+    "Exhausted",
+    "FakeClock",
+    "Failure",
+    "Fatal",
+    "FuseeError",
+    "HomeLocked",
+    "JournalCorrupt",
+    "JournalFailed",
+    "NonDeterminism",
+    "NotFound",
+    "Rejected",
+    "RetryPolicy",
+    "RunFailed",
+    "RunHandle",
+    "RunInfo",
+    "Status",
+    "StepDef",
+    "StepFailed",
+    "SystemClock",
+    "Terminated",
+    "TimedOut",
+    "WorkflowDef",
+    "current_ctx",
+    "step",
+    "workflow",
+]

@@ -1,0 +1,268 @@
+"""`@workflow`, `@step` and `RetryPolicy`: definitions only, no I/O.
+
+A `@workflow` function is registered by name in a process-wide registry that
+the engine reads. A `@step` function called from workflow code becomes a
+journaled step of the calling run; called anywhere else (including from
+inside another step's function) it is an ordinary call.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import inspect
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import Any, TypeVar, overload
+
+from fusee_runtime.errors import Failure
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def seconds(value: float | timedelta | None) -> float | None:
+    """A duration given as seconds or `timedelta`, in seconds."""
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"a duration is seconds or a timedelta, not {value!r}")
+    return float(value)
+
+
+class Exhausted(enum.Enum):
+    """What a step does when its retries run out on a retryable failure."""
+
+    FAIL = "fail"
+    """The step fails, and with it the run unless the code catches it."""
+    PAUSE = "pause"
+    """The run pauses until `resume()` runs the step again with a fresh budget."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How a failing step is retried. Attempts include the first.
+
+    Each delay is `initial * factor ** (attempt - 1)`, capped at `max`; with
+    `jitter` it is drawn between half of that and all of it. The delay taken
+    is recorded, so a replay waits for the same instant. No retry starts
+    later than `max_elapsed` after the step's first failure. A failure whose
+    kind (or a cause's kind) is in `non_retryable`, for which `retry_if`
+    returns False, or that is marked final (`Fatal`, `retryable=False`) is
+    never retried.
+    """
+
+    attempts: int = 3
+    initial: float = 0.1
+    factor: float = 2.0
+    max: float = 10.0
+    jitter: bool = True
+    max_elapsed: float | None = None
+    non_retryable: tuple[str | type[BaseException], ...] = ()
+    retry_if: Callable[[Failure, int], bool] | None = None
+    on_exhausted: Exhausted | None = None
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError("RetryPolicy.attempts counts the first attempt: it is at least 1")
+        for name in ("initial", "max", "max_elapsed"):
+            v = getattr(self, name)
+            if v is not None:
+                s = seconds(v)
+                if s is None or s < 0:
+                    raise ValueError(f"RetryPolicy.{name} must not be negative")
+                object.__setattr__(self, name, s)
+        if self.factor < 1:
+            raise ValueError("RetryPolicy.factor must be at least 1")
+        object.__setattr__(self, "non_retryable", tuple(self.non_retryable))
+
+    @classmethod
+    def none(cls) -> RetryPolicy:
+        """Run once; any failure is final."""
+        return cls(attempts=1)
+
+    def backoff(self, failed_attempt: int) -> float:
+        """The delay before the attempt after `failed_attempt`, before jitter."""
+        exp = self.factor ** max(failed_attempt - 1, 0)
+        return min(self.initial * exp, self.max)
+
+    def retryable(self, failure: Failure, attempt: int) -> bool:
+        """Whether `failure` is one this policy retries at all."""
+        chain = failure.chain()
+        if any(not f.retryable for f in chain[:1]):
+            return False
+        for kind in self.non_retryable:
+            if _matches(kind, chain):
+                return False
+        return self.retry_if is None or bool(self.retry_if(failure, attempt))
+
+
+def _matches(kind: str | type[BaseException], chain: Iterable[Failure]) -> bool:
+    for f in chain:
+        if isinstance(kind, str):
+            if f.kind == kind:
+                return True
+        elif f.exception is not None and isinstance(f.exception, kind) or f.kind == kind.__name__:
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class StepOptions:
+    """Options of one step; every field has the engine's default when None."""
+
+    retry: RetryPolicy | None = None
+    timeout: float | None = None
+    read_only: bool = False
+    inline: bool = False
+    heartbeat_timeout: float | None = None
+    limit: str | None = None
+
+    def merged(self, **changes: Any) -> StepOptions:
+        clean = {k: v for k, v in changes.items() if v is not None}
+        if "timeout" in clean:
+            clean["timeout"] = seconds(clean["timeout"])
+        if "heartbeat_timeout" in clean:
+            clean["heartbeat_timeout"] = seconds(clean["heartbeat_timeout"])
+        return replace(self, **clean)
+
+
+@dataclass
+class StepDef:
+    """A registered `@step` function and its options."""
+
+    name: str
+    fn: Callable[..., Any]
+    opts: StepOptions = field(default_factory=StepOptions)
+
+    def __post_init__(self) -> None:
+        functools.update_wrapper(self, self.fn)  # type: ignore[arg-type]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from fusee_runtime.context import journaling_ctx
+
+        ctx = journaling_ctx()
+        if ctx is None:
+            return self.fn(*args, **kwargs)
+        return ctx._run_step(self.name, self.fn, args, kwargs, self.opts)
+
+    def options(self, **changes: Any) -> StepDef:
+        """A copy of this step with other options (`retry=`, `timeout=`, ...)."""
+        return StepDef(self.name, self.fn, self.opts.merged(**changes))
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        if obj is None:
+            return self
+        return functools.partial(self.__call__, obj)
+
+
+# `some_step.options(retry=...)`: a copy with other options. Assigned after the
+# class body so the dataclass field `options` keeps its name.
+def _options(self: StepDef, **changes: Any) -> StepDef:
+    return StepDef(self.name, self.fn, self.options.merged(**changes))
+
+
+@dataclass
+class WorkflowDef:
+    """A registered `@workflow` function."""
+
+    name: str
+    fn: Callable[..., Any]
+    cron: str | None = None
+    timezone: str | None = None
+    overlap: str = "skip"
+    catchup: str = "one"
+
+    def __post_init__(self) -> None:
+        functools.update_wrapper(self, self.fn)  # type: ignore[arg-type]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
+_registry: dict[str, WorkflowDef] = {}
+
+
+def registry() -> dict[str, WorkflowDef]:
+    """The workflows registered in this process, by name."""
+    return _registry
+
+
+@overload
+def workflow(fn: F, /) -> WorkflowDef: ...
+@overload
+def workflow(
+    *,
+    name: str | None = None,
+    cron: str | None = None,
+    timezone: str | None = None,
+    overlap: str = "skip",
+    catchup: str = "one",
+) -> Callable[[F], WorkflowDef]: ...
+
+
+def workflow(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    cron: str | None = None,
+    timezone: str | None = None,
+    overlap: str = "skip",
+    catchup: str = "one",
+) -> Any:
+    """Registers an `async def (ctx, input)` as a workflow; the name defaults to the function's."""
+
+    def register(f: Callable[..., Any]) -> WorkflowDef:
+        if not inspect.iscoroutinefunction(f):
+            raise TypeError(f"@workflow {f.__qualname__} must be an async def (ctx, input)")
+        d = WorkflowDef(name or f.__name__, f, cron, timezone, overlap, catchup)
+        _registry[d.name] = d
+        return d
+
+    return register(fn) if fn is not None else register
+
+
+@overload
+def step(fn: F, /) -> StepDef: ...
+@overload
+def step(
+    *,
+    name: str | None = None,
+    retry: RetryPolicy | None = None,
+    timeout: float | timedelta | None = None,
+    heartbeat_timeout: float | timedelta | None = None,
+    limit: str | None = None,
+    read_only: bool = False,
+    inline: bool = False,
+) -> Callable[[F], StepDef]: ...
+
+
+def step(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    retry: RetryPolicy | None = None,
+    timeout: float | timedelta | None = None,
+    heartbeat_timeout: float | timedelta | None = None,
+    limit: str | None = None,
+    read_only: bool = False,
+    inline: bool = False,
+) -> Any:
+    """Declares a step: journaled when called from workflow code, a plain call elsewhere."""
+    opts = StepOptions().merged(
+        retry=retry,
+        timeout=timeout,
+        heartbeat_timeout=heartbeat_timeout,
+        limit=limit,
+        read_only=read_only or None,
+        inline=inline or None,
+    )
+
+    def declare(f: Callable[..., Any]) -> StepDef:
+        return StepDef(name or f.__name__, f, opts)
+
+    return declare(fn) if fn is not None else declare

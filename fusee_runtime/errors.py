@@ -1,0 +1,196 @@
+"""Errors a fusee user can meet, and `Failure`, the recorded shape of one.
+
+Expected operating errors are typed exceptions derived from `FuseeError`.
+A `Failure` is what the journal keeps of an exception raised by a step or a
+workflow: its type name (`kind`), message, whether it may be retried, free
+`details` and the failure that caused it. It is itself an exception, so a
+step can `raise Failure(...)` to choose exactly what is recorded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+
+class FuseeError(Exception):
+    """Base of every error fusee raises on purpose."""
+
+
+class Failure(FuseeError):
+    """A failure as recorded in the journal.
+
+    Args:
+        message: what went wrong, for people.
+        kind: the type name of the error; defaults to `"Failure"`.
+        retryable: `False` makes it final whatever the retry policy says.
+        details: any JSON value that helps the caller.
+        cause: the failure that caused this one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        kind: str | None = None,
+        retryable: bool = True,
+        details: Any = None,
+        cause: Failure | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.kind = kind or type(self).__name__
+        self.retryable = retryable
+        self.details = details
+        self.cause = cause
+        # The live exception it was made from; never recorded, so only the
+        # attempt that raised it can match classes against it.
+        self.exception: BaseException | None = None
+
+    def __repr__(self) -> str:
+        return f"Failure(kind={self.kind!r}, message={self.message!r})"
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}" if self.kind != "Failure" else self.message
+
+    def chain(self) -> list[Failure]:
+        """This failure and its causes, outermost first."""
+        out: list[Failure] = []
+        f: Failure | None = self
+        while f is not None and len(out) < 32:
+            out.append(f)
+            f = f.cause
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """The recorded form."""
+        details = self.details
+        if details is not None:
+            try:
+                orjson.dumps(details)
+            except TypeError:
+                details = repr(details)
+        return {
+            "kind": self.kind,
+            "message": self.message,
+            "retryable": self.retryable,
+            "details": details,
+            "cause": self.cause.to_json() if self.cause is not None else None,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Failure:
+        cause = data.get("cause")
+        return cls(
+            data.get("message", ""),
+            kind=data.get("kind"),
+            retryable=bool(data.get("retryable", True)),
+            details=data.get("details"),
+            cause=cls.from_json(cause) if cause else None,
+        )
+
+    @classmethod
+    def of(cls, exc: BaseException) -> Failure:
+        """The failure that records `exc`, following its cause chain."""
+        if isinstance(exc, Failure):
+            if exc.exception is None:
+                exc.exception = exc
+            return exc
+        cause: Failure | None = None
+        if isinstance(exc, StepFailed | ChildFailed | RunFailed):
+            cause = exc.failure
+        else:
+            inner = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+            if inner is not None and inner is not exc:
+                cause = cls.of(inner)
+        f = cls(str(exc) or type(exc).__name__, kind=type(exc).__name__, cause=cause)
+        if isinstance(exc, FuseeError) and not isinstance(exc, StepFailed):
+            f.retryable = not isinstance(exc, CodecError | Rejected | NonDeterminism)
+        f.exception = exc
+        return f
+
+
+class Fatal(Failure):
+    """A failure that is never retried."""
+
+    def __init__(self, message: str, details: Any = None) -> None:
+        super().__init__(message, kind="Fatal", retryable=False, details=details)
+
+
+class StepFailed(FuseeError):
+    """A step failed for good; raised in workflow code where it was awaited."""
+
+    def __init__(self, name: str, failure: Failure) -> None:
+        super().__init__(f"step {name!r} failed: {failure}")
+        self.name = name
+        self.failure = failure
+
+
+class ChildFailed(FuseeError):
+    """A child workflow failed."""
+
+    def __init__(self, id: str, failure: Failure) -> None:
+        super().__init__(f"child {id!r} failed: {failure}")
+        self.id = id
+        self.failure = failure
+
+
+class RunFailed(FuseeError):
+    """The run ended with a failure; `.failure` says which."""
+
+    def __init__(self, id: str, failure: Failure) -> None:
+        super().__init__(f"run {id!r} failed: {failure}")
+        self.id = id
+        self.failure = failure
+
+
+class Cancelled(FuseeError):
+    """The run was cancelled."""
+
+
+class TimedOut(FuseeError, TimeoutError):
+    """A deadline passed: the run's own, or a caller's wait."""
+
+
+class Terminated(FuseeError):
+    """The run was terminated."""
+
+
+class NonDeterminism(FuseeError):
+    """Replay found code asking for another operation than the journal holds."""
+
+
+class NotFound(FuseeError):
+    """No run, workflow or token by that name."""
+
+
+class Rejected(FuseeError):
+    """The call is not allowed in this state; the message says why."""
+
+
+class CodecError(FuseeError):
+    """A value cannot be encoded as JSON (or is over the size limit)."""
+
+
+class JournalCorrupt(FuseeError):
+    """The journal is damaged before its tail; names the segment and offset."""
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        super().__init__(f"journal corrupt in {path} at byte {offset}: {reason}")
+        self.path = path
+        self.offset = offset
+        self.reason = reason
+
+
+class JournalFailed(FuseeError):
+    """A write or fdatasync failed; the engine stopped accepting work."""
+
+
+class HomeLocked(FuseeError):
+    """Another process owns the home."""
+
+    def __init__(self, home: str, pid: int | None) -> None:
+        who = f"process {pid}" if pid else "another process"
+        super().__init__(f"home {home} is locked by {who}")
+        self.home = home
+        self.pid = pid

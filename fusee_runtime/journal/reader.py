@@ -1,0 +1,174 @@
+"""Reading the journal on open: scan, CRC check, torn tail versus corruption.
+
+`recover` reads every segment in order and returns the records with their
+lsns and the position where appends continue. It applies the recovery rule
+of `format`: damage followed by no whole frame anywhere is a torn tail and
+is cut off (zeroed, durably); damage followed by a whole frame raises
+`JournalCorrupt` naming the file and byte offset, and nothing is changed.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fusee_runtime.errors import JournalCorrupt
+from fusee_runtime.journal import format as fmt
+from fusee_runtime.journal.storage import Storage
+
+
+@dataclass
+class Tail:
+    """Where appends continue."""
+
+    segment: Path | None
+    offset: int
+    next_lsn: int
+    segment_bytes: int = 0
+
+
+@dataclass
+class Scan:
+    """What `recover` found."""
+
+    records: list[tuple[int, bytes]]
+    tail: Tail
+    cut: tuple[Path, int] | None = None
+    removed: list[Path] = field(default_factory=list)
+
+
+@dataclass
+class _Segment:
+    path: Path
+    data: bytes
+    first_lsn: int | None
+
+
+def segment_path(directory: Path, index: int) -> Path:
+    return directory / f"{index:010d}.seg"
+
+
+def segment_index(path: Path) -> int:
+    return int(path.stem)
+
+
+def _damage_reason(data: bytes, offset: int) -> str:
+    if offset + fmt.FRAME_BYTES > len(data):
+        return "frame header runs past the end of the segment"
+    (n,) = struct.unpack_from("<I", data, offset)
+    if n == 0:
+        return "unwritten gap before later records"
+    if n > fmt.RECORD_BYTES_MAX or offset + fmt.FRAME_BYTES + n > len(data):
+        return f"frame length {n} runs past the end of the segment"
+    return "CRC mismatch"
+
+
+def _frames(seg: _Segment) -> Iterator[tuple[int, bytes | None]]:
+    """(offset, payload) of each whole frame, then (offset, None) where they stop."""
+    pos = fmt.HEADER_BYTES
+    while True:
+        got = fmt.decode_frame(seg.data, pos)
+        if got is None:
+            yield pos, None
+            return
+        yield pos, got[0]
+        pos = got[1]
+
+
+def recover(directory: Path, storage: Storage, repair: bool = True) -> Scan:
+    """Reads the journal, cutting a torn tail when `repair` is set.
+
+    Raises:
+        JournalCorrupt: damage before the tail (a whole frame follows it), a
+            bad header on a segment that holds data, or a gap in lsns.
+    """
+    paths = storage.list_segments(directory)
+    segments = [_Segment(p, storage.read(p), None) for p in paths]
+    for seg in segments:
+        seg.first_lsn = fmt.decode_header(seg.data)
+    if repair:
+        # The process that wrote these may have died before its fdatasync:
+        # what recovery acts on must be durable first.
+        for seg in segments:
+            fd = storage.open(seg.path)
+            try:
+                storage.sync(fd)
+            finally:
+                storage.close(fd)
+
+    records: list[tuple[int, bytes]] = []
+    next_lsn = 1
+    for i, seg in enumerate(segments):
+        later = segments[i + 1 :]
+        if seg.first_lsn is None:
+            # Segments are created under a temporary name and renamed once
+            # whole, so a bad header is damage, unless nothing follows it.
+            if fmt.find_whole_frame(seg.data, fmt.HEADER_BYTES) is not None or _any_frame(later):
+                raise JournalCorrupt(str(seg.path), 0, "bad segment header")
+            return _cut(directory, storage, records, segments, i, None, next_lsn, repair)
+        if records and seg.first_lsn != next_lsn:
+            raise JournalCorrupt(
+                str(seg.path), 0, f"segment starts at lsn {seg.first_lsn}, expected {next_lsn}"
+            )
+        next_lsn = seg.first_lsn
+        for offset, payload in _frames(seg):
+            if payload is not None:
+                records.append((next_lsn, payload))
+                next_lsn += 1
+                continue
+            clean_end = not seg.data[offset:].strip(b"\0")
+            if clean_end and later:
+                break  # the next frame did not fit: it starts the next segment
+            if clean_end or not _frame_after(seg, offset, later):
+                return _cut(directory, storage, records, segments, i, offset, next_lsn, repair)
+            raise JournalCorrupt(str(seg.path), offset, _damage_reason(seg.data, offset))
+    return Scan(records, Tail(None, 0, next_lsn))
+
+
+def _any_frame(segments: list[_Segment]) -> bool:
+    return any(fmt.find_whole_frame(s.data, fmt.HEADER_BYTES) is not None for s in segments)
+
+
+def _frame_after(seg: _Segment, offset: int, later: list[_Segment]) -> bool:
+    """Whether a whole frame follows the damage at `offset` anywhere."""
+    return fmt.find_whole_frame(seg.data, offset + fmt.ALIGN) is not None or _any_frame(later)
+
+
+def _cut(
+    directory: Path,
+    storage: Storage,
+    records: list[tuple[int, bytes]],
+    segments: list[_Segment],
+    index: int,
+    offset: int | None,
+    next_lsn: int,
+    repair: bool,
+) -> Scan:
+    """Cuts the journal at `offset` of segment `index` (None: drop the segment)."""
+    seg = segments[index]
+    doomed = [s.path for s in segments[index + 1 :]]
+    if offset is None:
+        doomed.insert(0, seg.path)
+        tail = Tail(None, 0, next_lsn)
+        cut = (seg.path, 0)
+    else:
+        tail = Tail(seg.path, offset, next_lsn, len(seg.data))
+        cut = (seg.path, offset)
+    if repair:
+        if offset is not None:
+            used = len(seg.data.rstrip(b"\0"))
+            if used > offset:
+                fd = storage.open(seg.path)
+                try:
+                    storage.write(fd, offset, bytes(used - offset))
+                    storage.sync(fd)
+                finally:
+                    storage.close(fd)
+        for p in doomed:
+            storage.remove(p)
+        if doomed:
+            storage.sync_dir(directory)
+    dirty = offset is not None and len(seg.data.rstrip(b"\0")) > offset
+    return Scan(records, tail, cut if dirty or doomed else None, doomed)

@@ -1,0 +1,77 @@
+"""Record types: what the journal says happened, in the past tense.
+
+A record's payload is a JSON array (orjson) whose first element is its type
+code and second the `run_id` it belongs to; the rest is per type, in the
+order `FIELDS` gives. Values the user supplied (inputs, results) are
+embedded as already-encoded JSON, so each is encoded exactly once.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import orjson
+
+
+class R(enum.IntEnum):
+    """Record type codes. Never renumber: they are on disk."""
+
+    RunStarted = 1
+    StepCompleted = 2
+    StepFailed = 3
+    AttemptFailed = 4
+    ValueRecorded = 5
+    RunCompleted = 6
+    RunFailed = 7
+    RunTerminated = 8
+
+
+FIELDS: dict[R, tuple[str, ...]] = {
+    R.RunStarted: ("run_id", "workflow_id", "workflow", "input", "started_at"),
+    R.StepCompleted: ("run_id", "seq", "name", "value"),
+    R.StepFailed: ("run_id", "seq", "name", "failure"),
+    R.AttemptFailed: (
+        "run_id",
+        "seq",
+        "name",
+        "attempt",
+        "failure",
+        "failed_at",
+        "retry_at",
+        "delay",
+    ),
+    R.ValueRecorded: ("run_id", "seq", "name", "value"),
+    R.RunCompleted: ("run_id", "result", "closed_at"),
+    R.RunFailed: ("run_id", "failure", "closed_at"),
+    R.RunTerminated: ("run_id", "reason", "closed_at"),
+}
+
+_TYPES = {int(r): r for r in R}
+
+
+def encode(kind: R, *fields: Any) -> bytes:
+    """The payload of one record. Encoded values go in as `orjson.Fragment`."""
+    return orjson.dumps((int(kind), *fields))
+
+
+def decode(payload: bytes) -> list[Any]:
+    """The fields of a record, its type code first.
+
+    Raises:
+        ValueError: the payload is not a record this version knows.
+    """
+    rec = orjson.loads(payload)
+    if not isinstance(rec, list) or not rec or rec[0] not in _TYPES:
+        raise ValueError("not a fusee record")
+    if len(rec) != 1 + len(FIELDS[_TYPES[rec[0]]]):
+        raise ValueError(f"record {R(rec[0]).name} has {len(rec) - 1} fields")
+    return rec
+
+
+def as_dict(lsn: int, rec: list[Any]) -> dict[str, Any]:
+    """A record as a readable mapping, for `history()` and `fusee history`."""
+    kind = R(rec[0])
+    out: dict[str, Any] = {"lsn": lsn, "type": kind.name}
+    out.update(zip(FIELDS[kind], rec[1:], strict=True))
+    return out

@@ -1,0 +1,81 @@
+"""The only module that opens, writes and syncs journal files.
+
+`Storage` is the narrow seam every journal file operation goes through, so
+tests can subclass it to inject faults (a torn or short write, a failing
+`fdatasync`, a full disk) or to hold the disk still at a chosen instant.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ZERO_CHUNK_BYTES = 1 << 20
+
+
+class Storage:
+    """File operations on the journal, with the semantics of POSIX."""
+
+    def list_segments(self, directory: Path) -> list[Path]:
+        """Segment files in order."""
+        return sorted(directory.glob("*.seg"))
+
+    def read(self, path: Path) -> bytes:
+        with open(path, "rb") as f:
+            return f.read()
+
+    def open(self, path: Path) -> int:
+        """Opens an existing segment for writing."""
+        return os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+
+    def create(self, path: Path, size_bytes: int, header: bytes) -> int:
+        """Creates a segment of `size_bytes` zeros starting with `header`, durably.
+
+        Zeros are written, not just allocated, so later appends overwrite
+        blocks the filesystem already counts as written and `fdatasync` has
+        no extent or size metadata to flush.
+        """
+        tmp = path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            zeros = bytes(min(ZERO_CHUNK_BYTES, size_bytes))
+            offset = 0
+            while offset < size_bytes:
+                n = min(len(zeros), size_bytes - offset)
+                self.write(fd, offset, zeros[:n] if n < len(zeros) else zeros)
+                offset += n
+            self.write(fd, 0, header)
+            self.sync(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        os.rename(tmp, path)
+        self.sync_dir(path.parent)
+        return fd
+
+    def write(self, fd: int, offset: int, data: bytes | memoryview) -> None:
+        """Writes all of `data` at `offset`, continuing after short writes."""
+        view = memoryview(data)
+        while view:
+            n = os.pwrite(fd, view, offset)
+            if n <= 0:
+                raise OSError(f"pwrite wrote {n} bytes")
+            view = view[n:]
+            offset += n
+
+    def sync(self, fd: int) -> None:
+        """Makes every write to `fd` durable. Never retried on failure."""
+        os.fdatasync(fd)
+
+    def sync_dir(self, directory: Path) -> None:
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def remove(self, path: Path) -> None:
+        path.unlink(missing_ok=True)
+
+    def close(self, fd: int) -> None:
+        os.close(fd)

@@ -1,0 +1,188 @@
+"""Group commit: what "acknowledged" means.
+
+`append` is called on the event loop. It frames the record, gives it the
+next lsn and adds it to the pending batch; it never touches the disk. One
+writer thread takes whatever batch has accumulated, writes it, calls
+`fdatasync` once, and only then publishes the batch's last lsn as durable,
+through `on_durable` (which the engine hands to the loop). While the thread
+writes and syncs (the GIL is released), the loop goes on appending into the
+next batch, so one `fdatasync` covers every run that appended meanwhile.
+
+A failed write or sync is fail-stop: the error is published through
+`on_failed`, nothing in that batch or after it is ever acknowledged, the
+sync is never retried (after a failed `fdatasync` the page cache may have
+dropped the dirty pages, so a retry that succeeds proves nothing), and every
+later `append` raises `JournalFailed`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from fusee_runtime.errors import JournalFailed
+from fusee_runtime.journal import format as fmt
+from fusee_runtime.journal.reader import Tail, segment_index, segment_path
+from fusee_runtime.journal.storage import Storage
+
+BATCH_RECORDS_MAX = 65_536
+"""Records one write and sync may carry; a larger backlog takes several."""
+
+
+class Counters:
+    """What the writer did, for tests and `fusee bench` (counted, not timed)."""
+
+    def __init__(self) -> None:
+        self.records = 0
+        self.bytes = 0
+        self.syncs = 0
+        self.batches = 0
+        self.segments_created = 0
+        self.sync_seconds = 0.0
+
+    def snapshot(self) -> dict[str, float]:
+        return dict(vars(self))
+
+
+class JournalWriter:
+    """Appends records and makes them durable in batches on one thread."""
+
+    def __init__(
+        self,
+        directory: Path,
+        storage: Storage,
+        tail: Tail,
+        segment_bytes: int,
+        on_durable: Callable[[int], None],
+        on_failed: Callable[[BaseException], None],
+        sync: bool = True,
+        record_bytes_max: int = fmt.RECORD_BYTES_MAX,
+    ) -> None:
+        if segment_bytes < fmt.HEADER_BYTES + fmt.frame_size(record_bytes_max):
+            raise ValueError("segment_bytes must hold the largest record (record_bytes_max)")
+        self._dir = directory
+        self._storage = storage
+        self._segment_bytes = segment_bytes
+        self._on_durable = on_durable
+        self._on_failed = on_failed
+        self._sync = sync
+        self.counters = Counters()
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._pending: list[bytes] = []
+        self._next_lsn = tail.next_lsn
+        self._closing = False
+        self._failed: BaseException | None = None
+        # Writer-thread state: the open segment and where the next frame goes.
+        self._fd: int | None = None
+        self._offset = tail.offset
+        self._index = segment_index(tail.segment) if tail.segment else -1
+        self._capacity = tail.segment_bytes or segment_bytes
+        if tail.segment is not None:
+            self._fd = storage.open(tail.segment)
+        else:
+            last = storage.list_segments(directory)
+            self._index = segment_index(last[-1]) if last else -1
+        self._thread = threading.Thread(target=self._run, name="fusee-journal", daemon=True)
+        self._thread.start()
+
+    @property
+    def next_lsn(self) -> int:
+        return self._next_lsn
+
+    @property
+    def failed(self) -> BaseException | None:
+        return self._failed
+
+    def append(self, payload: bytes) -> int:
+        """Queues a record; returns its lsn. Durable once `on_durable` passes it."""
+        frame = fmt.encode_frame(payload)
+        with self._lock:
+            if self._failed is not None:
+                raise JournalFailed(f"the journal stopped accepting work: {self._failed}")
+            if self._closing:
+                raise JournalFailed("the journal is closed")
+            lsn = self._next_lsn
+            self._next_lsn = lsn + 1
+            self._pending.append(frame)
+            if len(self._pending) == 1:
+                self._wake.notify()
+        return lsn
+
+    def close(self) -> None:
+        """Writes and syncs what is pending, then stops the thread."""
+        with self._lock:
+            self._closing = True
+            self._wake.notify()
+        self._thread.join()
+        if self._fd is not None:
+            self._storage.close(self._fd)
+            self._fd = None
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._pending and not self._closing:
+                    self._wake.wait()
+                if not self._pending:
+                    return
+                batch = self._pending[:BATCH_RECORDS_MAX]
+                del self._pending[:BATCH_RECORDS_MAX]
+                last_lsn = self._next_lsn - 1 - len(self._pending)
+            try:
+                self._write(batch, last_lsn - len(batch) + 1)
+            except BaseException as e:
+                with self._lock:
+                    self._failed = e
+                    self._pending.clear()
+                self._on_failed(e)
+                return
+            self._on_durable(last_lsn)
+
+    def _write(self, frames: list[bytes], first_lsn: int) -> None:
+        start = 0
+        lsn = first_lsn
+        while start < len(frames):
+            room = self._capacity - self._offset if self._fd is not None else 0
+            end = start
+            size = 0
+            while end < len(frames) and size + len(frames[end]) <= room:
+                size += len(frames[end])
+                end += 1
+            if end > start:
+                data = b"".join(frames[start:end])
+                self._storage.write(self._fd, self._offset, data)  # type: ignore[arg-type]
+                self._offset += size
+                self.counters.bytes += size
+                lsn += end - start
+                start = end
+            if start < len(frames):
+                # Whatever went into the full segment is synced before the
+                # next segment holds anything, so damage at a crash can only
+                # be at the journal's very end.
+                self._sync_now()
+                self._rotate(lsn)
+        self._sync_now()
+        self.counters.records += len(frames)
+        self.counters.batches += 1
+
+    def _sync_now(self) -> None:
+        if self._fd is None or not self._sync:
+            return
+        t0 = time.perf_counter()
+        self._storage.sync(self._fd)
+        self.counters.sync_seconds += time.perf_counter() - t0
+        self.counters.syncs += 1
+
+    def _rotate(self, first_lsn: int) -> None:
+        if self._fd is not None:
+            self._storage.close(self._fd)
+            self._fd = None
+        self._index += 1
+        path = segment_path(self._dir, self._index)
+        self._fd = self._storage.create(path, self._segment_bytes, fmt.encode_header(first_lsn))
+        self._offset = fmt.HEADER_BYTES
+        self._capacity = self._segment_bytes
+        self.counters.segments_created += 1
