@@ -41,7 +41,7 @@ _ctx_var: ContextVar[Ctx | None] = ContextVar("fusee_ctx", default=None)
 _step_var: ContextVar[int | None] = ContextVar("fusee_step", default=None)
 
 
-class Halt(BaseException):  # noqa: N818 - a control-flow signal, not an error
+class Halt(BaseException):
     """Stops a run's code without recording anything (stuck, closing, replaced).
 
     A BaseException so that workflow code's `except Exception` cannot swallow it.

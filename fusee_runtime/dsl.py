@@ -104,7 +104,7 @@ def _matches(kind: str | type[BaseException], chain: Iterable[Failure]) -> bool:
         if isinstance(kind, str):
             if f.kind == kind:
                 return True
-        elif f.exception is not None and isinstance(f.exception, kind) or f.kind == kind.__name__:
+        elif (f.exception is not None and isinstance(f.exception, kind)) or f.kind == kind.__name__:
             return True
     return False
 
