@@ -140,6 +140,10 @@ class Ctx:
         return str(self._value("uuid", lambda: str(uuid.uuid4())))
 
     def _value(self, name: str, make: Callable[[], Any]) -> Any:
+        if _step_var.get() is not None:
+            # In a step function (maybe on another thread): not workflow code,
+            # and the step's own result is what gets recorded.
+            return make()
         seq, op = self._next("value", name)
         if op is not None:
             return op.value
@@ -183,6 +187,10 @@ class Ctx:
         ):
             if value is not None:
                 raise Rejected(f"step option {option}= is not available in this version of fusee")
+        if _step_var.get() is not None:
+            # In a step function: not workflow code, so a plain call, as a `@step` is there.
+            value = (fn.fn if isinstance(fn, StepDef) else fn)(*args)
+            return await value if inspect.isawaitable(value) else value
         base = fn.opts if isinstance(fn, StepDef) else StepOptions()
         opts = base.merged(retry=retry, timeout=seconds(timeout), read_only=read_only or None)
         return await self._run_step(name, fn, args, {}, opts)
@@ -336,6 +344,11 @@ class Ctx:
         timer = asyncio.ensure_future(clock.sleep_until(clock.now() + limit_s))
         try:
             done, _ = await asyncio.wait({work, timer}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            # The run stopped waiting (engine closing, run terminated): the step
+            # function must not go on running on its own.
+            work.cancel()
+            raise
         finally:
             timer.cancel()
         if work in done:

@@ -76,7 +76,17 @@ class RetryPolicy:
                 object.__setattr__(self, name, s)
         if self.factor < 1:
             raise ValueError("RetryPolicy.factor must be at least 1")
-        object.__setattr__(self, "non_retryable", tuple(self.non_retryable))
+        kinds = self.non_retryable
+        # One name or class on its own, not split into characters.
+        if isinstance(kinds, str | type):
+            kinds = (kinds,)
+        kinds = tuple(kinds)
+        for k in kinds:
+            if not (isinstance(k, str) or (isinstance(k, type) and issubclass(k, BaseException))):
+                raise TypeError(
+                    f"RetryPolicy.non_retryable takes exception type names or classes, not {k!r}"
+                )
+        object.__setattr__(self, "non_retryable", kinds)
 
     @classmethod
     def none(cls) -> RetryPolicy:
@@ -85,8 +95,13 @@ class RetryPolicy:
 
     def backoff(self, failed_attempt: int) -> float:
         """The delay before the attempt after `failed_attempt`, before jitter."""
-        exp = self.factor ** max(failed_attempt - 1, 0)
-        return min(self.initial * exp, self.max)
+        if self.initial == 0:
+            return 0.0
+        try:
+            delay = self.initial * float(self.factor) ** max(failed_attempt - 1, 0)
+        except OverflowError:  # many attempts: the backoff is long past `max`
+            return self.max
+        return min(delay, self.max)
 
     def retryable(self, failure: Failure, attempt: int) -> bool:
         """Whether `failure` is one this policy retries at all."""

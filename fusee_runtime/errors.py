@@ -114,7 +114,8 @@ class Fatal(Failure):
     """A failure that is never retried."""
 
     def __init__(self, message: str, details: Any = None) -> None:
-        super().__init__(message, kind="Fatal", retryable=False, details=details)
+        # The kind is the type name: "Fatal", or a subclass's own name.
+        super().__init__(message, retryable=False, details=details)
 
 
 class StepFailed(FuseeError):

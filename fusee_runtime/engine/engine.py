@@ -181,6 +181,14 @@ class Engine:
             if not fut.done():
                 fut.set_exception(Rejected("the engine closed"))
         self._waiters.clear()
+        for run in self._runs.values():
+            if run.closed is not None and not run.closed.done():
+                run.closed.set_exception(
+                    Rejected(
+                        f"the engine closed before run {run.workflow_id!r} finished; "
+                        "it resumes when the home is opened again"
+                    )
+                )
         if self._lock is not None:
             self._lock.release()
 
@@ -247,7 +255,11 @@ class Engine:
         """Runs, open and closed, newest first."""
         if where:
             raise Rejected("search attributes (where=) are not available in this version")
-        want = Status(status) if status is not None else None
+        try:
+            want = Status(status) if status is not None else None
+        except ValueError:
+            known = ", ".join(s.value for s in Status)
+            raise Rejected(f"unknown status {status!r}; statuses: {known}") from None
         out = []
         for run in sorted(self._runs.values(), key=lambda r: r.start_lsn, reverse=True):
             if want is not None and run.status != want:
@@ -486,6 +498,21 @@ class RunHandle:
     async def history(self) -> list[dict[str, Any]]:
         """Every record of every run of this id, oldest first."""
         return await self._engine.history(self.id)
+
+    async def terminate(self, reason: str = "terminated") -> None:
+        """Closes the open run at once, running nothing more; returns once that is durable.
+
+        Raises:
+            NotFound: no run of this id.
+            Rejected: the run is already closed.
+        """
+        engine = self._engine
+        engine._check_accepting()
+        run = engine._latest_run(self.id)
+        if not run.is_open:
+            raise Rejected(f"run {self.id!r} is already closed ({run.closing})")
+        engine._close_run(run, R.RunTerminated, reason)
+        await engine._wait_durable(run.close_lsn or 0)
 
     async def result(self, timeout: float | Any | None = None) -> Any:
         """The run's result, once durable.

@@ -1,0 +1,58 @@
+"""Engine lifecycle edges: closing with waiters, terminate, bad filters, the home lock."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from fusee_runtime import Ctx, HomeLocked, Rejected, Terminated, step, workflow
+
+BLOCK = asyncio.Event()
+
+
+@step
+async def lifecycle_blocks() -> None:
+    await BLOCK.wait()
+
+
+@workflow
+async def lifecycle_waits(ctx: Ctx, _: None) -> None:
+    await lifecycle_blocks()
+
+
+async def test_a_result_waiter_is_told_when_the_engine_closes(make_engine) -> None:
+    engine = make_engine()
+    await engine.open()
+    h = await engine.start("lifecycle_waits", None, id="w")
+    waiting = asyncio.ensure_future(h.result())
+    await asyncio.sleep(0)  # one loop turn: the waiter starts waiting
+    await engine.close()
+    with pytest.raises(Rejected, match="closed before run 'w' finished"):
+        await waiting
+
+
+async def test_terminate_closes_an_open_run_and_refuses_a_closed_one(make_engine) -> None:
+    async with make_engine() as engine:
+        h = await engine.start("lifecycle_waits", None, id="t")
+        await h.terminate("operator said so")
+        assert (await h.describe()).status == "terminated"
+        with pytest.raises(Terminated, match="operator said so"):
+            await h.result()
+        with pytest.raises(Rejected, match="already closed"):
+            await h.terminate()
+
+
+async def test_unknown_status_filter_is_rejected_with_the_known_ones(make_engine) -> None:
+    async with make_engine() as engine:
+        with pytest.raises(Rejected, match=r"unknown status 'bogus'.*completed"):
+            await engine.list(status="bogus")
+
+
+async def test_a_second_engine_on_the_same_home_is_refused_with_the_pid(make_engine) -> None:
+    import os
+
+    async with make_engine():
+        with pytest.raises(HomeLocked, match=f"process {os.getpid()}"):
+            async with make_engine():
+                pass
