@@ -18,27 +18,37 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import functools
 import inspect
 import random
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
 from contextvars import ContextVar
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
-from fusee_runtime.dsl import Exhausted, RetryPolicy, StepDef, StepOptions, seconds
-from fusee_runtime.engine.state import Op, Run, utc
-from fusee_runtime.errors import Failure, Rejected, StepFailed
+from fusee_runtime.dsl import RetryPolicy, StepDef, StepOptions, seconds
+from fusee_runtime.engine.state import Op, Run, top, utc
+from fusee_runtime.errors import Cancelled, Failure, Rejected, StepFailed
 from fusee_runtime.journal.records import R
+from fusee_runtime.steps import _step_var, run_live
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.engine import Engine
 
 _ctx_var: ContextVar[Ctx | None] = ContextVar("fusee_ctx", default=None)
-_step_var: ContextVar[int | None] = ContextVar("fusee_step", default=None)
+
+
+class _Cursor:
+    """Numbers the operations of one branch of code: "1", "2", ... or "3.0.1", ..."""
+
+    __slots__ = ("n", "prefix")
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.n = 0
+
+
+_cursor_var: ContextVar[_Cursor | None] = ContextVar("fusee_cursor", default=None)
 
 
 class Halt(BaseException):
@@ -74,8 +84,17 @@ class Ctx:
     def __init__(self, engine: Engine, run: Run) -> None:
         self._engine = engine
         self._run = run
-        self._seq = 0
+        self._root = _Cursor("")
+        self._count = 0
         self._halted: str | None = None
+        self._parking = False
+        self._park_scheduled = False
+        # Live steps in flight (a run with one is not parked) and their tasks.
+        self._busy = 0
+        self._step_tasks: dict[str, asyncio.Task[Any]] = {}
+        # Futures of timers, waits and paused steps the code is blocked on.
+        self._awaiting: set[asyncio.Future[None]] = set()
+        self._compensations: list[tuple[str, Callable[..., Any], tuple[Any, ...]]] = []
 
     # -- identity, as recorded -------------------------------------------------
 
@@ -98,12 +117,7 @@ class Ctx:
     @property
     def journal_size(self) -> int:
         """Operations asked for so far (deterministic: the same on every replay)."""
-        return self._seq
-
-    @property
-    def is_replaying(self) -> bool:
-        """Whether the next operation is already in the journal."""
-        return (self._seq + 1) in self._run.ops
+        return self._count
 
     # -- keys ------------------------------------------------------------------
 
@@ -214,161 +228,239 @@ class Ctx:
             if op.ok:
                 return op.value
             raise StepFailed(name, Failure.from_json(op.failure or {}))
-        return await self._live_step(seq, op, name, fn, args, kwargs, opts)
+        return await run_live(self, seq, op, name, fn, args, kwargs, opts)
 
-    async def _live_step(
-        self,
-        seq: int,
-        op: Op | None,
-        name: str,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        opts: StepOptions,
-    ) -> Any:
-        engine, run = self._engine, self._run
-        policy = opts.retry or engine.config.retry
-        # A step that failed before a crash continues with its attempt count,
-        # its first failure's time and its recorded backoff.
-        attempt = op.attempts_failed + 1 if op else 1
-        not_before = op.retry_at if op else None
-        first_failed_at = op.first_failed_at if op else None
-        while True:
-            if not_before is not None:
-                run.current = f"{name}: retry {attempt} at {utc(not_before):%H:%M:%S}"
-                await engine.clock.sleep_until(not_before)
-            if not opts.read_only:
-                await engine._wait_durable(run.last_lsn)
-            self._check_live()
-            run.current = f"{name} (attempt {attempt})"
-            failure = await self._attempt(seq, name, attempt, fn, args, kwargs, opts)
-            if isinstance(failure, bytes):
-                engine._append(
-                    run,
-                    [R.StepCompleted, run.run_id, seq, name, orjson.loads(failure)],
-                    wire=(int(R.StepCompleted), run.run_id, seq, name, orjson.Fragment(failure)),
-                )
-                run.current = None
-                return run.ops[seq].value
-            now = engine.clock.now()
-            if first_failed_at is None:
-                first_failed_at = now
-            retry_at = _retry_at(policy, failure, attempt, now, first_failed_at)
-            if retry_at is None and policy.on_exhausted is Exhausted.PAUSE:
-                exhausted = policy.retryable(failure, attempt)
-                if exhausted:
-                    failure = Failure(
-                        f"{failure} (retries exhausted; on_exhausted=PAUSE is not available "
-                        "in this version, so the step fails)",
-                        kind=failure.kind,
-                        retryable=False,
-                        details=failure.details,
-                        cause=failure.cause,
-                    )
-            recorded = failure.to_json()
-            if retry_at is not None:
-                engine._append(
-                    run,
-                    [
-                        R.AttemptFailed,
-                        run.run_id,
-                        seq,
-                        name,
-                        attempt,
-                        recorded,
-                        now,
-                        retry_at,
-                        retry_at - now,
-                    ],
-                )
-                engine._log_attempt(run, name, attempt, failure, retry_at)
-                attempt += 1
-                not_before = retry_at
-                continue
-            engine._append(run, [R.StepFailed, run.run_id, seq, name, recorded])
+    # -- timers and signals --------------------------------------------------------
+
+    async def sleep(self, name: str, duration: float | timedelta) -> None:
+        """Waits `duration` on a durable timer named `name`.
+
+        The wake-up time is recorded, so a restart does not reset it; a timer
+        that came due while no engine ran fires as soon as one opens the home.
+        While it waits the run is parked: its coroutine is dropped and
+        rebuilt by replay when the timer fires.
+        """
+        d = seconds(duration)
+        if d is None or d < 0:
+            raise Rejected(f"ctx.sleep({name!r}): the duration must not be negative")
+        await self._timer(name, lambda now: now + d)
+
+    async def sleep_until(self, name: str, instant: datetime | float) -> None:
+        """Waits on a durable timer until `instant` (an aware datetime or Unix seconds)."""
+        if isinstance(instant, datetime):
+            if instant.tzinfo is None:
+                raise Rejected(f"ctx.sleep_until({name!r}): the datetime must be timezone-aware")
+            at = instant.timestamp()
+        else:
+            at = float(instant)
+        await self._timer(name, lambda now: at)
+
+    async def _timer(self, name: str, fire_at: Callable[[float], float]) -> None:
+        seq, op = self._next("timer", name)
+        if op is None:
+            at = fire_at(self._engine.clock.now())
+            self._engine._append(self._run, [R.TimerStarted, self._run.run_id, seq, name, at])
+            op = self._run.ops[seq]
+        await self._await_op(seq, op, f"sleeping until {utc(op.fire_at or 0):%Y-%m-%d %H:%M:%S}")
+
+    async def wait_for(self, signal: str, timeout: float | timedelta | None = None) -> Any:
+        """The value of the next signal named `signal`, or None when `timeout` passes.
+
+        Signals are buffered per run in arrival order; this takes the oldest
+        of that name. Which signal was taken (or that the wait timed out) is
+        recorded, so replay returns the same. While it waits the run is parked.
+        """
+        t = seconds(timeout)
+        seq, op = self._next("wait", signal)
+        if op is None:
+            deadline = None if t is None else self._engine.clock.now() + t
+            self._engine._append(
+                self._run, [R.WaitStarted, self._run.run_id, seq, signal, deadline]
+            )
+            op = self._run.ops[seq]
+        await self._await_op(seq, op, f"waiting for signal {signal!r}")
+        return op.value
+
+    async def _paused(self, seq: str, op: Op) -> None:
+        """Waits until a paused step is resumed (the run is parked meanwhile)."""
+        self._busy -= 1
+        try:
+            await self._await_op(seq, op, f"paused in step {op.name!r}: run `fusee resume`")
+        finally:
+            self._busy += 1
+
+    async def _await_op(self, seq: str, op: Op, doing: str) -> None:
+        """Waits until the engine resolves a timer, wait or paused step."""
+        run = self._run
+        if not op.done and not (op.kind == "step" and not op.paused):
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            run.waiters[seq] = fut
+            self._awaiting.add(fut)
+            run.current = doing
+            self._maybe_schedule_park()
+            try:
+                await fut
+            except asyncio.CancelledError:
+                if not fut.done() and self._retires_on_cancel():
+                    # A losing race branch or an abandoned wait: retire it, so it
+                    # neither fires later nor takes a signal meant for another.
+                    self._engine._append(run, [R.OpCancelled, run.run_id, seq, op.kind, op.name])
+                raise
+            finally:
+                self._awaiting.discard(fut)
+                if run.waiters.get(seq) is fut:
+                    del run.waiters[seq]
             run.current = None
-            raise StepFailed(name, Failure.from_json(recorded))
+        if op.cancelled:
+            raise self._cancelled()
 
-    async def _attempt(
-        self,
-        seq: int,
-        name: str,
-        attempt: int,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        opts: StepOptions,
-    ) -> bytes | Failure:
-        """Runs one attempt; returns the encoded result, or the failure."""
-        engine = self._engine
-        # Workflow code and async step functions share the run's task, so the
-        # step marker is set around the await; a thread gets a copy of it.
-        token = _step_var.set(seq)
-        try:
-            if _is_async(fn):
-                work: Any = fn(*args, **kwargs)
-            elif opts.inline:
-                work = _ready(fn(*args, **kwargs))
-            else:
-                call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
-                work = asyncio.get_running_loop().run_in_executor(engine._pool, call)
-            if opts.timeout is not None:
-                value = await self._within(asyncio.ensure_future(work), opts.timeout, name, attempt)
-            else:
-                value = await work
-            if inspect.isawaitable(value):  # a plain function that returned a coroutine
-                value = await value
-        except Exception as e:
-            return Failure.of(e)
-        finally:
-            _step_var.reset(token)
-        try:
-            encoded = orjson.dumps(value)
-        except TypeError as e:
-            return Failure(
-                f"the result of step {name!r} cannot be encoded as JSON: {e}",
-                kind="CodecError",
-                retryable=False,
-            )
-        if len(encoded) > engine.config.payload_bytes_max:
-            return Failure(
-                f"the result of step {name!r} is {len(encoded)} bytes, over the limit of "
-                f"{engine.config.payload_bytes_max} (Config.payload_bytes_max)",
-                kind="CodecError",
-                retryable=False,
-            )
-        return encoded
+    # -- parking ---------------------------------------------------------------------
 
-    async def _within(self, work: asyncio.Future[Any], limit_s: float, name: str, n: int) -> Any:
-        clock = self._engine.clock
-        timer = asyncio.ensure_future(clock.sleep_until(clock.now() + limit_s))
+    def _maybe_schedule_park(self) -> None:
+        if self._awaiting and not self._park_scheduled:
+            self._park_scheduled = True
+            asyncio.get_running_loop().call_soon(self._maybe_park)
+
+    def _maybe_park(self) -> None:
+        """Parks the run when all its code waits on timers, signals or a resume."""
+        self._park_scheduled = False
+        if self._busy or not self._awaiting or self._halted is not None:
+            return
+        if any(f.done() for f in self._awaiting):
+            return
+        self._engine._park(self._run, self)
+
+    # -- cancellation ----------------------------------------------------------------
+
+    def _cancelled(self) -> Cancelled:
+        return Cancelled(f"run {self._run.workflow_id!r} was cancelled: {self._run.cancel_reason}")
+
+    def _cancel_lands(self) -> bool:
+        """Whether a task cancellation is the run's cancel arriving (not parking or closing)."""
+        run = self._run
+        return (
+            run.cancel_reason is not None
+            and not run.cancel_delivered
+            and self._halted is None
+            and run.is_open
+            and not self._engine._closing
+        )
+
+    def _retires_on_cancel(self) -> bool:
+        return self._halted is None and self._run.is_open and not self._engine._closing
+
+    def _deliver_cancel(self, seq: str, kind: str, name: str) -> Cancelled:
+        """Records that the run's cancel interrupted the operation at `seq`."""
+        run = self._run
+        self._engine._append(run, [R.OpCancelled, run.run_id, seq, kind, name])
+        return self._cancelled()
+
+    def compensate(self, name: str, fn: Callable[..., Any], *args: Any) -> None:
+        """Registers `fn(*args)` to undo what the workflow did so far.
+
+        If the workflow fails or is cancelled, registered compensations run
+        as steps named `name`, newest first (one that fails is logged and the
+        rest still run); then the failure or cancellation is returned.
+        """
+        self._compensations.append((name, fn, args))
+
+    async def _run_compensations(self) -> None:
+        while self._compensations:
+            name, fn, args = self._compensations.pop()
+            try:
+                await self._run_step(name, fn, args, {}, StepOptions())
+            except (StepFailed, Cancelled) as e:
+                self._engine._log_compensation(self._run, name, e)
+
+    # -- concurrency -------------------------------------------------------------------
+
+    async def all(self, awaitables: Iterable[Awaitable[Any]]) -> list[Any]:
+        """Runs steps, sleeps and waits concurrently; their results in argument order.
+
+        Each branch numbers its operations under this call's own number, so
+        replay assigns the same numbers whatever order branches finish in.
+        The legs of a fan-out become ready together and share one `fdatasync`.
+        """
+        seq, _ = self._next("group", "all")
+        tasks = self._branches(seq, awaitables)
         try:
-            done, _ = await asyncio.wait({work, timer}, return_when=asyncio.FIRST_COMPLETED)
-        except BaseException:
-            # The run stopped waiting (engine closing, run terminated): the step
-            # function must not go on running on its own.
-            work.cancel()
-            raise
+            return list(await asyncio.gather(*tasks))
         finally:
-            timer.cancel()
-        if work in done:
-            return work.result()
-        work.cancel()
-        raise Failure(f"step {name!r} attempt {n} timed out after {limit_s:g} s", kind="TimedOut")
+            for t in tasks:
+                t.cancel()
+
+    async def race(self, awaitables: Iterable[Awaitable[Any]]) -> tuple[int, Any]:
+        """`(index, result)` of the first awaitable to finish; the others are cancelled.
+
+        The winner is recorded, so replay takes the same one.
+        """
+        seq, _ = self._next("group", "race")
+        tasks = self._branches(seq, awaitables)
+        if not tasks:
+            raise Rejected("ctx.race() needs at least one awaitable")
+        try:
+            winner = self._run.races.get(seq)
+            if winner is None:
+                done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                winner = min(tasks.index(t) for t in done)
+                self._check_live()
+                self._engine._append(self._run, [R.RaceWon, self._run.run_id, seq, winner])
+            else:
+                await asyncio.wait({tasks[winner]})
+            losers = [t for i, t in enumerate(tasks) if i != winner]
+            for t in losers:
+                t.cancel()
+            await asyncio.gather(*losers, return_exceptions=True)
+            return winner, tasks[winner].result()
+        finally:
+            for t in tasks:
+                t.cancel()
+
+    def _branches(self, seq: str, awaitables: Iterable[Awaitable[Any]]) -> list[asyncio.Task[Any]]:
+        loop = asyncio.get_running_loop()
+        tasks = []
+        for i, aw in enumerate(awaitables):
+            branch = contextvars.copy_context()
+            branch.run(_cursor_var.set, _Cursor(f"{seq}.{i}."))
+            tasks.append(loop.create_task(_awaited(aw), context=branch))
+        return tasks
+
+    async def continue_as_new(self, input: Any) -> Any:
+        """Ends this run and starts a fresh one of the same id with `input`, in one record.
+
+        Signals that arrive afterwards go to the new run. Never returns.
+        """
+        self._check_live()
+        self._engine._continue_as_new(self._run, input)
+        self._halted = "continued as new"
+        raise Halt(self._halted)
 
     # -- replay ------------------------------------------------------------------
 
-    def _next(self, kind: str, name: str) -> tuple[int, Op | None]:
-        """Takes the next sequence number and what the journal holds there."""
+    def _next(self, kind: str, name: str) -> tuple[str, Op | None]:
+        """Takes the next operation number and what the journal holds there."""
         self._check_live()
-        self._seq += 1
-        seq = self._seq
-        op = self._run.ops.get(seq)
-        if op is not None and (op.kind, op.name) != (kind, name):
+        cursor = _cursor_var.get() or self._root
+        cursor.n += 1
+        self._count += 1
+        seq = f"{cursor.prefix}{cursor.n}"
+        run = self._run
+        op = run.ops.get(seq)
+        if op is not None:
+            if (op.kind, op.name) != (kind, name):
+                self._stuck(
+                    f"replay mismatch at operation #{seq}: the journal holds {op.kind} "
+                    f"{op.name!r}, the code asks for {kind} {name!r}"
+                )
+            if op.cancelled and kind == "step":
+                raise self._cancelled()
+        elif seq in run.prefixes and kind != "group":
             self._stuck(
-                f"replay mismatch at operation #{seq}: the journal holds {op.kind} "
-                f"{op.name!r}, the code asks for {kind} {name!r}"
+                f"replay mismatch at operation #{seq}: the journal holds a group of concurrent "
+                f"operations (ctx.all or ctx.race), the code asks for {kind} {name!r}"
             )
+        elif kind not in ("value", "group") and self._cancel_lands():
+            raise self._deliver_cancel(seq, kind, name)
         return seq, op
 
     def _check_live(self) -> None:
@@ -386,35 +478,15 @@ class Ctx:
 
     def _finished(self) -> None:
         """Called when the code returned: it must have asked for every recorded operation."""
-        later = [s for s in self._run.ops if s > self._seq]
+        later = [s for s in self._run.ops if top(s) > self._root.n]
         if later:
-            op = self._run.ops[min(later)]
+            first = min(later, key=top)
+            op = self._run.ops[first]
             self._stuck(
-                f"replay mismatch at operation #{min(later)}: the journal holds {op.kind} "
+                f"replay mismatch at operation #{first}: the journal holds {op.kind} "
                 f"{op.name!r}, the code finished without asking for it"
             )
 
 
-def _retry_at(
-    policy: RetryPolicy, failure: Failure, attempt: int, now: float, first_failed_at: float
-) -> float | None:
-    """When to run the next attempt, or None when the failure is final or retries ran out."""
-    if attempt >= policy.attempts or not policy.retryable(failure, attempt):
-        return None
-    delay = policy.backoff(attempt)
-    if policy.jitter:
-        delay = delay / 2 + random.random() * delay / 2
-    at = now + delay
-    if policy.max_elapsed is not None and at - first_failed_at > policy.max_elapsed:
-        return None
-    return at
-
-
-def _is_async(fn: Callable[..., Any]) -> bool:
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    return inspect.iscoroutinefunction(fn)
-
-
-async def _ready(value: Any) -> Any:
-    return value
+async def _awaited(aw: Awaitable[Any]) -> Any:
+    return await aw

@@ -18,8 +18,8 @@ import logging
 import os
 import re
 import uuid
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
@@ -28,10 +28,12 @@ import orjson
 
 from fusee_runtime.clock import Clock, SystemClock
 from fusee_runtime.context import Ctx, Halt, _ctx_var
-from fusee_runtime.dsl import RetryPolicy, WorkflowDef, registry, seconds
+from fusee_runtime.dsl import Exhausted, RetryPolicy, WorkflowDef, registry, seconds
+from fusee_runtime.engine.handle import RunHandle
 from fusee_runtime.engine.home import HomeLock
 from fusee_runtime.engine.registry import load_app
-from fusee_runtime.engine.state import Run, RunInfo, Status
+from fusee_runtime.engine.state import Op, Run, RunInfo, Status, top
+from fusee_runtime.engine.timers import TimerQueue
 from fusee_runtime.errors import (
     Cancelled,
     CodecError,
@@ -39,19 +41,17 @@ from fusee_runtime.errors import (
     JournalFailed,
     NotFound,
     Rejected,
-    RunFailed,
-    Terminated,
-    TimedOut,
 )
 from fusee_runtime.journal import records
 from fusee_runtime.journal.reader import recover
-from fusee_runtime.journal.records import R
+from fusee_runtime.journal.records import CLOSES, R
 from fusee_runtime.journal.storage import Storage
 from fusee_runtime.journal.writer import JournalWriter
 
 log = logging.getLogger("fusee")
 
 ID_BYTES_MAX = 256
+_RESOLVING = (R.TimerFired, R.WaitCompleted, R.OpCancelled, R.StepResumed)
 _ID_BAD = re.compile(r"[\x00-\x1f\x7f/]")
 
 
@@ -65,6 +65,7 @@ class Config:
 
     clock: Clock = field(default_factory=SystemClock)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    on_exhausted: Exhausted = Exhausted.FAIL
     durability: Literal["fdatasync", "none"] = "fdatasync"
     storage: Storage = field(default_factory=Storage)
     segment_bytes: int = 64 << 20
@@ -111,6 +112,9 @@ class Engine:
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._workflows: dict[str, WorkflowDef] = registry()
+        self._timers = TimerQueue(self.clock, self._fire)
+        self._wakes: set[str] = set()
+        self._progress: asyncio.Event | None = None
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -160,8 +164,10 @@ class Engine:
             self.config.step_threads, thread_name_prefix="fusee-step"
         )
         self._opened = True
+        self._timers.start()
         for run in sorted(self._runs.values(), key=lambda r: r.start_lsn):
             if run.is_open:
+                self._arm(run)
                 self._spawn(run)
 
     async def close(self) -> None:
@@ -169,6 +175,7 @@ class Engine:
         if not self._opened or self._closing:
             return
         self._closing = True
+        await self._timers.stop()
         tasks = [r.task for r in self._runs.values() if r.task is not None and not r.task.done()]
         for t in tasks:
             t.cancel()
@@ -200,12 +207,18 @@ class Engine:
         input: Any = None,
         id: str | None = None,
         on_conflict: Literal["return", "fail", "new_run"] = "return",
+        timeout: float | Any | None = None,
+        signal: tuple[str, Any] | None = None,
     ) -> RunHandle:
         """Starts a run of `workflow`; returns once the start is durable.
 
         Idempotent on `id`: with `on_conflict="return"` an existing run of the
         id (open or closed) is returned; `"fail"` raises `Rejected` if one
         exists; `"new_run"` terminates an open run of the id and starts anew.
+        `timeout` is the run's deadline: past it the run closes as
+        `timed_out`. `signal=(name, value)` delivers a signal with the start
+        (to the existing run when there is an open one); the call returns once
+        both are durable.
 
         Raises:
             NotFound: no workflow of that name (the message lists the known ones).
@@ -217,10 +230,15 @@ class Engine:
         if on_conflict not in ("return", "fail", "new_run"):
             raise Rejected(f"on_conflict is 'return', 'fail' or 'new_run', not {on_conflict!r}")
         encoded = self._encode(input, f"the input of workflow {wf.name!r}")
+        limit = seconds(timeout)
+        if signal is not None:
+            self._encode(signal[1], f"signal {signal[0]!r}")
         workflow_id = check_id(id) if id is not None else uuid.uuid4().hex
         existing = self._latest.get(workflow_id)
         if existing is not None:
             if on_conflict == "return":
+                if signal is not None and existing.is_open:
+                    await self.signal(workflow_id, *signal)
                 await self._wait_durable(existing.start_lsn)
                 return RunHandle(self, workflow_id)
             if on_conflict == "fail":
@@ -231,15 +249,158 @@ class Engine:
                 self._close_run(
                     existing, R.RunTerminated, "replaced by a new run (on_conflict='new_run')"
                 )
+        now = self.clock.now()
+        deadline = None if limit is None else now + limit
+        run = self._new_run(workflow_id, wf.name, encoded, deadline, None)
+        if signal is not None:
+            self._signal(run, *signal)
+        await self._wait_durable(run.last_lsn)
+        return RunHandle(self, workflow_id)
+
+    def _new_run(
+        self,
+        workflow_id: str,
+        workflow: str,
+        encoded_input: bytes,
+        deadline: float | None,
+        origin: dict[str, Any] | None,
+    ) -> Run:
+        """Appends a RunStarted, arms and spawns the run (not yet durable)."""
         run_id = uuid.uuid4().hex
         now = self.clock.now()
-        rec = [R.RunStarted, run_id, workflow_id, wf.name, orjson.loads(encoded), now]
-        wire = (int(R.RunStarted), run_id, workflow_id, wf.name, orjson.Fragment(encoded), now)
-        lsn = self._writer_append(wire)
-        run = self._replay_record(lsn, rec)
+        head = (run_id, workflow_id, workflow)
+        tail = (now, deadline, origin)
+        rec = [R.RunStarted, *head, orjson.loads(encoded_input), *tail]
+        lsn = self._writer_append((int(R.RunStarted), *head, orjson.Fragment(encoded_input), *tail))
+        run, _ = self._replay_record(lsn, rec)
+        self._arm(run)
         self._spawn(run)
+        return run
+
+    # -- lifecycle of a run ----------------------------------------------------------
+
+    async def signal(self, id: str, name: str, value: Any = None) -> None:
+        """Delivers signal `name` to the newest run of `id`; returns once it is durable.
+
+        Raises:
+            NotFound: no run of that id.
+            Rejected: the run is closed (the message says how).
+            CodecError: the value cannot be encoded as JSON.
+        """
+        self._check_accepting()
+        run = self._latest_run(id)
+        if not run.is_open:
+            raise Rejected(f"run {id!r} is {run.closing}: it takes no more signals")
+        lsn = self._signal(run, name, value)
         await self._wait_durable(lsn)
-        return RunHandle(self, workflow_id)
+
+    def _signal(self, run: Run, name: str, value: Any) -> int:
+        if not isinstance(name, str) or not name:
+            raise Rejected("a signal name is a non-empty string")
+        encoded = self._encode(value, f"signal {name!r}")
+        rec = [R.SignalReceived, run.run_id, run.next_signal_id, name, orjson.loads(encoded)]
+        return self._append(run, rec)
+
+    async def cancel(self, id: str, reason: str = "cancelled") -> None:
+        """Cancels the newest run of `id`; returns once the request is durable.
+
+        `Cancelled` is raised in the run's code at its current await (the code
+        may catch it to clean up); registered compensations run, newest
+        first; the run closes as `cancelled`.
+        """
+        self._check_accepting()
+        run = self._latest_run(id)
+        if not run.is_open:
+            raise Rejected(f"run {id!r} is already closed ({run.closing})")
+        if run.cancel_reason is None:
+            self._append(run, [R.CancelRequested, run.run_id, reason])
+            if run.status == Status.STUCK:
+                # No code can run to take the cancel: close it as it stands.
+                self._close_run(run, R.RunCancelled, reason)
+            else:
+                self._interrupt(run)
+        await self._wait_durable(run.last_lsn)
+
+    def _interrupt(self, run: Run) -> None:
+        """Delivers a requested cancel wherever the run's code is waiting."""
+        for seq, op in list(run.pending.items()):
+            self._append(run, [R.OpCancelled, run.run_id, seq, op.kind, op.name])
+        ctx = run.ctx
+        if isinstance(ctx, Ctx):
+            for task in list(ctx._step_tasks.values()):
+                task.cancel()
+
+    async def terminate(self, id: str, reason: str = "terminated") -> None:
+        """Closes the newest run of `id` at once, running nothing more; returns once durable."""
+        self._check_accepting()
+        run = self._latest_run(id)
+        if not run.is_open:
+            raise Rejected(f"run {id!r} is already closed ({run.closing})")
+        self._close_run(run, R.RunTerminated, reason)
+        await self._wait_durable(run.close_lsn or 0)
+
+    async def resume(self, id: str) -> None:
+        """Resumes a paused run (its paused step runs again with a fresh budget, on
+        the code loaded now) or retries a stuck run's replay with the code loaded now."""
+        self._check_accepting()
+        run = self._latest_run(id)
+        if not run.is_open:
+            raise Rejected(f"run {id!r} is closed ({run.closing}): nothing to resume")
+        paused = run.paused_ops()
+        if paused:
+            for seq in paused:
+                self._append(run, [R.StepResumed, run.run_id, seq])
+        elif run.status == Status.STUCK:
+            run.status = Status.RUNNING
+            run.error = None
+            self._spawn(run)
+        else:
+            raise Rejected(f"run {id!r} is {run.status}: only a paused or stuck run resumes")
+        await self._wait_durable(run.last_lsn)
+
+    async def reset(self, id: str, to: int | str) -> RunHandle:
+        """Closes the newest run of `id` as `reset` and starts a new run of the same id
+        whose journal keeps the operations before `to` (an operation number, or the
+        name of a step: its first occurrence); the steps from there on run again."""
+        self._check_accepting()
+        run = self._latest_run(id)
+        before = self._reset_point(run, to)
+        if run.is_open:
+            self._close_run(run, R.RunReset, f"reset to operation #{before}")
+        origin = {"reset": run.run_id, "before": before}
+        encoded = self._encode(run.input, f"the input of workflow {run.workflow!r}")
+        new = self._new_run(run.workflow_id, run.workflow, encoded, run.deadline, origin)
+        await self._wait_durable(new.last_lsn)
+        return RunHandle(self, id)
+
+    def _reset_point(self, run: Run, to: int | str) -> int:
+        if isinstance(to, bool) or not isinstance(to, int | str):
+            raise Rejected("reset(to=) takes an operation number or a step name")
+        if isinstance(to, int) or to.isdigit():
+            n = int(to)
+            if n < 1:
+                raise Rejected("operation numbers start at 1")
+            return n
+        steps = sorted(
+            (top(s), s) for s, op in run.ops.items() if op.kind == "step" and op.name == to
+        )
+        if not steps:
+            raise NotFound(f"run {run.workflow_id!r} has no step named {to!r}")
+        return steps[0][0]
+
+    def _continue_as_new(self, run: Run, input: Any) -> None:
+        """Closes `run` and starts its successor with `input`, in one record."""
+        encoded = self._encode(input, f"the input of workflow {run.workflow!r}")
+        new_run_id = uuid.uuid4().hex
+        now = self.clock.now()
+        rec = [R.RunContinuedAsNew, run.run_id, new_run_id, orjson.loads(encoded), now]
+        wire = (int(R.RunContinuedAsNew), run.run_id, new_run_id, orjson.Fragment(encoded), now)
+        lsn = self._writer_append(wire)
+        self._replay_record(lsn, rec)
+        self._after_close(run)
+        new = self._runs[new_run_id]
+        self._arm(new)
+        self._spawn(new)
 
     def handle(self, id: str) -> RunHandle:
         """A handle on the newest run of `id`; its methods raise `NotFound` if there is none."""
@@ -307,12 +468,83 @@ class Engine:
         return run
 
     def _spawn(self, run: Run) -> None:
+        run.parked = False
+        if run.status in (Status.RUNNING, Status.PARKED, Status.PAUSED):
+            run.status = Status.PAUSED if run.paused_ops() else Status.RUNNING
         run.task = asyncio.get_running_loop().create_task(
             self._drive(run), name=f"fusee:{run.workflow_id}"
         )
 
+    def _arm(self, run: Run) -> None:
+        """Schedules a run's deadline and pending timers; matches buffered signals."""
+        if run.deadline is not None:
+            self._timers.add(run.deadline, run.run_id, None)
+        for seq, op in run.pending.items():
+            if op.fire_at is not None:
+                self._timers.add(op.fire_at, run.run_id, seq)
+        self._match_signals(run)
+
+    def _fire(self, run_id: str, seq: str | None, at: float) -> None:
+        """A timer entry came due: record what it means, if it still means anything."""
+        run = self._runs.get(run_id)
+        if run is None or not run.is_open or self._failed is not None:
+            return
+        if seq is None:
+            if run.deadline == at:
+                self._close_run(run, R.RunTimedOut, "the run passed its deadline")
+            return
+        op = run.pending.get(seq)
+        if op is None or op.fire_at != at:
+            return
+        if op.kind == "timer":
+            self._append(run, [R.TimerFired, run.run_id, seq])
+        elif op.kind == "wait":
+            self._append(run, [R.WaitCompleted, run.run_id, seq, None, None])
+
+    def _match_signals(self, run: Run) -> None:
+        """Hands buffered signals to pending waits, oldest signal to earliest wait."""
+        if not run.signals:
+            return
+        for seq, op in list(run.pending.items()):
+            if op.kind != "wait" or op.done:
+                continue
+            for signal_id, name, value in run.signals:
+                if name == op.name:
+                    self._append(run, [R.WaitCompleted, run.run_id, seq, signal_id, value])
+                    break
+
+    def _park(self, run: Run, ctx: Ctx) -> None:
+        """Drops a run's coroutine while it only waits; replay rebuilds it on wake."""
+        task = run.task
+        if task is None or run.ctx is not ctx or not run.is_open:
+            return
+        ctx._parking = True
+        ctx._halted = "parked"
+        run.parked = True
+        run.task = None
+        run.ctx = None
+        run.waiters.clear()
+        if run.status in (Status.RUNNING, Status.PAUSED):
+            run.status = Status.PAUSED if run.paused_ops() else Status.PARKED
+        task.cancel()
+        self._progressed()
+
+    def _resolved(self, run: Run, seq: str) -> None:
+        """An op the run's code may wait on was resolved: wake the code."""
+        fut = run.waiters.pop(seq, None)
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+        if run.parked and run.run_id not in self._wakes:
+            self._wakes.add(run.run_id)
+            asyncio.get_running_loop().call_soon(self._wake, run)
+
+    def _wake(self, run: Run) -> None:
+        self._wakes.discard(run.run_id)
+        if run.parked and run.is_open and not self._closing:
+            self._spawn(run)
+
     async def _drive(self, run: Run) -> None:
-        """Runs a run's code (again) from the top until it returns, fails or halts."""
+        """Runs a run's code (again) from the top until it returns, fails, parks or halts."""
         wf = self._workflows.get(run.workflow)
         if wf is None:
             self._mark_stuck(
@@ -320,6 +552,7 @@ class Engine:
             )
             return
         ctx = Ctx(self, run)
+        run.ctx = ctx
         _ctx_var.set(ctx)
         try:
             result = await wf.fn(ctx, run.input)
@@ -327,14 +560,12 @@ class Engine:
         except (Halt, JournalFailed):
             return
         except asyncio.CancelledError:
-            if self._closing or not run.is_open:
+            if ctx._parking or self._closing or not run.is_open:
                 return
             raise
         except Exception as e:
-            if ctx._halted is not None or not run.is_open:
-                return
-            failure = Failure.of(e)
-            self._close_run(run, R.RunFailed, failure.to_json())
+            if ctx._halted is None and run.is_open:
+                await self._settle_failure(run, ctx, e)
             return
         try:
             encoded = self._encode(result, f"the result of workflow {run.workflow!r}")
@@ -344,12 +575,34 @@ class Engine:
             return
         self._close_run(run, R.RunCompleted, orjson.loads(encoded), orjson.Fragment(encoded))
 
+    async def _settle_failure(self, run: Run, ctx: Ctx, error: Exception) -> None:
+        """The code raised: run the compensations, then close as failed or cancelled."""
+        cancelled = isinstance(error, Cancelled) and run.cancel_reason is not None
+        try:
+            await ctx._run_compensations()
+        except (Halt, JournalFailed):
+            return
+        except asyncio.CancelledError:
+            if ctx._parking or self._closing or not run.is_open:
+                return
+            raise
+        if not run.is_open:
+            return
+        if cancelled:
+            self._close_run(run, R.RunCancelled, run.cancel_reason)
+        else:
+            self._close_run(run, R.RunFailed, Failure.of(error).to_json())
+
     def _close_run(self, run: Run, kind: R, value: Any, wire_value: Any = None) -> None:
         now = self.clock.now()
         rec = [kind, run.run_id, value, now]
         wire = (int(kind), run.run_id, value if wire_value is None else wire_value, now)
         self._append(run, rec, wire)
+        self._after_close(run)
+
+    def _after_close(self, run: Run) -> None:
         run.current = None
+        run.parked = False
         if run.task is not None and run.task is not asyncio.current_task():
             run.task.cancel()
         closed = self._durable_future(run.close_lsn or 0)
@@ -367,7 +620,11 @@ class Engine:
         run.status = Status.STUCK
         run.error = message
         run.current = None
+        self._progressed()
         log.error("fusee: run %s (%s) is stuck: %s", run.workflow_id, run.run_id, message)
+
+    def _log_compensation(self, run: Run, name: str, error: Exception) -> None:
+        log.error("fusee: %s compensation %r failed: %s", run.workflow_id, name, error)
 
     def _log_attempt(
         self, run: Run, name: str, attempt: int, failure: Failure, retry_at: float
@@ -383,25 +640,64 @@ class Engine:
 
     # -- journal ---------------------------------------------------------------------
 
-    def _replay_record(self, lsn: int, rec: list[Any]) -> Run:
-        """Folds one record into memory; returns its run."""
-        if rec[0] == R.RunStarted:
-            _, run_id, workflow_id, workflow, input, started_at = rec
-            run = Run(run_id, workflow_id, workflow, input, started_at, lsn)
+    def _replay_record(self, lsn: int, rec: list[Any]) -> tuple[Run, Op | None]:
+        """Folds one record into memory; returns its run and the op it resolved."""
+        kind = rec[0]
+        if kind == R.RunStarted:
+            _, run_id, workflow_id, workflow, input, started_at, deadline, origin = rec
+            run = Run(run_id, workflow_id, workflow, input, started_at, lsn, deadline)
+            if origin:
+                self._inherit(run, self._runs[origin["reset"]], origin["before"])
             self._runs[run_id] = run
             self._latest[workflow_id] = run
             run.apply(lsn, rec)
-            return run
+            return run, None
         run = self._runs[rec[1]]
-        run.apply(lsn, rec)
-        if run.closing is not None and lsn <= self._durable_lsn:
-            run.status = run.closing
-        return run
+        op = run.apply(lsn, rec)
+        if kind in CLOSES:
+            if lsn <= self._durable_lsn:
+                run.status = run.closing or run.status
+            if kind == R.RunContinuedAsNew:
+                new = Run(rec[2], run.workflow_id, run.workflow, rec[3], rec[4], lsn, run.deadline)
+                new.signals = list(run.signals)
+                new.next_signal_id = run.next_signal_id
+                new.last_lsn = lsn
+                self._runs[new.run_id] = new
+                self._latest[run.workflow_id] = new
+        return run, op
+
+    @staticmethod
+    def _inherit(run: Run, old: Run, before: int) -> None:
+        """A reset run keeps the operations of `old` numbered below `before`."""
+        kept = {seq: replace(op) for seq, op in old.ops.items() if top(seq) < before}
+        run.ops = kept
+        run.prefixes = {p for p in old.prefixes if top(p) < before}
+        run.races = {s: i for s, i in old.races.items() if top(s) < before}
+        run.pending = {s: op for s, op in kept.items() if not op.done and op.kind != "value"}
+        run.pending = {s: op for s, op in run.pending.items() if op.kind != "step" or op.paused}
+        taken = {op.signal_id for op in kept.values() if op.signal_id is not None}
+        run.signals = [
+            (r[2], r[3], r[4])
+            for _, r in old.records
+            if r[0] == R.SignalReceived and r[2] not in taken
+        ]
+        run.next_signal_id = old.next_signal_id
 
     def _append(self, run: Run, rec: list[Any], wire: tuple[Any, ...] | None = None) -> int:
-        """Appends a record of `run` (not yet durable) and folds it into memory."""
+        """Appends a record of `run` (not yet durable), folds it into memory and reacts."""
         lsn = self._writer_append(wire if wire is not None else rec)
-        run.apply(lsn, rec)
+        op = run.apply(lsn, rec)
+        kind = rec[0]
+        if kind == R.TimerStarted or (kind == R.WaitStarted and rec[4] is not None):
+            self._timers.add(rec[4], run.run_id, rec[2])
+        if kind in (R.WaitStarted, R.SignalReceived):
+            self._match_signals(run)
+        elif kind == R.StepPaused and run.is_open:
+            run.status = Status.PAUSED
+        elif op is not None and kind in _RESOLVING:
+            if kind == R.StepResumed and run.status == Status.PAUSED and not run.paused_ops():
+                run.status = Status.RUNNING
+            self._resolved(run, rec[2])
         return lsn
 
     def _writer_append(self, wire: Any) -> int:
@@ -414,11 +710,25 @@ class Engine:
     def _durable_to(self, lsn: int) -> None:
         """Called on the loop when the writer made everything up to `lsn` durable."""
         self._durable_lsn = lsn
+        self._progressed()
         waiters = self._waiters
         while waiters and waiters[0][0] <= lsn:
             _, _, fut = heapq.heappop(waiters)
             if not fut.done():
                 fut.set_result(None)
+
+    def _progressed(self) -> None:
+        if self._progress is not None:
+            self._progress.set()
+            self._progress = None
+
+    async def wait_until(self, predicate: Callable[[], bool]) -> None:
+        """Returns once `predicate()` holds, checking it after each durable batch and each
+        change of a run's state. For tests and tools that follow the engine without polling."""
+        while not predicate():
+            if self._progress is None:
+                self._progress = asyncio.Event()
+            await self._progress.wait()
 
     def _journal_failed(self, error: BaseException) -> None:
         self._failed = JournalFailed(
@@ -478,77 +788,3 @@ def check_id(id: str) -> str:
     if _ID_BAD.search(id):
         raise Rejected(f"a workflow id may not contain '/' or control characters: {id!r}")
     return id
-
-
-class RunHandle:
-    """The newest run of a workflow id, as the caller sees it."""
-
-    def __init__(self, engine: Engine, id: str) -> None:
-        self._engine = engine
-        self.id = id
-
-    @property
-    def run_id(self) -> str:
-        return self._engine._latest_run(self.id).run_id
-
-    async def describe(self) -> RunInfo:
-        """The run's state now (closed states only once durable)."""
-        return self._engine._latest_run(self.id).info()
-
-    async def history(self) -> list[dict[str, Any]]:
-        """Every record of every run of this id, oldest first."""
-        return await self._engine.history(self.id)
-
-    async def terminate(self, reason: str = "terminated") -> None:
-        """Closes the open run at once, running nothing more; returns once that is durable.
-
-        Raises:
-            NotFound: no run of this id.
-            Rejected: the run is already closed.
-        """
-        engine = self._engine
-        engine._check_accepting()
-        run = engine._latest_run(self.id)
-        if not run.is_open:
-            raise Rejected(f"run {self.id!r} is already closed ({run.closing})")
-        engine._close_run(run, R.RunTerminated, reason)
-        await engine._wait_durable(run.close_lsn or 0)
-
-    async def result(self, timeout: float | Any | None = None) -> Any:
-        """The run's result, once durable.
-
-        A `stuck` run is still open: this keeps waiting for it.
-
-        Raises:
-            RunFailed: the run failed (`.failure` says how).
-            Terminated: the run was terminated.
-            Cancelled: the run was cancelled.
-            TimedOut: the wait passed `timeout` seconds.
-        """
-        run = self._engine._latest_run(self.id)
-        if run.status.is_open:
-            if run.closed is None:
-                run.closed = asyncio.get_running_loop().create_future()
-            try:
-                await asyncio.wait_for(asyncio.shield(run.closed), seconds(timeout))
-            except TimeoutError:
-                raise TimedOut(
-                    f"run {self.id!r} did not finish within {seconds(timeout):g} s "
-                    f"(status {run.status})"
-                ) from None
-        return outcome(run)
-
-
-def outcome(run: Run) -> Any:
-    """A closed run's result, or the error that says how it ended."""
-    if run.status == Status.COMPLETED:
-        return run.result
-    if run.status == Status.FAILED:
-        raise RunFailed(run.workflow_id, run.failure or Failure("unknown failure"))
-    if run.status == Status.TERMINATED:
-        raise Terminated(f"run {run.workflow_id!r} was terminated: {run.reason}")
-    if run.status == Status.CANCELLED:
-        raise Cancelled(f"run {run.workflow_id!r} was cancelled: {run.reason}")
-    if run.status == Status.TIMED_OUT:
-        raise TimedOut(f"run {run.workflow_id!r} passed its deadline")
-    raise Rejected(f"run {run.workflow_id!r} is {run.status}")

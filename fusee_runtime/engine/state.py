@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fusee_runtime.errors import Failure
-from fusee_runtime.journal.records import R
+from fusee_runtime.journal.records import CLOSES, R
 
 
 class Status(enum.StrEnum):
@@ -54,9 +54,10 @@ class RunInfo:
 
 @dataclass
 class Op:
-    """What the journal holds of one operation (a step or a recorded value)."""
+    """What the journal holds of one operation: a step, a recorded value, a
+    timer, or a wait for a signal."""
 
-    kind: str  # "step" or "value"
+    kind: str  # "step", "value", "timer" or "wait"
     name: str
     attempts_failed: int = 0
     first_failed_at: float | None = None
@@ -65,10 +66,21 @@ class Op:
     ok: bool = True
     value: Any = None
     failure: dict[str, Any] | None = None
+    paused: bool = False
+    cancelled: bool = False
+    # A timer's fire time, or a wait's deadline (None: no timeout).
+    fire_at: float | None = None
+    # The signal a wait took.
+    signal_id: int | None = None
 
 
 def utc(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
+
+
+def top(seq: str) -> int:
+    """The top-level operation number of a seq ("3" or "3.1.2" -> 3)."""
+    return int(seq.split(".", 1)[0])
 
 
 @dataclass
@@ -81,7 +93,18 @@ class Run:
     input: Any
     started_at: float
     start_lsn: int
-    ops: dict[int, Op] = field(default_factory=dict)
+    deadline: float | None = None
+    ops: dict[str, Op] = field(default_factory=dict)
+    # Seqs that group concurrent operations (`ctx.all`, `ctx.race`).
+    prefixes: set[str] = field(default_factory=set)
+    races: dict[str, int] = field(default_factory=dict)
+    # Timers, waits and paused steps not yet resolved, in the order they began.
+    pending: dict[str, Op] = field(default_factory=dict)
+    # Signals received and not yet taken by a wait: (signal_id, name, value).
+    signals: list[tuple[int, str, Any]] = field(default_factory=list)
+    next_signal_id: int = 1
+    cancel_reason: str | None = None
+    cancel_delivered: bool = False
     records: list[tuple[int, list[Any]]] = field(default_factory=list)
     last_lsn: int = 0
     # How it closed, as recorded; `status` turns closed once that is durable.
@@ -93,54 +116,67 @@ class Run:
     reason: str | None = None
     closed_at: float | None = None
     error: str | None = None
+    successor: str | None = None
     task: asyncio.Task[None] | None = None
     closed: asyncio.Future[None] | None = None
+    # Futures of live code waiting for a pending operation, by seq.
+    waiters: dict[str, asyncio.Future[None]] = field(default_factory=dict)
+    parked: bool = False
+    ctx: Any = None
     # What the run is doing now, for people (`fusee start` shows it).
     current: str | None = None
 
-    def apply(self, lsn: int, rec: list[Any]) -> None:
-        """Folds one record of this run into its state."""
+    def apply(self, lsn: int, rec: list[Any]) -> Op | None:
+        """Folds one record of this run into its state; returns the op it resolved, if any."""
         kind = rec[0]
         self.records.append((lsn, rec))
         self.last_lsn = lsn
-        if kind in (R.StepCompleted, R.StepFailed, R.AttemptFailed):
-            _, _, seq, name = rec[:4]
-            op = self.ops.get(seq)
-            if op is None:
-                op = self.ops[seq] = Op("step", name)
-            if kind == R.StepCompleted:
-                op.done, op.ok, op.value = True, True, rec[4]
-            elif kind == R.StepFailed:
-                op.done, op.ok, op.failure = True, False, rec[4]
-            else:
-                op.attempts_failed = rec[4]
-                op.failure = rec[5]
-                if op.first_failed_at is None:
-                    op.first_failed_at = rec[6]
-                op.retry_at = rec[7]
-        elif kind == R.ValueRecorded:
-            _, _, seq, name, value = rec
-            self.ops[seq] = Op("value", name, done=True, value=value)
-        elif kind == R.RunCompleted:
-            self._close(lsn, Status.COMPLETED, rec[3])
+        if kind in _OP_RECORDS:
+            return _OP_RECORDS[kind](self, rec)
+        if kind == R.SignalReceived:
+            _, _, signal_id, name, value = rec
+            self.signals.append((signal_id, name, value))
+            self.next_signal_id = signal_id + 1
+        elif kind == R.CancelRequested:
+            self.cancel_reason = rec[2]
+        elif kind == R.RaceWon:
+            self.races[rec[2]] = rec[3]
+        elif kind in CLOSES:
+            self._close(lsn, kind, rec)
+        return None
+
+    def _op(self, seq: str, kind: str, name: str) -> Op:
+        op = self.ops.get(seq)
+        if op is None:
+            op = self.ops[seq] = Op(kind, name)
+            if "." in seq:
+                parts = seq.split(".")
+                for k in range(1, len(parts)):
+                    self.prefixes.add(".".join(parts[:k]))
+        return op
+
+    def _close(self, lsn: int, kind: R, rec: list[Any]) -> None:
+        self.closing = _CLOSED_AS[kind]
+        self.close_lsn = lsn
+        self.closed_at = rec[-1]
+        if kind == R.RunCompleted:
             self.result = rec[2]
         elif kind == R.RunFailed:
-            self._close(lsn, Status.FAILED, rec[3])
             self.failure = Failure.from_json(rec[2])
             self.error = str(self.failure)
-        elif kind == R.RunTerminated:
-            self._close(lsn, Status.TERMINATED, rec[3])
+        elif kind == R.RunContinuedAsNew:
+            self.successor = rec[2]
+        else:
             self.reason = rec[2]
-            self.error = f"terminated: {rec[2]}"
-
-    def _close(self, lsn: int, status: Status, closed_at: float) -> None:
-        self.closing = status
-        self.close_lsn = lsn
-        self.closed_at = closed_at
+            self.error = f"{self.closing}: {rec[2]}"
+        self.pending.clear()
 
     @property
     def is_open(self) -> bool:
         return self.closing is None
+
+    def paused_ops(self) -> list[str]:
+        return [seq for seq, op in self.pending.items() if op.paused]
 
     def info(self) -> RunInfo:
         return RunInfo(
@@ -153,3 +189,103 @@ class Run:
             error=self.error,
             attributes={},
         )
+
+
+def _step_completed(run: Run, rec: list[Any]) -> Op:
+    op = run._op(rec[2], "step", rec[3])
+    op.done, op.ok, op.value = True, True, rec[4]
+    return op
+
+
+def _step_failed(run: Run, rec: list[Any]) -> Op:
+    op = run._op(rec[2], "step", rec[3])
+    op.done, op.ok, op.failure = True, False, rec[4]
+    run.pending.pop(rec[2], None)
+    return op
+
+
+def _attempt_failed(run: Run, rec: list[Any]) -> None:
+    op = run._op(rec[2], "step", rec[3])
+    op.attempts_failed, op.failure = rec[4], rec[5]
+    if op.first_failed_at is None:
+        op.first_failed_at = rec[6]
+    op.retry_at = rec[7]
+
+
+def _step_paused(run: Run, rec: list[Any]) -> None:
+    op = run._op(rec[2], "step", rec[3])
+    op.attempts_failed, op.failure, op.paused = rec[4], rec[5], True
+    run.pending[rec[2]] = op
+
+
+def _step_resumed(run: Run, rec: list[Any]) -> Op | None:
+    op = run.pending.pop(rec[2], None)
+    if op is not None:
+        op.paused = False
+        op.attempts_failed, op.first_failed_at, op.retry_at = 0, None, None
+    return op
+
+
+def _value_recorded(run: Run, rec: list[Any]) -> None:
+    op = run._op(rec[2], "value", rec[3])
+    op.done, op.value = True, rec[4]
+
+
+def _timer_started(run: Run, rec: list[Any]) -> None:
+    op = run._op(rec[2], "timer", rec[3])
+    op.fire_at = rec[4]
+    run.pending[rec[2]] = op
+
+
+def _wait_started(run: Run, rec: list[Any]) -> None:
+    op = run._op(rec[2], "wait", rec[3])
+    op.fire_at = rec[4]
+    run.pending[rec[2]] = op
+
+
+def _resolved(run: Run, rec: list[Any]) -> Op | None:
+    """TimerFired and WaitCompleted: a pending timer or wait is done."""
+    op = run.pending.pop(rec[2], None) or run.ops.get(rec[2])
+    if op is None:
+        return None
+    op.done = True
+    if rec[0] == R.WaitCompleted:
+        signal_id = rec[3]
+        op.signal_id, op.value = signal_id, rec[4]
+        if signal_id is not None:
+            run.signals = [s for s in run.signals if s[0] != signal_id]
+    return op
+
+
+def _op_cancelled(run: Run, rec: list[Any]) -> Op:
+    _, _, seq, kind, name = rec
+    op = run._op(seq, kind, name)
+    op.done, op.ok, op.cancelled, op.paused = True, False, True, False
+    run.pending.pop(seq, None)
+    run.cancel_delivered = True
+    return op
+
+
+_OP_RECORDS: dict[int, Any] = {
+    R.StepCompleted: _step_completed,
+    R.StepFailed: _step_failed,
+    R.AttemptFailed: _attempt_failed,
+    R.StepPaused: _step_paused,
+    R.StepResumed: _step_resumed,
+    R.ValueRecorded: _value_recorded,
+    R.TimerStarted: _timer_started,
+    R.TimerFired: _resolved,
+    R.WaitStarted: _wait_started,
+    R.WaitCompleted: _resolved,
+    R.OpCancelled: _op_cancelled,
+}
+
+_CLOSED_AS = {
+    R.RunCompleted: Status.COMPLETED,
+    R.RunFailed: Status.FAILED,
+    R.RunTerminated: Status.TERMINATED,
+    R.RunCancelled: Status.CANCELLED,
+    R.RunTimedOut: Status.TIMED_OUT,
+    R.RunReset: Status.RESET,
+    R.RunContinuedAsNew: Status.CONTINUED_AS_NEW,
+}

@@ -25,10 +25,32 @@ class R(enum.IntEnum):
     RunCompleted = 6
     RunFailed = 7
     RunTerminated = 8
+    TimerStarted = 9
+    TimerFired = 10
+    SignalReceived = 11
+    WaitStarted = 12
+    WaitCompleted = 13
+    StepPaused = 14
+    StepResumed = 15
+    CancelRequested = 16
+    OpCancelled = 17
+    RunCancelled = 18
+    RunTimedOut = 19
+    RunReset = 20
+    RunContinuedAsNew = 21
+    RaceWon = 22
 
 
 FIELDS: dict[R, tuple[str, ...]] = {
-    R.RunStarted: ("run_id", "workflow_id", "workflow", "input", "started_at"),
+    R.RunStarted: (
+        "run_id",
+        "workflow_id",
+        "workflow",
+        "input",
+        "started_at",
+        "deadline",
+        "origin",
+    ),
     R.StepCompleted: ("run_id", "seq", "name", "value"),
     R.StepFailed: ("run_id", "seq", "name", "failure"),
     R.AttemptFailed: (
@@ -45,7 +67,32 @@ FIELDS: dict[R, tuple[str, ...]] = {
     R.RunCompleted: ("run_id", "result", "closed_at"),
     R.RunFailed: ("run_id", "failure", "closed_at"),
     R.RunTerminated: ("run_id", "reason", "closed_at"),
+    R.TimerStarted: ("run_id", "seq", "name", "fire_at"),
+    R.TimerFired: ("run_id", "seq"),
+    R.SignalReceived: ("run_id", "signal_id", "name", "value"),
+    R.WaitStarted: ("run_id", "seq", "name", "deadline"),
+    R.WaitCompleted: ("run_id", "seq", "signal_id", "value"),
+    R.StepPaused: ("run_id", "seq", "name", "attempt", "failure"),
+    R.StepResumed: ("run_id", "seq"),
+    R.CancelRequested: ("run_id", "reason"),
+    R.OpCancelled: ("run_id", "seq", "kind", "name"),
+    R.RunCancelled: ("run_id", "reason", "closed_at"),
+    R.RunTimedOut: ("run_id", "reason", "closed_at"),
+    R.RunReset: ("run_id", "reason", "closed_at"),
+    R.RunContinuedAsNew: ("run_id", "new_run_id", "input", "closed_at"),
+    R.RaceWon: ("run_id", "seq", "index"),
 }
+
+CLOSES = {
+    R.RunCompleted,
+    R.RunFailed,
+    R.RunTerminated,
+    R.RunCancelled,
+    R.RunTimedOut,
+    R.RunReset,
+    R.RunContinuedAsNew,
+}
+"""Record types that close a run."""
 
 _TYPES = {int(r): r for r in R}
 

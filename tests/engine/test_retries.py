@@ -686,29 +686,54 @@ async def test_a_step_that_finishes_within_its_timeout_is_not_failed(make_engine
 # -- on_exhausted ----------------------------------------------------------------------------
 
 
-async def test_on_exhausted_pause_is_not_available_yet(make_engine, clock, run_clock) -> None:
-    """PAUSE fails the step for now, with a message saying so (to be replaced)."""
+async def test_on_exhausted_pause_pauses_until_resume_gives_a_fresh_budget(
+    make_engine, clock, run_clock, records
+) -> None:
     calls: list[int] = []
 
     @step(retry=RetryPolicy(attempts=2, initial=1, jitter=False, on_exhausted=Exhausted.PAUSE))
-    async def flaky() -> None:
+    async def flaky() -> str:
         calls.append(1)
-        raise ConnectionError("down")
+        if len(calls) <= 3:
+            raise ConnectionError("down")
+        return "up"
 
     @workflow(name="retries.on_exhausted_pause")
-    async def wf(ctx: Ctx, _: None) -> dict[str, Any]:
-        try:
-            await flaky()
-        except StepFailed as e:
-            return step_info(e)
-        raise AssertionError("the step did not fail")
+    async def wf(ctx: Ctx, _: None) -> str:
+        return await flaky()
 
     async with make_engine() as engine:
         h = await engine.start(wf, None, id="pause")
-        info = await run_clock(h.result())
-        assert len(calls) == 2
-        assert "on_exhausted=PAUSE is not available" in info["message"]
-        assert info["kind"] == "ConnectionError"
+        waiting = asyncio.ensure_future(h.result())
+        await run_clock(engine.wait_until(lambda: engine._latest_run("pause").parked))
+        info = await h.describe()
+        assert (info.status, len(calls)) == ("paused", 2)
+        assert not waiting.done()  # callers keep waiting
+        paused = await records(engine, "pause", "StepPaused")
+        assert [(r["attempt"], r["failure"]["kind"]) for r in paused] == [(2, "ConnectionError")]
+        await h.resume()
+        # A fresh budget: attempt 1 fails again, is retried, attempt 2 succeeds.
+        assert await run_clock(waiting) == "up"
+        assert len(calls) == 4
+        attempts = [r["attempt"] for r in await records(engine, "pause", "AttemptFailed")]
+        assert attempts == [1, 1]
+
+
+async def test_engine_default_on_exhausted_pauses_steps_without_their_own(
+    make_engine, run_clock
+) -> None:
+    @step(retry=RetryPolicy(attempts=1))
+    async def down() -> None:
+        raise ConnectionError("down")
+
+    @workflow(name="retries.on_exhausted_config")
+    async def wf(ctx: Ctx, _: None) -> None:
+        await down()
+
+    async with make_engine(on_exhausted=Exhausted.PAUSE) as engine:
+        h = await engine.start(wf, None, id="pause-config")
+        await engine.wait_until(lambda: engine._latest_run("pause-config").parked)
+        assert (await h.describe()).status == "paused"
 
 
 async def test_on_exhausted_pause_leaves_final_failures_alone(make_engine) -> None:

@@ -1,0 +1,104 @@
+"""`RunHandle`: the newest run of a workflow id, as a caller sees it."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from fusee_runtime.dsl import seconds
+from fusee_runtime.engine.state import Run, RunInfo, Status
+from fusee_runtime.errors import Cancelled, Failure, Rejected, RunFailed, Terminated, TimedOut
+
+if TYPE_CHECKING:
+    from fusee_runtime.engine.engine import Engine
+
+
+class RunHandle:
+    """The newest run of a workflow id. Methods raise `NotFound` when there is none."""
+
+    def __init__(self, engine: Engine, id: str) -> None:
+        self._engine = engine
+        self.id = id
+
+    @property
+    def run_id(self) -> str:
+        return self._engine._latest_run(self.id).run_id
+
+    async def describe(self) -> RunInfo:
+        """The run's state now (closed states only once durable)."""
+        return self._engine._latest_run(self.id).info()
+
+    async def history(self) -> list[dict[str, Any]]:
+        """Every record of every run of this id, oldest first."""
+        return await self._engine.history(self.id)
+
+    async def signal(self, name: str, value: Any = None) -> None:
+        """Delivers a signal; returns once it is durable."""
+        await self._engine.signal(self.id, name, value)
+
+    async def cancel(self, reason: str = "cancelled") -> None:
+        """Cancels the run: `Cancelled` is raised in its code, compensations run."""
+        await self._engine.cancel(self.id, reason)
+
+    async def terminate(self, reason: str = "terminated") -> None:
+        """Closes the open run at once, running nothing more; returns once durable."""
+        await self._engine.terminate(self.id, reason)
+
+    async def resume(self) -> None:
+        """Runs a paused step again with a fresh budget, or retries a stuck replay."""
+        await self._engine.resume(self.id)
+
+    async def reset(self, to: int | str) -> RunHandle:
+        """Closes the run as `reset` and starts a new run that keeps the journal before `to`."""
+        return await self._engine.reset(self.id, to)
+
+    async def result(self, timeout: float | timedelta | None = None) -> Any:
+        """The run's result, once durable; follows `continue_as_new` and `reset` to the latest run.
+
+        A `stuck` or `paused` run is still open: this keeps waiting for it.
+
+        Raises:
+            RunFailed: the run failed (`.failure` says how).
+            Terminated: the run was terminated.
+            Cancelled: the run was cancelled.
+            TimedOut: the run passed its deadline, or the wait passed `timeout`.
+        """
+        limit = seconds(timeout)
+        loop = asyncio.get_running_loop()
+        deadline = None if limit is None else loop.time() + limit
+        run = self._engine._latest_run(self.id)
+        while True:
+            if run.status.is_open:
+                if run.closed is None:
+                    run.closed = loop.create_future()
+                left = None if deadline is None else max(deadline - loop.time(), 0)
+                try:
+                    await asyncio.wait_for(asyncio.shield(run.closed), left)
+                except TimeoutError:
+                    raise TimedOut(
+                        f"run {self.id!r} did not finish within {limit:g} s (status {run.status})"
+                    ) from None
+            if run.status in (Status.CONTINUED_AS_NEW, Status.RESET):
+                newer = self._engine._latest_run(self.id)
+                if newer is not run:
+                    run = newer
+                    continue
+            return outcome(run)
+
+
+def outcome(run: Run) -> Any:
+    """A closed run's result, or the error that says how it ended."""
+    if run.status == Status.COMPLETED:
+        return run.result
+    if run.status == Status.FAILED:
+        raise RunFailed(run.workflow_id, run.failure or Failure("unknown failure"))
+    if run.status == Status.TERMINATED:
+        raise Terminated(f"run {run.workflow_id!r} was terminated: {run.reason}")
+    if run.status == Status.CANCELLED:
+        raise Cancelled(f"run {run.workflow_id!r} was cancelled: {run.reason}")
+    if run.status == Status.TIMED_OUT:
+        raise TimedOut(f"run {run.workflow_id!r} passed its deadline")
+    if run.status == Status.RESET:
+        raise Terminated(f"run {run.run_id!r} of {run.workflow_id!r} was reset: {run.reason}")
+    raise Rejected(f"run {run.workflow_id!r} is {run.status}")

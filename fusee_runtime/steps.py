@@ -1,0 +1,214 @@
+"""Running one step live: gate, attempt, retry, pause. Used by `Ctx`.
+
+The order of a live step is the durability contract made code:
+
+1. wait out a recorded backoff (on the engine's clock);
+2. wait until every earlier record of the run is durable (the gate;
+   skipped for `read_only` steps), so a crash can never take back an input
+   the function saw;
+3. run one attempt: async functions on the loop, plain functions in the
+   thread pool (or on the loop with `inline=True`), `ctx.key()` pointing at
+   the step throughout;
+4. record the outcome and hand it on at once, without waiting for the disk:
+   `StepCompleted`, or `AttemptFailed` with the retry instant (jitter drawn
+   here, then recorded), or `StepPaused` when retries run out under
+   `Exhausted.PAUSE`, or `StepFailed`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+import random
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from fusee_runtime.dsl import Exhausted, RetryPolicy, StepOptions
+from fusee_runtime.engine.state import Op, utc
+from fusee_runtime.errors import Failure, StepFailed
+from fusee_runtime.journal.records import R
+
+if TYPE_CHECKING:
+    from fusee_runtime.context import Ctx
+
+_step_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("fusee_step", default=None)
+
+
+async def run_live(
+    ctx: Ctx,
+    seq: str,
+    op: Op | None,
+    name: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    opts: StepOptions,
+) -> Any:
+    """Runs the step at `seq` from where its journal leaves it; returns its result."""
+    engine, run = ctx._engine, ctx._run
+    policy = opts.retry or engine.config.retry
+    # A step that failed before a crash continues with its attempt count,
+    # its first failure's time and its recorded backoff.
+    attempt = op.attempts_failed + 1 if op else 1
+    not_before = op.retry_at if op else None
+    first_failed_at = op.first_failed_at if op else None
+    task = asyncio.current_task()
+    ctx._busy += 1
+    if task is not None:
+        ctx._step_tasks[seq] = task
+    try:
+        if op is not None and op.paused:
+            await ctx._paused(seq, op)
+            attempt, not_before, first_failed_at = 1, None, None
+        while True:
+            if not_before is not None:
+                run.current = f"{name}: retry {attempt} at {utc(not_before):%H:%M:%S}"
+                await engine.clock.sleep_until(not_before)
+            if not opts.read_only:
+                await engine._wait_durable(run.last_lsn)
+            ctx._check_live()
+            run.current = f"{name} (attempt {attempt})"
+            outcome = await _attempt(ctx, seq, name, attempt, fn, args, kwargs, opts)
+            if isinstance(outcome, bytes):
+                engine._append(
+                    run,
+                    [R.StepCompleted, run.run_id, seq, name, orjson.loads(outcome)],
+                    wire=(int(R.StepCompleted), run.run_id, seq, name, orjson.Fragment(outcome)),
+                )
+                run.current = None
+                return run.ops[seq].value
+            failure = outcome
+            now = engine.clock.now()
+            if first_failed_at is None:
+                first_failed_at = now
+            retry_at = _retry_at(policy, failure, attempt, now, first_failed_at)
+            recorded = failure.to_json()
+            if retry_at is not None:
+                delay = retry_at - now
+                rec = [R.AttemptFailed, run.run_id, seq, name, attempt, recorded, now, retry_at]
+                engine._append(run, [*rec, delay])
+                engine._log_attempt(run, name, attempt, failure, retry_at)
+                attempt += 1
+                not_before = retry_at
+                continue
+            if _pauses(ctx, policy) and policy.retryable(failure, attempt):
+                engine._append(run, [R.StepPaused, run.run_id, seq, name, attempt, recorded])
+                await ctx._paused(seq, run.ops[seq])
+                attempt, not_before, first_failed_at = 1, None, None
+                continue
+            engine._append(run, [R.StepFailed, run.run_id, seq, name, recorded])
+            run.current = None
+            raise StepFailed(name, Failure.from_json(recorded))
+    except asyncio.CancelledError:
+        if ctx._cancel_lands():
+            if task is not None:
+                task.uncancel()
+            raise ctx._deliver_cancel(seq, "step", name) from None
+        raise
+    finally:
+        ctx._busy -= 1
+        ctx._step_tasks.pop(seq, None)
+        ctx._maybe_schedule_park()
+
+
+def _pauses(ctx: Ctx, policy: RetryPolicy) -> bool:
+    then = policy.on_exhausted or ctx._engine.config.on_exhausted
+    return then is Exhausted.PAUSE
+
+
+async def _attempt(
+    ctx: Ctx,
+    seq: str,
+    name: str,
+    attempt: int,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    opts: StepOptions,
+) -> bytes | Failure:
+    """Runs one attempt; returns the encoded result, or the failure."""
+    engine = ctx._engine
+    # Workflow code and async step functions share the run's task, so the
+    # step marker is set around the await; a thread gets a copy of it.
+    token = _step_var.set(seq)
+    try:
+        if _is_async(fn):
+            work: Any = fn(*args, **kwargs)
+        elif opts.inline:
+            work = _ready(fn(*args, **kwargs))
+        else:
+            call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+            work = asyncio.get_running_loop().run_in_executor(engine._pool, call)
+        if opts.timeout is not None:
+            value = await _within(ctx, asyncio.ensure_future(work), opts.timeout, name, attempt)
+        else:
+            value = await work
+        if inspect.isawaitable(value):  # a plain function that returned a coroutine
+            value = await value
+    except Exception as e:
+        return Failure.of(e)
+    finally:
+        _step_var.reset(token)
+    try:
+        encoded = orjson.dumps(value)
+    except TypeError as e:
+        return Failure(
+            f"the result of step {name!r} cannot be encoded as JSON: {e}",
+            kind="CodecError",
+            retryable=False,
+        )
+    if len(encoded) > engine.config.payload_bytes_max:
+        return Failure(
+            f"the result of step {name!r} is {len(encoded)} bytes, over the limit of "
+            f"{engine.config.payload_bytes_max} (Config.payload_bytes_max)",
+            kind="CodecError",
+            retryable=False,
+        )
+    return encoded
+
+
+async def _within(ctx: Ctx, work: asyncio.Future[Any], limit_s: float, name: str, n: int) -> Any:
+    clock = ctx._engine.clock
+    timer = asyncio.ensure_future(clock.sleep_until(clock.now() + limit_s))
+    try:
+        done, _ = await asyncio.wait({work, timer}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        # The run stopped waiting (engine closing, run terminated): the step
+        # function must not go on running on its own.
+        work.cancel()
+        raise
+    finally:
+        timer.cancel()
+    if work in done:
+        return work.result()
+    work.cancel()
+    raise Failure(f"step {name!r} attempt {n} timed out after {limit_s:g} s", kind="TimedOut")
+
+
+def _retry_at(
+    policy: RetryPolicy, failure: Failure, attempt: int, now: float, first_failed_at: float
+) -> float | None:
+    """When to run the next attempt, or None when the failure is final or retries ran out."""
+    if attempt >= policy.attempts or not policy.retryable(failure, attempt):
+        return None
+    delay = policy.backoff(attempt)
+    if policy.jitter:
+        delay = delay / 2 + random.random() * delay / 2
+    at = now + delay
+    if policy.max_elapsed is not None and at - first_failed_at > policy.max_elapsed:
+        return None
+    return at
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return inspect.iscoroutinefunction(fn)
+
+
+async def _ready(value: Any) -> Any:
+    return value
