@@ -95,6 +95,9 @@ class Ctx:
         # Futures of timers, waits and paused steps the code is blocked on.
         self._awaiting: set[asyncio.Future[None]] = set()
         self._compensations: list[tuple[str, Callable[..., Any], tuple[Any, ...]]] = []
+        # Concurrent groups in progress: a run inside one is never parked, since
+        # a branch that finished may not have been seen by its group yet.
+        self._groups = 0
 
     # -- identity, as recorded -------------------------------------------------
 
@@ -298,10 +301,11 @@ class Ctx:
             self._awaiting.add(fut)
             run.current = doing
             self._maybe_schedule_park()
+            self._engine._progressed()
             try:
                 await fut
             except asyncio.CancelledError:
-                if not fut.done() and self._retires_on_cancel():
+                if not op.done and self._retires_on_cancel():
                     # A losing race branch or an abandoned wait: retire it, so it
                     # neither fires later nor takes a signal meant for another.
                     self._engine._append(run, [R.OpCancelled, run.run_id, seq, op.kind, op.name])
@@ -324,7 +328,7 @@ class Ctx:
     def _maybe_park(self) -> None:
         """Parks the run when all its code waits on timers, signals or a resume."""
         self._park_scheduled = False
-        if self._busy or not self._awaiting or self._halted is not None:
+        if self._busy or self._groups or not self._awaiting or self._halted is not None:
             return
         if any(f.done() for f in self._awaiting):
             return
@@ -383,21 +387,25 @@ class Ctx:
         """
         seq, _ = self._next("group", "all")
         tasks = self._branches(seq, awaitables)
+        self._groups += 1
         try:
             return list(await asyncio.gather(*tasks))
         finally:
+            self._groups -= 1
             for t in tasks:
                 t.cancel()
 
     async def race(self, awaitables: Iterable[Awaitable[Any]]) -> tuple[int, Any]:
         """`(index, result)` of the first awaitable to finish; the others are cancelled.
 
-        The winner is recorded, so replay takes the same one.
+        The winner is recorded, so replay takes the same one. A run waiting
+        inside `all` or `race` keeps its coroutine (it is not parked).
         """
         seq, _ = self._next("group", "race")
         tasks = self._branches(seq, awaitables)
         if not tasks:
             raise Rejected("ctx.race() needs at least one awaitable")
+        self._groups += 1
         try:
             winner = self._run.races.get(seq)
             if winner is None:
@@ -413,6 +421,7 @@ class Ctx:
             await asyncio.gather(*losers, return_exceptions=True)
             return winner, tasks[winner].result()
         finally:
+            self._groups -= 1
             for t in tasks:
                 t.cancel()
 

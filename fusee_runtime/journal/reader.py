@@ -108,7 +108,7 @@ def recover(directory: Path, storage: Storage, repair: bool = True) -> Scan:
             if fmt.find_whole_frame(seg.data, fmt.HEADER_BYTES) is not None or _any_frame(later):
                 raise JournalCorrupt(str(seg.path), 0, "bad segment header")
             return _cut(directory, storage, records, segments, i, None, next_lsn, repair)
-        if records and seg.first_lsn != next_lsn:
+        if i > 0 and seg.first_lsn != next_lsn:
             raise JournalCorrupt(
                 str(seg.path), 0, f"segment starts at lsn {seg.first_lsn}, expected {next_lsn}"
             )

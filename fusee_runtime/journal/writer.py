@@ -68,6 +68,7 @@ class JournalWriter:
         self._on_durable = on_durable
         self._on_failed = on_failed
         self._sync = sync
+        self._record_bytes_max = record_bytes_max
         self.counters = Counters()
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -98,6 +99,10 @@ class JournalWriter:
 
     def append(self, payload: bytes) -> int:
         """Queues a record; returns its lsn. Durable once `on_durable` passes it."""
+        if len(payload) > self._record_bytes_max:
+            raise ValueError(
+                f"record of {len(payload)} bytes is over the limit of {self._record_bytes_max}"
+            )
         frame = fmt.encode_frame(payload)
         with self._lock:
             if self._failed is not None:

@@ -23,7 +23,9 @@ HOLD = threading.Event()
 
 
 def emit(*words: object) -> None:
-    print(*words, flush=True)
+    """One line on stdout in one write(2): lines from the writer thread and the loop
+    never interleave (print() writes each word separately)."""
+    os.write(1, (" ".join(map(str, words)) + "\n").encode())
 
 
 def ledger(name: str) -> int:

@@ -9,89 +9,16 @@ each step function ran, with which idempotency key, in which process.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
+from harness import Child, calls, entries, journal
 
 from fusee_runtime import Engine
-from fusee_runtime.journal.reader import recover
-from fusee_runtime.journal.records import R, decode
-from fusee_runtime.journal.storage import Storage
+from fusee_runtime.journal.records import R
 
-CHILD = Path(__file__).parent / "child.py"
 EXPECTED = {"a": 6, "b": 12, "c": 112}  # crashy(5)
-
-
-class Child:
-    """One life of the child process."""
-
-    def __init__(self, home: Path, ledger: Path, crash_at: str | None = None, **env: str) -> None:
-        full_env = {**os.environ, "LEDGER": str(ledger), **env}
-        full_env.pop("CRASH_AT", None)
-        if crash_at:
-            full_env["CRASH_AT"] = crash_at
-        self.lines: list[str] = []
-        self.stderr_path = ledger.with_name(f"child-{len(list(ledger.parent.glob('child-*')))}.err")
-        with open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, str(CHILD), str(home), "wf-1", "5"],
-                env=full_env,
-                stdout=subprocess.PIPE,
-                stderr=err,
-                text=True,
-            )
-
-    def read_until(self, prefix: str) -> str:
-        """Reads the child's stdout until a line starting with `prefix` (seen before, or next)."""
-        for line in self.lines:
-            if line.startswith(prefix):
-                return line
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            line = raw.rstrip("\n")
-            self.lines.append(line)
-            if line.startswith(prefix):
-                return line
-        self.proc.wait()
-        self.proc.stdout.close()
-        err = self.stderr_path.read_text()
-        raise AssertionError(f"child ended before {prefix!r}; stdout={self.lines} stderr={err}")
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-        assert self.proc.stdout is not None
-        self.proc.stdout.close()
-        assert self.proc.returncode == -signal.SIGKILL
-
-    def finish(self) -> Any:
-        line = self.read_until("RESULT ")
-        self.proc.wait()
-        assert self.proc.stdout is not None
-        self.proc.stdout.close()
-        assert self.proc.returncode == 0, self.stderr_path.read_text()
-        return orjson.loads(line.removeprefix("RESULT "))
-
-
-def entries(ledger: Path) -> list[dict[str, Any]]:
-    if not ledger.exists():
-        return []
-    return [orjson.loads(line) for line in ledger.read_bytes().splitlines()]
-
-
-def calls(ledger: Path, step: str) -> list[dict[str, Any]]:
-    return [e for e in entries(ledger) if e["step"] == step]
-
-
-def journal(home: Path) -> list[list[Any]]:
-    scan = recover(home / "journal", Storage(), repair=False)
-    return [decode(p) for _, p in scan.records]
 
 
 @pytest.fixture

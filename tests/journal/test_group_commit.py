@@ -1,0 +1,377 @@
+"""Group commit and fail-stop, through the `Engine` on real files.
+
+Syncs are counted by a `Storage` subclass, never timed. Fail-stop is driven
+by a `Storage` whose `fdatasync` or write fails on a chosen call: after it,
+nothing is acknowledged, nothing more is written or synced, and every later
+start raises `JournalFailed`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+import pytest
+
+from fusee_runtime import Config, Ctx, Engine, FakeClock, JournalFailed, Status, workflow
+from fusee_runtime.journal import format as fmt
+from fusee_runtime.journal.reader import Tail, recover
+from fusee_runtime.journal.storage import Storage
+from fusee_runtime.journal.writer import JournalWriter
+
+MakeEngine = Callable[..., Engine]
+
+STEP_CALLS: list[str] = []
+
+
+async def _noop(name: str) -> str:
+    STEP_CALLS.append(name)
+    return name
+
+
+@workflow(name="jgc_three_steps")
+async def three_steps(ctx: Ctx, n: int) -> int:
+    await ctx.step("a", _noop, f"{n}:a")
+    await ctx.step("b", _noop, f"{n}:b")
+    await ctx.step("c", _noop, f"{n}:c")
+    return n
+
+
+@pytest.fixture(autouse=True)
+def _fresh_step_calls() -> None:
+    STEP_CALLS.clear()
+
+
+class FaultyStorage(Storage):
+    """Counts the journal's data syncs and writes, and fails a chosen one.
+
+    Faults it injects, each on the N-th call (counting from 1; syncs and
+    writes made while creating a segment are not counted, as they are not
+    the writer's appends):
+
+    - `fail_sync_at`: `sync` raises `OSError(EIO)`, as a failed `fdatasync`.
+    - `fail_write_at`: `write` raises `OSError(ENOSPC)`, as a full disk.
+    - `fail_create`: creating a segment runs out of space while
+      preallocating it (leaving its temporary file behind).
+
+    After the fault, every further call is recorded in `after_failure`;
+    `failed` is set just before the fault is raised.
+    """
+
+    def __init__(
+        self,
+        fail_sync_at: int | None = None,
+        fail_write_at: int | None = None,
+        fail_create: bool = False,
+    ) -> None:
+        self.fail_sync_at = fail_sync_at
+        self.fail_write_at = fail_write_at
+        self.fail_create = fail_create
+        self.syncs = 0
+        self.writes = 0
+        self.after_failure: list[str] = []
+        self.failed = threading.Event()
+        self._creating = False
+
+    def _fault(self, error: int, what: str) -> OSError:
+        self.failed.set()
+        return OSError(error, os.strerror(error), what)
+
+    def create(self, path: Path, size_bytes: int, header: bytes) -> int:
+        if self.failed.is_set():
+            self.after_failure.append("create")
+        self._creating = True
+        try:
+            return super().create(path, size_bytes, header)
+        finally:
+            self._creating = False
+
+    def write(self, fd: int, offset: int, data: bytes | memoryview) -> None:
+        if self._creating:
+            if self.fail_create:
+                raise self._fault(errno.ENOSPC, "preallocating a segment")
+            super().write(fd, offset, data)
+            return
+        if self.failed.is_set():
+            self.after_failure.append("write")
+        self.writes += 1
+        if self.writes == self.fail_write_at:
+            raise self._fault(errno.ENOSPC, "appending")
+        super().write(fd, offset, data)
+
+    def sync(self, fd: int) -> None:
+        if self._creating:
+            super().sync(fd)
+            return
+        if self.failed.is_set():
+            self.after_failure.append("sync")
+        self.syncs += 1
+        if self.syncs == self.fail_sync_at:
+            raise self._fault(errno.EIO, "fdatasync")
+        super().sync(fd)
+
+
+def engine_on(home: Path, storage: Storage, clock: FakeClock) -> Engine:
+    config = Config(clock=clock, storage=storage, segment_bytes=64 << 10, payload_bytes_max=1024)
+    return Engine(home, app=None, config=config)
+
+
+def on_disk(home: Path) -> list[tuple[int, bytes]]:
+    return recover(home / "journal", Storage(), repair=False).records
+
+
+# -- group commit ----------------------------------------------------------------------
+
+
+async def test_concurrent_runs_share_syncs(make_engine: MakeEngine) -> None:
+    runs = 200
+    async with make_engine() as engine:
+        handles = await asyncio.gather(
+            *(engine.start("jgc_three_steps", i, id=f"g{i}") for i in range(runs))
+        )
+        results = await asyncio.gather(*(h.result() for h in handles))
+        counters = engine.counters()
+    assert results == list(range(runs))
+    assert len(STEP_CALLS) == 3 * runs
+    records = 5 * runs  # started, three steps, completed
+    assert counters["records"] == records
+    assert counters["durable_lsn"] == records
+    # Every run waits for a sync before each step, so at least 4 syncs are
+    # needed; one sync per record would be 1000. A bound of 200 leaves room
+    # for a slow, busy machine splitting batches.
+    assert counters["syncs"] >= 4
+    assert counters["syncs"] * 5 <= records, counters
+
+
+async def test_each_step_of_a_sequential_run_waits_for_exactly_one_sync(
+    home: Path, clock: FakeClock
+) -> None:
+    storage = FaultyStorage()
+    seen: list[tuple[str, int]] = []
+
+    async def record(name: str) -> str:
+        seen.append((name, storage.syncs))
+        return name
+
+    @workflow(name="jgc_counted_steps")
+    async def counted(ctx: Ctx, _: None) -> str:
+        await ctx.step("first", record, "first")
+        return await ctx.step("second", record, "second")
+
+    async with engine_on(home, storage, clock) as engine:
+        assert storage.syncs == 0
+        handle = await engine.start("jgc_counted_steps", None, id="seq")
+        # The start returned once the sync covering it was done.
+        assert storage.syncs == 1
+        assert await handle.result() == "second"
+        total = engine.counters()["syncs"]
+    # Each step ran after exactly one more sync: the one covering the record
+    # before it (the start, then the first step's result), never zero, never two.
+    assert seen == [("first", 1), ("second", 2)]
+    # The second result and the completion are appended together, so they
+    # share one sync unless the writer happened to take the first alone.
+    assert total == storage.syncs
+    assert total in (3, 4)
+
+
+async def test_one_step_run_waits_for_exactly_one_sync(home: Path, clock: FakeClock) -> None:
+    storage = FaultyStorage()
+    seen: list[int] = []
+
+    async def record() -> int:
+        seen.append(storage.syncs)
+        return 1
+
+    @workflow(name="jgc_one_step")
+    async def one_step(ctx: Ctx, _: None) -> int:
+        return await ctx.step("only", record)
+
+    async with engine_on(home, storage, clock) as engine:
+        before = storage.syncs
+        handle = await engine.start("jgc_one_step", None, id="one")
+        assert await handle.result() == 1
+    assert seen == [before + 1]
+
+
+# -- fail-stop -----------------------------------------------------------------------------
+
+
+async def test_failed_sync_of_the_start_fails_it_and_every_later_start(
+    home: Path, clock: FakeClock
+) -> None:
+    storage = FaultyStorage(fail_sync_at=1)
+    async with engine_on(home, storage, clock) as engine:
+        with pytest.raises(JournalFailed) as raised:
+            await engine.start("jgc_three_steps", 1, id="f1")
+        message = str(raised.value)
+        assert "fdatasync" in message
+        assert os.strerror(errno.EIO) in message
+        for i in range(3):
+            with pytest.raises(JournalFailed):
+                await engine.start("jgc_three_steps", i, id=f"later{i}")
+        assert STEP_CALLS == []
+        assert (await engine.handle("f1").describe()).status == Status.RUNNING
+    assert storage.syncs == 1
+    assert storage.after_failure == []
+
+
+async def test_failed_sync_mid_run_stops_the_run_and_is_never_retried(
+    home: Path, clock: FakeClock
+) -> None:
+    # Sync 1 covers the start; sync 2, covering step a's result, fails.
+    storage = FaultyStorage(fail_sync_at=2)
+    async with engine_on(home, storage, clock) as engine:
+        handle = await engine.start("jgc_three_steps", 7, id="mid")
+        result = asyncio.ensure_future(handle.result())
+        await asyncio.to_thread(storage.failed.wait)
+        with pytest.raises(JournalFailed):
+            await engine.start("jgc_three_steps", 8, id="after")
+        with pytest.raises(JournalFailed):
+            await engine.start("jgc_three_steps", 9, id="after2")
+        assert (await handle.describe()).status == Status.RUNNING
+    # Closing joined the writer and stopped the run: whatever was going to
+    # happen has happened.
+    assert not result.done(), "a result was reported after the journal failed"
+    result.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await result
+    assert STEP_CALLS == ["7:a"], "a step ran before the record it follows was durable"
+    assert storage.syncs == 2
+    assert storage.after_failure == []
+    # Nothing after the failed batch (the start and step a's result) was written.
+    assert [lsn for lsn, _ in on_disk(home)] == [1, 2]
+
+    # The acknowledged start is not lost: a healthy reopen finishes the run.
+    async with engine_on(home, Storage(), clock) as engine:
+        assert await engine.handle("mid").result() == 7
+        assert [r.id for r in await engine.list()] == ["mid"]
+
+
+async def test_concurrent_starts_are_acknowledged_only_before_a_failed_sync(
+    home: Path, clock: FakeClock
+) -> None:
+    storage = FaultyStorage(fail_sync_at=3)
+    async with engine_on(home, storage, clock) as engine:
+        outcomes = await asyncio.gather(
+            *(engine.start("jgc_three_steps", i, id=f"c{i}") for i in range(50)),
+            return_exceptions=True,
+        )
+        acked = {h.id for h in outcomes if not isinstance(h, BaseException)}
+        failed = [e for e in outcomes if isinstance(e, BaseException)]
+        assert all(isinstance(e, JournalFailed) for e in failed)
+        # Each start needs a sync of its own and only two succeed, so one of
+        # three more starts meets the failure, however far the runs got.
+        for i in range(3):
+            try:
+                acked.add((await engine.start("jgc_three_steps", 100 + i, id=f"d{i}")).id)
+            except JournalFailed:
+                break
+        else:
+            pytest.fail("three more starts were acknowledged after only two good syncs")
+        assert storage.failed.is_set()
+        with pytest.raises(JournalFailed):
+            await engine.start("jgc_three_steps", 99, id="late")
+        statuses = {r.id: r.status for r in await engine.list()}
+    # No run got as far as a durable completion: that takes four syncs.
+    assert set(statuses.values()) == {Status.RUNNING}
+    assert storage.after_failure == []
+    assert storage.syncs == 3
+    # Every acknowledged start was written before the failure.
+    started = [rec for rec in (orjson.loads(p) for _, p in on_disk(home)) if rec[0] == 1]
+    written = {rec[2] for rec in started}
+    assert acked <= written
+    assert "late" not in written
+
+
+async def test_full_disk_on_append_is_fail_stop(home: Path, clock: FakeClock) -> None:
+    # Write 1 holds the start; write 2, step a's result, finds the disk full.
+    storage = FaultyStorage(fail_write_at=2)
+    async with engine_on(home, storage, clock) as engine:
+        handle = await engine.start("jgc_three_steps", 3, id="full")
+        await asyncio.to_thread(storage.failed.wait)
+        with pytest.raises(JournalFailed) as raised:
+            await engine.start("jgc_three_steps", 4, id="after")
+        assert os.strerror(errno.ENOSPC) in str(raised.value)
+        with pytest.raises(JournalFailed) as raised:
+            await engine.start("jgc_three_steps", 5, id="after2")
+        assert os.strerror(errno.ENOSPC) in str(raised.value)
+        assert (await handle.describe()).status == Status.RUNNING
+    assert STEP_CALLS == ["3:a"]
+    assert storage.writes == 2
+    assert storage.syncs == 1, "the failed write was followed by a sync"
+    assert storage.after_failure == []
+    assert [lsn for lsn, _ in on_disk(home)] == [1]
+
+    async with engine_on(home, Storage(), clock) as engine:
+        assert await engine.handle("full").result() == 3
+
+
+async def test_full_disk_while_creating_a_segment_is_fail_stop(
+    home: Path, clock: FakeClock
+) -> None:
+    storage = FaultyStorage(fail_create=True)
+    async with engine_on(home, storage, clock) as engine:
+        with pytest.raises(JournalFailed) as raised:
+            await engine.start("jgc_three_steps", 1, id="nospace")
+        assert os.strerror(errno.ENOSPC) in str(raised.value)
+        with pytest.raises(JournalFailed):
+            await engine.start("jgc_three_steps", 2, id="nospace2")
+    assert storage.writes == 0
+    assert storage.syncs == 0
+    assert storage.after_failure == []
+    assert on_disk(home) == []
+
+    # Once there is room again the home opens and works.
+    async with engine_on(home, Storage(), clock) as engine:
+        assert await engine.list() == []
+        handle = await engine.start("jgc_three_steps", 5, id="room")
+        assert await handle.result() == 5
+
+
+# -- limits ------------------------------------------------------------------------------
+
+
+class FewSegments(Storage):
+    """Refuses to create more than three segments, so a writer that keeps
+    rotating fails instead of filling the disk."""
+
+    def __init__(self) -> None:
+        self.created = 0
+
+    def create(self, path: Path, size_bytes: int, header: bytes) -> int:
+        self.created += 1
+        if self.created > 3:
+            raise OSError(errno.ENOSPC, "test storage allows three segments")
+        return super().create(path, size_bytes, header)
+
+
+def test_writer_refuses_a_record_over_its_limit(tmp_path: Path) -> None:
+    limit = 100
+    storage = FewSegments()
+    durable = threading.Event()
+    failures: list[BaseException] = []
+    writer = JournalWriter(
+        tmp_path,
+        storage,
+        Tail(None, 0, 1),
+        fmt.HEADER_BYTES + fmt.frame_size(limit),
+        on_durable=lambda lsn: durable.set(),
+        on_failed=failures.append,
+        record_bytes_max=limit,
+    )
+    try:
+        with pytest.raises(ValueError):
+            writer.append(b"x" * (limit + 1))
+        assert writer.append(b"y" * limit) == 1
+        durable.wait()
+    finally:
+        writer.close()
+    assert failures == []
+    assert storage.created == 1
+    assert recover(tmp_path, Storage(), repair=False).records == [(1, b"y" * limit)]
