@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 
 _ctx_var: ContextVar[Ctx | None] = ContextVar("fusee_ctx", default=None)
 
+NAME_CHARS_MAX = 200
+"""Longest name of a step, timer or signal; every record of the op repeats it."""
+
 
 class _Cursor:
     """Numbers the operations of one branch of code: "1", "2", ... or "3.0.1", ..."""
@@ -449,6 +452,10 @@ class Ctx:
     def _next(self, kind: str, name: str) -> tuple[str, Op | None]:
         """Takes the next operation number and what the journal holds there."""
         self._check_live()
+        if not isinstance(name, str) or not 0 < len(name) <= NAME_CHARS_MAX:
+            raise Rejected(
+                f"a {kind} name is a string of 1 to {NAME_CHARS_MAX} characters, not {name!r:.60}"
+            )
         cursor = _cursor_var.get() or self._root
         cursor.n += 1
         self._count += 1

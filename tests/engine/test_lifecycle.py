@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from fusee_runtime import Ctx, HomeLocked, Rejected, Terminated, step, workflow
+from fusee_runtime import Ctx, HomeLocked, Rejected, RunFailed, Terminated, step, workflow
 
 BLOCK = asyncio.Event()
 
@@ -56,3 +56,16 @@ async def test_a_second_engine_on_the_same_home_is_refused_with_the_pid(make_eng
         with pytest.raises(HomeLocked, match=f"process {os.getpid()}"):
             async with make_engine():
                 pass
+
+
+async def test_an_overlong_step_name_fails_the_run_with_a_clear_error(make_engine) -> None:
+    @workflow(name="lifecycle.long_name")
+    async def wf(ctx: Ctx, _: None) -> None:
+        await ctx.step("s" * 5000, lambda: 1)
+
+    async with make_engine() as engine:
+        h = await engine.start(wf, None, id="long")
+        with pytest.raises(RunFailed) as e:
+            await h.result()
+        assert e.value.failure.kind == "Rejected"
+        assert "a step name is a string of 1 to 200 characters" in e.value.failure.message
