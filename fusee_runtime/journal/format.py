@@ -14,7 +14,9 @@ Grammar (little-endian)::
     zeros     := zero bytes to the end of the file
 
 ``crc`` of a frame is CRC-32 (zlib) of the 4 length bytes followed by the
-payload; of the header, of its first 16 bytes. ``length`` is at least 1 and
+payload; of the header, of its first 16 bytes. The length word's top bit
+(`BATCH_START`) marks the first frame of each group commit (one write and
+one ``fdatasync``); its other bits hold the payload's length, at least 1 and
 at most `RECORD_BYTES_MAX`, so a frame whose length word is zero marks the
 end of the written part. The n-th frame of the journal (counting from 1
 across segments) has log sequence number ``lsn = n``; a segment's header
@@ -32,8 +34,14 @@ Recovery rule: frames are read in order until the first one that is not
 whole (a length running past the segment, or a CRC mismatch). If no whole
 frame follows it anywhere in the journal, it is a torn tail, the result of a
 crash mid-append: it and everything after it are cut off. If a whole frame
-does follow, the damage is in the middle of acknowledged data: the journal
-refuses to open (`JournalCorrupt`, naming the file and byte offset).
+does follow, the journal refuses to open (`JournalCorrupt`, naming the file
+and byte offset): cutting there could drop acknowledged records, and losing
+an acknowledged record silently is worse than refusing to open. The
+batch-start flag tells the two cases apart in the message: damage followed
+by a later batch is in data that was synced and acknowledged; damage whose
+following frames are all of the same, last batch may be a power loss that
+wrote that batch's blocks out of order, in which case nothing in it was
+acknowledged.
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ FRAME = struct.Struct("<II")
 FRAME_BYTES = FRAME.size  # 8
 ALIGN = 8
 RECORD_BYTES_MAX = 16 << 20
+BATCH_START = 1 << 31
 _NONZERO = re.compile(rb"[^\x00]")
 
 
@@ -75,12 +84,12 @@ def frame_size(payload_len: int) -> int:
     return (n + ALIGN - 1) & ~(ALIGN - 1)
 
 
-def encode_frame(payload: bytes) -> bytes:
+def encode_frame(payload: bytes, batch_start: bool = False) -> bytes:
     """One frame holding `payload`, padded to the alignment."""
     n = len(payload)
     if not 0 < n <= RECORD_BYTES_MAX:
         raise ValueError(f"record of {n} bytes is outside 1..{RECORD_BYTES_MAX}")
-    length = struct.pack("<I", n)
+    length = struct.pack("<I", n | BATCH_START if batch_start else n)
     crc = zlib.crc32(payload, zlib.crc32(length))
     pad = (-(FRAME_BYTES + n)) % ALIGN
     return b"".join((length, struct.pack("<I", crc), payload, b"\0" * pad))
@@ -96,6 +105,7 @@ def decode_frame(data: bytes | memoryview, offset: int) -> tuple[bytes, int] | N
     if offset + FRAME_BYTES > end:
         return None
     n, crc = FRAME.unpack_from(data, offset)
+    n &= ~BATCH_START
     if n == 0 or n > RECORD_BYTES_MAX:
         return None
     start = offset + FRAME_BYTES
@@ -105,6 +115,25 @@ def decode_frame(data: bytes | memoryview, offset: int) -> tuple[bytes, int] | N
     if zlib.crc32(payload, zlib.crc32(data[offset : offset + 4])) != crc:
         return None
     return payload, offset + frame_size(n)
+
+
+def starts_batch(frame: bytes | memoryview, offset: int = 0) -> bool:
+    """Whether the frame at `offset` is the first of a group commit."""
+    return bool(FRAME.unpack_from(frame, offset)[0] & BATCH_START)
+
+
+def marked_batch_start(frame: bytes) -> bytes:
+    """`frame` (as `encode_frame` made it) flagged as the first of a group commit."""
+    (n,) = struct.unpack_from("<I", frame, 0)
+    return encode_frame(frame[FRAME_BYTES : FRAME_BYTES + n], batch_start=True)
+
+
+def find_batch_start(data: bytes | memoryview, offset: int) -> int | None:
+    """The offset of the first whole batch-start frame at or after `offset`, if any."""
+    pos = find_whole_frame(data, offset)
+    while pos is not None and not starts_batch(data, pos):
+        pos = find_whole_frame(data, pos + ALIGN)
+    return pos
 
 
 def find_whole_frame(data: bytes | memoryview, offset: int) -> int | None:

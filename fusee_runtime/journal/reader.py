@@ -123,17 +123,32 @@ def recover(directory: Path, storage: Storage, repair: bool = True) -> Scan:
                 break  # the next frame did not fit: it starts the next segment
             if clean_end or not _frame_after(seg, offset, later):
                 return _cut(directory, storage, records, segments, i, offset, next_lsn, repair)
-            raise JournalCorrupt(str(seg.path), offset, _damage_reason(seg.data, offset))
+            reason = _damage_reason(seg.data, offset) + _in_last_batch(seg, offset, later)
+            raise JournalCorrupt(str(seg.path), offset, reason)
     return Scan(records, Tail(None, 0, next_lsn))
 
 
-def _any_frame(segments: list[_Segment]) -> bool:
-    return any(fmt.find_whole_frame(s.data, fmt.HEADER_BYTES) is not None for s in segments)
+def _any_frame(segments: list[_Segment], batch_start: bool = False) -> bool:
+    """Whether any of `segments` holds a whole frame (one that starts a batch)."""
+    find = fmt.find_batch_start if batch_start else fmt.find_whole_frame
+    return any(find(s.data, fmt.HEADER_BYTES) is not None for s in segments)
 
 
-def _frame_after(seg: _Segment, offset: int, later: list[_Segment]) -> bool:
-    """Whether a whole frame follows the damage at `offset` anywhere."""
-    return fmt.find_whole_frame(seg.data, offset + fmt.ALIGN) is not None or _any_frame(later)
+def _frame_after(
+    seg: _Segment, offset: int, later: list[_Segment], batch_start: bool = False
+) -> bool:
+    """Whether a whole frame (one that starts a batch) follows the damage at `offset`."""
+    find = fmt.find_batch_start if batch_start else fmt.find_whole_frame
+    return find(seg.data, offset + fmt.ALIGN) is not None or _any_frame(later, batch_start)
+
+
+def _in_last_batch(seg: _Segment, offset: int, later: list[_Segment]) -> str:
+    if _frame_after(seg, offset, later, batch_start=True):
+        return " (a later batch follows: acknowledged data is damaged)"
+    return (
+        " (only frames of the last batch follow: if the machine lost power during its "
+        "fdatasync, nothing in that batch was acknowledged)"
+    )
 
 
 def _cut(

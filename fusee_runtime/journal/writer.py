@@ -147,6 +147,7 @@ class JournalWriter:
             self._on_durable(last_lsn)
 
     def _write(self, frames: list[bytes], first_lsn: int) -> None:
+        frames[0] = fmt.marked_batch_start(frames[0])
         start = 0
         lsn = first_lsn
         while start < len(frames):
