@@ -230,6 +230,8 @@ class Ctx:
                 f"step {name!r}: heartbeat_timeout and limit are not available in this version"
             )
         seq, op = self._next("step", name)
+        if op is not None and op.retired:
+            await _abandoned()
         if op is not None and op.done:
             if op.ok:
                 return op.value
@@ -318,6 +320,8 @@ class Ctx:
                 if run.waiters.get(seq) is fut:
                     del run.waiters[seq]
             run.current = None
+        if op.retired:
+            await _abandoned()
         if op.cancelled:
             raise self._cancelled()
 
@@ -468,7 +472,7 @@ class Ctx:
                     f"replay mismatch at operation #{seq}: the journal holds {op.kind} "
                     f"{op.name!r}, the code asks for {kind} {name!r}"
                 )
-            if op.cancelled and kind == "step":
+            if op.cancelled and not op.retired and kind == "step":
                 raise self._cancelled()
         elif seq in run.prefixes and kind != "group":
             self._stuck(
@@ -506,3 +510,10 @@ class Ctx:
 
 async def _awaited(aw: Awaitable[Any]) -> Any:
     return await aw
+
+
+async def _abandoned() -> None:
+    """Where replay leaves an operation its group gave up on (a race loser, the sibling
+    of a failed `ctx.all` branch): pending, as it was then, until the group gives up on
+    it again. Raising here instead could change which branch the group sees first."""
+    await asyncio.get_running_loop().create_future()

@@ -108,6 +108,11 @@ async def run_live(
             if task is not None:
                 task.uncancel()
             raise ctx._deliver_cancel(seq, "step", name) from None
+        now_op = run.ops.get(seq)
+        if (now_op is None or not now_op.done) and ctx._retires_on_cancel():
+            # A losing race branch or the sibling of a failed ctx.all branch:
+            # retire the step, so replay does not run its function again.
+            engine._append(run, [R.OpCancelled, run.run_id, seq, "step", name])
         raise
     finally:
         ctx._busy -= 1

@@ -189,13 +189,13 @@ class Engine:
                 fut.set_exception(Rejected("the engine closed"))
         self._waiters.clear()
         for run in self._runs.values():
-            if run.closed is not None and not run.closed.done():
-                run.closed.set_exception(
-                    Rejected(
-                        f"the engine closed before run {run.workflow_id!r} finished; "
-                        "it resumes when the home is opened again"
-                    )
-                )
+            self._fail_result_waiters(
+                run,
+                Rejected(
+                    f"the engine closed before run {run.workflow_id!r} finished; "
+                    "it resumes when the home is opened again"
+                ),
+            )
         if self._lock is not None:
             self._lock.release()
 
@@ -741,6 +741,16 @@ class Engine:
             if not fut.done():
                 fut.set_exception(self._failed)
         self._waiters.clear()
+        for run in self._runs.values():
+            self._fail_result_waiters(run, self._failed)
+
+    @staticmethod
+    def _fail_result_waiters(run: Run, error: Exception) -> None:
+        """Tells callers of `result()` on an open run that no result will come here."""
+        if run.closed is not None and not run.closed.done():
+            run.closed.set_exception(error)
+            # A caller whose own wait timed out is gone: nobody else reads it.
+            run.closed.exception()
 
     def _durable_future(self, lsn: int) -> asyncio.Future[None]:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()

@@ -70,6 +70,8 @@ class RunHandle:
         run = self._engine._latest_run(self.id)
         while True:
             if run.status.is_open:
+                if self._engine._failed is not None:
+                    raise self._engine._failed
                 if run.closed is None:
                     run.closed = loop.create_future()
                 left = None if deadline is None else max(deadline - loop.time(), 0)

@@ -68,6 +68,9 @@ class Op:
     failure: dict[str, Any] | None = None
     paused: bool = False
     cancelled: bool = False
+    # Cancelled because its `ctx.all`/`ctx.race` group stopped waiting for it,
+    # not by the run's cancel: replay leaves it pending, as it was then.
+    retired: bool = False
     # A timer's fire time, or a wait's deadline (None: no timeout).
     fire_at: float | None = None
     # The signal a wait took.
@@ -262,7 +265,10 @@ def _op_cancelled(run: Run, rec: list[Any]) -> Op:
     op = run._op(seq, kind, name)
     op.done, op.ok, op.cancelled, op.paused = True, False, True, False
     run.pending.pop(seq, None)
-    run.cancel_delivered = True
+    if run.cancel_reason is None:
+        op.retired = True  # a losing or abandoned branch: the run's cancel is still to come
+    else:
+        run.cancel_delivered = True
     return op
 
 

@@ -118,7 +118,7 @@ def recover(directory: Path, storage: Storage, repair: bool = True) -> Scan:
                 records.append((next_lsn, payload))
                 next_lsn += 1
                 continue
-            clean_end = not seg.data[offset:].strip(b"\0")
+            clean_end = fmt.data_end(seg.data, offset) == offset
             if clean_end and later:
                 break  # the next frame did not fit: it starts the next segment
             if clean_end or not _frame_after(seg, offset, later):
@@ -173,7 +173,7 @@ def _cut(
         cut = (seg.path, offset)
     if repair:
         if offset is not None:
-            used = len(seg.data.rstrip(b"\0"))
+            used = fmt.data_end(seg.data, offset)
             if used > offset:
                 fd = storage.open(seg.path)
                 try:
@@ -185,5 +185,5 @@ def _cut(
             storage.remove(p)
         if doomed:
             storage.sync_dir(directory)
-    dirty = offset is not None and len(seg.data.rstrip(b"\0")) > offset
+    dirty = offset is not None and fmt.data_end(seg.data, offset) > offset
     return Scan(records, tail, cut if dirty or doomed else None, doomed)

@@ -69,3 +69,31 @@ async def test_an_overlong_step_name_fails_the_run_with_a_clear_error(make_engin
             await h.result()
         assert e.value.failure.kind == "Rejected"
         assert "a step name is a string of 1 to 200 characters" in e.value.failure.message
+
+
+async def test_a_failed_fdatasync_fails_result_waiters_instead_of_hanging(make_engine) -> None:
+    from fusee_runtime import JournalFailed
+    from fusee_runtime.journal.storage import Storage
+
+    class FailingSync(Storage):
+        armed = False
+
+        def sync(self, fd: int) -> None:
+            if FailingSync.armed:
+                raise OSError(5, "Input/output error")
+            super().sync(fd)
+
+    @step
+    async def lifecycle_arm() -> None:
+        FailingSync.armed = True
+
+    @workflow(name="lifecycle.eio")
+    async def wf(ctx: Ctx, _: None) -> None:
+        await lifecycle_arm()
+        await lifecycle_arm()
+
+    async with make_engine(storage=FailingSync()) as engine:
+        h = await engine.start(wf, None, id="eio")
+        with pytest.raises(JournalFailed, match="Input/output error"):
+            await h.result()
+        assert (await h.describe()).status == "running"  # nothing after the failure counts
