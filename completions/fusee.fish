@@ -1,0 +1,1 @@
+complete --command fusee --no-files --arguments "(env _FUSEE_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=get-args _TYPER_COMPLETE_ARGS=(commandline -cp) fusee)" --condition "env _FUSEE_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=is-args _TYPER_COMPLETE_ARGS=(commandline -cp) fusee"

@@ -1,0 +1,38 @@
+"""The `fusee` command: a thin layer over `fusee_runtime`.
+
+Only typer is imported here. Each command imports the engine, and rich for
+what it shows, when it runs, so `fusee --help` starts fast. Options go after
+the command name (`fusee start order --home DIR`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import typer
+
+from fusee_cli.commands import describe, history, result, start
+from fusee_cli.commands import list as list_cmd
+
+app = typer.Typer(
+    name="fusee",
+    help="Durable execution for Python: start workflow runs, follow them, look inside.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.command("start")(start.start)
+app.command("result")(result.result)
+app.command("describe")(describe.describe)
+app.command("list")(list_cmd.list_runs)
+app.command("history")(history.history)
+
+
+def main() -> None:
+    """The `fusee` console script."""
+    # The CLI reports what the engine logs (a stuck run, a failed journal)
+    # itself, as one line; without this, logging's last-resort handler would
+    # print it a second time.
+    logging.getLogger("fusee").addHandler(logging.NullHandler())
+    app(prog_name="fusee")

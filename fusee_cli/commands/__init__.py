@@ -1,0 +1,1 @@
+"""One module per `fusee` command; each imports the engine and rich only when it runs."""

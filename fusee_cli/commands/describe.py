@@ -1,0 +1,43 @@
+"""`fusee describe`: one run's state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fusee_cli import session
+from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, app_module
+
+
+def describe(
+    workflow_id: Id,
+    as_json: Json = False,
+    home: Home = DEFAULT_HOME,
+    app: App = None,
+) -> None:
+    """Show the state of run ID, and why it stopped if it did.
+
+    Example: fusee describe o-1 --json
+    """
+    with session.reporting():
+        module = app_module(app)
+        if not session.has_journal(home):
+            raise session.no_run(workflow_id)
+        session.run(_describe(home, module, workflow_id, as_json))
+
+
+async def _describe(home: Path, app: str, workflow_id: str, as_json: bool) -> None:
+    from fusee_cli.follow import run_json
+    from fusee_runtime import NotFound
+
+    # Nothing is awaited between open and close, so no run's code runs here.
+    async with session.open_engine(home, app) as engine:
+        try:
+            info = await engine.handle(workflow_id).describe()
+        except NotFound:
+            raise session.no_run(workflow_id) from None
+    if as_json:
+        session.print_json(run_json(info))
+    else:
+        from fusee_cli import render
+
+        render.run_details(info)

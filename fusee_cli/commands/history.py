@@ -1,0 +1,44 @@
+"""`fusee history`: a run's journal as a timeline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fusee_cli import session
+from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, app_module
+
+
+def history(
+    workflow_id: Id,
+    as_json: Json = False,
+    home: Home = DEFAULT_HOME,
+    app: App = None,
+) -> None:
+    """Show the journal of run ID as a timeline of steps and attempts.
+
+    Example: fusee history o-1
+    """
+    with session.reporting():
+        module = app_module(app)
+        if not session.has_journal(home):
+            raise session.no_run(workflow_id)
+        records: list[dict[str, Any]] = []
+        session.run(_history(home, module, workflow_id, records))
+        if as_json:
+            session.print_json(records)
+        else:
+            from fusee_cli import render
+
+            render.history_table(records)
+
+
+async def _history(home: Path, app: str, workflow_id: str, out: list[dict[str, Any]]) -> None:
+    from fusee_runtime import NotFound
+
+    # Nothing is awaited between open and close, so no run's code runs here.
+    async with session.open_engine(home, app) as engine:
+        try:
+            out.extend(await engine.history(workflow_id))
+        except NotFound:
+            raise session.no_run(workflow_id) from None

@@ -1,0 +1,64 @@
+"""`fusee list`: runs, newest first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from fusee_cli import session
+from fusee_cli.options import DEFAULT_HOME, App, Home, Json, app_module
+from fusee_cli.session import CliError, Code
+
+
+def list_runs(
+    status: Annotated[
+        str | None, typer.Option("--status", help="Only runs in this status, e.g. running.")
+    ] = None,
+    workflow: Annotated[
+        str | None, typer.Option("--workflow", help="Only runs of this workflow.")
+    ] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="At most this many.")] = None,
+    as_json: Json = False,
+    home: Home = DEFAULT_HOME,
+    app: App = None,
+) -> None:
+    """List runs, newest first.
+
+    Example: fusee list --status running --json
+    """
+    from fusee_runtime import Status
+
+    with session.reporting():
+        if status is not None and status not in {s.value for s in Status}:
+            known = ", ".join(s.value for s in Status)
+            raise CliError(Code.USAGE, f"unknown status {status!r}; statuses: {known}")
+        module = app_module(app)
+        infos: list[Any] = []
+        if session.has_journal(home):
+            infos = _collect(home, module, status, workflow, limit)
+        if as_json:
+            from fusee_cli.follow import run_json
+
+            session.print_json([run_json(info) for info in infos])
+        elif not infos:
+            session.echo_err("no runs")
+        else:
+            from fusee_cli import render
+
+            render.runs_table(infos)
+
+
+def _collect(
+    home: Path, app: str, status: str | None, workflow: str | None, limit: int | None
+) -> list[Any]:
+    out: list[Any] = []
+
+    async def collect() -> None:
+        # Nothing is awaited between open and close, so no run's code runs here.
+        async with session.open_engine(home, app) as engine:
+            out.extend(await engine.list(status=status, workflow=workflow, limit=limit))
+
+    session.run(collect())
+    return out

@@ -1,0 +1,61 @@
+"""`fusee result`: a run's result, waiting for it with `--wait`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fusee_cli import session
+from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, app_module
+from fusee_cli.session import Code
+
+
+def result(
+    workflow_id: Id,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Run it here until it closes, if it is still open.")
+    ] = False,
+    timeout: Annotated[
+        float | None,
+        typer.Option("--timeout", min=0, help="With --wait, give up after this many seconds."),
+    ] = None,
+    as_json: Json = False,
+    home: Home = DEFAULT_HOME,
+    app: App = None,
+) -> None:
+    """Print the result of run ID, once it is durable.
+
+    Example: fusee result o-1 --wait
+    """
+    with session.reporting():
+        module = app_module(app)
+        if not session.has_journal(home):
+            raise session.no_run(workflow_id)
+        try:
+            session.run(_result(home, module, workflow_id, timeout if wait else 0, as_json))
+        except KeyboardInterrupt:
+            session.echo_err(
+                f"stopped waiting; run {workflow_id} stays durable: "
+                f"`fusee result {workflow_id} --wait` picks it up again"
+            )
+            raise typer.Exit(130) from None
+
+
+async def _result(
+    home: Path, app: str, workflow_id: str, timeout_s: float | None, as_json: bool
+) -> None:
+    from fusee_cli.follow import follow, report
+    from fusee_runtime import NotFound
+
+    async with session.open_engine(home, app) as engine:
+        try:
+            await engine.handle(workflow_id).describe()
+        except NotFound:
+            raise session.no_run(workflow_id) from None
+        # With no owner serving the home, this process runs the run while it waits.
+        outcome = await follow(engine, workflow_id, timeout_s)
+        code = await report(engine, workflow_id, outcome, as_json)
+    if code != Code.OK:
+        raise typer.Exit(code)

@@ -1,0 +1,112 @@
+"""`fusee start`: start a run, follow it live, print its result."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from fusee_cli import session
+from fusee_cli.options import DEFAULT_HOME, App, Home, Json, app_module
+from fusee_cli.session import Code, echo_err
+
+
+@dataclass
+class _Started:
+    """What the interrupt handler needs to know: whether the start is durable."""
+
+    workflow_id: str
+    durable: bool = False
+
+
+def start(
+    workflow: Annotated[
+        str, typer.Argument(metavar="WORKFLOW", help="Name of a workflow the app registers.")
+    ],
+    input_file: Annotated[
+        str | None,
+        typer.Option("--input", "-i", help="JSON file holding the input; - reads stdin."),
+    ] = None,
+    workflow_id: Annotated[
+        str | None,
+        typer.Option("--id", help="Workflow id; starting an id again follows its run."),
+    ] = None,
+    detach: Annotated[
+        bool, typer.Option("--detach", help="Print the id once the start is durable; don't wait.")
+    ] = False,
+    timeout: Annotated[
+        float | None,
+        typer.Option("--timeout", min=0, help="Stop waiting after this many seconds (exit 4)."),
+    ] = None,
+    as_json: Json = False,
+    home: Home = DEFAULT_HOME,
+    app: App = None,
+) -> None:
+    """Start a run of WORKFLOW, show its progress and print its result.
+
+    Example: fusee start order --input workflows/order.json --id o-1
+    """
+    with session.reporting():
+        value = session.load_input(input_file)
+        session.check_payload(value)
+        module = app_module(app)
+        session.check_workflow(module, workflow)
+        started = _Started(session.check_id(workflow_id) if workflow_id else uuid.uuid4().hex)
+        try:
+            session.run(_start(home, module, workflow, value, started, detach, timeout, as_json))
+        except KeyboardInterrupt:
+            # The run is durable once started: it resumes the next time any
+            # process opens the home.
+            wid = started.workflow_id
+            if not started.durable:
+                echo_err(f"interrupted before the start of {wid} was durable")
+                raise typer.Exit(130) from None
+            echo_err(
+                f"detached: run {wid} is durable and resumes when the home is next opened; "
+                f"follow it with `fusee result {wid} --wait`"
+            )
+            raise typer.Exit(Code.OK) from None
+
+
+async def _start(
+    home: Path,
+    app: str,
+    workflow: str,
+    value: Any,
+    started: _Started,
+    detach: bool,
+    timeout_s: float | None,
+    as_json: bool,
+) -> None:
+    from fusee_cli.follow import follow, report, run_json
+    from fusee_cli.render import Progress
+    from fusee_runtime import NotFound
+
+    wid = started.workflow_id
+    async with session.open_engine(home, app) as engine:
+        try:
+            existing = await engine.handle(wid).describe()
+        except NotFound:
+            existing = None
+        handle = await engine.start(workflow, value, id=wid)
+        started.durable = True
+        info = await handle.describe()
+        if existing is not None:
+            then = "" if detach else "; following it"
+            echo_err(f"run {wid} already exists ({info.workflow}, {info.status}){then}")
+        elif not detach:
+            echo_err(f"started {wid} ({info.workflow}, run {info.run_id})")
+        if detach:
+            if as_json:
+                session.print_json(run_json(info))
+            else:
+                typer.echo(wid)
+            return
+        with Progress(wid) as progress:
+            outcome = await follow(engine, wid, timeout_s, progress)
+        code = await report(engine, wid, outcome, as_json)
+    if code != Code.OK:
+        raise typer.Exit(code)

@@ -1,0 +1,181 @@
+"""What the CLI shows people: run details, tables, live progress.
+
+The one module that imports rich at module level; commands import it when
+they run, so `fusee --help` does not pay for it. rich honours `NO_COLOR`
+and prints no escape codes when the stream is not a terminal. JSON output
+does not come through here: it is data, printed as is.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any
+
+import orjson
+from rich.console import Console
+from rich.status import Status
+from rich.table import Table
+from rich.text import Text
+
+from fusee_cli.session import echo_err
+
+DETAIL_CHARS_MAX = 72
+"""Longest value shown in a table cell; `--json` shows all of it."""
+
+STATUS_STYLES = {
+    "completed": "green",
+    "failed": "red",
+    "stuck": "red",
+    "timed_out": "red",
+    "paused": "yellow",
+    "cancelled": "yellow",
+    "terminated": "yellow",
+}
+
+
+def status_text(status: object) -> Text:
+    """A status, coloured by how the run stands (plain under `NO_COLOR`)."""
+    return Text(str(status), style=STATUS_STYLES.get(str(status), ""))
+
+
+def _stdout() -> Console:
+    return Console(highlight=False)
+
+
+def _stderr() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def when(value: datetime | float | None) -> str:
+    """An instant for people, in UTC."""
+    if value is None:
+        return "-"
+    if not isinstance(value, datetime):
+        value = datetime.fromtimestamp(value, UTC)
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def short(value: Any) -> str:
+    """A JSON value on one line, cut to `DETAIL_CHARS_MAX`."""
+    text = value if isinstance(value, str) else orjson.dumps(value).decode()
+    text = " ".join(text.splitlines())
+    return text if len(text) <= DETAIL_CHARS_MAX else text[: DETAIL_CHARS_MAX - 1] + "…"
+
+
+def run_details(info: Any) -> None:
+    """One run's state, as `fusee describe` shows it."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    rows: list[tuple[str, str | Text]] = [
+        ("id", info.id),
+        ("run", info.run_id),
+        ("workflow", info.workflow),
+        ("status", status_text(info.status)),
+        ("started", when(info.started_at)),
+        ("closed", when(info.closed_at)),
+    ]
+    if info.error:
+        rows.append(("error", info.error))
+    for name, value in rows:
+        grid.add_row(name, value if isinstance(value, Text) else Text(value))
+    _stdout().print(grid)
+
+
+def runs_table(infos: list[Any]) -> None:
+    """Runs, one a row, as `fusee list` shows them."""
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("id", "workflow", "status", "started", "closed"):
+        table.add_column(column, no_wrap=column != "id")
+    for info in infos:
+        table.add_row(
+            Text(info.id),
+            Text(info.workflow),
+            status_text(info.status),
+            when(info.started_at),
+            when(info.closed_at),
+        )
+    _stdout().print(table)
+
+
+def history_table(records: list[dict[str, Any]]) -> None:
+    """A run's journal as a timeline, as `fusee history` shows it."""
+    runs = {r["run_id"] for r in records}
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("lsn", "time", "record", "seq", "name", "detail"):
+        table.add_column(column, no_wrap=column != "detail")
+    if len(runs) > 1:
+        table.add_column("run", no_wrap=True)
+    for rec in records:
+        at = rec.get("started_at", rec.get("failed_at", rec.get("closed_at")))
+        row = [
+            str(rec["lsn"]),
+            when(at) if at is not None else "",
+            rec["type"],
+            str(rec.get("seq", "")),
+            Text(str(rec.get("name", rec.get("workflow", "")))),
+            Text(_detail(rec)),
+        ]
+        if len(runs) > 1:
+            row.append(rec["run_id"][:8])
+        table.add_row(*row)
+    _stdout().print(table)
+
+
+def _detail(rec: dict[str, Any]) -> str:
+    kind = rec["type"]
+    if kind == "RunStarted":
+        return f"id {rec['workflow_id']}, input {short(rec['input'])}"
+    if kind == "AttemptFailed":
+        f = rec["failure"]
+        return (
+            f"attempt {rec['attempt']}: {f['kind']}: {f['message']}; retry in {rec['delay']:.3g} s"
+        )
+    if kind in ("StepFailed", "RunFailed"):
+        f = rec["failure"]
+        return short(f"{f['kind']}: {f['message']}")
+    if kind == "RunTerminated":
+        return short(rec["reason"])
+    for field in ("value", "result"):
+        if field in rec:
+            return short(rec[field])
+    return ""
+
+
+class Progress:
+    """A run's current step, live on stderr.
+
+    On a terminal it is a rich status line, updated in place; otherwise
+    (a pipe, a log file, a test) a plain line each time the step changes.
+    """
+
+    def __init__(self, workflow_id: str) -> None:
+        self.workflow_id = workflow_id
+        self._console = _stderr()
+        self._status: Status | None = None
+        self._last: str | None = None
+
+    def __enter__(self) -> Progress:
+        if self._console.is_terminal:
+            self._status = self._console.status(Text(f"{self.workflow_id}: running"))
+            self._status.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._status is not None:
+            self._status.stop()
+
+    def __call__(self, current: str | None) -> None:
+        """Shows `current`, the step the run is in (None between steps)."""
+        if self._status is not None:
+            self._status.update(Text(f"{self.workflow_id}: {current or 'running'}"))
+        elif current is not None and current != self._last:
+            echo_err(f"{self.workflow_id}: {current}")
+        if current is not None:
+            self._last = current

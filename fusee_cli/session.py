@@ -1,0 +1,229 @@
+"""What every command shares: exit codes, one-line errors, input, opening the home.
+
+A command checks everything it can before it opens the home (the input
+file, the app module, the workflow name, the id), so bad input never
+touches the journal. Expected errors travel as `CliError` and leave as one
+line on stderr and an exit code; a traceback means a bug.
+
+The engine (and asyncio, and orjson) are imported inside the functions
+that need them, never at module level: `fusee --help` must not pay for them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import sys
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from fusee_runtime import Engine
+
+
+class Code(enum.IntEnum):
+    """The exit codes of DESIGN.md."""
+
+    OK = 0
+    FAILED = 1
+    """The workflow failed or was cancelled, or it is stuck or paused."""
+    USAGE = 2
+    """A usage or input error; nothing was recorded."""
+    NOT_FOUND = 3
+    """No run with that id."""
+    TIMED_OUT = 4
+    """The wait for a result ran out."""
+
+
+class CliError(Exception):
+    """An expected error: one line for people and the exit code that goes with it."""
+
+    def __init__(self, code: Code, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def echo_err(message: str) -> None:
+    """Prints a status line on stderr (status never goes to stdout)."""
+    typer.echo(message, err=True)
+
+
+def error(message: str) -> None:
+    """Prints an error as exactly one line on stderr."""
+    echo_err("error: " + " ".join(message.splitlines()))
+
+
+@contextlib.contextmanager
+def reporting() -> Iterator[None]:
+    """Turns an expected error raised inside into its line on stderr and its exit code.
+
+    Commands raise `CliError`; an engine error that reaches this far (a
+    journal that failed under the command, say) gets the code of its kind.
+    """
+    try:
+        yield
+    except CliError as e:
+        error(e.message)
+        raise typer.Exit(e.code) from None
+    except Exception as e:
+        code = _code_of(e)
+        if code is None:
+            raise
+        error(str(e))
+        raise typer.Exit(code) from None
+
+
+def _code_of(e: Exception) -> Code | None:
+    """The exit code of an engine error, or None for anything else (a bug)."""
+    if "fusee_runtime" not in sys.modules:
+        return None
+    from fusee_runtime import (
+        CodecError,
+        FuseeError,
+        HomeLocked,
+        JournalCorrupt,
+        NotFound,
+        Rejected,
+        TimedOut,
+    )
+    from fusee_runtime.engine.registry import AppImportError
+
+    if isinstance(e, AppImportError | CodecError | HomeLocked | JournalCorrupt | Rejected):
+        return Code.USAGE
+    if isinstance(e, NotFound):
+        return Code.NOT_FOUND
+    if isinstance(e, TimedOut):
+        return Code.TIMED_OUT
+    return Code.FAILED if isinstance(e, FuseeError) else None
+
+
+def run(main: Coroutine[Any, Any, None]) -> None:
+    """Runs a command's coroutine on a fresh event loop."""
+    import asyncio
+
+    asyncio.run(main)
+
+
+def print_json(value: Any) -> None:
+    """Prints one JSON document on stdout."""
+    import orjson
+
+    typer.echo(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode())
+
+
+def load_input(path: str | None) -> Any:
+    """The workflow input: the JSON in `path` (`-` is stdin), or None without one.
+
+    Raises:
+        CliError: the file is missing or unreadable, or not JSON (with line and column).
+    """
+    import orjson
+
+    if path is None:
+        return None
+    where = "on stdin" if path == "-" else f"file {path}"
+    try:
+        data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except FileNotFoundError:
+        raise CliError(Code.USAGE, f"input file {path} does not exist") from None
+    except OSError as e:
+        raise CliError(Code.USAGE, f"cannot read input {where}: {e.strerror or e}") from None
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        raise CliError(
+            Code.USAGE,
+            f"input {where} is not JSON: {e.msg} (line {e.lineno}, column {e.colno})",
+        ) from None
+
+
+def check_payload(value: Any) -> None:
+    """Refuses an input the engine would refuse, before any home is opened.
+
+    Raises:
+        CliError: the input is over the engine's payload limit.
+    """
+    import orjson
+
+    from fusee_runtime import Config
+
+    size = len(orjson.dumps(value))
+    if size > Config.payload_bytes_max:
+        raise CliError(
+            Code.USAGE,
+            f"the input is {size} bytes, over the limit of {Config.payload_bytes_max}",
+        )
+
+
+def check_workflow(app: str, name: str) -> None:
+    """Imports the app and checks that it registers `name`, without opening any home.
+
+    Raises:
+        CliError: the app fails to import, or does not know the workflow
+            (the message lists the ones it knows).
+    """
+    from fusee_runtime import Engine, NotFound
+    from fusee_runtime.engine.registry import AppImportError, load_app
+
+    try:
+        load_app(app)
+    except AppImportError as e:
+        raise CliError(Code.USAGE, str(e)) from None
+    try:
+        # Building an Engine touches no file; only open() does.
+        Engine(app=None).workflow(name)
+    except NotFound as e:
+        raise CliError(Code.USAGE, str(e)) from None
+
+
+def check_id(workflow_id: str) -> str:
+    """The id as given, or a `CliError` saying what is wrong with it."""
+    from fusee_runtime import Rejected
+    from fusee_runtime.engine.engine import check_id
+
+    try:
+        return check_id(workflow_id)
+    except Rejected as e:
+        raise CliError(Code.USAGE, str(e)) from None
+
+
+def has_journal(home: Path) -> bool:
+    """Whether anything was ever recorded in `home`; read-only commands do not create one."""
+    return (home / "journal").is_dir()
+
+
+def no_run(workflow_id: str) -> CliError:
+    return CliError(Code.NOT_FOUND, f"no run with id {workflow_id!r}")
+
+
+@contextlib.asynccontextmanager
+async def open_engine(home: Path, app: str) -> AsyncIterator[Engine]:
+    """Opens the home for the duration of a command (no owner serves it in this version).
+
+    Opening recovers the journal; the open runs resume only while the
+    command awaits them, and stop, durable, when it closes the engine.
+
+    Raises:
+        CliError: the app fails to import, another process owns the home,
+            or the journal is damaged before its tail.
+    """
+    from fusee_runtime import Engine, HomeLocked, JournalCorrupt
+    from fusee_runtime.engine.registry import AppImportError
+
+    engine = Engine(home, app)
+    try:
+        await engine.open()
+    except AppImportError as e:
+        raise CliError(Code.USAGE, str(e)) from None
+    except HomeLocked as e:
+        raise CliError(Code.USAGE, f"{e}; stop it or wait for it to finish") from None
+    except JournalCorrupt as e:
+        raise CliError(Code.USAGE, str(e)) from None
+    try:
+        yield engine
+    finally:
+        await engine.close()

@@ -1,0 +1,81 @@
+"""Fixtures for the CLI tests: a runner, the test app, the journal's bytes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from fusee_cli.app import app
+
+HERE = Path(__file__).resolve().parent
+APP = "fusee_cli_testapp"
+
+
+@pytest.fixture(autouse=True)
+def testapp(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The test app module, importable by name, its knobs reset after each test."""
+    monkeypatch.syspath_prepend(str(HERE))
+    import fusee_cli_testapp
+
+    monkeypatch.setattr(fusee_cli_testapp, "ENTERED", None)
+    monkeypatch.setattr(fusee_cli_testapp, "SHAPE", "a")
+    return fusee_cli_testapp
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Result]:
+    """Runs `fusee ARGS...` in this process; stdout and stderr apart."""
+    # The defaults must come from the arguments each test passes, not from
+    # the environment the suite runs in.
+    monkeypatch.delenv("FUSEE_HOME", raising=False)
+    monkeypatch.delenv("FUSEE_APP", raising=False)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    runner = CliRunner()
+
+    def invoke(*args: str, input: str | None = None, env: dict[str, str] | None = None) -> Result:
+        return runner.invoke(app, list(args), input=input, env=env, prog_name="fusee")
+
+    return invoke
+
+
+@pytest.fixture
+def on(home: Path) -> list[str]:
+    """`--home` and `--app` for the test's home and the test app."""
+    return ["--home", str(home), "--app", APP]
+
+
+@pytest.fixture
+def journal() -> Callable[[Path], dict[str, bytes] | None]:
+    """Reads every journal segment's bytes (None when the home has no journal)."""
+
+    def read(home: Path) -> dict[str, bytes] | None:
+        directory = home / "journal"
+        if not directory.is_dir():
+            return None
+        return {p.name: p.read_bytes() for p in sorted(directory.glob("*.seg"))}
+
+    return read
+
+
+@pytest.fixture
+def bad_input() -> Callable[..., str]:
+    """Checks a refused command: its exit code, one line on stderr, no traceback."""
+
+    def check(result: Result, code: int, *fragments: str) -> str:
+        assert result.exit_code == code, result.output
+        assert not isinstance(result.exception, Exception) or isinstance(
+            result.exception, SystemExit
+        ), result.exception
+        assert "Traceback" not in result.output
+        assert result.stdout == ""
+        lines = result.stderr.splitlines()
+        assert len(lines) == 1, result.stderr
+        for fragment in fragments:
+            assert fragment in lines[0], lines[0]
+        return lines[0]
+
+    return check

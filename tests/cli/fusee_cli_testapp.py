@@ -1,0 +1,62 @@
+"""Workflows the CLI tests drive with `--app fusee_cli_testapp`.
+
+Their names start with `cli_` so they cannot clash with workflows other
+tests register in the same process. Nothing here sleeps: a run that must
+stay open waits on a future that nobody completes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from typing import Any
+
+from fusee_runtime import Ctx, Fatal, step, workflow
+
+ENTERED: asyncio.Event | None = None
+"""Set by `forever` when its function starts: every earlier record is durable then."""
+
+SHAPE = "a"
+"""The name of `cli_shifty`'s first step; a test changes it to break replay."""
+
+
+@step
+async def forever() -> None:
+    if ENTERED is not None:
+        ENTERED.set()
+    if os.environ.get("FUSEE_TEST_SIGINT") == "1":
+        # Ctrl-C, sent once the start is durable (this function runs only then).
+        os.kill(os.getpid(), signal.SIGINT)
+    await asyncio.get_running_loop().create_future()
+
+
+@step
+async def decline(cents: int) -> None:
+    raise Fatal(f"card declined for {cents} cents")
+
+
+@step
+def echo(value: Any) -> Any:
+    return value
+
+
+@workflow
+async def cli_echo(ctx: Ctx, value: Any) -> Any:
+    return await echo(value)
+
+
+@workflow
+async def cli_hang(ctx: Ctx, _: Any) -> None:
+    await forever()
+
+
+@workflow
+async def cli_fail(ctx: Ctx, value: dict[str, Any]) -> None:
+    await decline(value["cents"])
+
+
+@workflow
+async def cli_shifty(ctx: Ctx, _: Any) -> None:
+    await ctx.step(SHAPE, echo, 1)
+    await forever()

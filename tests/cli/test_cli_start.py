@@ -1,0 +1,136 @@
+"""`fusee start`: results, progress, detach, idempotent ids, failures, timeouts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from fusee_runtime import Config, Engine, FakeClock
+
+APP = "fusee_cli_testapp"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_start_prints_the_result_on_stdout(cli, on, home):
+    r = cli("start", "cli_echo", "--input", "-", "--id", "e-1", *on, input='{"n": 1}')
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout) == {"n": 1}
+    assert "started e-1 (cli_echo" in r.stderr
+    assert "Traceback" not in r.output
+
+
+def test_start_order_example_runs_to_completion(cli, home, monkeypatch):
+    monkeypatch.chdir(REPO)
+    r = cli("start", "order", "--input", "workflows/order.json", "--id", "o-1", "--home", str(home))
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["order"] == "o-1"
+    assert out["payment"]["cents"] == 1800
+    assert out["payment"]["key"].startswith("o-1/")
+
+
+def test_start_json_prints_one_document(cli, on):
+    r = cli("start", "cli_echo", "--input", "-", "--id", "e-2", "--json", *on, input="[1, 2]")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["id"] == "e-2"
+    assert doc["workflow"] == "cli_echo"
+    assert doc["status"] == "completed"
+    assert doc["result"] == [1, 2]
+
+
+def test_start_without_input_passes_none(cli, on):
+    r = cli("start", "cli_echo", *on)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout) is None
+
+
+def test_start_again_with_the_same_id_follows_the_first_run(cli, on):
+    first = cli("start", "cli_echo", "--input", "-", "--id", "e-3", *on, input='"one"')
+    again = cli("start", "cli_echo", "--input", "-", "--id", "e-3", *on, input='"two"')
+    assert first.exit_code == again.exit_code == 0
+    assert json.loads(again.stdout) == "one"
+    assert "already exists" in again.stderr
+
+
+def test_detach_prints_the_id_once_the_start_is_durable(cli, on, home):
+    r = cli("start", "cli_hang", "--id", "h-1", "--detach", *on)
+    assert r.exit_code == 0, r.output
+    assert r.stdout == "h-1\n"
+
+    async def check() -> None:
+        # A fresh engine sees the run: the start was durable before the id was printed.
+        async with Engine(home, app=APP, config=Config(clock=FakeClock())) as engine:
+            info = await engine.handle("h-1").describe()
+            assert info.workflow == "cli_hang"
+            assert info.status == "running"
+
+    asyncio.run(check())
+
+
+def test_detach_json_describes_the_run(cli, on):
+    r = cli("start", "cli_hang", "--id", "h-2", "--detach", "--json", *on)
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert (doc["id"], doc["workflow"], doc["status"]) == ("h-2", "cli_hang", "running")
+
+
+def test_a_failed_workflow_exits_1_with_the_failure(cli, on):
+    r = cli("start", "cli_fail", "--input", "-", "--id", "f-1", *on, input='{"cents": 500}')
+    assert r.exit_code == 1, r.output
+    assert r.stdout == ""
+    last = r.stderr.splitlines()[-1]
+    assert last.startswith("error: run f-1 failed:")
+    assert "card declined for 500 cents" in last
+    assert "Traceback" not in r.output
+
+
+def test_a_failed_workflow_with_json_prints_the_failure(cli, on):
+    r = cli("start", "cli_fail", "--input", "-", "--id", "f-2", "--json", *on, input='{"cents": 1}')
+    assert r.exit_code == 1, r.output
+    doc = json.loads(r.stdout)
+    assert doc["status"] == "failed"
+    assert "card declined" in doc["error"]
+    assert doc["failure"]["kind"] == "StepFailed"
+
+
+def test_waiting_longer_than_timeout_exits_4(cli, on):
+    r = cli("start", "cli_hang", "--id", "h-3", "--timeout", "0", *on)
+    assert r.exit_code == 4, r.output
+    assert "fusee result h-3 --wait" in r.stderr
+    assert r.stdout == ""
+
+
+def test_a_stuck_run_exits_1_and_says_why(cli, on, home, make_engine, testapp, monkeypatch):
+    async def first_version() -> None:
+        testapp.ENTERED = asyncio.Event()
+        async with make_engine() as engine:
+            await engine.start("cli_shifty", None, id="s-1")
+            await testapp.ENTERED.wait()  # step "a" is durable
+
+    asyncio.run(first_version())
+    monkeypatch.setattr(testapp, "ENTERED", None)
+    monkeypatch.setattr(testapp, "SHAPE", "b")  # the code changed under the open run
+    r = cli("start", "cli_shifty", "--id", "s-1", *on)
+    assert r.exit_code == 1, r.output
+    last = r.stderr.splitlines()[-1]
+    assert last.startswith("error: run s-1 is stuck: replay mismatch")
+    assert "'a'" in last and "'b'" in last
+
+
+def test_start_uses_fusee_home_and_fusee_app_from_the_environment(cli, home):
+    env = {"FUSEE_HOME": str(home), "FUSEE_APP": APP}
+    r = cli("start", "cli_echo", "--input", "-", "--id", "env-1", input="3", env=env)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout) == 3
+    assert (home / "journal").is_dir()
+
+
+def test_start_reads_the_app_from_pyproject(cli, tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text(f'[tool.fusee]\napp = "{APP}"\n')
+    r = cli("start", "cli_echo", "--input", "-", input='"hi"')
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout) == "hi"
+    assert (tmp_path / ".fusee" / "journal").is_dir()

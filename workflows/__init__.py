@@ -1,0 +1,8 @@
+"""Example workflows, and the CLI's default app (`--app workflows`).
+
+Importing this package registers every example; copy one to start your own.
+"""
+
+from workflows import order
+
+__all__ = ["order"]
