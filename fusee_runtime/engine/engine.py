@@ -71,6 +71,10 @@ class Config:
     segment_bytes: int = 64 << 20
     payload_bytes_max: int = 4 << 20
     step_threads: int = 32
+    drive: bool = True
+    """False opens the home passively: records are read and appended (start,
+    signal, cancel, resume, ...) but no run's code runs and no timer fires, so
+    a command can act on a home without executing anyone's steps."""
 
     def __post_init__(self) -> None:
         if self.durability not in ("fdatasync", "none"):
@@ -164,7 +168,8 @@ class Engine:
             self.config.step_threads, thread_name_prefix="fusee-step"
         )
         self._opened = True
-        self._timers.start()
+        if self.config.drive:
+            self._timers.start()
         for run in sorted(self._runs.values(), key=lambda r: r.start_lsn):
             if run.is_open:
                 self._arm(run)
@@ -468,6 +473,14 @@ class Engine:
         return run
 
     def _spawn(self, run: Run) -> None:
+        if not self.config.drive:
+            # Its code runs when a driving engine opens the home; meanwhile a run
+            # with a pending timer or wait shows as parked, as it would there.
+            run.parked = True
+            if run.status in (Status.RUNNING, Status.PARKED, Status.PAUSED):
+                waits = Status.PARKED if run.pending else Status.RUNNING
+                run.status = Status.PAUSED if run.paused_ops() else waits
+            return
         run.parked = False
         if run.status in (Status.RUNNING, Status.PARKED, Status.PAUSED):
             run.status = Status.PAUSED if run.paused_ops() else Status.RUNNING

@@ -97,3 +97,28 @@ async def test_a_failed_fdatasync_fails_result_waiters_instead_of_hanging(make_e
         with pytest.raises(JournalFailed, match="Input/output error"):
             await h.result()
         assert (await h.describe()).status == "running"  # nothing after the failure counts
+
+
+async def test_a_passive_engine_records_but_runs_no_code(make_engine) -> None:
+    ran: list[str] = []
+
+    @step
+    async def lifecycle_passive_step(x: int) -> int:
+        ran.append("step")
+        return x
+
+    @workflow(name="lifecycle.passive")
+    async def wf(ctx: Ctx, x: int) -> int:
+        got = await ctx.wait_for("go")
+        return await lifecycle_passive_step(x + got)
+
+    async with make_engine(drive=False) as engine:
+        h = await engine.start(wf, 1, id="passive")
+        await h.signal("go", 2)
+        assert (await h.describe()).status == "running"
+    async with make_engine(drive=False) as engine:
+        assert (await engine.handle("passive").describe()).status == "running"
+    assert ran == []
+    async with make_engine() as engine:
+        assert await engine.handle("passive").result() == 3
+    assert ran == ["step"]
