@@ -13,6 +13,16 @@ from typing import Any
 
 import orjson
 
+MESSAGE_CHARS_MAX = 16_384
+DETAILS_BYTES_MAX = 65_536
+CAUSES_MAX = 8
+
+
+def _cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
 
 class FuseeError(Exception):
     """Base of every error fusee raises on purpose."""
@@ -62,20 +72,28 @@ class Failure(FuseeError):
             f = f.cause
         return out
 
-    def to_json(self) -> dict[str, Any]:
-        """The recorded form."""
+    def to_json(self, depth: int = 0) -> dict[str, Any]:
+        """The recorded form, bounded: a failure always fits in a record.
+
+        A message past `MESSAGE_CHARS_MAX` is cut, details that cannot be
+        encoded or pass `DETAILS_BYTES_MAX` become their (cut) repr, and the
+        cause chain stops after `CAUSES_MAX` links.
+        """
         details = self.details
         if details is not None:
             try:
-                orjson.dumps(details)
+                size = len(orjson.dumps(details))
             except TypeError:
-                details = repr(details)
+                details, size = repr(details), 0
+            if size > DETAILS_BYTES_MAX or isinstance(details, str):
+                details = _cut(str(details), DETAILS_BYTES_MAX // 4)
+        cause = self.cause if depth < CAUSES_MAX else None
         return {
-            "kind": self.kind,
-            "message": self.message,
+            "kind": _cut(str(self.kind), 200),
+            "message": _cut(str(self.message), MESSAGE_CHARS_MAX),
             "retryable": self.retryable,
             "details": details,
-            "cause": self.cause.to_json() if self.cause is not None else None,
+            "cause": cause.to_json(depth + 1) if cause is not None else None,
         }
 
     @classmethod

@@ -27,7 +27,7 @@ from typing import Any, Literal
 import orjson
 
 from fusee_runtime.clock import Clock, SystemClock
-from fusee_runtime.context import Ctx, Halt, _ctx_var
+from fusee_runtime.context import NAME_CHARS_MAX, Ctx, Halt, _ctx_var
 from fusee_runtime.dsl import Exhausted, RetryPolicy, WorkflowDef, registry, seconds
 from fusee_runtime.engine.handle import RunHandle
 from fusee_runtime.engine.home import HomeLock
@@ -237,6 +237,7 @@ class Engine:
         encoded = self._encode(input, f"the input of workflow {wf.name!r}")
         limit = seconds(timeout)
         if signal is not None:
+            check_signal_name(signal[0])
             self._encode(signal[1], f"signal {signal[0]!r}")
         workflow_id = check_id(id) if id is not None else uuid.uuid4().hex
         existing = self._latest.get(workflow_id)
@@ -300,8 +301,7 @@ class Engine:
         await self._wait_durable(lsn)
 
     def _signal(self, run: Run, name: str, value: Any) -> int:
-        if not isinstance(name, str) or not name:
-            raise Rejected("a signal name is a non-empty string")
+        check_signal_name(name)
         encoded = self._encode(value, f"signal {name!r}")
         rec = [R.SignalReceived, run.run_id, run.next_signal_id, name, orjson.loads(encoded)]
         return self._append(run, rec)
@@ -328,12 +328,16 @@ class Engine:
 
     def _interrupt(self, run: Run) -> None:
         """Delivers a requested cancel wherever the run's code is waiting."""
+        resolved = set(run.pending)
         for seq, op in list(run.pending.items()):
             self._append(run, [R.OpCancelled, run.run_id, seq, op.kind, op.name])
         ctx = run.ctx
         if isinstance(ctx, Ctx):
-            for task in list(ctx._step_tasks.values()):
-                task.cancel()
+            # A paused step just resolved above raises Cancelled by itself; a
+            # task cancel on top would arrive as a bare CancelledError.
+            for seq, task in list(ctx._step_tasks.items()):
+                if seq not in resolved:
+                    task.cancel()
 
     async def terminate(self, id: str, reason: str = "terminated") -> None:
         """Closes the newest run of `id` at once, running nothing more; returns once durable."""
@@ -352,14 +356,14 @@ class Engine:
         if not run.is_open:
             raise Rejected(f"run {id!r} is closed ({run.closing}): nothing to resume")
         paused = run.paused_ops()
-        if paused:
-            for seq in paused:
-                self._append(run, [R.StepResumed, run.run_id, seq])
-        elif run.status == Status.STUCK:
+        stuck = run.status == Status.STUCK
+        for seq in paused:
+            self._append(run, [R.StepResumed, run.run_id, seq])
+        if stuck:
             run.status = Status.RUNNING
             run.error = None
             self._spawn(run)
-        else:
+        elif not paused:
             raise Rejected(f"run {id!r} is {run.status}: only a paused or stuck run resumes")
         await self._wait_durable(run.last_lsn)
 
@@ -569,6 +573,8 @@ class Engine:
         _ctx_var.set(ctx)
         try:
             result = await wf.fn(ctx, run.input)
+            if ctx._halted is not None or not run.is_open:
+                return  # the code swallowed the cancellation of a park, close or terminate
             ctx._finished()
         except (Halt, JournalFailed):
             return
@@ -672,6 +678,7 @@ class Engine:
                 run.status = run.closing or run.status
             if kind == R.RunContinuedAsNew:
                 new = Run(rec[2], run.workflow_id, run.workflow, rec[3], rec[4], lsn, run.deadline)
+                new.carried_signals = list(run.signals)
                 new.signals = list(run.signals)
                 new.next_signal_id = run.next_signal_id
                 new.last_lsn = lsn
@@ -689,11 +696,9 @@ class Engine:
         run.pending = {s: op for s, op in kept.items() if not op.done and op.kind != "value"}
         run.pending = {s: op for s, op in run.pending.items() if op.kind != "step" or op.paused}
         taken = {op.signal_id for op in kept.values() if op.signal_id is not None}
-        run.signals = [
-            (r[2], r[3], r[4])
-            for _, r in old.records
-            if r[0] == R.SignalReceived and r[2] not in taken
-        ]
+        received = [(r[2], r[3], r[4]) for _, r in old.records if r[0] == R.SignalReceived]
+        run.carried_signals = [s for s in old.carried_signals + received if s[0] not in taken]
+        run.signals = list(run.carried_signals)
         run.next_signal_id = old.next_signal_id
 
     def _append(self, run: Run, rec: list[Any], wire: tuple[Any, ...] | None = None) -> int:
@@ -800,6 +805,13 @@ class Engine:
                 f"{self.config.payload_bytes_max} (Config.payload_bytes_max)"
             )
         return encoded
+
+
+def check_signal_name(name: str) -> str:
+    """A signal name as given, or `Rejected` saying what is wrong with it."""
+    if not isinstance(name, str) or not 0 < len(name) <= NAME_CHARS_MAX:
+        raise Rejected(f"a signal name is a string of 1 to {NAME_CHARS_MAX} characters")
+    return name
 
 
 def check_id(id: str) -> str:

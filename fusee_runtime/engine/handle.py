@@ -72,6 +72,11 @@ class RunHandle:
             if run.status.is_open:
                 if self._engine._failed is not None:
                     raise self._engine._failed
+                if self._engine._closing:
+                    raise Rejected(
+                        f"the engine closed before run {self.id!r} finished; "
+                        "it resumes when the home is opened again"
+                    )
                 if run.closed is None:
                     run.closed = loop.create_future()
                 left = None if deadline is None else max(deadline - loop.time(), 0)

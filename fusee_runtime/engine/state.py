@@ -106,6 +106,8 @@ class Run:
     # Signals received and not yet taken by a wait: (signal_id, name, value).
     signals: list[tuple[int, str, Any]] = field(default_factory=list)
     next_signal_id: int = 1
+    # Signals handed over at creation by the run this one continues or resets.
+    carried_signals: list[tuple[int, str, Any]] = field(default_factory=list)
     cancel_reason: str | None = None
     cancel_delivered: bool = False
     records: list[tuple[int, list[Any]]] = field(default_factory=list)
@@ -219,6 +221,8 @@ def _step_paused(run: Run, rec: list[Any]) -> None:
     op = run._op(rec[2], "step", rec[3])
     op.attempts_failed, op.failure, op.paused = rec[4], rec[5], True
     run.pending[rec[2]] = op
+    # What `describe()` and the CLI show as the reason the run stopped.
+    run.error = f"paused in step {rec[3]!r} after attempt {rec[4]}: {Failure.from_json(rec[5])}"
 
 
 def _step_resumed(run: Run, rec: list[Any]) -> Op | None:
@@ -226,6 +230,8 @@ def _step_resumed(run: Run, rec: list[Any]) -> Op | None:
     if op is not None:
         op.paused = False
         op.attempts_failed, op.first_failed_at, op.retry_at = 0, None, None
+        if not run.paused_ops():
+            run.error = None
     return op
 
 

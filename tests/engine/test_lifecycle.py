@@ -122,3 +122,82 @@ async def test_a_passive_engine_records_but_runs_no_code(make_engine) -> None:
     async with make_engine() as engine:
         assert await engine.handle("passive").result() == 3
     assert ran == ["step"]
+
+
+async def test_a_huge_workflow_failure_is_recorded_cut_not_left_hanging(make_engine) -> None:
+    @workflow(name="lifecycle.huge_failure")
+    async def wf(ctx: Ctx, _: None) -> None:
+        raise RuntimeError("x" * 200_000)
+
+    async with make_engine(payload_bytes_max=64 << 10) as engine:
+        h = await engine.start(wf, None, id="huge")
+        with pytest.raises(RunFailed) as e:
+            await h.result()
+        assert e.value.failure.kind == "RuntimeError"
+        assert e.value.failure.message.endswith("more characters)")
+
+
+async def test_a_bad_signal_name_with_start_writes_nothing(make_engine) -> None:
+    async with make_engine() as engine:
+        with pytest.raises(Rejected, match="signal name"):
+            await engine.start("lifecycle_waits", None, id="bad-signal", signal=("", 1))
+        assert await engine.list() == []
+
+
+async def test_result_after_close_is_rejected_not_left_hanging(make_engine) -> None:
+    engine = make_engine()
+    await engine.open()
+    h = await engine.start("lifecycle_waits", None, id="after-close")
+    await engine.close()
+    with pytest.raises(Rejected, match="engine closed"):
+        await h.result()
+
+
+async def test_cancelling_a_paused_step_inside_ctx_all_closes_the_run(make_engine) -> None:
+    from fusee_runtime import Cancelled, Exhausted, RetryPolicy
+
+    @step(retry=RetryPolicy(attempts=1, on_exhausted=Exhausted.PAUSE))
+    async def lifecycle_down() -> None:
+        raise ConnectionError("down")
+
+    @workflow(name="lifecycle.paused_in_group")
+    async def wf(ctx: Ctx, _: None) -> None:
+        await ctx.all([lifecycle_down()])
+
+    async with make_engine() as engine:
+        h = await engine.start(wf, None, id="pg")
+        run = engine._latest_run("pg")
+        await engine.wait_until(lambda: bool(run.paused_ops()))
+        await h.cancel("stop")
+        with pytest.raises(Cancelled, match="stop"):
+            await h.result()
+
+
+async def test_a_reset_keeps_signals_carried_over_by_continue_as_new(make_engine) -> None:
+    @workflow(name="lifecycle.carry")
+    async def wf(ctx: Ctx, n: int) -> object:
+        if n == 0:
+            await ctx.continue_as_new(1)
+        await lifecycle_blocks_once()
+        return await ctx.wait_for("x")
+
+    async with make_engine() as engine:
+        h = await engine.start(wf, 0, id="carry", signal=("x", "hello"))
+        await engine.wait_until(lambda: engine._latest_run("carry").input == 1)
+        successor = engine._latest_run("carry")
+        assert [s[2] for s in successor.signals] == ["hello"]
+        await h.reset(to=1)
+        reset_run = engine._latest_run("carry")
+        assert [s[2] for s in reset_run.signals] == ["hello"]
+        await h.reset(to=1)
+        assert [s[2] for s in engine._latest_run("carry").signals] == ["hello"]
+        BLOCK_ONCE.set()
+        assert await h.result() == "hello"
+
+
+BLOCK_ONCE = asyncio.Event()
+
+
+@step
+async def lifecycle_blocks_once() -> None:
+    await BLOCK_ONCE.wait()
