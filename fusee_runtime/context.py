@@ -474,6 +474,10 @@ class Ctx:
                 )
             if op.cancelled and not op.retired and kind == "step":
                 raise self._cancelled()
+            if not op.done and kind != "value" and self._cancel_lands():
+                # A cancel whose request is durable but whose delivery was not
+                # (a crash in between): it lands here, on replay.
+                raise self._deliver_cancel(seq, kind, name)
         elif seq in run.prefixes and kind != "group":
             self._stuck(
                 f"replay mismatch at operation #{seq}: the journal holds a group of concurrent "
