@@ -393,10 +393,12 @@ class Ctx:
         The legs of a fan-out become ready together and share one `fdatasync`.
         """
         seq, _ = self._next("group", "all")
-        tasks = self._branches(seq, awaitables)
+        tasks, cursors = self._branches(seq, awaitables)
         self._groups += 1
         try:
-            return list(await asyncio.gather(*tasks))
+            results = list(await asyncio.gather(*tasks))
+            self._check_branches(seq, cursors, whole=True)
+            return results
         finally:
             self._groups -= 1
             for t in tasks:
@@ -409,7 +411,7 @@ class Ctx:
         inside `all` or `race` keeps its coroutine (it is not parked).
         """
         seq, _ = self._next("group", "race")
-        tasks = self._branches(seq, awaitables)
+        tasks, cursors = self._branches(seq, awaitables)
         if not tasks:
             raise Rejected("ctx.race() needs at least one awaitable")
         self._groups += 1
@@ -420,26 +422,51 @@ class Ctx:
                 winner = min(tasks.index(t) for t in done)
                 self._check_live()
                 self._engine._append(self._run, [R.RaceWon, self._run.run_id, seq, winner])
+            elif winner >= len(tasks):
+                self._stuck(
+                    f"replay mismatch at operation #{seq}: the journal holds a race won by "
+                    f"awaitable {winner}, the code races {len(tasks)}"
+                )
             else:
                 await asyncio.wait({tasks[winner]})
             losers = [t for i, t in enumerate(tasks) if i != winner]
             for t in losers:
                 t.cancel()
             await asyncio.gather(*losers, return_exceptions=True)
+            self._check_branches(seq, cursors, whole=False)
             return winner, tasks[winner].result()
         finally:
             self._groups -= 1
             for t in tasks:
                 t.cancel()
 
-    def _branches(self, seq: str, awaitables: Iterable[Awaitable[Any]]) -> list[asyncio.Task[Any]]:
+    def _branches(
+        self, seq: str, awaitables: Iterable[Awaitable[Any]]
+    ) -> tuple[list[asyncio.Task[Any]], list[_Cursor]]:
         loop = asyncio.get_running_loop()
-        tasks = []
+        tasks, cursors = [], []
         for i, aw in enumerate(awaitables):
+            cursor = _Cursor(f"{seq}.{i}.")
             branch = contextvars.copy_context()
-            branch.run(_cursor_var.set, _Cursor(f"{seq}.{i}."))
+            branch.run(_cursor_var.set, cursor)
             tasks.append(loop.create_task(_awaited(aw), context=branch))
-        return tasks
+            cursors.append(cursor)
+        return tasks, cursors
+
+    def _check_branches(self, seq: str, cursors: list[_Cursor], whole: bool) -> None:
+        """Stops the run as stuck when the journal holds branch operations the code
+        did not ask for: more branches than it made, or (`whole`: every branch ran to
+        its end) operations past the end of a branch."""
+        prefix = f"{seq}."
+        for s, op in self._run.ops.items():
+            if not s.startswith(prefix):
+                continue
+            branch, number = (int(p) for p in s[len(prefix) :].split(".")[:2])
+            if branch >= len(cursors) or (whole and number > cursors[branch].n):
+                self._stuck(
+                    f"replay mismatch in the group at operation #{seq}: the journal holds "
+                    f"{op.kind} {op.name!r} at #{s}, the code did not ask for it"
+                )
 
     async def continue_as_new(self, input: Any) -> Any:
         """Ends this run and starts a fresh one of the same id with `input`, in one record.

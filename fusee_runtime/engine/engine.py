@@ -634,6 +634,7 @@ class Engine:
             run.status = run.closing
         if run.closed is not None and not run.closed.done():
             run.closed.set_result(None)
+        self._progressed()
 
     def _mark_stuck(self, run: Run, message: str) -> None:
         run.status = Status.STUCK

@@ -311,3 +311,41 @@ async def test_cancel_still_lands_after_a_race_retired_a_loser(make_engine, cloc
         await h.cancel("stop")
         with pytest.raises(Cancelled, match="stop"):
             await h.result()
+
+
+async def test_a_branch_the_new_code_no_longer_runs_makes_the_run_stuck(make_engine) -> None:
+    gate = asyncio.Event()
+
+    @step(name="fewer.a")
+    async def fewer_a() -> str:
+        return "a"
+
+    @step(name="fewer.b")
+    async def fewer_b() -> str:
+        return "b"
+
+    @step(name="fewer.block")
+    async def fewer_block() -> None:
+        await gate.wait()
+
+    @workflow(name="life.fewer_branches")
+    async def v1(ctx: Ctx, _: None) -> list[str]:
+        got = await ctx.all([fewer_a(), fewer_b()])
+        await fewer_block()
+        return got
+
+    async with make_engine() as engine:
+        await engine.start(v1, None, id="fewer")
+        run = engine._latest_run("fewer")
+        await engine.wait_until(lambda: len(run.ops) == 2 and engine._durable_lsn >= run.last_lsn)
+
+    @workflow(name="life.fewer_branches")
+    async def v2(ctx: Ctx, _: None) -> list[str]:
+        got = await ctx.all([fewer_a()])
+        await fewer_block()
+        return got
+
+    async with make_engine() as engine:
+        run = engine._latest_run("fewer")
+        await engine.wait_until(lambda: run.status == "stuck")
+        assert "fewer.b" in (run.error or "") and "did not ask for it" in (run.error or "")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 from lifecycle_helpers import until_parked
 
 from fusee_runtime import Ctx, workflow
@@ -27,15 +26,6 @@ async def test_wait_until_sees_a_run_turn_parked(make_engine) -> None:
         assert run.status == "parked"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "engine.py: a run's status turns closed in Engine._closed_durable (a durable-future "
-        "callback that runs after _durable_to has already called _progressed()), and "
-        "_closed_durable does not call self._progressed(); wait_until(lambda: run.status == "
-        "'completed') then waits for some later, unrelated progress, forever if none comes"
-    ),
-)
 async def test_wait_until_sees_a_run_turn_closed(make_engine) -> None:
     async with make_engine() as engine:
         h = await engine.start(observe_close, None, id="observe-closed")
