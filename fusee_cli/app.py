@@ -11,12 +11,22 @@ import logging
 
 import typer
 
-from fusee_cli.commands import describe, history, result, start
+from fusee_cli.commands import (
+    cancel,
+    describe,
+    history,
+    reset,
+    result,
+    resume,
+    signal,
+    start,
+    terminate,
+)
 from fusee_cli.commands import list as list_cmd
 
 app = typer.Typer(
     name="fusee",
-    help="Durable execution for Python: start workflow runs, follow them, look inside.",
+    help="Durable execution for Python: start workflow runs, follow them, steer them, look inside.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
@@ -27,6 +37,11 @@ app.command("result")(result.result)
 app.command("describe")(describe.describe)
 app.command("list")(list_cmd.list_runs)
 app.command("history")(history.history)
+app.command("signal")(signal.signal)
+app.command("resume")(resume.resume)
+app.command("cancel")(cancel.cancel)
+app.command("terminate")(terminate.terminate)
+app.command("reset")(reset.reset)
 
 
 def main() -> None:

@@ -126,7 +126,13 @@ def history_table(records: list[dict[str, Any]]) -> None:
 def _detail(rec: dict[str, Any]) -> str:
     kind = rec["type"]
     if kind == "RunStarted":
-        return f"id {rec['workflow_id']}, input {short(rec['input'])}"
+        origin = rec.get("origin") or {}
+        reset = (
+            f" (reset of run {origin['reset'][:8]}, from operation #{origin['before']})"
+            if "reset" in origin
+            else ""
+        )
+        return f"id {rec['workflow_id']}, input {short(rec['input'])}{reset}"
     if kind == "AttemptFailed":
         f = rec["failure"]
         return (
@@ -137,7 +143,7 @@ def _detail(rec: dict[str, Any]) -> str:
         return short(f"{f['kind']}: {f['message']}")
     if kind == "RunTerminated":
         return short(rec["reason"])
-    for field in ("value", "result"):
+    for field in ("value", "result", "reason"):
         if field in rec:
             return short(rec[field])
     return ""

@@ -14,14 +14,16 @@ from __future__ import annotations
 import contextlib
 import enum
 import sys
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
 if TYPE_CHECKING:
-    from fusee_runtime import Engine
+    from fusee_runtime import Engine, RunInfo
+
+T = TypeVar("T")
 
 
 class Code(enum.IntEnum):
@@ -141,11 +143,11 @@ def load_input(path: str | None) -> Any:
         ) from None
 
 
-def check_payload(value: Any) -> None:
+def check_payload(value: Any, what: str = "the input") -> None:
     """Refuses an input the engine would refuse, before any home is opened.
 
     Raises:
-        CliError: the input is over the engine's payload limit.
+        CliError: the input (`what`) is over the engine's payload limit.
     """
     import orjson
 
@@ -155,7 +157,7 @@ def check_payload(value: Any) -> None:
     if size > Config.payload_bytes_max:
         raise CliError(
             Code.USAGE,
-            f"the input is {size} bytes, over the limit of {Config.payload_bytes_max}",
+            f"{what} is {size} bytes, over the limit of {Config.payload_bytes_max}",
         )
 
 
@@ -201,20 +203,23 @@ def no_run(workflow_id: str) -> CliError:
 
 
 @contextlib.asynccontextmanager
-async def open_engine(home: Path, app: str) -> AsyncIterator[Engine]:
+async def open_engine(home: Path, app: str, *, drive: bool = True) -> AsyncIterator[Engine]:
     """Opens the home for the duration of a command (no owner serves it in this version).
 
-    Opening recovers the journal; the open runs resume only while the
-    command awaits them, and stop, durable, when it closes the engine.
+    Opening recovers the journal. With `drive`, the open runs resume only
+    while the command awaits them, and stop, durable, when it closes the
+    engine; without it the home is opened passively (`Config(drive=False)`):
+    the command's records are appended, but no run's code runs and no timer
+    fires.
 
     Raises:
         CliError: the app fails to import, another process owns the home,
             or the journal is damaged before its tail.
     """
-    from fusee_runtime import Engine, HomeLocked, JournalCorrupt
+    from fusee_runtime import Config, Engine, HomeLocked, JournalCorrupt
     from fusee_runtime.engine.registry import AppImportError
 
-    engine = Engine(home, app)
+    engine = Engine(home, app, config=Config(drive=drive))
     try:
         await engine.open()
     except AppImportError as e:
@@ -227,3 +232,46 @@ async def open_engine(home: Path, app: str) -> AsyncIterator[Engine]:
         yield engine
     finally:
         await engine.close()
+
+
+def act(
+    home: Path,
+    app: str,
+    workflow_id: str,
+    action: Callable[[Engine, RunInfo], Awaitable[T]],
+) -> T:
+    """Runs `action(engine, info)` on the newest run of `workflow_id`; returns what it returns.
+
+    The home is opened passively: what the action appends is durable when
+    it returns, and no run's code runs here. The run acts on it the next
+    time a process drives the home (`fusee result ID --wait`). A home
+    without a journal is not created.
+
+    Raises:
+        CliError: no run of that id (exit 3), or what `open_engine` raises.
+    """
+    import asyncio
+
+    if not has_journal(home):
+        raise no_run(workflow_id)
+
+    async def main() -> T:
+        async with open_engine(home, app, drive=False) as engine:
+            return await action(engine, await find_run(engine, workflow_id))
+
+    return asyncio.run(main())
+
+
+async def find_run(engine: Engine, workflow_id: str) -> RunInfo:
+    """The newest run of `workflow_id`, or a `CliError` with exit 3."""
+    from fusee_runtime import NotFound
+
+    try:
+        return await engine.handle(workflow_id).describe()
+    except NotFound:
+        raise no_run(workflow_id) from None
+
+
+def driven_later(workflow_id: str) -> str:
+    """When a run acted on by a passive command goes on: the end of a status line."""
+    return f"when a process next drives the home: `fusee result {workflow_id} --wait`"

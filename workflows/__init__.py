@@ -3,6 +3,6 @@
 Importing this package registers every example; copy one to start your own.
 """
 
-from workflows import order
+from workflows import approval, flaky, order
 
-__all__ = ["order"]
+__all__ = ["approval", "flaky", "order"]

@@ -29,8 +29,8 @@ async def _describe(home: Path, app: str, workflow_id: str, as_json: bool) -> No
     from fusee_cli.follow import run_json
     from fusee_runtime import NotFound
 
-    # Nothing is awaited between open and close, so no run's code runs here.
-    async with session.open_engine(home, app) as engine:
+    # Opened passively: reading runs no run's code and fires no timer.
+    async with session.open_engine(home, app, drive=False) as engine:
         try:
             info = await engine.handle(workflow_id).describe()
         except NotFound:

@@ -36,8 +36,8 @@ def history(
 async def _history(home: Path, app: str, workflow_id: str, out: list[dict[str, Any]]) -> None:
     from fusee_runtime import NotFound
 
-    # Nothing is awaited between open and close, so no run's code runs here.
-    async with session.open_engine(home, app) as engine:
+    # Opened passively: reading runs no run's code and fires no timer.
+    async with session.open_engine(home, app, drive=False) as engine:
         try:
             out.extend(await engine.history(workflow_id))
         except NotFound:

@@ -56,8 +56,8 @@ def _collect(
     out: list[Any] = []
 
     async def collect() -> None:
-        # Nothing is awaited between open and close, so no run's code runs here.
-        async with session.open_engine(home, app) as engine:
+        # Opened passively: reading runs no run's code and fires no timer.
+        async with session.open_engine(home, app, drive=False) as engine:
             out.extend(await engine.list(status=status, workflow=workflow, limit=limit))
 
     session.run(collect())

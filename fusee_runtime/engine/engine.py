@@ -522,9 +522,12 @@ class Engine:
         """Hands buffered signals to pending waits, oldest signal to earliest wait."""
         if not run.signals:
             return
+        now = self.clock.now()
         for seq, op in list(run.pending.items()):
             if op.kind != "wait" or op.done:
                 continue
+            if op.fire_at is not None and op.fire_at <= now:
+                continue  # timed out before this signal came: its timer records None
             for signal_id, name, value in run.signals:
                 if name == op.name:
                     self._append(run, [R.WaitCompleted, run.run_id, seq, signal_id, value])

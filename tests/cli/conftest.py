@@ -1,7 +1,11 @@
-"""Fixtures for the CLI tests: a runner, the test app, the journal's bytes."""
+"""Fixtures for the CLI tests: a runner, the real command, the test app, the journal's bytes."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,6 +16,7 @@ from typer.testing import CliRunner, Result
 from fusee_cli.app import app
 
 HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
 APP = "fusee_cli_testapp"
 
 
@@ -23,6 +28,8 @@ def testapp(monkeypatch: pytest.MonkeyPatch) -> Any:
 
     monkeypatch.setattr(fusee_cli_testapp, "ENTERED", None)
     monkeypatch.setattr(fusee_cli_testapp, "SHAPE", "a")
+    monkeypatch.setattr(fusee_cli_testapp, "FIXED", False)
+    monkeypatch.setattr(fusee_cli_testapp, "CALLS", [])
     return fusee_cli_testapp
 
 
@@ -40,6 +47,28 @@ def cli(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Result]:
         return runner.invoke(app, list(args), input=input, env=env, prog_name="fusee")
 
     return invoke
+
+
+@pytest.fixture
+def fusee() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Runs the installed `fusee ARGS...` in a child process, from the repository.
+
+    The child sees no FUSEE_ variable but the ones a test passes, and can
+    import the test app.
+    """
+    beside = Path(sys.executable).with_name("fusee")
+    found = str(beside) if beside.exists() else shutil.which("fusee")
+    if found is None:
+        pytest.fail("the `fusee` console script is not installed: pip install -e .")
+
+    def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("FUSEE_")}
+        clean["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), clean.get("PYTHONPATH")]))
+        return subprocess.run(
+            [found, *args], cwd=REPO, env={**clean, **env}, capture_output=True, text=True
+        )
+
+    return run
 
 
 @pytest.fixture

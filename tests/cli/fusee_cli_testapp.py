@@ -12,13 +12,19 @@ import os
 import signal
 from typing import Any
 
-from fusee_runtime import Ctx, Fatal, step, workflow
+from fusee_runtime import Ctx, Exhausted, Fatal, RetryPolicy, step, workflow
 
 ENTERED: asyncio.Event | None = None
 """Set by `forever` when its function starts: every earlier record is durable then."""
 
 SHAPE = "a"
 """The name of `cli_shifty`'s first step; a test changes it to break replay."""
+
+FIXED = False
+"""Whether `wobble` succeeds; until a test sets it, its one attempt fails and pauses the run."""
+
+CALLS: list[str] = []
+"""The steps of `cli_pair` whose functions ran, in order."""
 
 
 @step
@@ -41,6 +47,18 @@ def echo(value: Any) -> Any:
     return value
 
 
+@step(retry=RetryPolicy(attempts=1, on_exhausted=Exhausted.PAUSE))
+async def wobble() -> str:
+    if not FIXED:
+        raise ConnectionError("wobbly service")
+    return "steady"
+
+
+def called(name: str, value: Any) -> Any:
+    CALLS.append(name)
+    return value
+
+
 @workflow
 async def cli_echo(ctx: Ctx, value: Any) -> Any:
     return await echo(value)
@@ -60,3 +78,20 @@ async def cli_fail(ctx: Ctx, value: dict[str, Any]) -> None:
 async def cli_shifty(ctx: Ctx, _: Any) -> None:
     await ctx.step(SHAPE, echo, 1)
     await forever()
+
+
+@workflow
+async def cli_wait(ctx: Ctx, _: Any) -> Any:
+    return await echo(await ctx.wait_for("go"))
+
+
+@workflow
+async def cli_pause(ctx: Ctx, _: Any) -> str:
+    return await wobble()
+
+
+@workflow
+async def cli_pair(ctx: Ctx, value: Any) -> list[Any]:
+    first = await ctx.step("first", called, "first", value)
+    second = await ctx.step("second", called, "second", value)
+    return [first, second]

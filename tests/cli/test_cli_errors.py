@@ -9,6 +9,15 @@ import pytest
 
 from fusee_runtime.engine.home import HomeLock
 
+ACTS = (
+    ["signal", "h-1", "go", "1"],
+    ["resume", "h-1"],
+    ["cancel", "h-1"],
+    ["terminate", "h-1"],
+    ["reset", "h-1", "--to", "1"],
+)
+"""The commands that act on run h-1 of `used_home`."""
+
 
 @pytest.fixture
 def used_home(cli, on, home, journal):
@@ -65,7 +74,7 @@ def test_an_app_that_fails_to_import_shows_the_import_error(
     name = f"broken_app_{uuid.uuid4().hex[:8]}"
     (tmp_path / f"{name}.py").write_text("raise RuntimeError('no database configured')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    for command in (["start", "cli_echo"], ["describe", "h-1"], ["list"], ["result", "h-1"]):
+    for command in (["start", "cli_echo"], ["describe", "h-1"], ["list"], ["result", "h-1"], *ACTS):
         r = cli(*command, "--home", str(home), "--app", name)
         bad_input(
             r, 2, f"cannot import app module {name!r}", "RuntimeError: no database configured"
@@ -83,7 +92,7 @@ def test_a_locked_home_names_the_owner(cli, on, home, journal, used_home, bad_in
     lock = HomeLock(home)
     lock.acquire()
     try:
-        for command in (["start", "cli_echo"], ["describe", "h-1"], ["result", "h-1"]):
+        for command in (["start", "cli_echo"], ["describe", "h-1"], ["result", "h-1"], *ACTS):
             r = cli(*command, *on)
             bad_input(r, 2, f"home {home} is locked by process", str(lock.owner()))
     finally:
@@ -114,6 +123,9 @@ def test_a_bad_pyproject(cli, bad_input, tmp_path: Path, monkeypatch):
         ["start"],
         ["start", "cli_echo", "--timeout", "soon"],
         ["result"],
+        ["signal", "h-1"],
+        ["reset", "h-1"],
+        ["cancel"],
         ["frobnicate"],
     ],
 )

@@ -11,7 +11,18 @@ COMMANDS = sorted(c.name for c in app.registered_commands if c.name)
 
 
 def test_the_commands_of_this_version():
-    assert COMMANDS == ["describe", "history", "list", "result", "start"]
+    assert COMMANDS == [
+        "cancel",
+        "describe",
+        "history",
+        "list",
+        "reset",
+        "result",
+        "resume",
+        "signal",
+        "start",
+        "terminate",
+    ]
 
 
 @pytest.mark.parametrize("command", COMMANDS)

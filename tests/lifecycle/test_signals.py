@@ -156,3 +156,21 @@ async def test_a_wait_timeout_across_close_and_reopen_keeps_its_deadline(
         assert clock.next_deadline() == T0 + 60
         clock.set(T0 + 60)
         assert await engine.handle("sig-deadline").result() is None
+
+
+async def test_a_signal_after_a_wait_timed_out_does_not_win_over_the_timeout(
+    make_engine, clock
+) -> None:
+    @workflow(name="life.late_signal")
+    async def wf(ctx: Ctx, _: None) -> object:
+        return [await ctx.wait_for("go", timeout=10), await ctx.wait_for("go")]
+
+    async with make_engine() as engine:
+        await engine.start(wf, None, id="late")
+        run = engine._latest_run("late")
+        await engine.wait_until(lambda: run.parked and engine._durable_lsn >= run.last_lsn)
+    clock.advance(60)
+    async with make_engine(drive=False) as engine:
+        await engine.signal("late", "go", "late")
+    async with make_engine() as engine:
+        assert await engine.handle("late").result() == [None, "late"]
