@@ -243,7 +243,8 @@ class Engine:
         existing = self._latest.get(workflow_id)
         if existing is not None:
             if on_conflict == "return":
-                if signal is not None and existing.is_open:
+                if signal is not None:
+                    # Refused when the run is closed, rather than dropped silently.
                     await self.signal(workflow_id, *signal)
                 await self._wait_durable(existing.start_lsn)
                 return RunHandle(self, workflow_id)

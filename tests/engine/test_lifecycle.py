@@ -201,3 +201,15 @@ BLOCK_ONCE = asyncio.Event()
 @step
 async def lifecycle_blocks_once() -> None:
     await BLOCK_ONCE.wait()
+
+
+async def test_signal_with_start_on_a_closed_run_is_rejected_not_dropped(make_engine) -> None:
+    @workflow(name="lifecycle.quick")
+    async def wf(ctx: Ctx, _: None) -> str:
+        return "done"
+
+    async with make_engine() as engine:
+        h = await engine.start(wf, None, id="closed-sws")
+        assert await h.result() == "done"
+        with pytest.raises(Rejected, match="completed: it takes no more signals"):
+            await engine.start(wf, None, id="closed-sws", signal=("go", 1))
