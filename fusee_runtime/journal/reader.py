@@ -107,7 +107,7 @@ def recover(directory: Path, storage: Storage, repair: bool = True) -> Scan:
             # whole, so a bad header is damage, unless nothing follows it.
             if fmt.find_whole_frame(seg.data, fmt.HEADER_BYTES) is not None or _any_frame(later):
                 raise JournalCorrupt(str(seg.path), 0, "bad segment header")
-            return _cut(directory, storage, records, segments, i, None, next_lsn, repair)
+            return _cut(directory, storage, records, segments, i, None, next_lsn, repair, 0)
         if i > 0 and seg.first_lsn != next_lsn:
             raise JournalCorrupt(
                 str(seg.path), 0, f"segment starts at lsn {seg.first_lsn}, expected {next_lsn}"
@@ -118,11 +118,13 @@ def recover(directory: Path, storage: Storage, repair: bool = True) -> Scan:
                 records.append((next_lsn, payload))
                 next_lsn += 1
                 continue
-            clean_end = fmt.data_end(seg.data, offset) == offset
-            if clean_end and later:
+            used = fmt.data_end(seg.data, offset)
+            if used == offset and later:
                 break  # the next frame did not fit: it starts the next segment
-            if clean_end or not _frame_after(seg, offset, later):
-                return _cut(directory, storage, records, segments, i, offset, next_lsn, repair)
+            if used == offset or not _frame_after(seg, offset, later):
+                return _cut(
+                    directory, storage, records, segments, i, offset, next_lsn, repair, used
+                )
             reason = _damage_reason(seg.data, offset) + _in_last_batch(seg, offset, later)
             raise JournalCorrupt(str(seg.path), offset, reason)
     return Scan(records, Tail(None, 0, next_lsn))
@@ -160,8 +162,13 @@ def _cut(
     offset: int | None,
     next_lsn: int,
     repair: bool,
+    used: int,
 ) -> Scan:
-    """Cuts the journal at `offset` of segment `index` (None: drop the segment)."""
+    """Cuts the journal at `offset` of segment `index` (None: drop the segment).
+
+    `used` is where nonzero bytes end in that segment (`fmt.data_end`), found
+    by the caller: the scan over a whole preallocated segment is done once.
+    """
     seg = segments[index]
     doomed = [s.path for s in segments[index + 1 :]]
     if offset is None:
@@ -172,18 +179,16 @@ def _cut(
         tail = Tail(seg.path, offset, next_lsn, len(seg.data))
         cut = (seg.path, offset)
     if repair:
-        if offset is not None:
-            used = fmt.data_end(seg.data, offset)
-            if used > offset:
-                fd = storage.open(seg.path)
-                try:
-                    storage.write(fd, offset, bytes(used - offset))
-                    storage.sync(fd)
-                finally:
-                    storage.close(fd)
+        if offset is not None and used > offset:
+            fd = storage.open(seg.path)
+            try:
+                storage.write(fd, offset, bytes(used - offset))
+                storage.sync(fd)
+            finally:
+                storage.close(fd)
         for p in doomed:
             storage.remove(p)
         if doomed:
             storage.sync_dir(directory)
-    dirty = offset is not None and fmt.data_end(seg.data, offset) > offset
+    dirty = offset is not None and used > offset
     return Scan(records, tail, cut if dirty or doomed else None, doomed)
