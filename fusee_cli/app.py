@@ -13,13 +13,18 @@ import typer
 
 from fusee_cli.commands import (
     cancel,
+    check,
+    complete,
     describe,
+    handlers,
     history,
+    logs,
     reset,
     result,
     resume,
     signal,
     start,
+    tail_stream,
     terminate,
 )
 from fusee_cli.commands import list as list_cmd
@@ -42,6 +47,13 @@ app.command("resume")(resume.resume)
 app.command("cancel")(cancel.cancel)
 app.command("terminate")(terminate.terminate)
 app.command("reset")(reset.reset)
+app.command("tail-stream")(tail_stream.tail_stream)
+app.command("logs")(logs.logs)
+app.command("query")(handlers.query)
+app.command("update")(handlers.update)
+app.command("complete")(complete.complete)
+app.command("fail")(complete.fail)
+app.command("check")(check.check)
 
 
 def main() -> None:

@@ -478,6 +478,22 @@ class Ctx:
         self._halted = "continued as new"
         raise Halt(self._halted)
 
+    # -- logs and streams ------------------------------------------------------
+
+    @property
+    def log(self) -> Any:
+        """This run's logger: `ctx.log.info(msg)`, followable with `fusee logs -f`."""
+        run_log = self._engine.run_log
+        if run_log is None:
+            raise Rejected("ctx.log needs an engine that runs workflow code")
+        return run_log.logger(self)
+
+    def stream(self, name: str) -> Any:
+        """A writer for stream `name`: `append(item)` and `close()`."""
+        from fusee_runtime.streams import StreamWriter
+
+        return StreamWriter(self, name)
+
     # -- replay ------------------------------------------------------------------
 
     def _next(self, kind: str, name: str) -> tuple[str, Op | None]:

@@ -32,6 +32,7 @@ from fusee_runtime.dsl import Exhausted, RetryPolicy, WorkflowDef, registry, sec
 from fusee_runtime.engine.handle import RunHandle
 from fusee_runtime.engine.home import HomeLock
 from fusee_runtime.engine.registry import load_app
+from fusee_runtime.engine.runlog import RunLog
 from fusee_runtime.engine.state import Op, Run, RunInfo, Status, top
 from fusee_runtime.engine.timers import TimerQueue
 from fusee_runtime.errors import (
@@ -119,6 +120,8 @@ class Engine:
         self._timers = TimerQueue(self.clock, self._fire)
         self._wakes: set[str] = set()
         self._progress: asyncio.Event | None = None
+        # `ctx.log` lines; only an engine that runs code writes them.
+        self.run_log: RunLog | None = None
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -169,6 +172,7 @@ class Engine:
         )
         self._opened = True
         if self.config.drive:
+            self.run_log = RunLog(self.home / "logs")
             self._timers.start()
         for run in sorted(self._runs.values(), key=lambda r: r.start_lsn):
             if run.is_open:
@@ -189,6 +193,8 @@ class Engine:
             await asyncio.to_thread(self._writer.close)
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
+        if self.run_log is not None:
+            self.run_log.close()
         for _, _, fut in self._waiters:
             if not fut.done():
                 fut.set_exception(Rejected("the engine closed"))
@@ -638,6 +644,8 @@ class Engine:
             run.status = run.closing
         if run.closed is not None and not run.closed.done():
             run.closed.set_result(None)
+        if self.run_log is not None:
+            self.run_log.closed(run)
         self._progressed()
 
     def _mark_stuck(self, run: Run, message: str) -> None:

@@ -13,15 +13,22 @@ COMMANDS = sorted(c.name for c in app.registered_commands if c.name)
 def test_the_commands_of_this_version():
     assert COMMANDS == [
         "cancel",
+        "check",
+        "complete",
         "describe",
+        "fail",
         "history",
         "list",
+        "logs",
+        "query",
         "reset",
         "result",
         "resume",
         "signal",
         "start",
+        "tail-stream",
         "terminate",
+        "update",
     ]
 
 
