@@ -22,6 +22,7 @@ import typer
 
 if TYPE_CHECKING:
     from fusee_runtime import Engine, RunInfo
+    from fusee_runtime.engine.control import Control, ControlClient
 
 T = TypeVar("T")
 
@@ -202,15 +203,20 @@ def no_run(workflow_id: str) -> CliError:
     return CliError(Code.NOT_FOUND, f"no run with id {workflow_id!r}")
 
 
+class _Locked(CliError):
+    """Another process holds the home's lock."""
+
+
 @contextlib.asynccontextmanager
 async def open_engine(home: Path, app: str, *, drive: bool = True) -> AsyncIterator[Engine]:
-    """Opens the home for the duration of a command (no owner serves it in this version).
+    """Opens the home in this process for the duration of a command.
 
-    Opening recovers the journal. With `drive`, the open runs resume only
-    while the command awaits them, and stop, durable, when it closes the
-    engine; without it the home is opened passively (`Config(drive=False)`):
-    the command's records are appended, but no run's code runs and no timer
-    fires.
+    Opening recovers the journal. With `drive`, the open runs resume while
+    the command runs, and stop, durable, when it closes the engine; the
+    engine serves the control API meanwhile, so commands from other
+    processes reach it. Without `drive` the home is opened passively
+    (`Config(drive=False)`): the command's records are appended, but no
+    run's code runs and no timer fires.
 
     Raises:
         CliError: the app fails to import, another process owns the home,
@@ -225,7 +231,7 @@ async def open_engine(home: Path, app: str, *, drive: bool = True) -> AsyncItera
     except AppImportError as e:
         raise CliError(Code.USAGE, str(e)) from None
     except HomeLocked as e:
-        raise CliError(Code.USAGE, f"{e}; stop it or wait for it to finish") from None
+        raise _Locked(Code.USAGE, f"{e}; stop it or wait for it to finish") from None
     except JournalCorrupt as e:
         raise CliError(Code.USAGE, str(e)) from None
     try:
@@ -234,44 +240,94 @@ async def open_engine(home: Path, app: str, *, drive: bool = True) -> AsyncItera
         await engine.close()
 
 
+RETRY_OPEN_S = 0.05
+"""Pause between two tries to reach the owner or take the home, while another process has it."""
+
+
+@contextlib.asynccontextmanager
+async def control(home: Path, app: str, *, drive: bool) -> AsyncIterator[Control | ControlClient]:
+    """The home's control API: its owner's, over the socket, or else this process's own.
+
+    With no owner the command opens the home itself, driving its runs
+    (`drive`) or passively, as `open_engine` says. A process can hold the
+    lock without serving yet (it is recovering the journal) or without
+    ever serving (a passive command, for a moment): the command keeps
+    trying both ways for `ANSWER_S`, then names the owner's pid.
+
+    Raises:
+        CliError: the owner does not answer, or what `open_engine` raises.
+    """
+    import asyncio
+
+    from fusee_runtime.engine.control import ANSWER_S, Control, ControlClient, OwnerUnanswered
+    from fusee_runtime.engine.home import HomeLock
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + ANSWER_S
+    async with contextlib.AsyncExitStack() as stack:
+        while True:
+            try:
+                client = await ControlClient.connect(home)
+            except OwnerUnanswered as e:
+                raise CliError(Code.USAGE, str(e)) from None
+            if client is not None:
+                ctl: Control | ControlClient = client
+                break
+            try:
+                ctl = Control(await stack.enter_async_context(open_engine(home, app, drive=drive)))
+                break
+            except _Locked:
+                if loop.time() >= deadline:
+                    pid = HomeLock(home).owner()
+                    raise CliError(
+                        Code.USAGE, str(OwnerUnanswered(home, pid, "does not answer"))
+                    ) from None
+            await asyncio.sleep(RETRY_OPEN_S)
+        yield ctl
+
+
 def act(
     home: Path,
     app: str,
     workflow_id: str,
-    action: Callable[[Engine, RunInfo], Awaitable[T]],
-) -> T:
-    """Runs `action(engine, info)` on the newest run of `workflow_id`; returns what it returns.
+    action: Callable[[Control | ControlClient, RunInfo], Awaitable[T]],
+) -> tuple[T, int | None]:
+    """Runs `action(control, info)` on the newest run of `workflow_id`.
 
-    The home is opened passively: what the action appends is durable when
-    it returns, and no run's code runs here. The run acts on it the next
-    time a process drives the home (`fusee result ID --wait`). A home
-    without a journal is not created.
+    Returns what the action returns, and the pid of the owner that served
+    it, or None when this command opened the home itself. Then it opens it
+    passively: what the action appends is durable when it returns, and no
+    run's code runs here; the run acts on it the next time a process drives
+    the home (`fusee result ID --wait`). A home without a journal is not
+    created.
 
     Raises:
-        CliError: no run of that id (exit 3), or what `open_engine` raises.
+        CliError: no run of that id (exit 3), or what `control` raises.
     """
     import asyncio
 
     if not has_journal(home):
         raise no_run(workflow_id)
 
-    async def main() -> T:
-        async with open_engine(home, app, drive=False) as engine:
-            return await action(engine, await find_run(engine, workflow_id))
+    async def main() -> tuple[T, int | None]:
+        async with control(home, app, drive=False) as ctl:
+            return await action(ctl, await find_run(ctl, workflow_id)), ctl.owner
 
     return asyncio.run(main())
 
 
-async def find_run(engine: Engine, workflow_id: str) -> RunInfo:
+async def find_run(ctl: Control | ControlClient, workflow_id: str) -> RunInfo:
     """The newest run of `workflow_id`, or a `CliError` with exit 3."""
     from fusee_runtime import NotFound
 
     try:
-        return await engine.handle(workflow_id).describe()
+        return await ctl.describe(workflow_id)
     except NotFound:
         raise no_run(workflow_id) from None
 
 
-def driven_later(workflow_id: str) -> str:
-    """When a run acted on by a passive command goes on: the end of a status line."""
+def goes_on(workflow_id: str, owner: int | None) -> str:
+    """When a run acted on by a command goes on: the end of a status line."""
+    if owner is not None:
+        return f"now, in the process that owns the home (pid {owner})"
     return f"when a process next drives the home: `fusee result {workflow_id} --wait`"

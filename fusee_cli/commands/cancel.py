@@ -10,7 +10,8 @@ from fusee_cli import session
 from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, app_module
 
 if TYPE_CHECKING:
-    from fusee_runtime import Engine, RunInfo
+    from fusee_runtime import RunInfo
+    from fusee_runtime.engine.control import Control, ControlClient
 
 
 def cancel(
@@ -31,21 +32,20 @@ def cancel(
         module = app_module(app)
         wid = session.check_id(workflow_id)
 
-        async def cancel_run(engine: Engine, info: RunInfo) -> RunInfo:
-            handle = engine.handle(wid)
+        async def cancel_run(ctl: Control | ControlClient, info: RunInfo) -> RunInfo:
             # Raises Rejected, with how it closed, when the run is closed.
-            await handle.cancel(reason)
-            return await handle.describe()
+            await ctl.cancel(wid, reason)
+            return await ctl.describe(wid)
 
-        after = session.act(home, module, wid, cancel_run)
+        after, owner = session.act(home, module, wid, cancel_run)
         if as_json:
-            from fusee_cli.follow import run_json
+            from fusee_runtime.engine.control import run_json
 
             session.print_json(run_json(after))
         elif after.status.is_open:
             session.echo_err(
                 f"cancel of {wid} recorded ({reason}); it runs its compensations and closes "
-                f"as cancelled {session.driven_later(wid)}"
+                f"as cancelled {session.goes_on(wid, owner)}"
             )
         else:
             session.echo_err(f"cancelled {wid} ({reason}); it is {after.status}")

@@ -26,15 +26,11 @@ def describe(
 
 
 async def _describe(home: Path, app: str, workflow_id: str, as_json: bool) -> None:
-    from fusee_cli.follow import run_json
-    from fusee_runtime import NotFound
+    from fusee_runtime.engine.control import run_json
 
-    # Opened passively: reading runs no run's code and fires no timer.
-    async with session.open_engine(home, app, drive=False) as engine:
-        try:
-            info = await engine.handle(workflow_id).describe()
-        except NotFound:
-            raise session.no_run(workflow_id) from None
+    # With no owner, opened passively: reading runs no run's code and fires no timer.
+    async with session.control(home, app, drive=False) as ctl:
+        info = await session.find_run(ctl, workflow_id)
     if as_json:
         session.print_json(run_json(info))
     else:

@@ -1,13 +1,96 @@
-"""PLACEHOLDER: `fusee query`, `fusee update`, being written."""
+"""`fusee query` and `fusee update`: call a run's query or update handler.
+
+Workflows cannot declare handlers (`ctx.on_query`, `ctx.on_update`) in this
+version, so both commands refuse, with exit 2, before they open the home or
+import the engine: the signatures and help are what later versions keep.
+"""
 
 from __future__ import annotations
 
+from typing import Annotated
 
-def query() -> None:
-    """Not written yet."""
-    raise NotImplementedError
+import typer
+
+from fusee_cli import session
+from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json
+from fusee_cli.session import CliError, Code
+
+Arg = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="ARG",
+        help="The handler's argument: JSON, else taken as a string; default: null. "
+        "Put -- before an argument that starts with a dash.",
+        show_default=False,
+    ),
+]
 
 
-def update() -> None:
-    """Not written yet."""
-    raise NotImplementedError
+def query(
+    workflow_id: Id,
+    name: Annotated[
+        str,
+        typer.Argument(
+            metavar="NAME",
+            help="The query's name, as the workflow declares its handler (ctx.on_query).",
+            show_default=False,
+        ),
+    ],
+    arg: Arg = None,
+    as_json: Json = False,
+    home: Home = DEFAULT_HOME,
+    app: App = None,
+) -> None:
+    """Ask run ID's query handler NAME, with ARG, and print its answer; nothing is recorded.
+
+    Not available yet: workflows cannot declare query handlers in this
+    version, so it exits 2 without opening the home.
+
+    Example: fusee query expense-7 total
+    """
+    with session.reporting():
+        raise CliError(
+            Code.USAGE,
+            "fusee query is not available yet: workflows cannot declare query handlers "
+            "(ctx.on_query) in this version",
+        )
+
+
+def update(
+    workflow_id: Id,
+    name: Annotated[
+        str,
+        typer.Argument(
+            metavar="NAME",
+            help="The update's name, as the workflow declares its handler (ctx.on_update).",
+            show_default=False,
+        ),
+    ],
+    arg: Arg = None,
+    update_id: Annotated[
+        str | None,
+        typer.Option(
+            "--update-id",
+            metavar="ID",
+            help="Id of this update: an update sent again with the same id is applied "
+            "once and answered the same; default: a fresh id.",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: Json = False,
+    home: Home = DEFAULT_HOME,
+    app: App = None,
+) -> None:
+    """Send update NAME, with ARG, to run ID; print its answer once the update is durable.
+
+    Not available yet: workflows cannot declare update handlers in this
+    version, so it exits 2 without opening the home.
+
+    Example: fusee update expense-7 set-limit 500 --update-id raise-1
+    """
+    with session.reporting():
+        raise CliError(
+            Code.USAGE,
+            "fusee update is not available yet: workflows cannot declare update handlers "
+            "(ctx.on_update) in this version",
+        )

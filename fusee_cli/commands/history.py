@@ -36,9 +36,9 @@ def history(
 async def _history(home: Path, app: str, workflow_id: str, out: list[dict[str, Any]]) -> None:
     from fusee_runtime import NotFound
 
-    # Opened passively: reading runs no run's code and fires no timer.
-    async with session.open_engine(home, app, drive=False) as engine:
+    # With no owner, opened passively: reading runs no run's code and fires no timer.
+    async with session.control(home, app, drive=False) as ctl:
         try:
-            out.extend(await engine.history(workflow_id))
+            out.extend(await ctl.history(workflow_id))
         except NotFound:
             raise session.no_run(workflow_id) from None

@@ -39,7 +39,7 @@ def list_runs(
         if session.has_journal(home):
             infos = _collect(home, module, status, workflow, limit)
         if as_json:
-            from fusee_cli.follow import run_json
+            from fusee_runtime.engine.control import run_json
 
             session.print_json([run_json(info) for info in infos])
         elif not infos:
@@ -56,9 +56,9 @@ def _collect(
     out: list[Any] = []
 
     async def collect() -> None:
-        # Opened passively: reading runs no run's code and fires no timer.
-        async with session.open_engine(home, app, drive=False) as engine:
-            out.extend(await engine.list(status=status, workflow=workflow, limit=limit))
+        # With no owner, opened passively: reading runs no run's code and fires no timer.
+        async with session.control(home, app, drive=False) as ctl:
+            out.extend(await ctl.list(status=status, workflow=workflow, limit=limit))
 
     session.run(collect())
     return out

@@ -12,7 +12,8 @@ from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, app_module
 from fusee_cli.session import CliError, Code
 
 if TYPE_CHECKING:
-    from fusee_runtime import Engine, RunInfo
+    from fusee_runtime import RunInfo
+    from fusee_runtime.engine.control import Control, ControlClient
 
 _NUMBER = re.compile(r"[+-]?\d+")
 _STEP_RECORDS = ("StepCompleted", "StepFailed", "AttemptFailed", "StepPaused")
@@ -47,25 +48,24 @@ def reset(
         wid = session.check_id(workflow_id)
 
         async def reset_run(
-            engine: Engine, info: RunInfo
+            ctl: Control | ControlClient, info: RunInfo
         ) -> tuple[RunInfo, RunInfo, dict[str, Any]]:
             from fusee_runtime import NotFound
 
             try:
                 # Rejected for an operation number below 1; NotFound for a step
                 # the run never called (the run itself exists: an input error).
-                handle = await engine.handle(wid).reset(point)
+                new = await ctl.reset(wid, point)
             except NotFound as e:
-                steps = await _steps(engine, info)
+                steps = await _steps(ctl, info)
                 known = f"its steps: {', '.join(steps)}" if steps else "it has called no step"
                 raise CliError(Code.USAGE, f"{e}; {known}") from None
-            new = await handle.describe()
-            started = [r for r in await engine.history(wid) if r["run_id"] == new.run_id]
+            started = [r for r in await ctl.history(wid) if r["run_id"] == new.run_id]
             return info, new, started[0]["origin"]
 
-        old, new, origin = session.act(home, module, wid, reset_run)
+        (old, new, origin), owner = session.act(home, module, wid, reset_run)
         if as_json:
-            from fusee_cli.follow import run_json
+            from fusee_runtime.engine.control import run_json
 
             session.print_json({**run_json(new), "origin": origin})
         else:
@@ -75,14 +75,14 @@ def reset(
             session.echo_err(
                 f"reset {wid}: run {old.run_id} {was}; new run {new.run_id} "
                 f"keeps operations before #{origin['before']} and runs the rest "
-                f"{session.driven_later(wid)}"
+                f"{session.goes_on(wid, owner)}"
             )
 
 
-async def _steps(engine: Engine, info: RunInfo) -> list[str]:
+async def _steps(ctl: Control | ControlClient, info: RunInfo) -> list[str]:
     """The names of the steps `info`'s run called, in the order it first called them."""
     names: dict[str, None] = {}
-    for rec in await engine.history(info.id):
+    for rec in await ctl.history(info.id):
         if rec["run_id"] == info.run_id and rec["type"] in _STEP_RECORDS:
             names.setdefault(rec["name"], None)
     return list(names)

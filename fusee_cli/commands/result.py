@@ -47,15 +47,11 @@ async def _result(
     home: Path, app: str, workflow_id: str, timeout_s: float | None, as_json: bool
 ) -> None:
     from fusee_cli.follow import follow, report
-    from fusee_runtime import NotFound
 
-    async with session.open_engine(home, app) as engine:
-        try:
-            await engine.handle(workflow_id).describe()
-        except NotFound:
-            raise session.no_run(workflow_id) from None
-        # With no owner serving the home, this process runs the run while it waits.
-        outcome = await follow(engine, workflow_id, timeout_s)
-        code = await report(engine, workflow_id, outcome, as_json)
+    # With no owner serving the home, this process runs the run while it waits.
+    async with session.control(home, app, drive=True) as ctl:
+        await session.find_run(ctl, workflow_id)
+        outcome = await follow(ctl, workflow_id, timeout_s)
+        code = report(outcome, as_json)
     if code != Code.OK:
         raise typer.Exit(code)

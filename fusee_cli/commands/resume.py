@@ -9,7 +9,8 @@ from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, app_module
 from fusee_cli.session import CliError, Code
 
 if TYPE_CHECKING:
-    from fusee_runtime import Engine, RunInfo
+    from fusee_runtime import RunInfo
+    from fusee_runtime.engine.control import Control, ControlClient
 
 
 def resume(
@@ -26,14 +27,15 @@ def resume(
         module = app_module(app)
         wid = session.check_id(workflow_id)
 
-        async def resume_run(engine: Engine, info: RunInfo) -> tuple[RunInfo, RunInfo]:
+        async def resume_run(
+            ctl: Control | ControlClient, info: RunInfo
+        ) -> tuple[RunInfo, RunInfo]:
             from fusee_runtime import Rejected
 
-            handle = engine.handle(wid)
             try:
-                await handle.resume()
+                await ctl.resume(wid)
             except Rejected as e:
-                if not info.status.is_open:
+                if not info.status.is_open or ctl.owner is not None:
                     raise
                 # Being stuck is not recorded, and a passive open runs no code
                 # that could find out again: a stuck run shows as running here.
@@ -42,11 +44,11 @@ def resume(
                     f"{e}; if it was reported stuck, `fusee result {wid} --wait` "
                     "retries it with the code loaded now",
                 ) from None
-            return info, await handle.describe()
+            return info, await ctl.describe(wid)
 
-        before, after = session.act(home, module, wid, resume_run)
+        (before, after), owner = session.act(home, module, wid, resume_run)
         if as_json:
-            from fusee_cli.follow import run_json
+            from fusee_runtime.engine.control import run_json
 
             session.print_json(run_json(after))
         else:
@@ -54,4 +56,4 @@ def resume(
             if before.error:
                 # A paused run's error already says "paused in step ...".
                 was = before.error if before.error.startswith(was) else f"{was}: {before.error}"
-            session.echo_err(f"resumed {wid} ({was}); it goes on {session.driven_later(wid)}")
+            session.echo_err(f"resumed {wid} ({was}); it goes on {session.goes_on(wid, owner)}")

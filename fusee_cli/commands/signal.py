@@ -11,7 +11,8 @@ from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, app_module
 from fusee_cli.session import CliError, Code
 
 if TYPE_CHECKING:
-    from fusee_runtime import Engine, RunInfo
+    from fusee_runtime import RunInfo
+    from fusee_runtime.engine.control import Control, ControlClient
 
 SHOWN_CHARS_MAX = 72
 """Longest value echoed on stderr; the journal holds all of it."""
@@ -60,11 +61,11 @@ def signal(
         module = app_module(app)
         wid = session.check_id(workflow_id)
 
-        async def deliver(engine: Engine, info: RunInfo) -> None:
+        async def deliver(ctl: Control | ControlClient, info: RunInfo) -> None:
             # Raises Rejected, naming the status, when the run is closed.
-            await engine.handle(wid).signal(name, payload)
+            await ctl.signal(wid, name, payload)
 
-        session.act(home, module, wid, deliver)
+        _, owner = session.act(home, module, wid, deliver)
         if as_json:
             session.print_json({"id": wid, "signal": name, "delivered": True})
         else:
@@ -73,7 +74,7 @@ def signal(
                 shown += " (VALUE is not JSON: sent as a string)"
             session.echo_err(
                 f"delivered signal {name!r} to {wid}: {shown}; "
-                f"the run takes it {session.driven_later(wid)}"
+                f"the run takes it {session.goes_on(wid, owner)}"
             )
 
 

@@ -11,15 +11,16 @@ import typer
 
 from fusee_cli import session
 from fusee_cli.options import DEFAULT_HOME, App, Home, Json, app_module
-from fusee_cli.session import Code, echo_err
+from fusee_cli.session import CliError, Code, echo_err
 
 
 @dataclass
 class _Started:
-    """What the interrupt handler needs to know: whether the start is durable."""
+    """What the interrupt handler needs to know: whether the start is durable, and where."""
 
     workflow_id: str
     durable: bool = False
+    owner: int | None = None
 
 
 def start(
@@ -64,8 +65,13 @@ def start(
             if not started.durable:
                 echo_err(f"interrupted before the start of {wid} was durable")
                 raise typer.Exit(130) from None
+            where = (
+                f"goes on in the process that owns the home (pid {started.owner})"
+                if started.owner is not None
+                else "resumes when the home is next opened"
+            )
             echo_err(
-                f"detached: run {wid} is durable and resumes when the home is next opened; "
+                f"detached: run {wid} is durable and {where}; "
                 f"follow it with `fusee result {wid} --wait`"
             )
             raise typer.Exit(Code.OK) from None
@@ -81,20 +87,23 @@ async def _start(
     timeout_s: float | None,
     as_json: bool,
 ) -> None:
-    from fusee_cli.follow import follow, report, run_json
+    from fusee_cli.follow import follow, report
     from fusee_cli.render import Progress
     from fusee_runtime import NotFound
+    from fusee_runtime.engine.control import run_json
 
     wid = started.workflow_id
-    async with session.open_engine(home, app) as engine:
+    async with session.control(home, app, drive=True) as ctl:
+        started.owner = ctl.owner
         try:
-            existing = await engine.handle(wid).describe()
-        except NotFound:
-            existing = None
-        handle = await engine.start(workflow, value, id=wid)
+            info, existed = await ctl.start(workflow, value, id=wid)
+        except NotFound as e:
+            # The owner's app does not know the workflow this command's app knows.
+            raise CliError(
+                Code.USAGE, f"the process that owns the home (pid {ctl.owner}): {e}"
+            ) from None
         started.durable = True
-        info = await handle.describe()
-        if existing is not None:
+        if existed:
             then = "" if detach else "; following it"
             echo_err(f"run {wid} already exists ({info.workflow}, {info.status}){then}")
         elif not detach:
@@ -106,7 +115,7 @@ async def _start(
                 typer.echo(wid)
             return
         with Progress(wid) as progress:
-            outcome = await follow(engine, wid, timeout_s, progress)
-        code = await report(engine, wid, outcome, as_json)
+            outcome = await follow(ctl, wid, timeout_s, progress)
+        code = report(outcome, as_json)
     if code != Code.OK:
         raise typer.Exit(code)

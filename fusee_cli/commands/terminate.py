@@ -10,7 +10,8 @@ from fusee_cli import session
 from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, app_module
 
 if TYPE_CHECKING:
-    from fusee_runtime import Engine, RunInfo
+    from fusee_runtime import RunInfo
+    from fusee_runtime.engine.control import Control, ControlClient
 
 
 def terminate(
@@ -31,15 +32,16 @@ def terminate(
         module = app_module(app)
         wid = session.check_id(workflow_id)
 
-        async def terminate_run(engine: Engine, info: RunInfo) -> tuple[RunInfo, RunInfo]:
-            handle = engine.handle(wid)
+        async def terminate_run(
+            ctl: Control | ControlClient, info: RunInfo
+        ) -> tuple[RunInfo, RunInfo]:
             # Raises Rejected, with how it closed, when the run is closed.
-            await handle.terminate(reason)
-            return info, await handle.describe()
+            await ctl.terminate(wid, reason)
+            return info, await ctl.describe(wid)
 
-        before, after = session.act(home, module, wid, terminate_run)
+        (before, after), _ = session.act(home, module, wid, terminate_run)
         if as_json:
-            from fusee_cli.follow import run_json
+            from fusee_runtime.engine.control import run_json
 
             session.print_json(run_json(after))
         else:

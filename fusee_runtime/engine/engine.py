@@ -29,6 +29,7 @@ import orjson
 from fusee_runtime.clock import Clock, SystemClock
 from fusee_runtime.context import NAME_CHARS_MAX, Ctx, Halt, _ctx_var
 from fusee_runtime.dsl import Exhausted, RetryPolicy, WorkflowDef, registry, seconds
+from fusee_runtime.engine.control import ControlServer
 from fusee_runtime.engine.handle import RunHandle
 from fusee_runtime.engine.home import HomeLock
 from fusee_runtime.engine.registry import load_app
@@ -76,6 +77,10 @@ class Config:
     """False opens the home passively: records are read and appended (start,
     signal, cancel, resume, ...) but no run's code runs and no timer fires, so
     a command can act on a home without executing anyone's steps."""
+    control: bool = True
+    """Serve the control API on `<home>/control.sock` while open (an engine
+    that drives runs only), so `fusee` commands from other processes reach
+    the runs this engine drives."""
 
     def __post_init__(self) -> None:
         if self.durability not in ("fdatasync", "none"):
@@ -122,6 +127,7 @@ class Engine:
         self._progress: asyncio.Event | None = None
         # `ctx.log` lines; only an engine that runs code writes them.
         self.run_log: RunLog | None = None
+        self._control: ControlServer | None = None
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -174,16 +180,31 @@ class Engine:
         if self.config.drive:
             self.run_log = RunLog(self.home / "logs")
             self._timers.start()
+            if self.config.control:
+                await self._serve_control()
         for run in sorted(self._runs.values(), key=lambda r: r.start_lsn):
             if run.is_open:
                 self._arm(run)
                 self._spawn(run)
+
+    async def _serve_control(self) -> None:
+        server = ControlServer(self)
+        try:
+            await server.start()
+        except OSError as e:
+            # The runs go on; commands from other processes will say that the
+            # owner does not answer.
+            log.warning("fusee: cannot serve the control API in %s: %s", self.home, e)
+            return
+        self._control = server
 
     async def close(self) -> None:
         """Stops running code (open runs resume on the next open) and syncs the journal."""
         if not self._opened or self._closing:
             return
         self._closing = True
+        if self._control is not None:
+            self._control.stop_accepting()
         await self._timers.stop()
         tasks = [r.task for r in self._runs.values() if r.task is not None and not r.task.done()]
         for t in tasks:
@@ -207,6 +228,8 @@ class Engine:
                     "it resumes when the home is opened again"
                 ),
             )
+        if self._control is not None:
+            await self._control.close()
         if self._lock is not None:
             self._lock.release()
 

@@ -58,6 +58,7 @@ def _damage_reason(data: bytes, offset: int) -> str:
     if offset + fmt.FRAME_BYTES > len(data):
         return "frame header runs past the end of the segment"
     (n,) = struct.unpack_from("<I", data, offset)
+    n &= ~fmt.BATCH_START
     if n == 0:
         return "unwritten gap before later records"
     if n > fmt.RECORD_BYTES_MAX or offset + fmt.FRAME_BYTES + n > len(data):

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,19 +57,62 @@ def fusee() -> Callable[..., subprocess.CompletedProcess[str]]:
     The child sees no FUSEE_ variable but the ones a test passes, and can
     import the test app.
     """
+    def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [_fusee_script(), *args], cwd=REPO, env=_child_env(env), capture_output=True, text=True
+        )
+
+    return run
+
+
+@pytest.fixture
+def spawn() -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """Starts the installed `fusee ARGS...` as a child that runs beside the test.
+
+    Its stdout and stderr are pipes; children still running when the test
+    ends are killed.
+    """
+    children: list[subprocess.Popen[str]] = []
+
+    def start(*args: str, **env: str) -> subprocess.Popen[str]:
+        child = subprocess.Popen(
+            [_fusee_script(), *args],
+            cwd=REPO,
+            env=_child_env(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            # A shell that starts the suite in the background leaves SIGINT
+            # ignored, and children inherit that; Ctrl-C tests need it back.
+            preexec_fn=_default_sigint,
+        )
+        children.append(child)
+        return child
+
+    yield start
+    for child in children:
+        if child.poll() is None:
+            child.kill()
+        child.communicate()
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _fusee_script() -> str:
     beside = Path(sys.executable).with_name("fusee")
     found = str(beside) if beside.exists() else shutil.which("fusee")
     if found is None:
         pytest.fail("the `fusee` console script is not installed: pip install -e .")
+    return found
 
-    def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-        clean = {k: v for k, v in os.environ.items() if not k.startswith("FUSEE_")}
-        clean["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), clean.get("PYTHONPATH")]))
-        return subprocess.run(
-            [found, *args], cwd=REPO, env={**clean, **env}, capture_output=True, text=True
-        )
 
-    return run
+def _child_env(env: dict[str, str]) -> dict[str, str]:
+    """The child sees no FUSEE_ variable but the ones a test passes, and can import the test app."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("FUSEE_")}
+    clean["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), clean.get("PYTHONPATH")]))
+    return {**clean, **env}
 
 
 @pytest.fixture

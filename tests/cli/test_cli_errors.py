@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from fusee_runtime.engine import control
 from fusee_runtime.engine.home import HomeLock
 
 ACTS = (
@@ -88,13 +89,18 @@ def test_a_missing_app_module(cli, home, bad_input):
     assert not home.exists()
 
 
-def test_a_locked_home_names_the_owner(cli, on, home, journal, used_home, bad_input):
+def test_a_locked_home_names_the_owner(
+    cli, on, home, journal, used_home, bad_input, monkeypatch
+):
+    # A process holds the lock and serves no control socket: each command
+    # tries to reach it for ANSWER_S (5 s; shortened here), then names it.
+    monkeypatch.setattr(control, "ANSWER_S", 0.2)
     lock = HomeLock(home)
     lock.acquire()
     try:
         for command in (["start", "cli_echo"], ["describe", "h-1"], ["result", "h-1"], *ACTS):
             r = cli(*command, *on)
-            bad_input(r, 2, f"home {home} is locked by process", str(lock.owner()))
+            bad_input(r, 2, f"home {home} is owned by pid {lock.owner()}", "does not answer")
     finally:
         lock.release()
     assert journal(home) == used_home

@@ -71,3 +71,5 @@ def test_damage_before_a_whole_frame_names_its_batch(tmp_path: Path, index: int,
         recover(tmp_path, Storage())
     assert raised.value.offset == offset
     assert says in raised.value.reason
+    # The mark is not part of the length: a damaged marked frame is a CRC mismatch.
+    assert raised.value.reason.startswith("CRC mismatch")

@@ -1,0 +1,180 @@
+"""Two `fusee` processes on one home: the owner drives the runs, the others talk to it.
+
+Each test runs real `fusee` processes. The owner is a `fusee start` that
+waits for a signal (the `approval` example); the tests read its status
+lines to know where it is, never sleep.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fusee_runtime.engine import control
+
+
+def _on(tmp_path: Path) -> list[str]:
+    return ["--home", str(tmp_path / "home"), "--app", "workflows"]
+
+
+def _owner(spawn, on: list[str], wid: str) -> subprocess.Popen[str]:
+    """A `fusee start approval` that owns the home and serves it once its run is parked."""
+    owner = spawn("start", "approval", "--id", wid, *on)
+    assert owner.stderr is not None
+    first = owner.stderr.readline()
+    assert first.startswith(f"started {wid} (approval"), first
+    # The progress line comes once the run waits; the socket is served by then.
+    waiting = owner.stderr.readline()
+    assert waiting == f"{wid}: waiting for signal 'approve'\n", waiting
+    return owner
+
+
+def test_a_signal_from_a_second_process_reaches_the_run_the_owner_drives(spawn, fusee, tmp_path):
+    on = _on(tmp_path)
+    owner = _owner(spawn, on, "ap-1")
+
+    sent = fusee("signal", "ap-1", "approve", "true", *on)
+
+    assert sent.returncode == 0, sent.stderr
+    assert f"in the process that owns the home (pid {owner.pid})" in sent.stderr
+    out, err = owner.communicate()
+    assert owner.returncode == 0, err
+    assert json.loads(out) == {"request": "ap-1", "approved": True, "paid_cents": 0}
+
+
+def test_reading_commands_answer_from_the_owner(spawn, fusee, tmp_path):
+    on = _on(tmp_path)
+    owner = _owner(spawn, on, "ap-1")
+
+    described = fusee("describe", "ap-1", "--json", *on)
+    listed = fusee("list", "--json", *on)
+    history = fusee("history", "ap-1", "--json", *on)
+
+    assert described.returncode == 0, described.stderr
+    assert json.loads(described.stdout)["status"] == "parked"
+    assert [r["id"] for r in json.loads(listed.stdout)] == ["ap-1"]
+    assert [r["type"] for r in json.loads(history.stdout)] == ["RunStarted", "WaitStarted"]
+    fusee("signal", "ap-1", "approve", "false", *on)
+    owner.communicate()
+    assert owner.returncode == 0
+
+
+def test_result_wait_from_a_second_process_follows_the_owners_run(spawn, fusee, tmp_path):
+    on = _on(tmp_path)
+    owner = _owner(spawn, on, "ap-1")
+    follower = spawn("result", "ap-1", "--wait", "--json", *on)
+
+    fusee("signal", "ap-1", "approve", "true", *on)
+
+    out, err = follower.communicate()
+    assert follower.returncode == 0, err
+    doc = json.loads(out)
+    assert (doc["status"], doc["result"]["approved"]) == ("completed", True)
+    owner.communicate()
+    assert owner.returncode == 0
+
+
+def test_start_and_result_of_a_second_run_go_through_the_owner(spawn, fusee, tmp_path):
+    on = _on(tmp_path)
+    owner = _owner(spawn, on, "ap-1")
+
+    started = fusee("start", "approval", "--id", "ap-2", "--detach", *on)
+    assert started.returncode == 0, started.stderr
+    assert started.stdout == "ap-2\n"
+    fusee("signal", "ap-2", "approve", "true", *on)
+    done = fusee("result", "ap-2", "--wait", *on)
+
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["approved"] is True
+    # The first run is still the owner's, waiting for its own signal.
+    assert owner.poll() is None
+    fusee("signal", "ap-1", "approve", "true", *on)
+    owner.communicate()
+    assert owner.returncode == 0
+
+
+def test_a_killed_owner_leaves_a_stale_lock_that_the_next_command_takes_over(
+    spawn, fusee, tmp_path
+):
+    on = _on(tmp_path)
+    owner = _owner(spawn, on, "ap-1")
+    owner.kill()
+    owner.communicate()
+    home = tmp_path / "home"
+    assert (home / "control.sock").exists(), "a SIGKILL leaves the socket file behind"
+
+    sent = fusee("signal", "ap-1", "approve", "true", *on)
+    assert sent.returncode == 0, sent.stderr
+    assert "when a process next drives the home" in sent.stderr
+    done = fusee("result", "ap-1", "--wait", *on)
+
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["approved"] is True
+
+
+def test_ctrl_c_of_a_follower_leaves_the_run_to_its_owner(spawn, fusee, tmp_path):
+    on = _on(tmp_path)
+    owner = _owner(spawn, on, "ap-1")
+    follower = spawn("start", "approval", "--id", "ap-1", *on)
+    assert follower.stderr is not None
+    assert follower.stderr.readline().startswith("run ap-1 already exists (approval, parked)")
+
+    follower.send_signal(signal.SIGINT)
+    _, err = follower.communicate()
+
+    assert follower.returncode == 0, err
+    assert f"goes on in the process that owns the home (pid {owner.pid})" in err
+    assert "Traceback" not in err
+    fusee("signal", "ap-1", "approve", "true", *on)
+    owner.communicate()
+    assert owner.returncode == 0
+
+
+def test_the_socket_is_for_the_owner_only_and_goes_away_with_it(spawn, fusee, tmp_path):
+    on = _on(tmp_path)
+    owner = _owner(spawn, on, "ap-1")
+    sock = tmp_path / "home" / "control.sock"
+
+    mode = os.stat(sock).st_mode
+    assert stat.S_ISSOCK(mode)
+    assert stat.S_IMODE(mode) == 0o600
+
+    fusee("signal", "ap-1", "approve", "true", *on)
+    owner.communicate()
+    assert owner.returncode == 0
+    assert not sock.exists()
+
+
+def test_an_owner_that_stopped_answering_is_named_by_its_pid(
+    spawn, cli, tmp_path, monkeypatch, bad_input
+):
+    # The owner accepts connections (the kernel does) but its process is
+    # stopped: commands wait ANSWER_S (5 s; shortened here), then name it.
+    monkeypatch.setattr(control, "ANSWER_S", 0.3)
+    on = _on(tmp_path)
+    owner = _owner(spawn, on, "ap-1")
+    os.kill(owner.pid, signal.SIGSTOP)
+    try:
+        r = cli("signal", "ap-1", "approve", "true", *on)
+    finally:
+        os.kill(owner.pid, signal.SIGCONT)
+    bad_input(r, 2, f"owned by pid {owner.pid}, which stopped answering")
+    assert owner.poll() is None
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_an_unknown_id_from_the_owner_exits_3(spawn, fusee, tmp_path, as_json):
+    on = _on(tmp_path)
+    owner = _owner(spawn, on, "ap-1")
+
+    r = fusee("describe", "nope", *on, *(["--json"] if as_json else []))
+
+    assert r.returncode == 3
+    assert r.stderr == "error: no run with id 'nope'\n"
+    owner.kill()
