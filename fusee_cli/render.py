@@ -143,6 +143,10 @@ def _detail(rec: dict[str, Any]) -> str:
         return short(f"{f['kind']}: {f['message']}")
     if kind == "RunTerminated":
         return short(rec["reason"])
+    if kind == "StreamAppended":
+        return short(rec["item"])
+    if kind == "StreamClosed":
+        return "stream closed"
     for field in ("value", "result", "reason"):
         if field in rec:
             return short(rec[field])

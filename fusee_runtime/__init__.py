@@ -23,6 +23,7 @@ from fusee_runtime.errors import (
     Terminated,
     TimedOut,
 )
+from fusee_runtime.streams import StreamWriter
 
 __all__ = [
     "Cancelled",
@@ -50,6 +51,7 @@ __all__ = [
     "Status",
     "StepDef",
     "StepFailed",
+    "StreamWriter",
     "SystemClock",
     "Terminated",
     "TimedOut",

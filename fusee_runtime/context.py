@@ -482,14 +482,26 @@ class Ctx:
 
     @property
     def log(self) -> Any:
-        """This run's logger: `ctx.log.info(msg)`, followable with `fusee logs -f`."""
+        """This run's logger: `ctx.log.debug/info/warn/error(msg)`, followable with `fusee logs -f`.
+
+        Lines are tagged with the workflow id, the run and, in a step function,
+        the step and its attempt. Workflow code logs nothing while it replays
+        operations the journal holds; a line after the last recorded operation
+        can appear again after a crash. Lines are not durable (never synced).
+        """
         run_log = self._engine.run_log
         if run_log is None:
             raise Rejected("ctx.log needs an engine that runs workflow code")
         return run_log.logger(self)
 
     def stream(self, name: str) -> Any:
-        """A writer for stream `name`: `append(item)` and `close()`."""
+        """A writer for stream `name` of this run: `append(item)` and `close()` (plain calls).
+
+        Each append or close is an operation of the run, recorded without
+        waiting for the disk; replay does not write it again. Readers
+        (`handle.stream(name)`) see an item once it is durable. See
+        `fusee_runtime.streams`.
+        """
         from fusee_runtime.streams import StreamWriter
 
         return StreamWriter(self, name)

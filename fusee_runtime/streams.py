@@ -1,25 +1,170 @@
-"""Streams: items a run appends (`ctx.stream(name)`), read by `handle.stream(name)`.
+"""Streams: items a run appends (`ctx.stream(name)`), followed by `handle.stream(name)`.
 
-PLACEHOLDER: filled in by the streams work.
+A stream is an ordered, append-only sequence of JSON items that belongs to
+one run. Workflow code writes it; anyone holding a handle reads it, live.
+
+Writing. `append(item)` and `close()` are operations of the run, like a
+step or a recorded value: each takes the next operation number and writes
+one record (`StreamAppended`, `StreamClosed`) without waiting for the disk,
+so workflow code goes on at once. On replay an operation the journal
+already holds returns without writing, so a stream never gets an item
+twice, and code that asks for another operation at that number stops the
+run as `stuck`. Refused calls record nothing and take no number: an item
+that is not JSON or is larger than `Config.payload_bytes_max`
+(`CodecError`), an append after the code closed the stream, a call from a
+step function (`Rejected`). Like every operation but recorded values, an
+append or close is where a requested cancel lands.
+
+Reading. A reader sees an item only once its record is durable: one that
+is not may vanish in a crash, and a reader must never have seen it. It
+gets the items in append order, from the first, waits for more, and ends
+when the close is durable or when the run's close is (a closed run's
+streams end with it). A stream nobody wrote yet is waited for like one
+that is empty.
+
+Ownership. A stream belongs to a run. `handle.stream(name)` follows the
+id's newest run when it is called and ends when that run closes, also when
+it closes by `continue_as_new` (call it again to follow the new run, whose
+streams start empty). A run made by `reset` starts with the items of the
+operations it keeps, since its code replays those appends without writing.
+
+Memory. Every item of every run the engine holds stays in memory (it is
+also in the run's records); nothing is kept on a reader's behalf.
 """
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from fusee_runtime.context import NAME_CHARS_MAX, _ctx_var
+from fusee_runtime.errors import Rejected
+from fusee_runtime.journal.records import R
+from fusee_runtime.steps import _step_var
 
 if TYPE_CHECKING:
     from fusee_runtime.context import Ctx
+    from fusee_runtime.engine.engine import Engine
+    from fusee_runtime.engine.state import Run
+
+# Streams each execution of a run's code has closed, in the code's own order,
+# so replay refuses an append after a close exactly where live code did.
+_closed_by: weakref.WeakKeyDictionary[Ctx, set[str]] = weakref.WeakKeyDictionary()
+
+
+def check_stream_name(name: str) -> str:
+    """A stream name as given, or `Rejected` saying what is wrong with it."""
+    if not isinstance(name, str) or not 0 < len(name) <= NAME_CHARS_MAX:
+        raise Rejected(f"a stream name is a string of 1 to {NAME_CHARS_MAX} characters")
+    return name
 
 
 class StreamWriter:
-    """Appends items to one stream of a run."""
+    """Appends items to one stream of a run; made by `ctx.stream(name)`."""
 
     def __init__(self, ctx: Ctx, name: str) -> None:
         self._ctx = ctx
-        self.name = name
+        self.name = check_stream_name(name)
 
     def append(self, item: Any) -> None:
-        raise NotImplementedError
+        """Appends `item` (JSON) to the stream, recorded without waiting for the disk.
+
+        Readers see it once it is durable. On replay an append the journal
+        already holds returns without writing it again.
+
+        Raises:
+            CodecError: the item cannot be encoded as JSON, or is too large.
+            Rejected: the stream was closed, or this is not workflow code.
+        """
+        self._check_caller("append")
+        if self.name in _closed_by.get(self._ctx, ()):
+            raise Rejected(f"stream {self.name!r} is closed: it takes no more items")
+        encoded = self._ctx._engine._encode(item, f"an item of stream {self.name!r}")
+        ctx, run = self._ctx, self._ctx._run
+        seq, op = ctx._next("stream.append", self.name)
+        if op is not None:
+            if op.cancelled:
+                raise ctx._cancelled()
+            return
+        rec = [R.StreamAppended, run.run_id, seq, self.name, orjson.loads(encoded)]
+        wire = (int(R.StreamAppended), run.run_id, seq, self.name, orjson.Fragment(encoded))
+        ctx._engine._append(run, rec, wire)
 
     def close(self) -> None:
-        raise NotImplementedError
+        """Closes the stream: readers end once the close is durable. Closing twice is a no-op.
+
+        Raises:
+            Rejected: this is not workflow code.
+        """
+        self._check_caller("close")
+        closed = _closed_by.setdefault(self._ctx, set())
+        if self.name in closed:
+            return
+        ctx, run = self._ctx, self._ctx._run
+        seq, op = ctx._next("stream.close", self.name)
+        if op is not None and op.cancelled:
+            raise ctx._cancelled()
+        if op is None:
+            ctx._engine._append(run, [R.StreamClosed, run.run_id, seq, self.name])
+        closed.add(self.name)
+
+    def _check_caller(self, what: str) -> None:
+        if _step_var.get() is not None:
+            raise Rejected(
+                f"stream {self.name!r}: {what}() is only available in workflow code, not "
+                "inside a step function: return the value from the step and append it there"
+            )
+        if _ctx_var.get() is not self._ctx:
+            raise Rejected(
+                f"stream {self.name!r}: {what}() is only available in the workflow code "
+                "of the run that made the writer"
+            )
+
+    def __repr__(self) -> str:
+        return f"StreamWriter({self.name!r}, run={self._ctx.run_id!r})"
+
+
+async def follow(engine: Engine, run: Run, name: str, wait: bool = True) -> AsyncIterator[Any]:
+    """The durable items of stream `name` of `run`, in order, waiting for more.
+
+    Ends once the stream's close, or the run's close, is durable; without
+    `wait`, once the items durable now are read.
+
+    Raises:
+        Rejected: the engine closed while the reader waited.
+        JournalFailed: the journal stopped accepting work.
+    """
+    i = 0
+    while True:
+        durable = engine._durable_lsn
+        stream = run.streams.get(name)
+        if stream is not None and i < len(stream.items) and stream.items[i][0] <= durable:
+            yield stream.items[i][1]
+            i += 1
+            continue
+        if stream is not None and stream.closed_lsn is not None and stream.closed_lsn <= durable:
+            return
+        if run.close_lsn is not None and run.close_lsn <= durable:
+            return
+        if engine._failed is not None:
+            raise engine._failed
+        if not wait:
+            return
+        if engine._closing or not engine._opened:
+            raise _engine_closed(run, name)
+        # Whatever comes next (an item, a close, the run's end) is durable only
+        # after a batch past this one; closing the engine fails the wait.
+        try:
+            await engine._durable_future(durable + 1)
+        except Rejected:
+            raise _engine_closed(run, name) from None
+
+
+def _engine_closed(run: Run, name: str) -> Rejected:
+    return Rejected(
+        f"the engine closed while following stream {name!r} of run {run.workflow_id!r}; "
+        "open the home again to follow it"
+    )

@@ -12,9 +12,9 @@ the same exceptions.
 The protocol is one request a connection, in JSON lines. The client sends
 `{"op": NAME, "args": {...}}`; the owner answers with any number of
 `{"event": ...}` lines (for `watch` and `stream`) and then one final line,
-`{"ok": VALUE}` or `{"error": {"type": NAME, "message": TEXT}}`. A watch
-sends a line at least every `BEAT_S`, so a client can tell an owner that
-stopped answering from a run that is merely slow.
+`{"ok": VALUE}` or `{"error": {"type": NAME, "message": TEXT}}`. Between
+events the owner sends `{"beat": true}` every `BEAT_S`, so a client can
+tell an owner that stopped answering from a run that is merely slow.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ SOCKET_NAME = "control.sock"
 ANSWER_S = 5.0
 """How long a client waits for the owner's next line before it gives up on it."""
 BEAT_S = 1.0
-"""Longest silence of the owner during a watch."""
+"""Longest silence of the owner during a watch or a stream."""
 POLL_S = 0.1
 """How often a watch looks at the run's status and progress."""
 CLOSE_GRACE_S = 1.0
@@ -155,12 +155,11 @@ class Control:
     async def watch(self, id: str, timeout: float | None = None) -> AsyncIterator[dict[str, Any]]:
         """Follows the newest run of `id` until it closes, stops, or `timeout` seconds pass.
 
-        Yields `{"progress": {"status", "current"}}` when either changes (and
-        at least every `BEAT_S`), then one `{"outcome": ...}`: `code` is
-        "ok" with the durable `result`, or "failed" (the run failed, was
-        cancelled or terminated, timed out, or is stuck or paused) or
-        "timed_out" (the wait ran out) with a `message`; `run` is the run as
-        `describe` shows it then.
+        Yields `{"progress": {"status", "current"}}` when either changes,
+        then one `{"outcome": ...}`: `code` is "ok" with the durable
+        `result`, or "failed" (the run failed, was cancelled or terminated,
+        timed out, or is stuck or paused) or "timed_out" (the wait ran out)
+        with a `message`; `run` is the run as `describe` shows it then.
 
         Raises:
             NotFound: no run of that id.
@@ -170,9 +169,7 @@ class Control:
         engine = self.engine
         engine._latest_run(id)
         waiter = asyncio.ensure_future(engine.handle(id).result(timeout=timeout))
-        loop = asyncio.get_running_loop()
         shown: tuple[str, str | None] | None = None
-        shown_at = 0.0
         outcome: dict[str, Any]
         try:
             while not waiter.done():
@@ -182,8 +179,8 @@ class Control:
                     outcome = {"code": "failed", "message": f"run {id} is {run.status}: {why}"}
                     break
                 now = (str(run.status), run.current)
-                if now != shown or loop.time() - shown_at >= BEAT_S:
-                    shown, shown_at = now, loop.time()
+                if now != shown:
+                    shown = now
                     yield {"progress": {"status": now[0], "current": now[1]}}
                 await asyncio.wait({waiter}, timeout=POLL_S)
             else:
@@ -220,10 +217,14 @@ class Control:
         outcome["run"] = run_json(engine._latest_run(id).info())
         yield {"outcome": outcome}
 
-    async def stream(self, id: str, name: str) -> AsyncIterator[Any]:
-        """The durable items of stream `name` of the newest run of `id`, until it closes."""
-        async for item in self.engine.handle(id).stream(name):  # type: ignore[attr-defined]
-            yield item
+    async def stream(self, id: str, name: str, follow: bool = True) -> AsyncIterator[Any]:
+        """The durable items of stream `name` of the newest run of `id`, until it closes.
+
+        Without `follow`, only the items durable now.
+        """
+        async with contextlib.aclosing(self.engine.handle(id).stream(name, follow)) as items:
+            async for item in items:
+                yield item
 
 
 def _retrieve(future: asyncio.Future[None]) -> None:
@@ -322,9 +323,7 @@ class ControlServer:
             method: Callable[..., Any] = getattr(self._control, op)
             if op in _ITERATORS:
                 async with contextlib.aclosing(method(**args)) as events:
-                    async for event in events:
-                        writer.write(_line({"event": event}))
-                        await writer.drain()
+                    await _pump(events, writer)
                 value = None
             else:
                 value = await method(**args)
@@ -334,6 +333,32 @@ class ControlServer:
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
             writer.write(_error_line(Rejected(f"a malformed control request: {e}")))
         await writer.drain()
+
+
+async def _pump(events: AsyncIterator[Any], writer: asyncio.StreamWriter) -> None:
+    """Writes each event as a line, and a beat line after `BEAT_S` without one."""
+    pending: asyncio.Future[Any] = asyncio.ensure_future(anext(events))
+    try:
+        while True:
+            done, _ = await asyncio.wait({pending}, timeout=BEAT_S)
+            if not done:
+                writer.write(_BEAT)
+                await writer.drain()
+                continue
+            try:
+                event = pending.result()
+            except StopAsyncIteration:
+                return
+            writer.write(_line({"event": event}))
+            await writer.drain()
+            pending = asyncio.ensure_future(anext(events))
+    finally:
+        if not pending.done():
+            pending.cancel()
+            await asyncio.gather(pending, return_exceptions=True)
+
+
+_BEAT = b'{"beat":true}\n'
 
 
 @contextlib.contextmanager
@@ -441,8 +466,8 @@ class ControlClient:
     def watch(self, id: str, timeout: float | None = None) -> AsyncIterator[dict[str, Any]]:
         return self._events("watch", id=id, timeout=timeout)
 
-    def stream(self, id: str, name: str) -> AsyncIterator[Any]:
-        return self._events("stream", id=id, name=name)
+    def stream(self, id: str, name: str, follow: bool = True) -> AsyncIterator[Any]:
+        return self._events("stream", id=id, name=name, follow=follow)
 
     async def _call(self, op: str, **args: Any) -> Any:
         async with contextlib.aclosing(self._exchange(op, args)) as lines:
@@ -481,6 +506,8 @@ class ControlClient:
                 doc = orjson.loads(line)
                 if "event" in doc:
                     yield True, doc["event"]
+                elif "beat" in doc:
+                    continue
                 elif "error" in doc:
                     err = doc["error"]
                     raise _RAISED.get(err["type"], FuseeError)(err["message"])

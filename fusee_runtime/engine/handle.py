@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from fusee_runtime.dsl import seconds
 from fusee_runtime.engine.state import Run, RunInfo, Status
 from fusee_runtime.errors import Cancelled, Failure, Rejected, RunFailed, Terminated, TimedOut
+from fusee_runtime.streams import check_stream_name
+from fusee_runtime.streams import follow as follow_stream
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.engine import Engine
@@ -52,6 +55,22 @@ class RunHandle:
     async def reset(self, to: int | str) -> RunHandle:
         """Closes the run as `reset` and starts a new run that keeps the journal before `to`."""
         return await self._engine.reset(self.id, to)
+
+    def stream(self, name: str, follow: bool = True) -> AsyncIterator[Any]:
+        """Follows stream `name` of the id's newest run: `async for item in handle.stream(name)`.
+
+        Yields only durable items, in append order from the first; waits for
+        more; ends once the stream's close or the run's close is durable
+        (without `follow`: once the items durable now are read). The run is
+        the newest one when this is called: it does not follow
+        `continue_as_new` (the new run's streams are its own).
+
+        Raises:
+            NotFound: no run of this id (raised here, before iterating).
+            Rejected: the engine closed while the reader waited.
+        """
+        run = self._engine._latest_run(self.id)
+        return follow_stream(self._engine, run, check_stream_name(name), wait=follow)
 
     async def result(self, timeout: float | timedelta | None = None) -> Any:
         """The run's result, once durable; follows `continue_as_new` and `reset` to the latest run.

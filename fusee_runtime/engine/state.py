@@ -55,9 +55,9 @@ class RunInfo:
 @dataclass
 class Op:
     """What the journal holds of one operation: a step, a recorded value, a
-    timer, or a wait for a signal."""
+    timer, a wait for a signal, or an append to or close of a stream."""
 
-    kind: str  # "step", "value", "timer" or "wait"
+    kind: str  # "step", "value", "timer", "wait", "stream.append" or "stream.close"
     name: str
     attempts_failed: int = 0
     first_failed_at: float | None = None
@@ -75,6 +75,18 @@ class Op:
     fire_at: float | None = None
     # The signal a wait took.
     signal_id: int | None = None
+    # Where a stream append or close was recorded: a reset run inherits the
+    # item with its position, which says when readers may see it.
+    lsn: int | None = None
+
+
+@dataclass
+class Stream:
+    """One stream of a run: its items with the position of each record, and
+    where it was closed. Readers see an item once its position is durable."""
+
+    items: list[tuple[int, Any]] = field(default_factory=list)
+    closed_lsn: int | None = None
 
 
 def utc(ts: float) -> datetime:
@@ -106,6 +118,8 @@ class Run:
     # Signals received and not yet taken by a wait: (signal_id, name, value).
     signals: list[tuple[int, str, Any]] = field(default_factory=list)
     next_signal_id: int = 1
+    # Streams by name, as `ctx.stream(name)` wrote them (held while the run is in memory).
+    streams: dict[str, Stream] = field(default_factory=dict)
     # Signals handed over at creation by the run this one continues or resets.
     carried_signals: list[tuple[int, str, Any]] = field(default_factory=list)
     cancel_reason: str | None = None
@@ -146,6 +160,12 @@ class Run:
             self.cancel_reason = rec[2]
         elif kind == R.RaceWon:
             self.races[rec[2]] = rec[3]
+        elif kind == R.StreamAppended:
+            _stream_appended(self, rec, lsn)
+        elif kind == R.StreamClosed:
+            _stream_closed(self, rec, lsn)
+        elif kind == R.RunStarted and self.ops:
+            self._inherit_streams()
         elif kind in CLOSES:
             self._close(lsn, kind, rec)
         return None
@@ -159,6 +179,26 @@ class Run:
                 for k in range(1, len(parts)):
                     self.prefixes.add(".".join(parts[:k]))
         return op
+
+    def stream(self, name: str) -> Stream:
+        stream = self.streams.get(name)
+        if stream is None:
+            stream = self.streams[name] = Stream()
+        return stream
+
+    def _inherit_streams(self) -> None:
+        """A reset run starts with the operations it kept: their stream items are its own,
+        since its code replays those appends without writing them again."""
+        kept = [
+            (op.lsn, op)
+            for op in self.ops.values()
+            if op.kind.startswith("stream.") and op.lsn is not None and not op.cancelled
+        ]
+        for lsn, op in sorted(kept, key=lambda k: k[0]):
+            if op.kind == "stream.append":
+                self.stream(op.name).items.append((lsn, op.value))
+            else:
+                self.stream(op.name).closed_lsn = lsn
 
     def _close(self, lsn: int, kind: R, rec: list[Any]) -> None:
         self.closing = _CLOSED_AS[kind]
@@ -276,6 +316,20 @@ def _op_cancelled(run: Run, rec: list[Any]) -> Op:
     else:
         run.cancel_delivered = True
     return op
+
+
+def _stream_appended(run: Run, rec: list[Any], lsn: int) -> None:
+    _, _, seq, name, item = rec
+    op = run._op(seq, "stream.append", name)
+    op.done, op.value, op.lsn = True, item, lsn
+    run.stream(name).items.append((lsn, item))
+
+
+def _stream_closed(run: Run, rec: list[Any], lsn: int) -> None:
+    _, _, seq, name = rec
+    op = run._op(seq, "stream.close", name)
+    op.done, op.lsn = True, lsn
+    run.stream(name).closed_lsn = lsn
 
 
 _OP_RECORDS: dict[int, Any] = {

@@ -39,6 +39,8 @@ class R(enum.IntEnum):
     RunReset = 20
     RunContinuedAsNew = 21
     RaceWon = 22
+    StreamAppended = 23
+    StreamClosed = 24
 
 
 FIELDS: dict[R, tuple[str, ...]] = {
@@ -81,6 +83,8 @@ FIELDS: dict[R, tuple[str, ...]] = {
     R.RunReset: ("run_id", "reason", "closed_at"),
     R.RunContinuedAsNew: ("run_id", "new_run_id", "input", "closed_at"),
     R.RaceWon: ("run_id", "seq", "index"),
+    R.StreamAppended: ("run_id", "seq", "name", "item"),
+    R.StreamClosed: ("run_id", "seq", "name"),
 }
 
 CLOSES = {

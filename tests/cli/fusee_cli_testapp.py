@@ -95,3 +95,13 @@ async def cli_pair(ctx: Ctx, value: Any) -> list[Any]:
     first = await ctx.step("first", called, "first", value)
     second = await ctx.step("second", called, "second", value)
     return [first, second]
+
+
+@workflow
+async def cli_stream(ctx: Ctx, _: Any) -> int:
+    """Streams 1, waits for `more`, streams its value, closes the stream."""
+    items = ctx.stream("items")
+    items.append(1)
+    items.append(await ctx.wait_for("more"))
+    items.close()
+    return 2
