@@ -269,7 +269,7 @@ class Ctx:
             at = fire_at(self._engine.clock.now())
             self._engine._append(self._run, [R.TimerStarted, self._run.run_id, seq, name, at])
             op = self._run.ops[seq]
-        await self._await_op(seq, op, f"sleeping until {utc(op.fire_at or 0):%Y-%m-%d %H:%M:%S}")
+        await self._await_op(seq, op, f"sleeping until {_shown(op.fire_at or 0)}")
 
     async def wait_for(self, signal: str, timeout: float | timedelta | None = None) -> Any:
         """The value of the next signal named `signal`, or None when `timeout` passes.
@@ -286,7 +286,8 @@ class Ctx:
                 self._run, [R.WaitStarted, self._run.run_id, seq, signal, deadline]
             )
             op = self._run.ops[seq]
-        await self._await_op(seq, op, f"waiting for signal {signal!r}")
+        until = "" if op.fire_at is None else f" until {_shown(op.fire_at)}"
+        await self._await_op(seq, op, f"waiting for signal {signal!r}{until}")
         return op.value
 
     async def _paused(self, seq: str, op: Op) -> None:
@@ -565,6 +566,11 @@ class Ctx:
                 f"replay mismatch at operation #{first}: the journal holds {op.kind} "
                 f"{op.name!r}, the code finished without asking for it"
             )
+
+
+def _shown(at: float) -> str:
+    """An instant for people, in what a run says it is doing."""
+    return f"{utc(at):%Y-%m-%d %H:%M:%S} UTC"
 
 
 async def _awaited(aw: Awaitable[Any]) -> Any:

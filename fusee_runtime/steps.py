@@ -36,6 +36,10 @@ if TYPE_CHECKING:
     from fusee_runtime.context import Ctx
 
 _step_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("fusee_step", default=None)
+# The name and attempt of the step whose function runs (for `ctx.log`).
+_attempt_var: contextvars.ContextVar[tuple[str, int] | None] = contextvars.ContextVar(
+    "fusee_attempt", default=None
+)
 
 
 async def run_live(
@@ -140,6 +144,7 @@ async def _attempt(
     # Workflow code and async step functions share the run's task, so the
     # step marker is set around the await; a thread gets a copy of it.
     token = _step_var.set(seq)
+    attempt_token = _attempt_var.set((name, attempt))
     try:
         if _is_async(fn):
             work: Any = fn(*args, **kwargs)
@@ -157,6 +162,7 @@ async def _attempt(
     except Exception as e:
         return Failure.of(e)
     finally:
+        _attempt_var.reset(attempt_token)
         _step_var.reset(token)
     try:
         encoded = orjson.dumps(value)

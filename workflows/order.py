@@ -25,6 +25,7 @@ def reserve(sku: str, quantity: int) -> str:
     """Holds stock. A plain `def` step: it runs in the engine's thread pool."""
     if quantity < 1:
         raise ValueError(f"cannot reserve {quantity} of {sku}")
+    current_ctx().log.info(f"holding {quantity} of {sku}")  # tagged with the step and attempt
     return f"hold-{sku}-{quantity}"
 
 
@@ -47,9 +48,12 @@ async def ship(order_id: str, address: str) -> str:
 async def order(ctx: Ctx, request: dict[str, Any]) -> dict[str, Any]:
     """Places an order: reserve, charge, ship, in that order, each step durable."""
     placed_at = ctx.now()  # recorded: a replay sees the same instant
+    # Not written again when a recovery replays this code: `fusee logs o-1` shows it once.
+    ctx.log.info(f"order {request['id']}: {request['quantity']} of {request['sku']}")
     hold = await reserve(request["sku"], request["quantity"])
     payment = await charge(request["id"], request["cents"])
     tracking = await ship(request["id"], request["address"])
+    ctx.log.info(f"shipped with tracking number {tracking}")
     return {
         "order": request["id"],
         "placed_at": placed_at.isoformat(),

@@ -1,8 +1,236 @@
-"""PLACEHOLDER: `fusee logs`, being written."""
+"""`fusee logs`: the `ctx.log` lines of an id's runs, and following them.
+
+The lines are read from `<home>/logs/` (see `fusee_runtime.engine.runlog`),
+not through the engine, so they can be read and followed while another
+process owns the home. The journal is asked only what the files cannot
+say: whether an id without lines has a run at all, and which of its runs
+is the newest (a follower stops when that one closes for good).
+"""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
-def logs() -> None:
-    """Not written yet."""
-    raise NotImplementedError
+import typer
+
+from fusee_cli import session
+from fusee_cli.options import DEFAULT_HOME, App, Home, Id, app_module
+from fusee_cli.session import CliError, Code, echo_err
+
+if TYPE_CHECKING:
+    from fusee_runtime import RunInfo
+    from fusee_runtime.engine.control import Control, ControlClient
+
+RESCAN_MS = 1000
+"""How often a follower rereads the log when no change was reported (a change it
+missed while it started watching, a file system that drops events)."""
+
+
+def logs(
+    workflow_id: Id,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            "-f",
+            help="Keep printing new lines, as JSON lines, until the newest run of ID "
+            "closes for good; default: print the lines there are and stop.",
+        ),
+    ] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print each line as stored, one JSON object per line; default: "
+            "readable lines (time in UTC, level, step#attempt, message).",
+        ),
+    ] = False,
+    home: Home = DEFAULT_HOME,
+    app: App = None,
+) -> None:
+    """Print the ctx.log lines of every run of ID, oldest first.
+
+    Example: fusee logs o-1 -f
+    """
+    with session.reporting():
+        module = app_module(app)
+        if not follow:
+            _print_kept(home, module, workflow_id, as_json)
+            return
+        try:
+            missing: CliError | None = None
+            try:
+                runs = _runs(home, module, workflow_id)
+            except CliError as e:
+                if e.code != Code.NOT_FOUND:
+                    raise
+                # Lines may outlive the journal's record of the id: show those.
+                missing, runs = e, None
+            session.run(_follow(home / "logs", workflow_id, runs, missing))
+        except KeyboardInterrupt:
+            echo_err(f"stopped following the logs of {workflow_id}")
+            raise typer.Exit(130) from None
+
+
+@dataclass(frozen=True)
+class _Runs:
+    """What the journal says of the runs of an id when the command starts."""
+
+    newest: str
+    newest_open: bool
+    older: frozenset[str]
+
+
+def _runs(home: Path, app: str, workflow_id: str) -> _Runs:
+    """The runs of `workflow_id`, from the home's owner or the journal.
+
+    Raises:
+        CliError: no run with that id (exit 3), or what `session.act` raises
+            (an owner that does not answer, exit 2).
+    """
+
+    async def look(ctl: Control | ControlClient, info: RunInfo) -> _Runs:
+        older = {r["run_id"] for r in await ctl.history(workflow_id)} - {info.run_id}
+        return _Runs(info.run_id, info.status.is_open, frozenset(older))
+
+    runs, _owner = session.act(home, app, workflow_id, look)
+    return runs
+
+
+def _print_kept(home: Path, app: str, workflow_id: str, as_json: bool) -> None:
+    from fusee_runtime.engine.runlog import read_all
+
+    show = _Printer(as_json)
+    for raw in read_all(home / "logs"):
+        show.line(raw, workflow_id)
+    if not show.printed:
+        _runs(home, app, workflow_id)  # exit 3 when there is no such run
+        echo_err(f"no log lines for {workflow_id} yet")
+
+
+async def _follow(
+    directory: Path, workflow_id: str, runs: _Runs | None, missing: CliError | None
+) -> None:
+    import asyncio
+    import contextlib
+
+    from watchfiles import awatch
+
+    from fusee_runtime.engine.runlog import LogTail
+
+    tail = LogTail(directory)
+    show = _Printer(as_json=True)
+    until = _Until(runs)
+
+    def pump() -> bool:
+        for raw in tail.read():
+            doc = show.line(raw, workflow_id)
+            if doc is not None:
+                until.see(doc)
+        return until.done
+
+    try:
+        if pump():
+            return
+        if missing is not None and not show.printed:
+            raise missing
+        # Made by the owner on its first line; made here so there is something to watch.
+        directory.mkdir(exist_ok=True)
+        watcher = awatch(
+            directory, watch_filter=None, rust_timeout=RESCAN_MS, yield_on_timeout=True
+        )
+        async with contextlib.aclosing(watcher) as changes:
+            change = asyncio.ensure_future(_next(changes))
+            try:
+                # The watcher is set up in the first step of `change`; what was
+                # written before that is read here, what comes after wakes it.
+                await asyncio.sleep(0)
+                while not pump():
+                    await change
+                    change = asyncio.ensure_future(_next(changes))
+            finally:
+                change.cancel()
+                await asyncio.gather(change, return_exceptions=True)
+    finally:
+        tail.close()
+
+
+async def _next(changes: AsyncIterator[Any]) -> Any:
+    return await changes.__anext__()
+
+
+class _Until:
+    """Tells a follower when to stop: once the id's newest run is closed for good.
+
+    A run closed as `continued_as_new` or `reset` has a successor of the same
+    id, so that close does not count; nor does the close of a run older than
+    the newest one at the start. When another process owns the home, the
+    runs are not known: the last final close in the log counts, unless a
+    line of another run follows it.
+    """
+
+    def __init__(self, runs: _Runs | None) -> None:
+        self.older = runs.older if runs is not None else frozenset()
+        # The run whose final close was seen last, if no newer run logged since.
+        self.closed: str | None = None
+        if runs is not None and not runs.newest_open:
+            self.closed = runs.newest  # even if its close line is not in the log
+
+    @property
+    def done(self) -> bool:
+        return self.closed is not None
+
+    def see(self, doc: dict[str, Any]) -> None:
+        from fusee_runtime.engine.runlog import CONTINUED
+
+        run_id = doc.get("run_id")
+        if run_id in self.older:
+            return
+        if doc.get("event") == "closed":
+            self.closed = None if doc.get("status") in CONTINUED else run_id
+        elif run_id != self.closed:
+            self.closed = None
+
+
+class _Printer:
+    """Prints the lines of one id: as stored, or one readable line each."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+        self.printed = 0
+        self._run: str | None = None
+
+    def line(self, raw: bytes, workflow_id: str) -> dict[str, Any] | None:
+        """Prints `raw` if it is a line of `workflow_id`; returns it decoded, or None."""
+        import orjson
+
+        try:
+            doc = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return None  # a line cut by a crash of the writer
+        if not isinstance(doc, dict) or doc.get("id") != workflow_id:
+            return None
+        self.printed += 1
+        if self.as_json:
+            typer.echo(raw.decode("utf-8", "replace"))
+            return doc
+        if doc.get("run_id") != self._run:
+            self._run = doc.get("run_id")
+            typer.echo(f"── run {self._run}")
+        typer.echo(_readable(doc))
+        return doc
+
+
+def _readable(doc: dict[str, Any]) -> str:
+    from fusee_cli.render import when
+
+    ts = doc.get("ts")
+    at = when(ts) if isinstance(ts, int | float) else "-"
+    if doc.get("event") == "closed":
+        return f"{at} run closed: {doc.get('status')}"
+    step, attempt = doc.get("step"), doc.get("attempt")
+    where = f" {step or 'step'}#{attempt}" if attempt is not None else ""
+    return f"{at} {doc.get('level', '?'):<5}{where} {doc.get('msg', '')}"

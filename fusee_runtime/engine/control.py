@@ -495,7 +495,10 @@ class ControlClient:
             await writer.drain()
             while True:
                 try:
-                    line = await asyncio.wait_for(reader.readline(), ANSWER_S)
+                    # Not asyncio.wait_for: on 3.11 it swallows a cancel (Ctrl-C)
+                    # that lands as a line arrives, and the command follows on.
+                    async with asyncio.timeout(ANSWER_S):
+                        line = await reader.readline()
                 except TimeoutError:
                     raise OwnerUnanswered(self.home, self._pid, "stopped answering") from None
                 if not line:
@@ -524,9 +527,8 @@ class ControlClient:
         sock.setblocking(False)
         try:
             with _address(self._path) as address:
-                await asyncio.wait_for(
-                    asyncio.get_running_loop().sock_connect(sock, address), ANSWER_S
-                )
+                async with asyncio.timeout(ANSWER_S):
+                    await asyncio.get_running_loop().sock_connect(sock, address)
             return await asyncio.open_unix_connection(sock=sock, limit=LINE_BYTES_MAX)
         except TimeoutError:
             sock.close()

@@ -100,7 +100,10 @@ class RunHandle:
                     run.closed = loop.create_future()
                 left = None if deadline is None else max(deadline - loop.time(), 0)
                 try:
-                    await asyncio.wait_for(asyncio.shield(run.closed), left)
+                    # Not asyncio.wait_for: on 3.11 it swallows a cancel that
+                    # lands as the future completes, and the caller runs on.
+                    async with asyncio.timeout(left):
+                        await asyncio.shield(run.closed)
                 except TimeoutError:
                     raise TimedOut(
                         f"run {self.id!r} did not finish within {limit:g} s (status {run.status})"

@@ -1,31 +1,362 @@
 """The run log: `ctx.log` lines, written by the owner to `<home>/logs/`.
 
-PLACEHOLDER: filled in by the run-log work (JSON lines, rotated, followable
-with `fusee logs -f`).
+Format. One JSON object per line, appended to `<home>/logs/fusee.log`:
+
+    {"ts":1700000000.25,"level":"info","id":"o-1","run_id":"9f…","step":"charge",
+     "attempt":2,"msg":"charging 1800 cents"}
+
+`ts` is the engine clock's Unix seconds; `level` is debug, info, warn or
+error; `step` and `attempt` are null outside a step function. Once a run's
+close is durable one more line says so, with `"event": "closed"` and the
+run's `"status"`. A follower stops on it, unless the status is
+`continued_as_new` or `reset`: then a successor run of the same id goes on.
+
+Rotation. Before a line would take the file past `file_bytes_max`, it is
+renamed `fusee.log.1` (`.1` becomes `.2`, and so on up to `files_kept`; the
+oldest goes). `LogTail` follows the files by inode, so a rename does not
+lose a reader's place.
+
+Not durable. A line is written and flushed on its own, never synced, and
+the journal does not know about it: that keeps `ctx.log` off the journal's
+hot path, and a power loss can drop the last lines. It also bounds "silent
+during replay": workflow code is replaying while the journal holds
+operations it has not asked for again, so a line logged before a recorded
+operation is not written a second time; a line logged after the last
+recorded operation (the process died before the next record) is written
+again when the run recovers.
+
+Threads. Plain `def` steps run in the engine's thread pool and log from
+there, so a lock guards the file.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+import orjson
+
+from fusee_runtime import steps
+from fusee_runtime.context import _cursor_var
+from fusee_runtime.engine.state import top
 
 if TYPE_CHECKING:
     from fusee_runtime.context import Ctx
     from fusee_runtime.engine.state import Run
 
+log = logging.getLogger("fusee")
+
+FILE_NAME = "fusee.log"
+FILE_BYTES_MAX = 8 << 20
+"""Size at which the log file is rotated."""
+FILES_KEPT = 3
+"""Rotated files kept beside the current one: `fusee.log.1` (newest) to `.3`."""
+MESSAGE_CHARS_MAX = 16_384
+"""Longest message written; a longer one is cut, ending with an ellipsis."""
+ROTATED_FILES_MAX = 1000
+"""Most rotated files a reader looks for, whatever `files_kept` was."""
+
+CONTINUED = frozenset({"continued_as_new", "reset"})
+"""Closed statuses after which a successor run of the same id goes on."""
+
 
 class RunLog:
-    """The home's log file; one per open engine that drives runs."""
+    """The home's log file; one per open engine that drives runs.
 
-    def __init__(self, directory: Path) -> None:
+    Args:
+        directory: where the files go (`<home>/logs`), made on the first line.
+        file_bytes_max: rotate before a line would take the file past this size.
+        files_kept: rotated files to keep (at least 1).
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        file_bytes_max: int = FILE_BYTES_MAX,
+        files_kept: int = FILES_KEPT,
+    ) -> None:
+        if file_bytes_max < 1 or files_kept < 1:
+            raise ValueError("file_bytes_max and files_kept must be at least 1")
         self.directory = directory
+        self.path = directory / FILE_NAME
+        self.file_bytes_max = file_bytes_max
+        self.files_kept = files_kept
+        self._lock = threading.Lock()
+        self._file: BinaryIO | None = None
+        self._size = 0
+        self._closed = False
+        self._failing = False
 
-    def logger(self, ctx: Ctx) -> Any:
+    def logger(self, ctx: Ctx) -> RunLogger:
         """The `ctx.log` of one run."""
-        raise NotImplementedError
+        return RunLogger(self, ctx)
 
     def closed(self, run: Run) -> None:
-        """Called once a run's close is durable."""
+        """Writes the line that tells followers the run's close is durable."""
+        status = str(run.status)
+        self.write(
+            {
+                "ts": run.closed_at,
+                "level": "info",
+                "id": run.workflow_id,
+                "run_id": run.run_id,
+                "step": None,
+                "attempt": None,
+                "msg": f"run closed: {status}",
+                "event": "closed",
+                "status": status,
+            }
+        )
 
     def close(self) -> None:
-        """Called when the engine closes."""
+        """Closes the file; lines logged afterwards (a step thread still running) are dropped."""
+        with self._lock:
+            self._closed = True
+            self._close_file()
+
+    def write(self, line: dict[str, Any]) -> None:
+        """Appends one line and flushes it (no sync). A write error drops the line, once
+        reported on the `fusee` logger: the run log must never fail a run."""
+        try:
+            data = orjson.dumps(line) + b"\n"
+        except TypeError:  # a message with lone surrogates, which UTF-8 cannot hold
+            msg = str(line["msg"]).encode("utf-8", "backslashreplace").decode()
+            data = orjson.dumps({**line, "msg": msg}) + b"\n"
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                if self._file is None:
+                    self._open()
+                if self._size and self._size + len(data) > self.file_bytes_max:
+                    self._rotate()
+                assert self._file is not None
+                self._file.write(data)
+                self._file.flush()
+                self._size += len(data)
+                self._failing = False
+            except OSError as e:
+                if not self._failing:
+                    log.warning("fusee: cannot write the run log %s: %s", self.path, e)
+                self._failing = True
+                self._close_file()
+
+    def _open(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        torn = False
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(-1, os.SEEK_END)
+                torn = f.read(1) != b"\n"
+        except OSError:
+            pass  # no file yet, or an empty one: nothing to end
+        self._file = open(self.path, "ab")  # noqa: SIM115 (held open across writes)
+        if torn:
+            # The last line was cut (a power loss): end it, so the next line stays whole.
+            self._file.write(b"\n")
+        self._size = self._file.tell()
+
+    def _rotate(self) -> None:
+        self._close_file()
+        for k in range(self.files_kept - 1, 0, -1):
+            older = rotated(self.path, k)
+            if older.exists():
+                os.replace(older, rotated(self.path, k + 1))
+        os.replace(self.path, rotated(self.path, 1))
+        self._open()
+
+    def _close_file(self) -> None:
+        if self._file is not None:
+            f, self._file = self._file, None
+            with contextlib.suppress(OSError):
+                f.close()
+
+
+class RunLogger:
+    """`ctx.log`: `debug`, `info`, `warn` (or `warning`) and `error`, each taking a message.
+
+    A line is tagged with the run and, inside a step function, with the step
+    and its attempt. Workflow code that is replaying logs nothing.
+    """
+
+    __slots__ = ("_ctx", "_log")
+
+    def __init__(self, run_log: RunLog, ctx: Ctx) -> None:
+        self._log = run_log
+        self._ctx = ctx
+
+    def debug(self, msg: object) -> None:
+        self._write("debug", msg)
+
+    def info(self, msg: object) -> None:
+        self._write("info", msg)
+
+    def warn(self, msg: object) -> None:
+        self._write("warn", msg)
+
+    warning = warn
+
+    def error(self, msg: object) -> None:
+        self._write("error", msg)
+
+    def _write(self, level: str, msg: object) -> None:
+        if self._log._closed:
+            return  # the engine closed: a step function still running in the pool
+        ctx = self._ctx
+        running = steps._attempt_var.get()
+        if running is None:
+            if replaying(ctx):
+                return
+            step, attempt = None, None
+        else:
+            # A step function runs only live: replay returns recorded results.
+            step, attempt = running
+        text = str(msg)
+        if len(text) > MESSAGE_CHARS_MAX:
+            text = text[: MESSAGE_CHARS_MAX - 1] + "…"
+        run = ctx._run
+        self._log.write(
+            {
+                "ts": ctx._engine.clock.now(),
+                "level": level,
+                "id": run.workflow_id,
+                "run_id": run.run_id,
+                "step": step,
+                "attempt": attempt,
+                "msg": text,
+            }
+        )
+
+
+def replaying(ctx: Ctx) -> bool:
+    """Whether workflow code is behind its journal: it holds an operation the code has
+    not asked for again.
+
+    Code asks for operations in order, one branch at a time, so the journal
+    is ahead exactly when it holds the operation after the code's position:
+    on the code's own branch (`n + 1` under its cursor) or on any enclosing
+    level (the operation after the group the branch belongs to). Each test
+    is a dict lookup. A group (`ctx.all`, `ctx.race`) shows in `run.prefixes`
+    once a branch recorded something.
+    """
+    run = ctx._run
+    if not run.ops:
+        return False
+    root = ctx._root
+    if top(next(reversed(run.ops))) > root.n:
+        return True  # the newest recorded operation is past the top-level position
+    cursor = _cursor_var.get() or root
+    # A prefix "2.0.3.1." says: top-level operation 2 is a group, whose branch 0 is at
+    # its operation 3, a group, whose branch 1 this cursor numbers.
+    parts = cursor.prefix.split(".")[:-1]
+    positions, prefix = [], ""
+    for group, branch in zip(parts[::2], parts[1::2], strict=True):
+        positions.append((prefix, int(group)))
+        prefix += f"{group}.{branch}."
+    positions.append((cursor.prefix, cursor.n))
+    for at, n in positions:
+        following = f"{at}{n + 1}"
+        if following in run.ops or following in run.prefixes:
+            return True
+    return False
+
+
+def rotated(path: Path, k: int) -> Path:
+    """The `k`th newest rotated file of `path` (`fusee.log.1` is the newest)."""
+    return path.with_name(f"{path.name}.{k}")
+
+
+class LogTail:
+    """Reads a run log from its oldest kept line, then what is appended, across rotations.
+
+    The reader holds the file it reads open, and knows it by inode: when the
+    current file's inode changes, its own file was rotated, so it reads that
+    to its end, then every rotated file newer than it, then the new one.
+    Best effort: a file rotated out and deleted between two reads is lost.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / FILE_NAME
+        self._file: BinaryIO | None = None
+        self._ino: tuple[int, int] | None = None
+        self._partial = b""
+
+    def read(self) -> list[bytes]:
+        """The whole lines written since the last call (first call: every kept line)."""
+        lines: list[bytes] = []
+        if self._file is not None:
+            moved = _ino(self.path) != self._ino
+            lines += self._drain()  # after the check: a moved file is final, read all of it
+            if not moved:
+                return lines
+            self._file.close()
+            self._file, self._partial = None, b""
+        try:
+            f = open(self.path, "rb")  # noqa: SIM115 (held open across reads)
+        except FileNotFoundError:
+            return lines  # nothing yet, or the writer is between two files
+        ino = _key(os.fstat(f.fileno()))
+        for path in self._between(self._ino, ino):
+            lines += _whole_lines(path)
+        self._file, self._ino = f, ino
+        lines += self._drain()
+        return lines
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def _drain(self) -> list[bytes]:
+        assert self._file is not None
+        data = self._partial + self._file.read()
+        *lines, self._partial = data.split(b"\n")
+        return [line for line in lines if line]
+
+    def _between(self, older: tuple[int, int] | None, newer: tuple[int, int]) -> list[Path]:
+        """Rotated files newer than inode `older` (None: all) and older than `newer`,
+        oldest first."""
+        chain: list[tuple[Path, tuple[int, int]]] = []  # newest first
+        for k in range(1, ROTATED_FILES_MAX + 1):
+            path = rotated(self.path, k)
+            key = _ino(path)
+            if key is None:
+                break
+            chain.append((path, key))
+        keys = [key for _, key in chain]
+        start = keys.index(newer) + 1 if newer in keys else 0
+        end = keys.index(older) if older in keys else len(chain)
+        return [path for path, _ in reversed(chain[start:end])]
+
+
+def read_all(directory: Path) -> list[bytes]:
+    """Every kept line of the run log in `directory`, oldest first."""
+    tail = LogTail(directory)
+    try:
+        return tail.read()
+    finally:
+        tail.close()
+
+
+def _whole_lines(path: Path) -> list[bytes]:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    *lines, _torn = data.split(b"\n")
+    return [line for line in lines if line]
+
+
+def _key(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
+
+
+def _ino(path: Path) -> tuple[int, int] | None:
+    try:
+        return _key(path.stat())
+    except FileNotFoundError:
+        return None

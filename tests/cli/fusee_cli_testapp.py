@@ -105,3 +105,11 @@ async def cli_stream(ctx: Ctx, _: Any) -> int:
     items.append(await ctx.wait_for("more"))
     items.close()
     return 2
+
+
+@workflow
+async def cli_nap(ctx: Ctx, _: Any) -> str:
+    """Waits an hour at most for `wake`, then sleeps an hour."""
+    await ctx.wait_for("wake", timeout=3600)
+    await ctx.sleep("nap", 3600)
+    return "rested"

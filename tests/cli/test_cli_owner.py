@@ -31,7 +31,9 @@ def _owner(spawn, on: list[str], wid: str) -> subprocess.Popen[str]:
     assert first.startswith(f"started {wid} (approval"), first
     # The progress line comes once the run waits; the socket is served by then.
     waiting = owner.stderr.readline()
-    assert waiting == f"{wid}: waiting for signal 'approve'\n", waiting
+    # approval waits a week for its decision, and says until when.
+    assert waiting.startswith(f"{wid}: waiting for signal 'approve' until 20"), waiting
+    assert waiting.endswith(" UTC\n"), waiting
     return owner
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import asyncio
 import json
 from pathlib import Path
@@ -134,3 +136,17 @@ def test_start_reads_the_app_from_pyproject(cli, tmp_path: Path, monkeypatch):
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout) == "hi"
     assert (tmp_path / ".fusee" / "journal").is_dir()
+
+
+def test_a_parked_run_says_what_it_waits_for_and_until_when(cli, on):
+    r = cli("start", "cli_nap", "--id", "n-1", "--timeout", "0.2", *on)
+    assert r.exit_code == 4, r.output
+    until = r"until \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"
+    assert re.search(f"^n-1: waiting for signal 'wake' {until}$", r.stderr, re.M), r.stderr
+    r = cli("signal", "n-1", "wake", *on)
+    assert r.exit_code == 0, r.output
+    r = cli("result", "n-1", "--wait", "--timeout", "0.2", *on)
+    assert r.exit_code == 4, r.output
+    assert re.search(f"^n-1: sleeping {until}$", r.stderr, re.M) is None  # result shows no progress
+    described = cli("describe", "n-1", *on)
+    assert described.exit_code == 0
