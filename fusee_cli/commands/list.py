@@ -14,12 +14,18 @@ from fusee_cli.session import CliError, Code
 
 def list_runs(
     status: Annotated[
-        str | None, typer.Option("--status", help="Only runs in this status, e.g. running.")
+        str | None,
+        typer.Option(
+            "--status", help="Only runs in this status, e.g. running; default: every status."
+        ),
     ] = None,
     workflow: Annotated[
-        str | None, typer.Option("--workflow", help="Only runs of this workflow.")
+        str | None,
+        typer.Option("--workflow", help="Only runs of this workflow; default: every workflow."),
     ] = None,
-    limit: Annotated[int | None, typer.Option("--limit", min=1, help="At most this many.")] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="At most this many; default: no limit.")
+    ] = None,
     as_json: Json = False,
     home: Home = DEFAULT_HOME,
     app: App = None,

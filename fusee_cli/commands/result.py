@@ -19,7 +19,12 @@ def result(
     ] = False,
     timeout: Annotated[
         float | None,
-        typer.Option("--timeout", min=0, help="With --wait, give up after this many seconds."),
+        typer.Option(
+            "--timeout",
+            min=0,
+            help="With --wait, give up after this many seconds (exit 4); default: wait until it "
+            "closes.",
+        ),
     ] = None,
     as_json: Json = False,
     home: Home = DEFAULT_HOME,

@@ -42,7 +42,7 @@ def signal(
         typer.Option(
             "--input",
             "-i",
-            help="JSON file holding the value, instead of VALUE; - reads stdin.",
+            help="JSON file holding the value, instead of VALUE; - reads stdin; default: none.",
         ),
     ] = None,
     as_json: Json = False,

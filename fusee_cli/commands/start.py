@@ -29,18 +29,27 @@ def start(
     ],
     input_file: Annotated[
         str | None,
-        typer.Option("--input", "-i", help="JSON file holding the input; - reads stdin."),
+        typer.Option(
+            "--input", "-i", help="JSON file holding the input; - reads stdin; default: null."
+        ),
     ] = None,
     workflow_id: Annotated[
         str | None,
-        typer.Option("--id", help="Workflow id; starting an id again follows its run."),
+        typer.Option(
+            "--id",
+            help="Workflow id; starting an id again follows its run; default: a new random id.",
+        ),
     ] = None,
     detach: Annotated[
         bool, typer.Option("--detach", help="Print the id once the start is durable; don't wait.")
     ] = False,
     timeout: Annotated[
         float | None,
-        typer.Option("--timeout", min=0, help="Stop waiting after this many seconds (exit 4)."),
+        typer.Option(
+            "--timeout",
+            min=0,
+            help="Stop waiting after this many seconds (exit 4); default: wait until it closes.",
+        ),
     ] = None,
     as_json: Json = False,
     home: Home = DEFAULT_HOME,

@@ -55,3 +55,19 @@ def test_completion_scripts_are_fresh(shell):
     assert path.read_text() == completions.source(shell), (
         f"{path} is stale: run python -m fusee_cli.completions"
     )
+
+
+def test_every_option_that_takes_a_value_says_its_default():
+    import typer.main
+
+    from fusee_cli.app import app
+
+    silent = []
+    for name, command in typer.main.get_command(app).commands.items():
+        for param in command.params:
+            if param.param_type_name != "option" or param.is_flag or param.required:
+                continue
+            shown = param.default is not None and param.show_default is not False
+            if not shown and "default" not in (param.help or "").lower():
+                silent.append(f"{name} {param.opts[0]}")
+    assert silent == []
