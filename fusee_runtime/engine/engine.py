@@ -40,12 +40,13 @@ from fusee_runtime.errors import (
     Cancelled,
     CodecError,
     Failure,
+    JournalCorrupt,
     JournalFailed,
     NotFound,
     Rejected,
 )
 from fusee_runtime.journal import records
-from fusee_runtime.journal.reader import recover
+from fusee_runtime.journal.reader import locate, recover
 from fusee_runtime.journal.records import CLOSES, R
 from fusee_runtime.journal.storage import Storage
 from fusee_runtime.journal.writer import JournalWriter
@@ -158,7 +159,14 @@ class Engine:
             scan = recover(journal, self.config.storage)
             self._durable_lsn = scan.tail.next_lsn - 1
             for lsn, payload in scan.records:
-                self._replay_record(lsn, records.decode(payload))
+                try:
+                    self._replay_record(lsn, records.decode(payload))
+                except (ValueError, KeyError, IndexError, TypeError) as e:
+                    # A whole frame (its checksum holds) that this version cannot read.
+                    path, offset = locate(journal, self.config.storage, lsn)
+                    raise JournalCorrupt(
+                        path, offset, f"record {lsn} cannot be read by this version ({e!r})"
+                    ) from None
             loop = self._loop
             self._writer = JournalWriter(
                 journal,

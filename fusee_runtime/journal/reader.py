@@ -131,6 +131,25 @@ def recover(directory: Path, storage: Storage, repair: bool = True) -> Scan:
     return Scan(records, Tail(None, 0, next_lsn))
 
 
+def locate(directory: Path, storage: Storage, lsn: int) -> tuple[str, int]:
+    """The segment file and byte offset of record `lsn` (for messages about it)."""
+    place = (str(directory), 0)
+    for path in storage.list_segments(directory):
+        seg = _Segment(path, storage.read(path), None)
+        first = fmt.decode_header(seg.data)
+        if first is None or first > lsn:
+            break
+        n = first
+        for offset, payload in _frames(seg):
+            if payload is None:
+                break
+            if n == lsn:
+                return str(path), offset
+            n += 1
+        place = (str(path), 0)
+    return place
+
+
 def _any_frame(segments: list[_Segment], batch_start: bool = False) -> bool:
     """Whether any of `segments` holds a whole frame (one that starts a batch)."""
     find = fmt.find_batch_start if batch_start else fmt.find_whole_frame
