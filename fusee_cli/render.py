@@ -103,15 +103,18 @@ def history_table(records: list[dict[str, Any]]) -> None:
     """A run's journal as a timeline, as `fusee history` shows it."""
     runs = {r["run_id"] for r in records}
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("lsn", "time", "record", "seq", "name", "detail"):
-        table.add_column(column, no_wrap=column != "detail")
+    for column in ("lsn", "time", "took", "record", "seq", "name", "detail"):
+        table.add_column(
+            column, no_wrap=column != "detail", justify="right" if column == "took" else "left"
+        )
     if len(runs) > 1:
         table.add_column("run", no_wrap=True)
     for rec in records:
-        at = rec.get("started_at", rec.get("failed_at", rec.get("closed_at")))
+        at = next((rec[f] for f in _AT_FIELDS if rec.get(f) is not None), None)
         row = [
             str(rec["lsn"]),
             when(at) if at is not None else "",
+            _took(rec),
             rec["type"],
             str(rec.get("seq", "")),
             Text(str(rec.get("name", rec.get("workflow", "")))),
@@ -121,6 +124,31 @@ def history_table(records: list[dict[str, Any]]) -> None:
             row.append(rec["run_id"][:8])
         table.add_row(*row)
     _stdout().print(table)
+
+
+# The instant a record tells of, by the first of these fields it has.
+_AT_FIELDS = (
+    "ended_at",
+    "paused_at",
+    "failed_at",
+    "fired_at",
+    "received_at",
+    "resumed_at",
+    "requested_at",
+    "at",
+    "closed_at",
+    "started_at",
+)
+
+
+def _took(rec: dict[str, Any]) -> str:
+    """How long a step's attempt ran, for the records that say."""
+    start = rec.get("started_at")
+    end = rec.get("ended_at", rec.get("failed_at", rec.get("paused_at")))
+    if start is None or end is None or rec["type"] == "RunStarted":
+        return ""
+    seconds = max(end - start, 0.0)
+    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
 def _detail(rec: dict[str, Any]) -> str:
@@ -143,6 +171,18 @@ def _detail(rec: dict[str, Any]) -> str:
         return short(f"{f['kind']}: {f['message']}")
     if kind == "RunTerminated":
         return short(rec["reason"])
+    if kind == "TimerStarted":
+        return f"fires at {when(rec['fire_at'])}"
+    if kind == "WaitStarted":
+        deadline = rec["deadline"]
+        return f"until {when(deadline)}" if deadline is not None else "no timeout"
+    if kind == "WaitCompleted" and rec["signal_id"] is None:
+        return "timed out"
+    if kind == "SignalReceived":
+        return f"#{rec['signal_id']}: {short(rec['value'])}"
+    if kind == "StepPaused":
+        f = rec["failure"]
+        return short(f"attempt {rec['attempt']}: {f['kind']}: {f['message']}; waits for resume")
     if kind == "StreamAppended":
         return short(rec["item"])
     if kind == "StreamClosed":

@@ -203,6 +203,12 @@ def no_run(workflow_id: str) -> CliError:
     return CliError(Code.NOT_FOUND, f"no run with id {workflow_id!r}")
 
 
+def unusable_home(home: Path, e: OSError) -> CliError:
+    """The error for a home that cannot be a directory of ours (a file, a dangling link...)."""
+    where = f" ({e.filename})" if e.filename and str(e.filename) != str(home) else ""
+    return CliError(Code.USAGE, f"cannot use {home} as the fusee home: {e.strerror or e}{where}")
+
+
 class _Locked(CliError):
     """Another process holds the home's lock."""
 
@@ -228,6 +234,8 @@ async def open_engine(home: Path, app: str, *, drive: bool = True) -> AsyncItera
     engine = Engine(home, app, config=Config(drive=drive))
     try:
         await engine.open()
+    except OSError as e:
+        raise unusable_home(home, e) from None
     except AppImportError as e:
         raise CliError(Code.USAGE, str(e)) from None
     except HomeLocked as e:
@@ -270,6 +278,8 @@ async def control(home: Path, app: str, *, drive: bool) -> AsyncIterator[Control
                 client = await ControlClient.connect(home)
             except OwnerUnanswered as e:
                 raise CliError(Code.USAGE, str(e)) from None
+            except OSError as e:
+                raise unusable_home(home, e) from None
             if client is not None:
                 ctl: Control | ControlClient = client
                 break

@@ -76,17 +76,19 @@ async def run_live(
                 await engine._wait_durable(run.last_lsn)
             ctx._check_live()
             run.current = f"{name} (attempt {attempt})"
+            started = engine.clock.now()
             outcome = await _attempt(ctx, seq, name, attempt, fn, args, kwargs, opts)
+            now = engine.clock.now()
             if isinstance(outcome, bytes):
+                head = (run.run_id, seq, name)
                 engine._append(
                     run,
-                    [R.StepCompleted, run.run_id, seq, name, orjson.loads(outcome)],
-                    wire=(int(R.StepCompleted), run.run_id, seq, name, orjson.Fragment(outcome)),
+                    [R.StepCompleted, *head, orjson.loads(outcome), started, now],
+                    wire=(int(R.StepCompleted), *head, orjson.Fragment(outcome), started, now),
                 )
                 run.current = None
                 return run.ops[seq].value
             failure = outcome
-            now = engine.clock.now()
             if first_failed_at is None:
                 first_failed_at = now
             retry_at = _retry_at(policy, failure, attempt, now, first_failed_at)
@@ -94,17 +96,18 @@ async def run_live(
             if retry_at is not None:
                 delay = retry_at - now
                 rec = [R.AttemptFailed, run.run_id, seq, name, attempt, recorded, now, retry_at]
-                engine._append(run, [*rec, delay])
+                engine._append(run, [*rec, delay, started])
                 engine._log_attempt(run, name, attempt, failure, retry_at)
                 attempt += 1
                 not_before = retry_at
                 continue
             if _pauses(ctx, policy) and policy.retryable(failure, attempt):
-                engine._append(run, [R.StepPaused, run.run_id, seq, name, attempt, recorded])
+                rec = [R.StepPaused, run.run_id, seq, name, attempt, recorded, started, now]
+                engine._append(run, rec)
                 await ctx._paused(seq, run.ops[seq])
                 attempt, not_before, first_failed_at = 1, None, None
                 continue
-            engine._append(run, [R.StepFailed, run.run_id, seq, name, recorded])
+            engine._append(run, [R.StepFailed, run.run_id, seq, name, recorded, started, now])
             run.current = None
             raise StepFailed(name, Failure.from_json(recorded))
     except asyncio.CancelledError:

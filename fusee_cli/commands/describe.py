@@ -20,6 +20,7 @@ def describe(
     """
     with session.reporting():
         module = app_module(app)
+        session.check_id(workflow_id)
         if not session.has_journal(home):
             raise session.no_run(workflow_id)
         session.run(_describe(home, module, workflow_id, as_json))

@@ -21,6 +21,7 @@ def history(
     """
     with session.reporting():
         module = app_module(app)
+        session.check_id(workflow_id)
         if not session.has_journal(home):
             raise session.no_run(workflow_id)
         records: list[dict[str, Any]] = []

@@ -26,6 +26,15 @@ def list_runs(
     limit: Annotated[
         int | None, typer.Option("--limit", min=1, help="At most this many; default: no limit.")
     ] = None,
+    where: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--where",
+            metavar="KEY=VALUE",
+            help="Only runs whose search attribute KEY is VALUE (not available yet: exits 2); "
+            "default: no filter.",
+        ),
+    ] = None,
     as_json: Json = False,
     home: Home = DEFAULT_HOME,
     app: App = None,
@@ -40,6 +49,12 @@ def list_runs(
         if status is not None and status not in {s.value for s in Status}:
             known = ", ".join(s.value for s in Status)
             raise CliError(Code.USAGE, f"unknown status {status!r}; statuses: {known}")
+        if where:
+            raise CliError(
+                Code.USAGE,
+                "fusee list --where is not available yet: workflows cannot set search "
+                "attributes (ctx.set_attributes) in this version",
+            )
         module = app_module(app)
         infos: list[Any] = []
         if session.has_journal(home):

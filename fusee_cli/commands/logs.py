@@ -57,6 +57,7 @@ def logs(
     """
     with session.reporting():
         module = app_module(app)
+        session.check_id(workflow_id)
         if not follow:
             _print_kept(home, module, workflow_id, as_json)
             return

@@ -36,6 +36,7 @@ def result(
     """
     with session.reporting():
         module = app_module(app)
+        session.check_id(workflow_id)
         if not session.has_journal(home):
             raise session.no_run(workflow_id)
         try:

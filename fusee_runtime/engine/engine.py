@@ -341,7 +341,14 @@ class Engine:
     def _signal(self, run: Run, name: str, value: Any) -> int:
         check_signal_name(name)
         encoded = self._encode(value, f"signal {name!r}")
-        rec = [R.SignalReceived, run.run_id, run.next_signal_id, name, orjson.loads(encoded)]
+        rec = [
+            R.SignalReceived,
+            run.run_id,
+            run.next_signal_id,
+            name,
+            orjson.loads(encoded),
+            self.clock.now(),
+        ]
         return self._append(run, rec)
 
     async def cancel(self, id: str, reason: str = "cancelled") -> None:
@@ -356,7 +363,7 @@ class Engine:
         if not run.is_open:
             raise Rejected(f"run {id!r} is already closed ({run.closing})")
         if run.cancel_reason is None:
-            self._append(run, [R.CancelRequested, run.run_id, reason])
+            self._append(run, [R.CancelRequested, run.run_id, reason, self.clock.now()])
             if run.status == Status.STUCK:
                 # No code can run to take the cancel: close it as it stands.
                 self._close_run(run, R.RunCancelled, reason)
@@ -396,7 +403,7 @@ class Engine:
         paused = run.paused_ops()
         stuck = run.status == Status.STUCK
         for seq in paused:
-            self._append(run, [R.StepResumed, run.run_id, seq])
+            self._append(run, [R.StepResumed, run.run_id, seq, self.clock.now()])
         if stuck:
             run.status = Status.RUNNING
             run.error = None
@@ -427,6 +434,14 @@ class Engine:
             n = int(to)
             if n < 1:
                 raise Rejected("operation numbers start at 1")
+            last = max((top(s) for s in run.ops), default=0)
+            if n > last:
+                raise Rejected(
+                    f"operation #{n} is past the last operation of run {run.workflow_id!r} "
+                    f"(#{last})"
+                    if last
+                    else f"run {run.workflow_id!r} has no operation yet"
+                )
             return n
         steps = sorted(
             (top(s), s) for s, op in run.ops.items() if op.kind == "step" and op.name == to
@@ -552,9 +567,9 @@ class Engine:
         if op is None or op.fire_at != at:
             return
         if op.kind == "timer":
-            self._append(run, [R.TimerFired, run.run_id, seq])
+            self._append(run, [R.TimerFired, run.run_id, seq, self.clock.now()])
         elif op.kind == "wait":
-            self._append(run, [R.WaitCompleted, run.run_id, seq, None, None])
+            self._append(run, [R.WaitCompleted, run.run_id, seq, None, None, self.clock.now()])
 
     def _match_signals(self, run: Run) -> None:
         """Hands buffered signals to pending waits, oldest signal to earliest wait."""
@@ -568,7 +583,8 @@ class Engine:
                 continue  # timed out before this signal came: its timer records None
             for signal_id, name, value in run.signals:
                 if name == op.name:
-                    self._append(run, [R.WaitCompleted, run.run_id, seq, signal_id, value])
+                    now = self.clock.now()
+                    self._append(run, [R.WaitCompleted, run.run_id, seq, signal_id, value, now])
                     break
 
     def _park(self, run: Run, ctx: Ctx) -> None:

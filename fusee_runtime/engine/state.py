@@ -153,7 +153,7 @@ class Run:
         if kind in _OP_RECORDS:
             return _OP_RECORDS[kind](self, rec)
         if kind == R.SignalReceived:
-            _, _, signal_id, name, value = rec
+            _, _, signal_id, name, value, _ = rec
             self.signals.append((signal_id, name, value))
             self.next_signal_id = signal_id + 1
         elif kind == R.CancelRequested:

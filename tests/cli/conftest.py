@@ -57,6 +57,7 @@ def fusee() -> Callable[..., subprocess.CompletedProcess[str]]:
     The child sees no FUSEE_ variable but the ones a test passes, and can
     import the test app.
     """
+
     def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [_fusee_script(), *args], cwd=REPO, env=_child_env(env), capture_output=True, text=True

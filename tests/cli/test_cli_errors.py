@@ -89,9 +89,7 @@ def test_a_missing_app_module(cli, home, bad_input):
     assert not home.exists()
 
 
-def test_a_locked_home_names_the_owner(
-    cli, on, home, journal, used_home, bad_input, monkeypatch
-):
+def test_a_locked_home_names_the_owner(cli, on, home, journal, used_home, bad_input, monkeypatch):
     # A process holds the lock and serves no control socket: each command
     # tries to reach it for ANSWER_S (5 s; shortened here), then names it.
     monkeypatch.setattr(control, "ANSWER_S", 0.2)

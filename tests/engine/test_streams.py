@@ -304,7 +304,7 @@ async def test_a_cancel_that_lands_on_an_append_lands_there_on_replay_too(
     async with make_engine(drive=False) as engine:
         await engine.signal("cancel", "go", None)
         run = engine._latest_run("cancel")
-        engine._append(run, [R.CancelRequested, run.run_id, "operator"])
+        engine._append(run, [R.CancelRequested, run.run_id, "operator", 0.0])
         await engine._wait_durable(run.last_lsn)
     async with make_engine() as engine:
         h = engine.handle("cancel")

@@ -50,7 +50,7 @@ def _append(journal: Path, payload: bytes) -> tuple[str, int]:
     [
         (b'{"not": "a record"}', "not a fusee record"),
         (b"[999, 1]", "not a fusee record"),
-        (b'[3, "no-such-run", "1", "a", 1]', "no-such-run"),  # a record of a run never started
+        (b'[5, "no-such-run", "1", "a", 1]', "no-such-run"),  # a record of a run never started
         (b"[2]", "fields"),
     ],
 )

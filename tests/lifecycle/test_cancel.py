@@ -243,7 +243,7 @@ async def test_a_cancel_acknowledged_just_before_a_crash_lands_on_reopen(
             await until_parked(engine, id)
         run = engine._latest_run(id)
         # The journal as a SIGKILL right after the request became durable leaves it.
-        engine._append(run, [R.CancelRequested, run.run_id, "acknowledged"])
+        engine._append(run, [R.CancelRequested, run.run_id, "acknowledged", 0.0])
         await engine._wait_durable(run.last_lsn)
     async with make_engine() as engine:
         with pytest.raises(Cancelled, match="acknowledged"):
