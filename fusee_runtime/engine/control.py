@@ -326,13 +326,33 @@ class ControlServer:
                     await _pump(events, writer)
                 value = None
             else:
-                value = await method(**args)
+                value = await _beating(asyncio.ensure_future(method(**args)), writer)
             writer.write(_line({"ok": value}))
         except FuseeError as e:
             writer.write(_error_line(e))
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
             writer.write(_error_line(Rejected(f"a malformed control request: {e}")))
         await writer.drain()
+
+
+async def _beating(call: asyncio.Future[Any], writer: asyncio.StreamWriter) -> Any:
+    """The call's value; a beat line every `BEAT_S` until it comes.
+
+    A call waits for its records to be durable; on a slow disk that can
+    take longer than a client waits for a silent owner, and a client that
+    gave up would have the user retry what was already recorded.
+    """
+    try:
+        while True:
+            done, _ = await asyncio.wait({call}, timeout=BEAT_S)
+            if done:
+                return call.result()
+            writer.write(_BEAT)
+            await writer.drain()
+    finally:
+        if not call.done():
+            call.cancel()
+            await asyncio.gather(call, return_exceptions=True)
 
 
 async def _pump(events: AsyncIterator[Any], writer: asyncio.StreamWriter) -> None:

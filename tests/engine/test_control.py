@@ -6,6 +6,7 @@ import asyncio
 import os
 import socket
 import stat
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from fusee_runtime import (
     workflow,
 )
 from fusee_runtime.engine.control import Control, ControlClient, run_info, run_json
+from fusee_runtime.journal.storage import Storage
 
 
 @step
@@ -202,3 +204,38 @@ def test_run_json_round_trips(tmp_path: Path) -> None:
         "a", "r", "w", Status.FAILED, datetime(2026, 1, 2, tzinfo=UTC), None, "boom", {"k": 1}
     )
     assert run_info(orjson.loads(orjson.dumps(run_json(info)))) == info
+
+
+class _StalledDisk(Storage):
+    """fdatasync blocks while `stalled` is clear."""
+
+    def __init__(self) -> None:
+        self.stalled = threading.Event()
+        self.stalled.set()
+
+    def sync(self, fd: int) -> None:
+        self.stalled.wait()
+        super().sync(fd)
+
+
+async def test_a_call_slower_than_the_clients_patience_is_not_given_up(
+    home: Path, make_engine, monkeypatch
+) -> None:
+    # A slow disk: the signal is recorded but not durable for longer than a
+    # client waits on a silent owner. The owner's beats keep the client
+    # waiting, so it never reports a failure for a signal that lands.
+    from fusee_runtime.engine import control
+
+    monkeypatch.setattr(control, "ANSWER_S", 0.3)
+    monkeypatch.setattr(control, "BEAT_S", 0.05)
+    disk = _StalledDisk()
+    async with make_engine(storage=disk) as engine:
+        await engine.start("ctl_gate", 4, id="g-1")
+        client = await _connect(home)
+        disk.stalled.clear()
+        sending = asyncio.ensure_future(client.signal("g-1", "go", True))
+        await asyncio.sleep(3 * control.ANSWER_S)  # the disk stays stalled this long
+        assert not sending.done()
+        disk.stalled.set()
+        await sending
+        assert await engine.handle("g-1").result() == 8
