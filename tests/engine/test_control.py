@@ -233,9 +233,11 @@ async def test_a_call_slower_than_the_clients_patience_is_not_given_up(
         await engine.start("ctl_gate", 4, id="g-1")
         client = await _connect(home)
         disk.stalled.clear()
-        sending = asyncio.ensure_future(client.signal("g-1", "go", True))
-        await asyncio.sleep(3 * control.ANSWER_S)  # the disk stays stalled this long
-        assert not sending.done()
-        disk.stalled.set()
+        try:
+            sending = asyncio.ensure_future(client.signal("g-1", "go", True))
+            await asyncio.sleep(3 * control.ANSWER_S)  # the disk stays stalled this long
+            assert not sending.done()
+        finally:
+            disk.stalled.set()
         await sending
         assert await engine.handle("g-1").result() == 8
