@@ -434,13 +434,12 @@ class Engine:
             n = int(to)
             if n < 1:
                 raise Rejected("operation numbers start at 1")
+            # Up to one past the last operation: keep them all, run what follows anew.
             last = max((top(s) for s in run.ops), default=0)
-            if n > last:
+            if n > last + 1:
                 raise Rejected(
-                    f"operation #{n} is past the last operation of run {run.workflow_id!r} "
-                    f"(#{last})"
-                    if last
-                    else f"run {run.workflow_id!r} has no operation yet"
+                    f"operation #{n} is past the end of run {run.workflow_id!r}: "
+                    f"it has {last} operation(s), so --to takes 1 to {last + 1}"
                 )
             return n
         steps = sorted(

@@ -156,7 +156,7 @@ CASES = [
     case("reset e-1 --to 0", 2, "operation numbers start at 1"),
     case("reset e-1 --to nope", 2, "run 'e-1' has no step named 'nope'; its steps: echo"),
     case("reset e-1 --to ''", 2, "--to takes an operation number or a step name"),
-    case("reset e-1 --to 99", 2, "operation #99 is past the last operation of run 'e-1'"),
+    case("reset e-1 --to 99", 2, "operation #99 is past the end of run 'e-1'"),
     case("reset a/b --to 1", 2, BAD_ID),
     case("reset nope --to 1", 3, NO_RUN),
     case("reset nope --to 1", 3, NO_RUN, home="none"),

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import re
-
 import asyncio
 import json
+import re
 from pathlib import Path
 
 from fusee_runtime import Config, Engine, FakeClock

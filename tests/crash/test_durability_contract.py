@@ -117,7 +117,7 @@ def test_kill_during_retry_backoff_keeps_the_attempt_count_and_recorded_delay(
     first.kill()
     failed = [r for r in journal(home) if r[0] == R.AttemptFailed]
     assert len(failed) == 1
-    _, _, _, name, attempt, failure, _failed_at, retry_at, delay = failed[0]
+    _, _, _, name, attempt, failure, _failed_at, retry_at, delay, _started_at = failed[0]
     assert (name, attempt, failure["kind"]) == ("c", 1, "RuntimeError")
     assert retry_at == announced_retry_at
     assert 0.15 <= delay <= 0.3  # jitter: between half and all of the 0.3 s backoff
