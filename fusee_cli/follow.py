@@ -13,8 +13,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fusee_cli import session
 from fusee_cli.session import Code, echo_err, error, print_json
 
 if TYPE_CHECKING:
@@ -61,6 +63,52 @@ async def follow(
         done.get("message"),
         done.get("failure"),
     )
+
+
+async def follow_home(
+    home: Path,
+    app: str,
+    workflow_id: str,
+    timeout_s: float | None,
+    progress: Callable[[str | None], None] | None = None,
+    first: Control | ControlClient | None = None,
+) -> Outcome:
+    """Follows a run through whoever owns the home, taking over when that owner goes away.
+
+    An owner that closes or dies leaves the run to the next process that
+    opens the home: this one, unless another got there first. A watch
+    records nothing, so following again is safe. `first` is a control
+    already open to start with; `timeout_s` counts from the first try.
+
+    Raises:
+        CliError: no run of that id (exit 3), or what `session.control` raises.
+    """
+    import asyncio
+
+    from fusee_runtime import EngineClosed
+    from fusee_runtime.engine.control import OwnerGone, OwnerLost
+
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout_s is None else loop.time() + timeout_s
+    while True:
+        left = None if deadline is None else max(deadline - loop.time(), 0.0)
+        owner = None
+        try:
+            if first is not None:
+                ctl, first = first, None
+                owner = ctl.owner
+                return await follow(ctl, workflow_id, left, progress)
+            async with session.control(home, app, drive=True) as ctl:
+                owner = ctl.owner
+                await session.find_run(ctl, workflow_id)
+                return await follow(ctl, workflow_id, left, progress)
+        except (OwnerGone, OwnerLost, EngineClosed):
+            if owner is None:
+                raise  # this process's own engine closed under it: nobody to hand over to
+            echo_err(
+                f"the process that owned the home (pid {owner}) went away; "
+                f"following {workflow_id} on"
+            )
 
 
 def report(outcome: Outcome, as_json: bool) -> Code:

@@ -187,6 +187,10 @@ class Rejected(FuseeError):
     """The call is not allowed in this state; the message says why."""
 
 
+class EngineClosed(Rejected):
+    """The engine closed while the caller waited; the run goes on when the home opens again."""
+
+
 class CodecError(FuseeError):
     """A value cannot be encoded as JSON (or is over the size limit)."""
 

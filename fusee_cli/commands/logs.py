@@ -9,7 +9,7 @@ is the newest (a follower stops when that one closes for good).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -70,7 +70,7 @@ def logs(
                     raise
                 # Lines may outlive the journal's record of the id: show those.
                 missing, runs = e, None
-            session.run(_follow(home / "logs", workflow_id, runs, missing))
+            session.run(_driving(home, module, _follow(home / "logs", workflow_id, runs, missing)))
         except KeyboardInterrupt:
             echo_err(f"stopped following the logs of {workflow_id}")
             raise typer.Exit(130) from None
@@ -110,6 +110,13 @@ def _print_kept(home: Path, app: str, workflow_id: str, as_json: bool) -> None:
     if not show.printed:
         _runs(home, app, workflow_id)  # exit 3 when there is no such run
         echo_err(f"no log lines for {workflow_id} yet")
+
+
+async def _driving(home: Path, app: str, following: Coroutine[Any, Any, None]) -> None:
+    """Runs `following` while the home is driven: by its owner, else by this process,
+    so the run goes on and writes the lines being followed."""
+    async with session.control(home, app, drive=True):
+        await following
 
 
 async def _follow(

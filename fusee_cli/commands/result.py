@@ -52,12 +52,16 @@ def result(
 async def _result(
     home: Path, app: str, workflow_id: str, timeout_s: float | None, as_json: bool
 ) -> None:
-    from fusee_cli.follow import follow, report
+    from fusee_cli.follow import follow, follow_home, report
 
-    # With no owner serving the home, this process runs the run while it waits.
-    async with session.control(home, app, drive=True) as ctl:
-        await session.find_run(ctl, workflow_id)
-        outcome = await follow(ctl, workflow_id, timeout_s)
-        code = report(outcome, as_json)
+    if timeout_s == 0:
+        # No --wait: look, passively; no run's code runs in this process.
+        async with session.control(home, app, drive=False) as ctl:
+            await session.find_run(ctl, workflow_id)
+            outcome = await follow(ctl, workflow_id, 0)
+    else:
+        # With no owner serving the home, this process runs the run while it waits.
+        outcome = await follow_home(home, app, workflow_id, timeout_s)
+    code = report(outcome, as_json)
     if code != Code.OK:
         raise typer.Exit(code)

@@ -96,13 +96,14 @@ async def _start(
     timeout_s: float | None,
     as_json: bool,
 ) -> None:
-    from fusee_cli.follow import follow, report
+    from fusee_cli.follow import follow_home, report
     from fusee_cli.render import Progress
     from fusee_runtime import NotFound
     from fusee_runtime.engine.control import run_json
 
     wid = started.workflow_id
-    async with session.control(home, app, drive=True) as ctl:
+    # --detach only records the start: no run's code runs in this process.
+    async with session.control(home, app, drive=not detach) as ctl:
         started.owner = ctl.owner
         try:
             info, existed = await ctl.start(workflow, value, id=wid)
@@ -124,7 +125,7 @@ async def _start(
                 typer.echo(wid)
             return
         with Progress(wid) as progress:
-            outcome = await follow(ctl, wid, timeout_s, progress)
+            outcome = await follow_home(home, app, wid, timeout_s, progress, first=ctl)
         code = report(outcome, as_json)
     if code != Code.OK:
         raise typer.Exit(code)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import socket
 from collections.abc import AsyncIterator, Callable
@@ -34,6 +35,8 @@ from fusee_runtime import errors
 from fusee_runtime.engine.home import HomeLock
 from fusee_runtime.engine.state import RunInfo, Status
 from fusee_runtime.errors import FuseeError, Rejected
+
+log = logging.getLogger("fusee")
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.engine import Engine
@@ -51,7 +54,7 @@ LINE_BYTES_MAX = 64 << 20
 """Longest request or answer line: payloads are at most a few MiB."""
 
 
-class OwnerUnanswered(FuseeError):
+class OwnerUnanswered(Rejected):
     """The process that owns the home does not answer on its control socket."""
 
     def __init__(self, home: Path, pid: int | None, why: str) -> None:
@@ -64,7 +67,11 @@ class OwnerUnanswered(FuseeError):
 
 
 class OwnerGone(Rejected):
-    """The owner stopped serving the home between two calls of a command."""
+    """Nobody serves the home's socket (any more): nothing was sent, so a retry is safe."""
+
+
+class OwnerLost(Rejected):
+    """The owner closed the connection after the request was sent: it may have acted."""
 
 
 def run_json(info: RunInfo) -> dict[str, Any]:
@@ -270,8 +277,13 @@ class ControlServer:
             self._path.unlink()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            with _address(self._path) as address:
-                sock.bind(address)
+            # Created 0600 (the umask is process-wide, but only for this call).
+            umask = os.umask(0o177)
+            try:
+                with _address(self._path) as address:
+                    sock.bind(address)
+            finally:
+                os.umask(umask)
             os.chmod(self._path, 0o600)
             self._server = await asyncio.start_unix_server(
                 self._accept, sock=sock, limit=LINE_BYTES_MAX
@@ -316,7 +328,9 @@ class ControlServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            request = orjson.loads(await reader.readline())
+            async with asyncio.timeout(ANSWER_S):
+                line = await reader.readline()
+            request = orjson.loads(line)
             op, args = request["op"], request.get("args") or {}
             if op not in _CALLS | _ITERATORS or not isinstance(args, dict):
                 raise Rejected(f"the control API has no operation {op!r}")
@@ -330,8 +344,13 @@ class ControlServer:
             writer.write(_line({"ok": value}))
         except FuseeError as e:
             writer.write(_error_line(e))
+        except TimeoutError:
+            return  # no whole request in time: drop the connection
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
             writer.write(_error_line(Rejected(f"a malformed control request: {e}")))
+        except Exception as e:  # a bug: the client gets one line, the owner's log the rest
+            log.exception("fusee: control request failed")
+            writer.write(_error_line(FuseeError(f"the owner failed to answer: {e!r}")))
         await writer.drain()
 
 
@@ -410,6 +429,7 @@ _RAISED: dict[str, type[FuseeError]] = {
         errors.Terminated,
         errors.NonDeterminism,
         errors.JournalFailed,
+        errors.EngineClosed,
     )
 }
 
@@ -521,8 +541,13 @@ class ControlClient:
                         line = await reader.readline()
                 except TimeoutError:
                     raise OwnerUnanswered(self.home, self._pid, "stopped answering") from None
-                if not line:
+                except ValueError:  # a line over LINE_BYTES_MAX
                     raise Rejected(
+                        f"the answer to {op!r} is over {LINE_BYTES_MAX} bytes; "
+                        "run the command when no process owns the home"
+                    ) from None
+                if not line:
+                    raise OwnerLost(
                         f"the owner of {self.home} (pid {self._pid}) closed the connection "
                         f"before answering {op!r}; it may have stopped"
                     )

@@ -39,6 +39,7 @@ from fusee_runtime.engine.timers import TimerQueue
 from fusee_runtime.errors import (
     Cancelled,
     CodecError,
+    EngineClosed,
     Failure,
     JournalCorrupt,
     JournalFailed,
@@ -231,7 +232,7 @@ class Engine:
         for run in self._runs.values():
             self._fail_result_waiters(
                 run,
-                Rejected(
+                EngineClosed(
                     f"the engine closed before run {run.workflow_id!r} finished; "
                     "it resumes when the home is opened again"
                 ),

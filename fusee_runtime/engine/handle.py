@@ -9,7 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 from fusee_runtime.dsl import seconds
 from fusee_runtime.engine.state import Run, RunInfo, Status
-from fusee_runtime.errors import Cancelled, Failure, Rejected, RunFailed, Terminated, TimedOut
+from fusee_runtime.errors import (
+    Cancelled,
+    EngineClosed,
+    Failure,
+    Rejected,
+    RunFailed,
+    Terminated,
+    TimedOut,
+)
 from fusee_runtime.streams import check_stream_name
 from fusee_runtime.streams import follow as follow_stream
 
@@ -92,7 +100,7 @@ class RunHandle:
                 if self._engine._failed is not None:
                     raise self._engine._failed
                 if self._engine._closing:
-                    raise Rejected(
+                    raise EngineClosed(
                         f"the engine closed before run {self.id!r} finished; "
                         "it resumes when the home is opened again"
                     )

@@ -180,3 +180,37 @@ def test_an_unknown_id_from_the_owner_exits_3(spawn, fusee, tmp_path, as_json):
     assert r.returncode == 3
     assert r.stderr == "error: no run with id 'nope'\n"
     owner.kill()
+
+
+def test_a_follower_takes_over_when_the_owner_goes_away(spawn, fusee, tmp_path):
+    on = _on(tmp_path)
+    owner = _owner(spawn, on, "ap-1")
+    follower = spawn("start", "approval", "--id", "ap-1", *on)
+    assert follower.stderr is not None
+    assert follower.stderr.readline().startswith("run ap-1 already exists")
+    assert follower.stderr.readline().startswith("ap-1: waiting for signal 'approve'")
+
+    owner.send_signal(signal.SIGINT)  # the owner detaches and closes the home
+    owner.communicate()
+    assert follower.stderr.readline() == (
+        f"the process that owned the home (pid {owner.pid}) went away; following ap-1 on\n"
+    )
+    sent = fusee("signal", "ap-1", "approve", "true", *on)
+
+    assert f"(pid {follower.pid})" in sent.stderr  # the follower owns the home now
+    out, err = follower.communicate()
+    assert follower.returncode == 0, err
+    assert json.loads(out)["approved"] is True
+
+
+def test_detached_starts_and_results_without_wait_run_no_code(fusee, tmp_path):
+    on = _on(tmp_path)
+    assert fusee("start", "approval", "--id", "ap-1", "--detach", *on).returncode == 0
+    assert fusee("signal", "ap-1", "approve", "true", *on).returncode == 0
+
+    # Neither command drives the home: ap-1 has its signal but does not take it.
+    assert fusee("start", "approval", "--id", "ap-2", "--detach", *on).returncode == 0
+    assert fusee("result", "ap-1", *on).returncode == 4
+    history = json.loads(fusee("history", "ap-1", "--json", *on).stdout)
+
+    assert [r["type"] for r in history] == ["RunStarted", "SignalReceived"]

@@ -241,3 +241,17 @@ async def test_a_call_slower_than_the_clients_patience_is_not_given_up(
             disk.stalled.set()
         await sending
         assert await engine.handle("g-1").result() == 8
+
+
+async def test_a_request_that_never_ends_is_dropped(home: Path, make_engine, monkeypatch) -> None:
+    from fusee_runtime.engine import control
+
+    monkeypatch.setattr(control, "ANSWER_S", 0.2)
+    async with make_engine():
+        reader, writer = await asyncio.open_unix_connection(str(home / "control.sock"))
+        writer.write(b'{"op": "ping"')  # and never a newline
+        await writer.drain()
+        assert await reader.read() == b""  # the owner hung up
+        writer.close()
+        await writer.wait_closed()
+        assert (await _connect(home)).owner == os.getpid()
