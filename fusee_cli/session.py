@@ -50,6 +50,13 @@ class CliError(Exception):
         self.message = message
 
 
+def not_available(what: str, missing: str) -> CliError:
+    """The error of a command (or option) whose engine feature is not built yet: exit 2."""
+    return CliError(
+        Code.USAGE, f"fusee {what} is not available yet: workflows cannot {missing} in this version"
+    )
+
+
 def echo_err(message: str) -> None:
     """Prints a status line on stderr (status never goes to stdout)."""
     typer.echo(message, err=True)

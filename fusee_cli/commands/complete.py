@@ -14,7 +14,6 @@ import typer
 
 from fusee_cli import session
 from fusee_cli.options import DEFAULT_HOME, App, Home, Json
-from fusee_cli.session import CliError, Code
 
 Token = Annotated[
     str,
@@ -49,7 +48,7 @@ def complete(
     Example: fusee complete 4f1c2b7e '{"approved": true}'
     """
     with session.reporting():
-        raise CliError(Code.USAGE, _unavailable("complete"))
+        raise session.not_available("complete", _MISSING)
 
 
 def fail(
@@ -74,11 +73,7 @@ def fail(
     Example: fusee fail 4f1c2b7e "the reviewer rejected it"
     """
     with session.reporting():
-        raise CliError(Code.USAGE, _unavailable("fail"))
+        raise session.not_available("fail", _MISSING)
 
 
-def _unavailable(command: str) -> str:
-    return (
-        f"fusee {command} is not available yet: workflows cannot await completions "
-        "(ctx.await_completion) in this version"
-    )
+_MISSING = "await completions (ctx.await_completion)"

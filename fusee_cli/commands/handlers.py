@@ -13,7 +13,6 @@ import typer
 
 from fusee_cli import session
 from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json
-from fusee_cli.session import CliError, Code
 
 Arg = Annotated[
     str | None,
@@ -49,11 +48,7 @@ def query(
     Example: fusee query expense-7 total
     """
     with session.reporting():
-        raise CliError(
-            Code.USAGE,
-            "fusee query is not available yet: workflows cannot declare query handlers "
-            "(ctx.on_query) in this version",
-        )
+        raise session.not_available("query", "declare query handlers (ctx.on_query)")
 
 
 def update(
@@ -89,8 +84,4 @@ def update(
     Example: fusee update expense-7 set-limit 500 --update-id raise-1
     """
     with session.reporting():
-        raise CliError(
-            Code.USAGE,
-            "fusee update is not available yet: workflows cannot declare update handlers "
-            "(ctx.on_update) in this version",
-        )
+        raise session.not_available("update", "declare update handlers (ctx.on_update)")

@@ -50,11 +50,8 @@ def list_runs(
             known = ", ".join(s.value for s in Status)
             raise CliError(Code.USAGE, f"unknown status {status!r}; statuses: {known}")
         if where:
-            raise CliError(
-                Code.USAGE,
-                "fusee list --where is not available yet: workflows cannot set search "
-                "attributes (ctx.set_attributes) in this version",
-            )
+            missing = "set search attributes (ctx.set_attributes)"
+            raise session.not_available("list --where", missing)
         module = app_module(app)
         infos: list[Any] = []
         if session.has_journal(home):

@@ -70,7 +70,9 @@ def logs(
                     raise
                 # Lines may outlive the journal's record of the id: show those.
                 missing, runs = e, None
-            session.run(_driving(home, module, _follow(home / "logs", workflow_id, runs, missing)))
+            following = _follow(home / "logs", workflow_id, runs, missing)
+            # A run the journal does not know is not driven (and no home is made for it).
+            session.run(following if missing else _driving(home, module, following))
         except KeyboardInterrupt:
             echo_err(f"stopped following the logs of {workflow_id}")
             raise typer.Exit(130) from None

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
 
+from fusee_runtime import Status
+
 
 @pytest.fixture
-def waiting(cli, on, home, journal):
-    """A home holding run w-1 (`cli_wait`), waiting for signal `go`; returns the journal."""
-    assert cli("start", "cli_wait", "--id", "w-1", "--detach", *on).exit_code == 0
+def waiting(make_engine, home, journal):
+    """A home holding run w-1 (`cli_wait`), parked on its wait for signal `go`; returns the
+    journal."""
+
+    async def park() -> None:
+        async with make_engine() as engine:
+            await engine.start("cli_wait", None, id="w-1")
+            await engine.wait_until(lambda: engine._latest_run("w-1").status == Status.PARKED)
+
+    asyncio.run(park())
     return journal(home)
 
 
