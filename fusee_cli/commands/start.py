@@ -64,7 +64,8 @@ def start(
         session.check_payload(value)
         module = app_module(app)
         session.check_workflow(module, workflow)
-        started = _Started(session.check_id(workflow_id) if workflow_id else uuid.uuid4().hex)
+        wid = session.check_id(workflow_id) if workflow_id is not None else uuid.uuid4().hex
+        started = _Started(wid)
         try:
             session.run(_start(home, module, workflow, value, started, detach, timeout, as_json))
         except KeyboardInterrupt:

@@ -84,6 +84,7 @@ CASES = [
     case("start cli_echo --input -", 2, "input on stdin is not JSON", stdin="{"),
     case("start cli_echo --input /nonexistent/in.json", 2, "does not exist"),
     case("start cli_echo --id a/b", 2, BAD_ID),
+    case("start cli_echo --id ''", 2, "a workflow id is a non-empty string"),
     case("start cli_echo --id e-2", 2, "journal corrupt in", home="damaged"),
     case("start cli_echo --id e-2", 2, "as the fusee home", home="under_file"),
     case("start cli_echo --id e-2", 2, "as the fusee home", home="dangling"),
