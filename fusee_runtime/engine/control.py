@@ -376,25 +376,13 @@ async def _beating(call: asyncio.Future[Any], writer: asyncio.StreamWriter) -> A
 
 async def _pump(events: AsyncIterator[Any], writer: asyncio.StreamWriter) -> None:
     """Writes each event as a line, and a beat line after `BEAT_S` without one."""
-    pending: asyncio.Future[Any] = asyncio.ensure_future(anext(events))
-    try:
-        while True:
-            done, _ = await asyncio.wait({pending}, timeout=BEAT_S)
-            if not done:
-                writer.write(_BEAT)
-                await writer.drain()
-                continue
-            try:
-                event = pending.result()
-            except StopAsyncIteration:
-                return
-            writer.write(_line({"event": event}))
-            await writer.drain()
-            pending = asyncio.ensure_future(anext(events))
-    finally:
-        if not pending.done():
-            pending.cancel()
-            await asyncio.gather(pending, return_exceptions=True)
+    while True:
+        try:
+            event = await _beating(asyncio.ensure_future(anext(events)), writer)
+        except StopAsyncIteration:
+            return
+        writer.write(_line({"event": event}))
+        await writer.drain()
 
 
 _BEAT = b'{"beat":true}\n'

@@ -583,7 +583,6 @@ class Engine:
                 continue  # timed out before this signal came: its timer records None
             for signal_id, name, value in run.signals:
                 if name == op.name:
-                    now = self.clock.now()
                     self._append(run, [R.WaitCompleted, run.run_id, seq, signal_id, value, now])
                     break
 

@@ -43,6 +43,7 @@ import orjson
 from fusee_runtime import steps
 from fusee_runtime.context import _cursor_var
 from fusee_runtime.engine.state import top
+from fusee_runtime.errors import MESSAGE_CHARS_MAX  # a log message is cut where a failure's is
 
 if TYPE_CHECKING:
     from fusee_runtime.context import Ctx
@@ -55,8 +56,6 @@ FILE_BYTES_MAX = 8 << 20
 """Size at which the log file is rotated."""
 FILES_KEPT = 3
 """Rotated files kept beside the current one: `fusee.log.1` (newest) to `.3`."""
-MESSAGE_CHARS_MAX = 16_384
-"""Longest message written; a longer one is cut, ending with an ellipsis."""
 ROTATED_FILES_MAX = 1000
 """Most rotated files a reader looks for, whatever `files_kept` was."""
 
