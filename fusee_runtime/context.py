@@ -137,13 +137,13 @@ class Ctx:
         Raises:
             Rejected: called outside a step function.
         """
-        seq = _step_var.get()
-        if seq is None:
+        running = _step_var.get()
+        if running is None:
             raise Rejected(
                 "ctx.key() is only available inside a step function: "
                 "there is no step to key in workflow code"
             )
-        return f"{self._run.workflow_id}/{self._run.run_id}/{seq}"
+        return f"{self._run.workflow_id}/{self._run.run_id}/{running.seq}"
 
     # -- recorded values -------------------------------------------------------
 

@@ -23,7 +23,7 @@ import functools
 import inspect
 import random
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
@@ -35,10 +35,17 @@ from fusee_runtime.journal.records import R
 if TYPE_CHECKING:
     from fusee_runtime.context import Ctx
 
-_step_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("fusee_step", default=None)
-# The name and attempt of the step whose function runs (for `ctx.log`).
-_attempt_var: contextvars.ContextVar[tuple[str, int] | None] = contextvars.ContextVar(
-    "fusee_attempt", default=None
+
+class Running(NamedTuple):
+    """The step whose function runs: its seq (for `ctx.key()`), name and attempt (`ctx.log`)."""
+
+    seq: str
+    name: str
+    attempt: int
+
+
+_step_var: contextvars.ContextVar[Running | None] = contextvars.ContextVar(
+    "fusee_step", default=None
 )
 
 
@@ -146,8 +153,7 @@ async def _attempt(
     engine = ctx._engine
     # Workflow code and async step functions share the run's task, so the
     # step marker is set around the await; a thread gets a copy of it.
-    token = _step_var.set(seq)
-    attempt_token = _attempt_var.set((name, attempt))
+    token = _step_var.set(Running(seq, name, attempt))
     try:
         if _is_async(fn):
             work: Any = fn(*args, **kwargs)
@@ -165,7 +171,6 @@ async def _attempt(
     except Exception as e:
         return Failure.of(e)
     finally:
-        _attempt_var.reset(attempt_token)
         _step_var.reset(token)
     try:
         encoded = orjson.dumps(value)

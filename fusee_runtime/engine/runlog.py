@@ -206,14 +206,14 @@ class RunLogger:
         if self._log._closed:
             return  # the engine closed: a step function still running in the pool
         ctx = self._ctx
-        running = steps._attempt_var.get()
+        running = steps._step_var.get()
         if running is None:
             if replaying(ctx):
                 return
             step, attempt = None, None
         else:
             # A step function runs only live: replay returns recorded results.
-            step, attempt = running
+            step, attempt = running.name, running.attempt
         text = str(msg)
         if len(text) > MESSAGE_CHARS_MAX:
             text = text[: MESSAGE_CHARS_MAX - 1] + "…"
