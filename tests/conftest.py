@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,28 @@ from typing import Any
 import pytest
 
 from fusee_runtime import Config, Engine, FakeClock
+from fusee_runtime.journal.storage import Storage
+
+
+class HoldingStorage(Storage):
+    """Storage whose writes, once armed, wait until the test releases them."""
+
+    def __init__(self) -> None:
+        self.armed = threading.Event()
+        self.holding = threading.Event()
+        self.release = threading.Event()
+
+    def write(self, fd: int, offset: int, data: bytes | memoryview) -> None:
+        if self.armed.is_set():
+            self.holding.set()
+            self.release.wait()
+        super().write(fd, offset, data)
+
+
+@pytest.fixture
+def holding_storage() -> HoldingStorage:
+    """A real disk whose writes wait, once `armed` is set, until `release` is set."""
+    return HoldingStorage()
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ import asyncio
 import os
 import socket
 import stat
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,6 @@ from fusee_runtime import (
     workflow,
 )
 from fusee_runtime.engine.control import Control, ControlClient, run_info, run_json
-from fusee_runtime.journal.storage import Storage
 
 
 @step
@@ -206,20 +204,8 @@ def test_run_json_round_trips(tmp_path: Path) -> None:
     assert run_info(orjson.loads(orjson.dumps(run_json(info)))) == info
 
 
-class _StalledDisk(Storage):
-    """fdatasync blocks while `stalled` is clear."""
-
-    def __init__(self) -> None:
-        self.stalled = threading.Event()
-        self.stalled.set()
-
-    def sync(self, fd: int) -> None:
-        self.stalled.wait()
-        super().sync(fd)
-
-
 async def test_a_call_slower_than_the_clients_patience_is_not_given_up(
-    home: Path, make_engine, monkeypatch
+    home: Path, make_engine, monkeypatch, holding_storage
 ) -> None:
     # A slow disk: the signal is recorded but not durable for longer than a
     # client waits on a silent owner. The owner's beats keep the client
@@ -228,17 +214,17 @@ async def test_a_call_slower_than_the_clients_patience_is_not_given_up(
 
     monkeypatch.setattr(control, "ANSWER_S", 0.3)
     monkeypatch.setattr(control, "BEAT_S", 0.05)
-    disk = _StalledDisk()
+    disk = holding_storage
     async with make_engine(storage=disk) as engine:
         await engine.start("ctl_gate", 4, id="g-1")
         client = await _connect(home)
-        disk.stalled.clear()
+        disk.armed.set()
         try:
             sending = asyncio.ensure_future(client.signal("g-1", "go", True))
-            await asyncio.sleep(3 * control.ANSWER_S)  # the disk stays stalled this long
+            await asyncio.sleep(3 * control.ANSWER_S)  # the disk holds the write this long
             assert not sending.done()
         finally:
-            disk.stalled.set()
+            disk.release.set()
         await sending
         assert await engine.handle("g-1").result() == 8
 

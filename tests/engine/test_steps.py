@@ -33,7 +33,6 @@ from fusee_runtime import (
     step,
     workflow,
 )
-from fusee_runtime.journal.storage import Storage
 
 T0 = 1_700_000_000.0  # the FakeClock's default start
 
@@ -401,23 +400,10 @@ async def test_an_unencodable_workflow_result_fails_the_run(make_engine) -> None
 # -- read_only steps skip the durability gate ---------------------------------------------------
 
 
-class HoldingStorage(Storage):
-    """Storage whose writes, once armed, wait until the test releases them."""
-
-    def __init__(self) -> None:
-        self.armed = threading.Event()
-        self.holding = threading.Event()
-        self.release = threading.Event()
-
-    def write(self, fd: int, offset: int, data: bytes | memoryview) -> None:
-        if self.armed.is_set():
-            self.holding.set()
-            self.release.wait()
-        super().write(fd, offset, data)
-
-
-async def test_read_only_steps_run_before_the_previous_record_is_durable(make_engine) -> None:
-    storage = HoldingStorage()
+async def test_read_only_steps_run_before_the_previous_record_is_durable(
+    make_engine, holding_storage
+) -> None:
+    storage = holding_storage
     read_only_ran = asyncio.Event()
     read_only_saw_release: list[bool] = []
     reached_normal = asyncio.Event()
@@ -463,8 +449,8 @@ async def test_read_only_steps_run_before_the_previous_record_is_durable(make_en
         assert normal_ran.is_set()
 
 
-async def test_ctx_step_read_only_option_skips_the_gate(make_engine) -> None:
-    storage = HoldingStorage()
+async def test_ctx_step_read_only_option_skips_the_gate(make_engine, holding_storage) -> None:
+    storage = holding_storage
     ran = asyncio.Event()
 
     def arm() -> None:

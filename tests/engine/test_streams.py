@@ -9,7 +9,6 @@ code sets itself.
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -27,7 +26,6 @@ from fusee_runtime import (
 )
 from fusee_runtime.engine.state import Status
 from fusee_runtime.journal.records import R
-from fusee_runtime.journal.storage import Storage
 
 
 async def collect(engine: Any, id: str, name: str) -> list[Any]:
@@ -111,23 +109,10 @@ async def test_a_reader_that_starts_first_follows_the_stream_live(make_engine) -
         assert await h.result() == "done"
 
 
-class HoldingStorage(Storage):
-    """Storage whose writes, once armed, wait until the test releases them."""
-
-    def __init__(self) -> None:
-        self.armed = threading.Event()
-        self.holding = threading.Event()
-        self.release = threading.Event()
-
-    def write(self, fd: int, offset: int, data: bytes | memoryview) -> None:
-        if self.armed.is_set():
-            self.holding.set()
-            self.release.wait()
-        super().write(fd, offset, data)
-
-
-async def test_a_reader_never_sees_an_item_before_it_is_durable(make_engine) -> None:
-    storage = HoldingStorage()
+async def test_a_reader_never_sees_an_item_before_it_is_durable(
+    make_engine, holding_storage
+) -> None:
+    storage = holding_storage
     appended = asyncio.Event()
 
     @step
