@@ -9,7 +9,7 @@ is the newest (a follower stops when that one closes for good).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -62,17 +62,17 @@ def logs(
             _print_kept(home, module, workflow_id, as_json)
             return
         try:
-            missing: CliError | None = None
-            try:
-                runs = _runs(home, module, workflow_id)
-            except CliError as e:
-                if e.code != Code.NOT_FOUND:
-                    raise
-                # Lines may outlive the journal's record of the id: show those.
-                missing, runs = e, None
-            following = _follow(home / "logs", workflow_id, runs, missing)
-            # A run the journal does not know is not driven (and no home is made for it).
-            session.run(following if missing else _driving(home, module, following))
+            missing = session.no_run(workflow_id)
+            if session.has_journal(home):
+                try:
+                    session.run(_follow_driven(home, module, workflow_id))
+                    return
+                except CliError as e:
+                    if e.code != Code.NOT_FOUND:
+                        raise
+            # Lines may outlive the journal's record of the id: show those. A run the
+            # journal does not know is not driven (and no home is made for it).
+            session.run(_follow(home / "logs", workflow_id, None, missing))
         except KeyboardInterrupt:
             echo_err(f"stopped following the logs of {workflow_id}")
             raise typer.Exit(130) from None
@@ -87,20 +87,25 @@ class _Runs:
     older: frozenset[str]
 
 
-def _runs(home: Path, app: str, workflow_id: str) -> _Runs:
-    """The runs of `workflow_id`, from the home's owner or the journal.
+async def _look(ctl: Control | ControlClient, info: RunInfo) -> _Runs:
+    older = {r["run_id"] for r in await ctl.history(info.id)} - {info.run_id}
+    return _Runs(info.run_id, info.status.is_open, frozenset(older))
+
+
+async def _found(ctl: Control | ControlClient, info: RunInfo) -> None:
+    """Nothing more to do: `session.act` found the run."""
+
+
+async def _follow_driven(home: Path, app: str, workflow_id: str) -> None:
+    """Looks the runs up and follows their lines in one open of the home: through its
+    owner, else driving it here, so the run goes on and writes the lines being followed.
 
     Raises:
-        CliError: no run with that id (exit 3), or what `session.act` raises
-            (an owner that does not answer, exit 2).
+        CliError: no run with that id (exit 3), or what `session.control` raises.
     """
-
-    async def look(ctl: Control | ControlClient, info: RunInfo) -> _Runs:
-        older = {r["run_id"] for r in await ctl.history(workflow_id)} - {info.run_id}
-        return _Runs(info.run_id, info.status.is_open, frozenset(older))
-
-    runs, _owner = session.act(home, app, workflow_id, look)
-    return runs
+    async with session.control(home, app, drive=True) as ctl:
+        runs = await _look(ctl, await session.find_run(ctl, workflow_id))
+        await _follow(home / "logs", workflow_id, runs, None)
 
 
 def _print_kept(home: Path, app: str, workflow_id: str, as_json: bool) -> None:
@@ -110,15 +115,8 @@ def _print_kept(home: Path, app: str, workflow_id: str, as_json: bool) -> None:
     for raw in read_all(home / "logs"):
         show.line(raw, workflow_id)
     if not show.printed:
-        _runs(home, app, workflow_id)  # exit 3 when there is no such run
+        session.act(home, app, workflow_id, _found)  # exit 3 when there is no such run
         echo_err(f"no log lines for {workflow_id} yet")
-
-
-async def _driving(home: Path, app: str, following: Coroutine[Any, Any, None]) -> None:
-    """Runs `following` while the home is driven: by its owner, else by this process,
-    so the run goes on and writes the lines being followed."""
-    async with session.control(home, app, drive=True):
-        await following
 
 
 async def _follow(
