@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -114,6 +115,25 @@ def _child_env(env: dict[str, str]) -> dict[str, str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("FUSEE_")}
     clean["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), clean.get("PYTHONPATH")]))
     return {**clean, **env}
+
+
+@pytest.fixture
+def make_stuck(make_engine, testapp, monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """Leaves run s-1 of `cli_shifty` open with its step "a" durable, then changes the
+    code under it (its first step becomes "b"): the next replay is stuck."""
+
+    def make() -> None:
+        async def first_version() -> None:
+            testapp.ENTERED = asyncio.Event()
+            async with make_engine() as engine:
+                await engine.start("cli_shifty", None, id="s-1")
+                await testapp.ENTERED.wait()  # step "a" is durable
+
+        asyncio.run(first_version())
+        monkeypatch.setattr(testapp, "ENTERED", None)
+        monkeypatch.setattr(testapp, "SHAPE", "b")
+
+    return make
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ argument, a bad option value) are in `USAGE`: exit 2 with its usage text.
 
 from __future__ import annotations
 
-import asyncio
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -284,7 +283,7 @@ def copy(files: Files, home: Path) -> None:
             f.truncate(size)
 
 
-def prepare(c: Case, home: Path, template: Files, make_engine, testapp, monkeypatch) -> Path:
+def prepare(c: Case, home: Path, template: Files, make_stuck: Callable[[], None]) -> Path:
     """Builds the case's home; returns the path to pass as --home."""
     if c.home in ("runs", "damaged"):
         copy(template, home)
@@ -302,16 +301,7 @@ def prepare(c: Case, home: Path, template: Files, make_engine, testapp, monkeypa
     elif c.home == "dangling":
         home.symlink_to(home.parent / "gone")
     elif c.home == "stuck":
-
-        async def first_version() -> None:
-            testapp.ENTERED = asyncio.Event()
-            async with make_engine() as engine:
-                await engine.start("cli_shifty", None, id="s-1")
-                await testapp.ENTERED.wait()  # step "a" is durable
-
-        asyncio.run(first_version())
-        monkeypatch.setattr(testapp, "ENTERED", None)
-        monkeypatch.setattr(testapp, "SHAPE", "b")  # the code changed under the open run
+        make_stuck()
     return home
 
 
@@ -327,15 +317,14 @@ def test_exit_code(
     home: Path,
     journal,
     template: Files,
-    make_engine,
-    testapp,
+    make_stuck: Callable[[], None],
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
 ) -> None:
     if c.app == BROKEN:
         (tmp_path / f"{BROKEN}.py").write_text("raise RuntimeError('no database configured')\n")
         monkeypatch.syspath_prepend(str(tmp_path))
-    where = prepare(c, home, template, make_engine, testapp, monkeypatch)
+    where = prepare(c, home, template, make_stuck)
     before = (where.exists(), journal(where))
 
     r = cli(*shlex.split(c.line), "--home", str(where), "--app", c.app, input=c.stdin)

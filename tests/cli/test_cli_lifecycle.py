@@ -7,7 +7,6 @@ and the run acts on it the next time a process drives the home (here,
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
@@ -94,16 +93,8 @@ def test_resume_of_a_closed_run_exits_2(cli, on, home, done, journal, bad_input)
     reason="stuck is not recorded in the journal: a passively opened home shows a stuck "
     "run as running, so `fusee resume` refuses it (a driving open retries it anyway)",
 )
-def test_resume_retries_a_stuck_run(cli, on, make_engine, testapp, monkeypatch):
-    async def first_version() -> None:
-        testapp.ENTERED = asyncio.Event()
-        async with make_engine() as engine:
-            await engine.start("cli_shifty", None, id="s-1")
-            await testapp.ENTERED.wait()  # step "a" is durable
-
-    asyncio.run(first_version())
-    monkeypatch.setattr(testapp, "ENTERED", None)
-    monkeypatch.setattr(testapp, "SHAPE", "b")
+def test_resume_retries_a_stuck_run(cli, on, testapp, monkeypatch, make_stuck):
+    make_stuck()
     assert cli("result", "s-1", "--wait", *on).exit_code == 1  # stuck: replay mismatch
     monkeypatch.setattr(testapp, "SHAPE", "a")  # the fix is deployed
     r = cli("resume", "s-1", *on)

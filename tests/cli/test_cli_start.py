@@ -103,16 +103,8 @@ def test_waiting_longer_than_timeout_exits_4(cli, on):
     assert r.stdout == ""
 
 
-def test_a_stuck_run_exits_1_and_says_why(cli, on, home, make_engine, testapp, monkeypatch):
-    async def first_version() -> None:
-        testapp.ENTERED = asyncio.Event()
-        async with make_engine() as engine:
-            await engine.start("cli_shifty", None, id="s-1")
-            await testapp.ENTERED.wait()  # step "a" is durable
-
-    asyncio.run(first_version())
-    monkeypatch.setattr(testapp, "ENTERED", None)
-    monkeypatch.setattr(testapp, "SHAPE", "b")  # the code changed under the open run
+def test_a_stuck_run_exits_1_and_says_why(cli, on, make_stuck):
+    make_stuck()
     r = cli("start", "cli_shifty", "--id", "s-1", *on)
     assert r.exit_code == 1, r.output
     last = r.stderr.splitlines()[-1]
