@@ -22,6 +22,8 @@ from fusee_cli.commands import (
     reset,
     result,
     resume,
+    schedules,
+    serve,
     signal,
     start,
     tail_stream,
@@ -54,6 +56,8 @@ app.command("update")(handlers.update)
 app.command("complete")(complete.complete)
 app.command("fail")(complete.fail)
 app.command("check")(check.check)
+app.command("serve")(serve.serve)
+app.command("schedules")(schedules.schedules)
 
 
 def main() -> None:

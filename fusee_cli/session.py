@@ -151,6 +151,18 @@ def load_input(path: str | None) -> Any:
         ) from None
 
 
+def json_or_string(value: str | None) -> tuple[Any, bool]:
+    """A VALUE argument parsed as JSON, else taken as a string (then the flag is True)."""
+    import orjson
+
+    if value is None:
+        return None, False
+    try:
+        return orjson.loads(value), False
+    except orjson.JSONDecodeError:
+        return value, True
+
+
 def check_payload(value: Any, what: str = "the input") -> None:
     """Refuses an input the engine would refuse, before any home is opened.
 
@@ -221,7 +233,9 @@ class _Locked(CliError):
 
 
 @contextlib.asynccontextmanager
-async def open_engine(home: Path, app: str, *, drive: bool = True) -> AsyncIterator[Engine]:
+async def open_engine(
+    home: Path, app: str, *, drive: bool = True, grace: float = 0.0, **config: Any
+) -> AsyncIterator[Engine]:
     """Opens the home in this process for the duration of a command.
 
     Opening recovers the journal. With `drive`, the open runs resume while
@@ -229,7 +243,8 @@ async def open_engine(home: Path, app: str, *, drive: bool = True) -> AsyncItera
     engine serves the control API meanwhile, so commands from other
     processes reach it. Without `drive` the home is opened passively
     (`Config(drive=False)`): the command's records are appended, but no
-    run's code runs and no timer fires.
+    run's code runs and no timer fires. `grace` is what step functions
+    running at the end get to finish; `config` goes to `Config`.
 
     Raises:
         CliError: the app fails to import, another process owns the home,
@@ -238,7 +253,7 @@ async def open_engine(home: Path, app: str, *, drive: bool = True) -> AsyncItera
     from fusee_runtime import Config, Engine, HomeLocked, JournalCorrupt
     from fusee_runtime.engine.registry import AppImportError
 
-    engine = Engine(home, app, config=Config(drive=drive))
+    engine = Engine(home, app, config=Config(drive=drive, **config))
     try:
         await engine.open()
     except OSError as e:
@@ -252,7 +267,7 @@ async def open_engine(home: Path, app: str, *, drive: bool = True) -> AsyncItera
     try:
         yield engine
     finally:
-        await engine.close()
+        await engine.close(grace)
 
 
 RETRY_OPEN_S = 0.05

@@ -1,6 +1,7 @@
 """fusee: embeddable durable execution for Python, at the speed of the disk."""
 
 from fusee_runtime.clock import Clock, FakeClock, SystemClock
+from fusee_runtime.completions import Completion
 from fusee_runtime.context import Ctx, current_ctx
 from fusee_runtime.dsl import Exhausted, RetryPolicy, StepDef, WorkflowDef, step, workflow
 from fusee_runtime.engine.engine import Config, Engine, RunHandle
@@ -31,6 +32,7 @@ __all__ = [
     "ChildFailed",
     "Clock",
     "CodecError",
+    "Completion",
     "Config",
     "Ctx",
     "Engine",

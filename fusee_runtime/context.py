@@ -26,6 +26,7 @@ from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from fusee_runtime.completions import Completion
 from fusee_runtime.dsl import RetryPolicy, StepDef, StepOptions, seconds
 from fusee_runtime.engine.state import Op, Run, top, utc
 from fusee_runtime.errors import Cancelled, Failure, Rejected, StepFailed
@@ -290,6 +291,38 @@ class Ctx:
         await self._await_op(seq, op, f"waiting for signal {signal!r}{until}")
         return op.value
 
+    async def await_completion(
+        self,
+        name: str,
+        send: Callable[[Completion], Any],
+        *,
+        retry: RetryPolicy | None = None,
+        timeout: float | timedelta | None = None,
+    ) -> Any:
+        """A step finished from outside the workflow: returns the value it is completed with.
+
+        `send(completion)` (sync or async) hands `completion.token` (and
+        `completion.url`, when `fusee serve --http` runs) to whoever does the
+        work: an approval mail, a job on another system. The workflow then
+        waits (parked) until `engine.complete(token, value)`, `fusee complete`
+        or a `POST` to the URL; `engine.fail(token, message)` raises
+        `StepFailed` here instead. `send` is retried under `retry` (and each
+        attempt of `timeout` seconds); every attempt gets a new token, and the
+        tokens of earlier attempts are refused. The token is durable before
+        `send` sees it; a `send` cut off by a crash runs again with the same token.
+        """
+        seq, op = self._next("completion", name)
+        if op is not None and op.retired:
+            await _abandoned()
+        if op is None or not (op.done or op.sent):
+            opts = StepOptions().merged(retry=retry, timeout=seconds(timeout))
+            await run_live(self, seq, op, name, send, (), {}, opts, kind="completion")
+            op = self._run.ops[seq]
+        await self._await_op(seq, op, f"waiting for completion {name!r}")
+        if op.ok:
+            return op.value
+        raise StepFailed(name, Failure.from_json(op.failure or {}))
+
     async def _paused(self, seq: str, op: Op) -> None:
         """Waits until a paused step is resumed (the run is parked meanwhile)."""
         self._busy -= 1
@@ -478,6 +511,22 @@ class Ctx:
         self._engine._continue_as_new(self._run, input)
         self._halted = "continued as new"
         raise Halt(self._halted)
+
+    # -- handlers --------------------------------------------------------------
+
+    def on_query(self, name: str, fn: Callable[[Any], Any]) -> None:
+        """Answers `handle.query(name, arg)` (`fusee query`) with `fn(arg)`.
+
+        A query reads the run's state and records nothing; `fn` runs on the
+        engine's loop, so it must not block. Registering the name again
+        replaces the handler. A parked run answers with the handler and
+        state it had when it parked.
+        """
+        if not isinstance(name, str) or not 0 < len(name) <= NAME_CHARS_MAX:
+            raise Rejected(f"a query name is a string of 1 to {NAME_CHARS_MAX} characters")
+        if not callable(fn):
+            raise Rejected(f"ctx.on_query({name!r}, fn): fn must be callable")
+        self._run.queries[name] = fn
 
     # -- logs and streams ------------------------------------------------------
 

@@ -228,12 +228,26 @@ def workflow(
     overlap: str = "skip",
     catchup: str = "one",
 ) -> Any:
-    """Registers an `async def (ctx, input)` as a workflow; the name defaults to the function's."""
+    """Registers an `async def (ctx, input)` as a workflow; the name defaults to the function's.
+
+    With `cron` (five fields, in `timezone`, UTC by default) `fusee serve`
+    starts a run at each instant, its input the instant as an ISO 8601
+    string; `overlap` and `catchup` are explained in `fusee_runtime.engine.schedules`.
+
+    Raises:
+        ValueError: an invalid cron expression (with the cron library's
+            reason), timezone, `overlap` or `catchup`.
+    """
 
     def register(f: Callable[..., Any]) -> WorkflowDef:
         if not inspect.iscoroutinefunction(f):
             raise TypeError(f"@workflow {f.__qualname__} must be an async def (ctx, input)")
-        d = WorkflowDef(name or f.__name__, f, cron, timezone, overlap, catchup)
+        wf_name = name or f.__name__
+        if cron is not None:
+            from fusee_runtime.engine.schedules import check_cron
+
+            check_cron(wf_name, cron, timezone, overlap, catchup)
+        d = WorkflowDef(wf_name, f, cron, timezone, overlap, catchup)
         _registry[d.name] = d
         return d
 

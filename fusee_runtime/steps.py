@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
+from fusee_runtime.completions import Completion
 from fusee_runtime.dsl import Exhausted, RetryPolicy, StepOptions
 from fusee_runtime.engine.state import Op, utc
 from fusee_runtime.errors import Failure, StepFailed
@@ -58,8 +59,15 @@ async def run_live(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     opts: StepOptions,
+    kind: str = "step",
 ) -> Any:
-    """Runs the step at `seq` from where its journal leaves it; returns its result."""
+    """Runs the step at `seq` from where its journal leaves it; returns its result.
+
+    For `kind="completion"` (`ctx.await_completion`) `fn` is `send`: each
+    attempt first records that it issues a token and waits until that is
+    durable, then calls `send(Completion)`; a success records that `send`
+    returned (the value comes later, from outside) and returns None.
+    """
     engine, run = ctx._engine, ctx._run
     policy = opts.retry or engine.config.retry
     # A step that failed before a crash continues with its attempt count,
@@ -82,10 +90,20 @@ async def run_live(
             if not opts.read_only:
                 await engine._wait_durable(run.last_lsn)
             ctx._check_live()
+            if kind == "completion":
+                args = (await _issue(ctx, seq, name, attempt),)
             run.current = f"{name} (attempt {attempt})"
             started = engine.clock.now()
             outcome = await _attempt(ctx, seq, name, attempt, fn, args, kwargs, opts)
             now = engine.clock.now()
+            if kind == "completion":
+                op = run.ops[seq]
+                if op.done:  # finished from outside while `send` ran
+                    return None
+                if isinstance(outcome, bytes):
+                    engine._append(run, [R.CompletionSent, run.run_id, seq, now])
+                    run.current = None
+                    return None
             if isinstance(outcome, bytes):
                 head = (run.run_id, seq, name)
                 engine._append(
@@ -94,6 +112,7 @@ async def run_live(
                     wire=(int(R.StepCompleted), *head, orjson.Fragment(outcome), started, now),
                 )
                 run.current = None
+                engine._steps += 1
                 return run.ops[seq].value
             failure = outcome
             if first_failed_at is None:
@@ -116,22 +135,34 @@ async def run_live(
                 continue
             engine._append(run, [R.StepFailed, run.run_id, seq, name, recorded, started, now])
             run.current = None
+            engine._steps += 1
             raise StepFailed(name, Failure.from_json(recorded))
     except asyncio.CancelledError:
         if ctx._cancel_lands():
             if task is not None:
                 task.uncancel()
-            raise ctx._deliver_cancel(seq, "step", name) from None
+            raise ctx._deliver_cancel(seq, kind, name) from None
         now_op = run.ops.get(seq)
         if (now_op is None or not now_op.done) and ctx._retires_on_cancel():
             # A losing race branch or the sibling of a failed ctx.all branch:
             # retire the step, so replay does not run its function again.
-            engine._append(run, [R.OpCancelled, run.run_id, seq, "step", name])
+            engine._append(run, [R.OpCancelled, run.run_id, seq, kind, name])
         raise
     finally:
         ctx._busy -= 1
         ctx._step_tasks.pop(seq, None)
         ctx._maybe_schedule_park()
+
+
+async def _issue(ctx: Ctx, seq: str, name: str, attempt: int) -> Completion:
+    """The token of this attempt of an `await_completion`, durable before anyone sees it."""
+    engine, run = ctx._engine, ctx._run
+    op = run.ops.get(seq)
+    if op is None or op.attempt != attempt:
+        now = engine.clock.now()
+        engine._append(run, [R.CompletionIssued, run.run_id, seq, name, attempt, now])
+        await engine._wait_durable(run.last_lsn)
+    return engine._completion(run, seq, attempt)
 
 
 def _pauses(ctx: Ctx, policy: RetryPolicy) -> bool:
@@ -154,6 +185,8 @@ async def _attempt(
     # Workflow code and async step functions share the run's task, so the
     # step marker is set around the await; a thread gets a copy of it.
     token = _step_var.set(Running(seq, name, attempt))
+    # A closing engine gives the attempts in flight a grace period to finish.
+    engine._attempts += 1
     try:
         if _is_async(fn):
             work: Any = fn(*args, **kwargs)
@@ -172,6 +205,9 @@ async def _attempt(
         return Failure.of(e)
     finally:
         _step_var.reset(token)
+        engine._attempts -= 1
+        if engine._closing:
+            engine._progressed()
     try:
         encoded = orjson.dumps(value)
     except TypeError as e:

@@ -1,19 +1,20 @@
 """`fusee complete` and `fusee fail`: finish a step that awaits a completion.
 
-Workflows cannot await a completion (`ctx.await_completion`) in this
-version, so no token exists to finish: both commands refuse, with exit 2,
-before they open the home or import the engine. The signatures and help
-are what later versions keep.
+A workflow's `ctx.await_completion(name, send)` hands a token to someone
+else's work; these commands are how that work reports back from a shell.
+They go through the home's owner when one runs (it wakes the run at
+once), else they open the home passively and record the outcome, which
+the run takes the next time a process drives it.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from fusee_cli import session
-from fusee_cli.options import DEFAULT_HOME, App, Home, Json
+from fusee_cli.options import DEFAULT_HOME, App, Home, Json, app_module
 
 Token = Annotated[
     str,
@@ -42,13 +43,15 @@ def complete(
 ) -> None:
     """Finish the await_completion step of TOKEN with VALUE as its result, durably.
 
-    Not available yet: workflows cannot await completions (ctx.await_completion)
-    in this version, so it exits 2 without opening the home.
+    Exits 3 for a token this home never issued, 2 for a step that already
+    finished or a token a later attempt replaced.
 
-    Example: fusee complete 4f1c2b7e '{"approved": true}'
+    Example: fusee complete 4f1c...-3-1-9a0b... '{"approved": true}'
     """
     with session.reporting():
-        raise session.not_available("complete", _MISSING)
+        payload, _ = session.json_or_string(value)
+        session.check_payload(payload, "the completion's value")
+        _finish(home, app_module(app), as_json, "complete", token, payload)
 
 
 def fail(
@@ -67,13 +70,37 @@ def fail(
 ) -> None:
     """Fail the await_completion step of TOKEN with MESSAGE, durably.
 
-    Not available yet: workflows cannot await completions (ctx.await_completion)
-    in this version, so it exits 2 without opening the home.
+    The workflow sees StepFailed at its await_completion. Exit codes as for
+    `fusee complete`.
 
-    Example: fusee fail 4f1c2b7e "the reviewer rejected it"
+    Example: fusee fail 4f1c...-3-1-9a0b... "the reviewer rejected it"
     """
     with session.reporting():
-        raise session.not_available("fail", _MISSING)
+        _finish(home, app_module(app), as_json, "fail", token, message)
 
 
-_MISSING = "await completions (ctx.await_completion)"
+def _finish(home: Any, app: str, as_json: bool, how: str, token: str, value: Any) -> None:
+    import asyncio
+
+    if not session.has_journal(home):
+        raise session.CliError(session.Code.NOT_FOUND, _unknown(token))
+
+    async def main() -> tuple[dict[str, Any], int | None]:
+        async with session.control(home, app, drive=False) as ctl:
+            if how == "complete":
+                return await ctl.complete(token, value), ctl.owner
+            return await ctl.fail(token, value), ctl.owner
+
+    done, owner = asyncio.run(main())
+    if as_json:
+        session.print_json({**done, "outcome": "completed" if how == "complete" else "failed"})
+    else:
+        verb = "completed" if how == "complete" else "failed"
+        session.echo_err(
+            f"{verb} {done['completion']!r} of {done['id']}; the run goes on "
+            f"{session.goes_on(done['id'], owner)}"
+        )
+
+
+def _unknown(token: str) -> str:
+    return f"{token[:80]!r} is not a completion token of this home"

@@ -1,18 +1,24 @@
 """`fusee query` and `fusee update`: call a run's query or update handler.
 
-Workflows cannot declare handlers (`ctx.on_query`, `ctx.on_update`) in this
-version, so both commands refuse, with exit 2, before they open the home or
-import the engine: the signatures and help are what later versions keep.
+A query is answered by the run's code, so it needs a process that drives
+the run (`fusee serve`, or the `fusee start` that follows it); with none,
+it exits 2 saying so. Workflows cannot declare update handlers
+(`ctx.on_update`) in this version: `fusee update` refuses, with exit 2,
+before it opens the home or imports the engine.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from fusee_cli import session
-from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json
+from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, app_module
+
+if TYPE_CHECKING:
+    from fusee_runtime import RunInfo
+    from fusee_runtime.engine.control import Control, ControlClient
 
 Arg = Annotated[
     str | None,
@@ -42,13 +48,25 @@ def query(
 ) -> None:
     """Ask run ID's query handler NAME, with ARG, and print its answer; nothing is recorded.
 
-    Not available yet: workflows cannot declare query handlers in this
-    version, so it exits 2 without opening the home.
+    The process that drives the run answers (fusee serve); with none, it exits 2.
 
     Example: fusee query expense-7 total
     """
     with session.reporting():
-        raise session.not_available("query", "declare query handlers (ctx.on_query)")
+        payload, _ = session.json_or_string(arg)
+        module = app_module(app)
+        wid = session.check_id(workflow_id)
+
+        async def ask(ctl: Control | ControlClient, info: RunInfo) -> Any:
+            return await ctl.query(wid, name, payload)
+
+        answer, _ = session.act(home, module, wid, ask)
+        if as_json:
+            session.print_json(answer)
+        else:
+            import orjson
+
+            typer.echo(orjson.dumps(answer).decode())
 
 
 def update(

@@ -91,15 +91,8 @@ def _value(value: str | None, input_file: str | None) -> tuple[Any, bool]:
     Raises:
         CliError: both VALUE and --input, or an --input that is missing or not JSON.
     """
-    import orjson
-
     if value is not None and input_file is not None:
         raise CliError(Code.USAGE, "give the signal's value as VALUE or with --input, not both")
     if input_file is not None:
         return session.load_input(input_file), False
-    if value is None:
-        return None, False
-    try:
-        return orjson.loads(value), False
-    except orjson.JSONDecodeError:
-        return value, True
+    return session.json_or_string(value)

@@ -159,6 +159,41 @@ class Control:
     async def reset(self, id: str, to: int | str) -> RunInfo:
         return await (await self.engine.reset(id, to)).describe()
 
+    async def complete(self, token: str, value: Any = None) -> dict[str, Any]:
+        """Finishes the `await_completion` step that issued `token` with `value`;
+        returns the run's id and the step's name."""
+        finished = self._completion_of(token)
+        await self.engine.complete(token, value)
+        return finished
+
+    async def fail(self, token: str, message: str) -> dict[str, Any]:
+        """Fails the `await_completion` step that issued `token`; returns as `complete`."""
+        finished = self._completion_of(token)
+        await self.engine.fail(token, message)
+        return finished
+
+    def _completion_of(self, token: str) -> dict[str, Any]:
+        run, seq = self.engine._completing(token)
+        return {"id": run.workflow_id, "completion": run.ops[seq].name}
+
+    async def query(self, id: str, name: str, arg: Any = None) -> Any:
+        return await self.engine.handle(id).query(name, arg)
+
+    async def update(
+        self, id: str, name: str, arg: Any = None, update_id: str | None = None
+    ) -> Any:
+        return await self.engine.handle(id).update(name, arg, update_id=update_id)
+
+    async def schedules(self) -> list[dict[str, Any]]:
+        """Every cron schedule: workflow, cron, timezone, overlap, catchup, paused,
+        last (the last instant fired or skipped) and next (the next instant due)."""
+        return self.engine.schedules.list()
+
+    async def schedule(self, name: str, action: Literal["pause", "unpause", "trigger"]) -> Any:
+        """Pauses or unpauses the schedule of workflow `name` (returns the schedule), or
+        triggers a run of it now (returns the run)."""
+        return await self.engine.schedules.act(name, action)
+
     async def watch(self, id: str, timeout: float | None = None) -> AsyncIterator[dict[str, Any]]:
         """Follows the newest run of `id` until it closes, stops, or `timeout` seconds pass.
 
@@ -243,7 +278,8 @@ def _retrieve(future: asyncio.Future[None]) -> None:
 
 _CALLS = frozenset(
     {"ping", "start", "describe", "list", "history", "signal"}
-    | {"cancel", "terminate", "resume", "reset"}
+    | {"cancel", "terminate", "resume", "reset", "complete", "fail", "query", "update"}
+    | {"schedules", "schedule"}
 )
 _ITERATORS = frozenset({"watch", "stream"})
 
@@ -490,6 +526,27 @@ class ControlClient:
 
     async def reset(self, id: str, to: int | str) -> RunInfo:
         return run_info(await self._call("reset", id=id, to=to))
+
+    async def complete(self, token: str, value: Any = None) -> dict[str, Any]:
+        return await self._call("complete", token=token, value=value)
+
+    async def fail(self, token: str, message: str) -> dict[str, Any]:
+        return await self._call("fail", token=token, message=message)
+
+    async def query(self, id: str, name: str, arg: Any = None) -> Any:
+        return await self._call("query", id=id, name=name, arg=arg)
+
+    async def update(
+        self, id: str, name: str, arg: Any = None, update_id: str | None = None
+    ) -> Any:
+        return await self._call("update", id=id, name=name, arg=arg, update_id=update_id)
+
+    async def schedules(self) -> list[dict[str, Any]]:
+        return await self._call("schedules")
+
+    async def schedule(self, name: str, action: Literal["pause", "unpause", "trigger"]) -> Any:
+        value = await self._call("schedule", name=name, action=action)
+        return run_info(value) if action == "trigger" else value
 
     def watch(self, id: str, timeout: float | None = None) -> AsyncIterator[dict[str, Any]]:
         return self._events("watch", id=id, timeout=timeout)

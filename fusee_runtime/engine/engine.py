@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import heapq
+import inspect
 import itertools
 import logging
 import os
@@ -27,6 +29,13 @@ from typing import Any, Literal
 import orjson
 
 from fusee_runtime.clock import Clock, SystemClock
+from fusee_runtime.completions import (
+    SECRET_NAME,
+    Completion,
+    home_secret,
+    make_token,
+    read_token,
+)
 from fusee_runtime.context import NAME_CHARS_MAX, Ctx, Halt, _ctx_var
 from fusee_runtime.dsl import Exhausted, RetryPolicy, WorkflowDef, registry, seconds
 from fusee_runtime.engine.control import ControlServer
@@ -34,6 +43,7 @@ from fusee_runtime.engine.handle import RunHandle
 from fusee_runtime.engine.home import HomeLock
 from fusee_runtime.engine.registry import load_app
 from fusee_runtime.engine.runlog import RunLog
+from fusee_runtime.engine.schedules import Schedules
 from fusee_runtime.engine.state import Op, Run, RunInfo, Status, top
 from fusee_runtime.engine.timers import TimerQueue
 from fusee_runtime.errors import (
@@ -41,6 +51,7 @@ from fusee_runtime.errors import (
     CodecError,
     EngineClosed,
     Failure,
+    FuseeError,
     JournalCorrupt,
     JournalFailed,
     NotFound,
@@ -48,14 +59,14 @@ from fusee_runtime.errors import (
 )
 from fusee_runtime.journal import records
 from fusee_runtime.journal.reader import locate, recover
-from fusee_runtime.journal.records import CLOSES, R
+from fusee_runtime.journal.records import CLOSES, SCHEDULES, R
 from fusee_runtime.journal.storage import Storage
 from fusee_runtime.journal.writer import JournalWriter
 
 log = logging.getLogger("fusee")
 
 ID_BYTES_MAX = 256
-_RESOLVING = (R.TimerFired, R.WaitCompleted, R.OpCancelled, R.StepResumed)
+_RESOLVING = (R.TimerFired, R.WaitCompleted, R.OpCancelled, R.StepResumed, R.CompletionDone)
 _ID_BAD = re.compile(r"[\x00-\x1f\x7f/]")
 
 
@@ -83,6 +94,9 @@ class Config:
     """Serve the control API on `<home>/control.sock` while open (an engine
     that drives runs only), so `fusee` commands from other processes reach
     the runs this engine drives."""
+    schedules: bool = False
+    """Fire the cron schedules of `@workflow(cron=...)` (an engine that drives
+    runs only; `fusee serve` turns it on)."""
 
     def __post_init__(self) -> None:
         if self.durability not in ("fdatasync", "none"):
@@ -130,6 +144,13 @@ class Engine:
         # `ctx.log` lines; only an engine that runs code writes them.
         self.run_log: RunLog | None = None
         self._control: ControlServer | None = None
+        self.schedules = Schedules(self)
+        # Step attempts whose function is running now (a closing engine waits for them).
+        self._attempts = 0
+        self._steps = 0  # steps finished (completed or failed for good) since open
+        self._secret: bytes | None = None
+        self.http_url: str | None = None
+        """Where `fusee serve --http` serves the HTTP API; completion URLs point there."""
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -161,7 +182,11 @@ class Engine:
             self._durable_lsn = scan.tail.next_lsn - 1
             for lsn, payload in scan.records:
                 try:
-                    self._replay_record(lsn, records.decode(payload))
+                    rec = records.decode(payload)
+                    if rec[0] in SCHEDULES:
+                        self.schedules.replay(rec)
+                    else:
+                        self._replay_record(lsn, rec)
                 except (ValueError, KeyError, IndexError, TypeError) as e:
                     # A whole frame (its checksum holds) that this version cannot read.
                     path, offset = locate(journal, self.config.storage, lsn)
@@ -195,6 +220,8 @@ class Engine:
             if run.is_open:
                 self._arm(run)
                 self._spawn(run)
+        if self.config.drive and self.config.schedules:
+            self.schedules.start()
 
     async def _serve_control(self) -> None:
         server = ControlServer(self)
@@ -207,14 +234,25 @@ class Engine:
             return
         self._control = server
 
-    async def close(self) -> None:
-        """Stops running code (open runs resume on the next open) and syncs the journal."""
+    async def close(self, grace: float = 0.0) -> None:
+        """Stops running code (open runs resume on the next open) and syncs the journal.
+
+        It takes no more work at once: no call, no timer, no schedule, no new
+        step attempt. Step functions running now get `grace` seconds to
+        finish, and their results are recorded; the rest are cut off and run
+        again on the next open.
+        """
         if not self._opened or self._closing:
             return
         self._closing = True
         if self._control is not None:
             self._control.stop_accepting()
+        await self.schedules.stop()
         await self._timers.stop()
+        if grace > 0 and self._attempts:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(grace):
+                    await self.wait_until(lambda: self._attempts == 0)
         tasks = [r.task for r in self._runs.values() if r.task is not None and not r.task.done()]
         for t in tasks:
             t.cancel()
@@ -519,6 +557,8 @@ class Engine:
         """Journal counters (records, syncs, bytes, ...), counted, not timed."""
         c = self._writer.counters.snapshot() if self._writer else {}
         c["durable_lsn"] = self._durable_lsn
+        c["steps"] = self._steps
+        c["runs_open"] = sum(1 for r in self._latest.values() if r.is_open)
         return c
 
     # -- runs ----------------------------------------------------------------------
@@ -528,6 +568,121 @@ class Engine:
         if run is None:
             raise NotFound(f"no run with id {id!r}")
         return run
+
+    # -- handlers ----------------------------------------------------------------------
+
+    async def query(self, id: str, name: str, arg: Any = None) -> Any:
+        """The answer of the newest run of `id` to query `name` (its `ctx.on_query`).
+
+        Raises:
+            NotFound: no run of that id.
+            Rejected: no handler of that name (the message lists the run's
+                handlers), no code running here to answer, or the handler
+                raised (its message).
+            CodecError: the answer cannot be encoded as JSON.
+        """
+        self._check_accepting()
+        run = self._latest_run(id)
+        fn = run.queries.get(name)
+        if fn is None:
+            if not self.config.drive:
+                raise Rejected(
+                    f"no process runs the code of {id!r} to answer queries: "
+                    "start `fusee serve` (or the command that drives it) first"
+                )
+            known = ", ".join(sorted(run.queries)) or "none"
+            raise Rejected(f"run {id!r} has no query handler {name!r}; its handlers: {known}")
+        try:
+            value = fn(arg)
+            if inspect.isawaitable(value):
+                value = await value
+        except FuseeError:
+            raise
+        except Exception as e:
+            raise Rejected(f"query {name!r} of run {id!r} failed: {type(e).__name__}: {e}") from e
+        return orjson.loads(self._encode(value, f"the answer to query {name!r}"))
+
+    async def update(
+        self, id: str, name: str, arg: Any = None, update_id: str | None = None
+    ) -> Any:
+        """Sends update `name` to the newest run of `id`: not available in this version.
+
+        Raises:
+            NotFound: no run of that id.
+            Rejected: always, until `ctx.on_update` is built.
+        """
+        self._check_accepting()
+        self._latest_run(id)
+        raise Rejected("updates (ctx.on_update) are not available in this version of fusee")
+
+    # -- completions -------------------------------------------------------------------
+
+    def _token_secret(self, create: bool) -> bytes | None:
+        """The home's token secret; made (once per home) when the first token is issued."""
+        if self._secret is None:
+            path = self.home / SECRET_NAME
+            if create or path.exists():
+                self._secret = home_secret(self.home, self.config.storage)
+        return self._secret
+
+    def _completion(self, run: Run, seq: str, attempt: int) -> Completion:
+        """What `send` gets for this attempt of an `await_completion`."""
+        secret = self._token_secret(create=True)
+        assert secret is not None
+        token = make_token(secret, run.run_id, seq, attempt)
+        url = f"{self.http_url}/v1/complete/{token}" if self.http_url else None
+        return Completion(token, url)
+
+    async def complete(self, token: str, value: Any = None) -> None:
+        """Finishes the `await_completion` that issued `token` with `value`; returns once
+        that is durable.
+
+        Raises:
+            NotFound: not a token of this home, or its run is gone.
+            Rejected: the run is closed, the step already finished, or a later
+                attempt superseded the token.
+            CodecError: the value cannot be encoded as JSON.
+        """
+        self._check_accepting()
+        run, seq = self._completing(token)
+        encoded = self._encode(value, f"the completion of {run.ops[seq].name!r}")
+        now = self.clock.now()
+        rec = [R.CompletionDone, run.run_id, seq, orjson.loads(encoded), None, now]
+        wire = (int(R.CompletionDone), run.run_id, seq, orjson.Fragment(encoded), None, now)
+        await self._wait_durable(self._append(run, rec, wire))
+
+    async def fail(self, token: str, error: str | Failure) -> None:
+        """Fails the `await_completion` that issued `token`: it raises `StepFailed` in the
+        workflow, with `error` (a message, or a `Failure`). Raises as `complete` does."""
+        self._check_accepting()
+        run, seq = self._completing(token)
+        failure = error if isinstance(error, Failure) else Failure(str(error), kind="Failed")
+        now = self.clock.now()
+        rec = [R.CompletionDone, run.run_id, seq, None, failure.to_json(), now]
+        await self._wait_durable(self._append(run, rec))
+
+    def _completing(self, token: str) -> tuple[Run, str]:
+        secret = self._token_secret(create=False)
+        if secret is None:  # this home never issued a token
+            raise NotFound(f"{str(token)[:80]!r} is not a completion token of this home")
+        run_id, seq, attempt = read_token(secret, token)
+        run = self._runs.get(run_id)
+        op = run.ops.get(seq) if run is not None else None
+        if run is None or op is None or op.kind != "completion":
+            raise NotFound("the run that issued this completion token is not in this home")
+        what = f"completion {op.name!r} of run {run.workflow_id!r}"
+        if not run.is_open:
+            raise Rejected(f"the {what} cannot finish: the run is {run.closing}")
+        if op.done:
+            raise Rejected(f"the {what} has already finished")
+        if op.attempt != attempt:
+            raise Rejected(
+                f"this token of the {what} was issued by attempt {attempt}; "
+                f"attempt {op.attempt} replaced it"
+            )
+        return run, seq
+
+    # -- runs ----------------------------------------------------------------------
 
     def _spawn(self, run: Run) -> None:
         if not self.config.drive:
@@ -692,6 +847,8 @@ class Engine:
             run.closed.set_result(None)
         if self.run_log is not None:
             self.run_log.closed(run)
+        if run.origin is not None and "schedule" in run.origin:
+            self.schedules.poke()
         self._progressed()
 
     def _mark_stuck(self, run: Run, message: str) -> None:
@@ -723,8 +880,8 @@ class Engine:
         kind = rec[0]
         if kind == R.RunStarted:
             _, run_id, workflow_id, workflow, input, started_at, deadline, origin = rec
-            run = Run(run_id, workflow_id, workflow, input, started_at, lsn, deadline)
-            if origin:
+            run = Run(run_id, workflow_id, workflow, input, started_at, lsn, deadline, origin)
+            if origin and "reset" in origin:
                 self._inherit(run, self._runs[origin["reset"]], origin["before"])
             self._runs[run_id] = run
             self._latest[workflow_id] = run
@@ -748,7 +905,12 @@ class Engine:
     @staticmethod
     def _inherit(run: Run, old: Run, before: int) -> None:
         """A reset run keeps the operations of `old` numbered below `before`."""
-        kept = {seq: replace(op) for seq, op in old.ops.items() if top(seq) < before}
+        # An `await_completion` still open gets new tokens: the old ones name the old run.
+        kept = {
+            seq: replace(op)
+            for seq, op in old.ops.items()
+            if top(seq) < before and (op.kind != "completion" or op.done)
+        }
         run.ops = kept
         run.prefixes = {p for p in old.prefixes if top(p) < before}
         run.races = {s: i for s, i in old.races.items() if top(s) < before}

@@ -64,6 +64,14 @@ class RunHandle:
         """Closes the run as `reset` and starts a new run that keeps the journal before `to`."""
         return await self._engine.reset(self.id, to)
 
+    async def query(self, name: str, arg: Any = None) -> Any:
+        """What the run's `ctx.on_query(name, fn)` handler answers for `arg`; records nothing."""
+        return await self._engine.query(self.id, name, arg)
+
+    async def update(self, name: str, arg: Any = None, update_id: str | None = None) -> Any:
+        """Sends update `name` to the run (`ctx.on_update`); not available in this version."""
+        return await self._engine.update(self.id, name, arg, update_id)
+
     def stream(self, name: str, follow: bool = True) -> AsyncIterator[Any]:
         """Follows stream `name` of the id's newest run: `async for item in handle.stream(name)`.
 

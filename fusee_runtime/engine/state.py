@@ -57,7 +57,7 @@ class Op:
     """What the journal holds of one operation: a step, a recorded value, a
     timer, a wait for a signal, or an append to or close of a stream."""
 
-    kind: str  # "step", "value", "timer", "wait", "stream.append" or "stream.close"
+    kind: str  # "step", "value", "timer", "wait", "completion", "stream.append", "stream.close"
     name: str
     attempts_failed: int = 0
     first_failed_at: float | None = None
@@ -78,6 +78,10 @@ class Op:
     # Where a stream append or close was recorded: a reset run inherits the
     # item with its position, which says when readers may see it.
     lsn: int | None = None
+    # An `await_completion`: the attempt whose token is valid, and whether its
+    # `send` returned.
+    attempt: int = 0
+    sent: bool = False
 
 
 @dataclass
@@ -109,6 +113,8 @@ class Run:
     started_at: float
     start_lsn: int
     deadline: float | None = None
+    # How the run began when not by `start`: a reset, or a cron schedule's firing.
+    origin: dict[str, Any] | None = None
     ops: dict[str, Op] = field(default_factory=dict)
     # Seqs that group concurrent operations (`ctx.all`, `ctx.race`).
     prefixes: set[str] = field(default_factory=set)
@@ -144,6 +150,8 @@ class Run:
     ctx: Any = None
     # What the run is doing now, for people (`fusee start` shows it).
     current: str | None = None
+    # `ctx.on_query` handlers, as the code registered them last (kept while parked).
+    queries: dict[str, Any] = field(default_factory=dict)
 
     def apply(self, lsn: int, rec: list[Any]) -> Op | None:
         """Folds one record of this run into its state; returns the op it resolved, if any."""
@@ -306,6 +314,26 @@ def _resolved(run: Run, rec: list[Any]) -> Op | None:
     return op
 
 
+def _completion_issued(run: Run, rec: list[Any]) -> None:
+    op = run._op(rec[2], "completion", rec[3])
+    op.attempt, op.sent = rec[4], False
+    run.pending[rec[2]] = op
+
+
+def _completion_sent(run: Run, rec: list[Any]) -> None:
+    op = run.ops.get(rec[2])
+    if op is not None:
+        op.sent = True
+
+
+def _completion_done(run: Run, rec: list[Any]) -> Op | None:
+    op = run.pending.pop(rec[2], None) or run.ops.get(rec[2])
+    if op is None:
+        return None
+    op.done, op.ok, op.value, op.failure = True, rec[4] is None, rec[3], rec[4]
+    return op
+
+
 def _op_cancelled(run: Run, rec: list[Any]) -> Op:
     _, _, seq, kind, name = rec
     op = run._op(seq, kind, name)
@@ -344,6 +372,9 @@ _OP_RECORDS: dict[int, Any] = {
     R.WaitStarted: _wait_started,
     R.WaitCompleted: _resolved,
     R.OpCancelled: _op_cancelled,
+    R.CompletionIssued: _completion_issued,
+    R.CompletionSent: _completion_sent,
+    R.CompletionDone: _completion_done,
 }
 
 _CLOSED_AS = {

@@ -1,7 +1,8 @@
 """Record types: what the journal says happened, in the past tense.
 
 A record's payload is a JSON array (orjson) whose first element is its type
-code and second the `run_id` it belongs to; the rest is per type, in the
+code and second the `run_id` it belongs to (the workflow's name for the
+records of a cron schedule); the rest is per type, in the
 order `FIELDS` gives. Values the user supplied (inputs, results) are
 embedded as already-encoded JSON, so each is encoded exactly once.
 """
@@ -41,6 +42,12 @@ class R(enum.IntEnum):
     RaceWon = 22
     StreamAppended = 23
     StreamClosed = 24
+    CompletionIssued = 25
+    CompletionSent = 26
+    CompletionDone = 27
+    ScheduleArmed = 28
+    ScheduleFired = 29
+    SchedulePaused = 30
 
 
 FIELDS: dict[R, tuple[str, ...]] = {
@@ -86,7 +93,20 @@ FIELDS: dict[R, tuple[str, ...]] = {
     R.RaceWon: ("run_id", "seq", "index"),
     R.StreamAppended: ("run_id", "seq", "name", "item"),
     R.StreamClosed: ("run_id", "seq", "name"),
+    # `ctx.await_completion`: a token issued for an attempt (durable before
+    # `send` sees it), `send` returned, and the value or failure from outside.
+    R.CompletionIssued: ("run_id", "seq", "name", "attempt", "issued_at"),
+    R.CompletionSent: ("run_id", "seq", "sent_at"),
+    R.CompletionDone: ("run_id", "seq", "value", "failure", "done_at"),
+    # Cron schedules belong to a workflow, not to a run: the second field is
+    # the workflow's name.
+    R.ScheduleArmed: ("workflow", "cron", "timezone", "armed_at"),
+    R.ScheduleFired: ("workflow", "instant", "outcome", "workflow_id", "at"),
+    R.SchedulePaused: ("workflow", "paused", "at"),
 }
+
+SCHEDULES = {R.ScheduleArmed, R.ScheduleFired, R.SchedulePaused}
+"""Record types of cron schedules (not of a run)."""
 
 CLOSES = {
     R.RunCompleted,

@@ -175,11 +175,15 @@ CASES = [
     case("logs nope -f", 3, NO_RUN),
     case("logs nope", 3, NO_RUN, home="none"),
     case("logs nope -f", 3, NO_RUN, home="none"),
-    # query, update, complete, fail: refused until the engine has the feature
-    case("query h-1 total", 2, "fusee query is not available yet"),
+    # query: answered by the code that drives the run; none runs here
+    case("query h-1 total", 2, "no process runs the code of 'h-1' to answer queries"),
+    case("query nope total", 3, NO_RUN),
+    # update: refused until the engine has the feature
     case("update h-1 set-limit 500", 2, "fusee update is not available yet"),
-    case("complete 4f1c2b7e true", 2, "fusee complete is not available yet"),
-    case("fail 4f1c2b7e rejected", 2, "fusee fail is not available yet"),
+    # complete, fail: a token this home never issued
+    case("complete 4f1c2b7e true", 3, "is not a completion token of this home"),
+    case("fail 4f1c2b7e rejected", 3, "is not a completion token of this home"),
+    case("complete 4f1c2b7e true", 3, "is not a completion token of this home", home="none"),
     # check
     case("check", 0, "damage"),
     case("check", 0, "damage", app=BROKEN),  # check imports no app

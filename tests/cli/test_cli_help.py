@@ -24,6 +24,8 @@ def test_the_commands_of_this_version():
         "reset",
         "result",
         "resume",
+        "schedules",
+        "serve",
         "signal",
         "start",
         "tail-stream",

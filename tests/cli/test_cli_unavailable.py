@@ -1,4 +1,4 @@
-"""`query`, `update`, `complete` and `fail`: refused, exit 2, until the engine has their feature."""
+"""`update`: refused, exit 2, until the engine has its feature."""
 
 from __future__ import annotations
 
@@ -11,14 +11,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 UNAVAILABLE = [
-    (["query", "h-1", "total"], "fusee query is not available yet", "ctx.on_query"),
     (
         ["update", "h-1", "set-limit", "500", "--update-id", "u-1"],
         "fusee update is not available yet",
         "ctx.on_update",
     ),
-    (["complete", "4f1c2b7e", '{"ok": true}'], "fusee complete is not available yet", "ctx.await_"),
-    (["fail", "4f1c2b7e", "rejected"], "fusee fail is not available yet", "ctx.await_"),
 ]
 
 
@@ -47,8 +44,7 @@ def test_the_refusal_imports_no_engine():
     code = (
         "import sys\n"
         "from fusee_cli.app import app\n"
-        "for args in (['query', 'i', 'n'], ['update', 'i', 'n'], ['complete', 't'],"
-        " ['fail', 't', 'm']):\n"
+        "for args in (['update', 'i', 'n'],):\n"
         "    try:\n"
         "        app(args, prog_name='fusee')\n"
         "    except SystemExit as e:\n"
@@ -59,4 +55,4 @@ def test_the_refusal_imports_no_engine():
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     )
     assert done.stdout.strip() == "[]"
-    assert done.stderr.count("error: ") == 4
+    assert done.stderr.count("error: ") == 1

@@ -1,0 +1,286 @@
+"""`fusee serve`: the long-running owner of a home.
+
+It opens the home (recovering every open run), fires timers and cron
+schedules, and serves the control API on the home's socket, and over HTTP
+with `--http`, until SIGTERM or Ctrl-C. Then it takes no more work, gives
+the step functions running now `--grace` seconds to finish (their results
+are recorded), syncs the journal and exits 0; what was cut off runs again
+on the next open.
+
+Attached to a terminal it keeps one live status line; otherwise it prints
+JSON lines on stdout: `serving` first (with the HTTP URL), `stats` every
+`STATS_S`, `log` for what the engine logs, `reloaded`/`reload_failed`,
+`stopping` and `stopped`.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from fusee_cli import session
+from fusee_cli.options import DEFAULT_HOME, App, Home, app_module
+from fusee_cli.session import CliError, Code
+
+if TYPE_CHECKING:
+    from fusee_runtime import Engine
+
+STATS_S = 10.0
+"""How often the JSON output reports its counters (the live line: every second)."""
+
+
+def serve(
+    http: Annotated[
+        str | None,
+        typer.Option(
+            "--http",
+            metavar="HOST:PORT",
+            help="Also serve the control API over HTTP there (port 0 picks a free one); "
+            "a host other than loopback needs --token; default: no HTTP.",
+        ),
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            envvar="FUSEE_TOKEN",
+            help="Bearer token every HTTP request must carry; default: none (loopback only).",
+            show_default=False,
+        ),
+    ] = None,
+    reload: Annotated[
+        bool,
+        typer.Option(
+            "--reload", help="Reload the workflow modules when their files change (watchfiles)."
+        ),
+    ] = False,
+    grace: Annotated[
+        float,
+        typer.Option(
+            "--grace",
+            min=0,
+            help="Seconds the step functions running at shutdown get to finish.",
+        ),
+    ] = 10.0,
+    home: Home = DEFAULT_HOME,
+    app: App = None,
+) -> None:
+    """Own the home until stopped: run every open run, fire timers and cron schedules,
+    serve the control API (and HTTP with --http). SIGTERM or Ctrl-C stops it cleanly.
+
+    Example: fusee serve --http 127.0.0.1:7777 --reload
+    """
+    with session.reporting():
+        address = _address(http, token) if http else None
+        module = app_module(app)
+        session.run(_serve(home, module, address, token, reload, grace))
+
+
+def _address(http: str, token: str | None) -> tuple[str, int]:
+    """HOST and PORT of `--http`, checked before anything opens.
+
+    Raises:
+        CliError: not HOST:PORT, or a host other than loopback without a token.
+    """
+    from fusee_runtime import Rejected
+    from fusee_runtime.engine.http import check_bind
+
+    host, sep, port = http.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise CliError(Code.USAGE, f"--http takes HOST:PORT, such as 127.0.0.1:7777, not {http!r}")
+    try:
+        check_bind(host, token)
+    except Rejected as e:
+        raise CliError(Code.USAGE, str(e)) from None
+    return host, int(port)
+
+
+async def _serve(
+    home: Path,
+    app: str,
+    address: tuple[str, int] | None,
+    token: str | None,
+    reload: bool,
+    grace: float,
+) -> None:
+    import asyncio
+    import signal
+
+    from fusee_runtime.engine.control import SOCKET_NAME, Control
+
+    out = _Output(sys.stdout.isatty())
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    got: list[str] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, lambda s=sig: (got.append(s.name), stop.set()))
+    async with session.open_engine(home, app, schedules=True, grace=grace) as engine:
+        http_server = None
+        tasks: list[asyncio.Task[Any]] = []
+        try:
+            if address is not None:
+                from fusee_runtime.engine.http import HttpServer
+
+                http_server = HttpServer(Control(engine), token=token)
+                try:
+                    await http_server.start(*address)
+                except OSError as e:
+                    where = f"{address[0]}:{address[1]}"
+                    raise CliError(
+                        Code.USAGE, f"cannot serve HTTP on {where}: {e.strerror or e}"
+                    ) from None
+                engine.http_url = http_server.url
+            out.event(
+                "serving",
+                pid=_pid(),
+                home=str(home),
+                socket=str(home / SOCKET_NAME),
+                http=engine.http_url,
+                app=app,
+                schedules=[s["workflow"] for s in engine.schedules.list()],
+                runs_open=int(engine.counters()["runs_open"]),
+            )
+            tasks.append(asyncio.create_task(out.report(engine)))
+            if reload:
+                tasks.append(asyncio.create_task(_reload(engine, app, out, stop)))
+            await stop.wait()
+            out.event("stopping", signal=got[0] if got else None, grace=grace)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if http_server is not None:
+                await http_server.close()
+            out.close()
+    out.event("stopped", runs_open=int(engine.counters()["runs_open"]))
+
+
+async def _reload(engine: Engine, app: str, out: _Output, stop: Any) -> None:
+    from fusee_runtime.engine.registry import AppImportError
+    from fusee_runtime.engine.reload import watch_app
+
+    def reloaded(outcome: list[str] | AppImportError) -> None:
+        if isinstance(outcome, AppImportError):
+            out.event("reload_failed", error=str(outcome))
+            return
+        engine.schedules.poke()
+        out.event("reloaded", modules=outcome)
+
+    await watch_app([app], reloaded, stop)
+
+
+def _pid() -> int:
+    import os
+
+    return os.getpid()
+
+
+class _Output:
+    """Where `serve` reports: a rich live line on a terminal, JSON lines elsewhere."""
+
+    def __init__(self, tty: bool) -> None:
+        import logging
+
+        self._tty = tty
+        self._live: Any = None
+        self._console: Any = None
+        if tty:
+            from rich.console import Console
+
+            self._console = Console(stderr=False, highlight=False)
+        self._handler = _log_handler(self)
+        logger = logging.getLogger("fusee")
+        logger.addHandler(self._handler)
+        logger.setLevel(logging.INFO)
+
+    def event(self, name: str, **fields: Any) -> None:
+        if not self._tty:
+            import orjson
+
+            line = orjson.dumps({"event": name, "at": time.time(), **fields})
+            sys.stdout.write(line.decode() + "\n")
+            sys.stdout.flush()
+            return
+        assert self._console is not None
+        if name == "serving":
+            http = f" · HTTP {fields['http']}" if fields["http"] else ""
+            self._console.print(
+                f"[bold]fusee serve[/bold] · home {fields['home']} · pid {fields['pid']}{http}"
+            )
+            if fields["schedules"]:
+                self._console.print("schedules: " + ", ".join(fields["schedules"]))
+        elif name == "log":
+            self._console.print(f"[dim]{fields['level']}[/dim] {fields['message']}", markup=True)
+        elif name == "reloaded":
+            self._console.print("reloaded " + ", ".join(fields["modules"]))
+        elif name == "reload_failed":
+            self._console.print(f"[red]reload failed, old code kept:[/red] {fields['error']}")
+        elif name == "stopping":
+            self._console.print(f"stopping: step functions get {fields['grace']:g} s to finish")
+        elif name == "stopped":
+            n = fields["runs_open"]
+            self._console.print(f"stopped; {n} open run(s) resume on the next open")
+
+    async def report(self, engine: Engine) -> None:
+        """Counters over time: the live line each second, or a `stats` line each `STATS_S`."""
+        import asyncio
+
+        every = 1.0 if self._tty else STATS_S
+        before, t0 = engine.counters(), time.monotonic()
+        if self._tty:
+            from rich.live import Live
+
+            self._live = Live(console=self._console, refresh_per_second=2, transient=True)
+            self._live.start()
+        while True:
+            await asyncio.sleep(every)
+            now, t1 = engine.counters(), time.monotonic()
+            stats = _rates(before, now, t1 - t0)
+            before, t0 = now, t1
+            if self._live is not None:
+                self._live.update(
+                    f"{stats['runs_open']} open · {stats['steps_per_s']:.1f} steps/s · "
+                    f"{stats['syncs_per_s']:.1f} syncs/s · fdatasync {stats['fdatasync_ms']:.2f} ms"
+                )
+            else:
+                self.event("stats", **stats)
+
+    def close(self) -> None:
+        import logging
+
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+        logging.getLogger("fusee").removeHandler(self._handler)
+
+
+def _rates(before: dict[str, float], now: dict[str, float], seconds: float) -> dict[str, Any]:
+    syncs = now.get("syncs", 0) - before.get("syncs", 0)
+    sync_s = now.get("sync_seconds", 0) - before.get("sync_seconds", 0)
+    per = max(seconds, 1e-9)
+    return {
+        "runs_open": int(now["runs_open"]),
+        "steps_per_s": round((now["steps"] - before["steps"]) / per, 1),
+        "syncs_per_s": round(syncs / per, 1),
+        "fdatasync_ms": round(sync_s / syncs * 1000, 3) if syncs else 0.0,
+        "fdatasync_share": round(sync_s / per, 3),
+    }
+
+
+def _log_handler(out: _Output) -> Any:
+    """A logging handler that sends the engine's log records to `serve`'s output."""
+    import logging
+
+    class Handler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            try:
+                out.event("log", level=record.levelname.lower(), message=record.getMessage())
+            except Exception:  # a log line must never take the server down
+                self.handleError(record)
+
+    return Handler()

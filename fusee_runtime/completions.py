@@ -1,0 +1,79 @@
+"""Completion tokens: how work outside a workflow finishes an `await_completion` step.
+
+A token names the run, the operation and the attempt that issued it, and
+carries a MAC under the home's secret (`<home>/secret`, created 0600 on
+first open), so only a token this home issued is taken, and a token of an
+attempt that a retry superseded is refused. Tokens are recomputed, never
+stored: the journal records only that an attempt issued one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import os
+import re
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from fusee_runtime.errors import NotFound
+from fusee_runtime.journal.storage import Storage
+
+SECRET_NAME = "secret"
+_TOKEN = re.compile(r"([0-9a-f]{32})-([0-9.]{1,200})-([0-9]{1,9})-([0-9a-f]{32})")
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What `ctx.await_completion`'s `send` gets: the token that finishes this attempt
+    (`engine.complete(token, value)`, `fusee complete TOKEN VALUE`), and the URL that
+    does it over HTTP when `fusee serve --http` runs (`POST` the value as JSON; the
+    same path under `/v1/fail/` fails it), else None."""
+
+    token: str
+    url: str | None = None
+
+
+def home_secret(home: Path, storage: Storage) -> bytes:
+    """The home's token secret, created (0600, synced) the first time."""
+    path = home / SECRET_NAME
+    with contextlib.suppress(FileNotFoundError):
+        return path.read_bytes()
+    fresh = home / f".{SECRET_NAME}.{os.getpid()}"
+    fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        storage.write(fd, 0, secrets.token_bytes(32))
+        storage.sync(fd)
+    finally:
+        storage.close(fd)
+    try:
+        os.link(fresh, path)  # fails if another process made one first: theirs wins
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(fresh)
+    storage.sync_dir(home)
+    return path.read_bytes()
+
+
+def make_token(secret: bytes, run_id: str, seq: str, attempt: int) -> str:
+    body = f"{run_id}-{seq}-{attempt}"
+    return f"{body}-{_mac(secret, body)}"
+
+
+def read_token(secret: bytes, token: str) -> tuple[str, str, int]:
+    """The run, operation and attempt a token names.
+
+    Raises:
+        NotFound: not a token this home issued.
+    """
+    m = _TOKEN.fullmatch(token) if isinstance(token, str) else None
+    if m is None or not hmac.compare_digest(m[4], _mac(secret, f"{m[1]}-{m[2]}-{m[3]}")):
+        raise NotFound(f"{str(token)[:80]!r} is not a completion token of this home")
+    return m[1], m[2], int(m[3])
+
+
+def _mac(secret: bytes, body: str) -> str:
+    return hmac.new(secret, body.encode(), hashlib.sha256).hexdigest()[:32]

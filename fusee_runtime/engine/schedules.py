@@ -1,0 +1,311 @@
+"""Cron schedules: `@workflow(cron=...)`, fired by the engine that serves the home.
+
+Each firing starts a run whose id is the workflow's name and the scheduled
+instant (`sweep@2026-12-02T17:05:00Z`), with that instant as its input. The
+run's start is appended before the record of the firing, so a crash between
+the two leaves a run whose id says it fired: the next open sees the run and
+only records the firing, never starting it twice. What each schedule did is
+in the journal (`ScheduleArmed` when the engine first saw it, `ScheduleFired`
+for each instant started, skipped or buffered, `SchedulePaused`), so pause
+state and the last instant survive restarts.
+
+Instants that came due while no engine served the home are caught up by the
+workflow's `catchup`: "all" fires each (up to `CATCHUP_MAX`), "one" only the
+latest, "none" only those less than `LATE_S` late. `overlap` says what a
+firing does while an earlier run of the schedule is open: "skip" skips it,
+"allow" starts it anyway, "buffer_one" keeps one to start when that run closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+import orjson
+
+from fusee_runtime.dsl import WorkflowDef
+from fusee_runtime.engine.state import RunInfo, utc
+from fusee_runtime.errors import Rejected
+from fusee_runtime.journal.records import R
+
+if TYPE_CHECKING:
+    from fusee_runtime.engine.engine import Engine
+
+LATE_S = 60.0
+"""An instant this late is missed rather than due: `catchup="none"` skips it."""
+CATCHUP_MAX = 1000
+"""Most instants one catch-up fires (`catchup="all"`); older ones are skipped."""
+
+
+@dataclass
+class ScheduleState:
+    """What the journal says of one schedule."""
+
+    paused: bool = False
+    last: float | None = None
+    """The latest instant fired, skipped or buffered (or when it was armed)."""
+    buffered: float | None = None
+    """An instant waiting for the open run to close (`overlap="buffer_one"`)."""
+
+
+def instant_id(workflow: str, at: float, *, exact: bool = False) -> str:
+    """The id of the run a schedule starts for instant `at`."""
+    when = utc(at)
+    if exact:
+        return f"{workflow}@{when:%Y-%m-%dT%H:%M:%S.%f}Z"
+    return f"{workflow}@{when:%Y-%m-%dT%H:%M:%SZ}"
+
+
+def cron_times(wf: WorkflowDef, after: float, *, reverse: bool = False) -> Any:
+    """The schedule's instants (Unix seconds) strictly after `after`, or before it with
+    `reverse`, in order."""
+    from zoneinfo import ZoneInfo
+
+    from cronsim import CronSim
+
+    assert wf.cron is not None
+    start = datetime.fromtimestamp(after, ZoneInfo(wf.timezone or "UTC"))
+    return (t.timestamp() for t in CronSim(wf.cron, start, reverse=reverse))
+
+
+class Schedules:
+    """The cron schedules of one engine: their durable state and the task that fires them."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._state: dict[str, ScheduleState] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._changed: asyncio.Event | None = None
+
+    # -- state ---------------------------------------------------------------------
+
+    def replay(self, rec: list[Any]) -> None:
+        """Folds one schedule record into memory (on open, and as they are appended)."""
+        kind, name = rec[0], rec[1]
+        st = self._state.setdefault(name, ScheduleState())
+        if kind == R.ScheduleArmed:
+            st.last = rec[4] if st.last is None else st.last
+        elif kind == R.ScheduleFired:
+            _, _, instant, outcome, _, _ = rec
+            st.last = instant if st.last is None else max(st.last, instant)
+            if outcome == "buffered":
+                st.buffered = instant
+            elif st.buffered == instant:
+                st.buffered = None  # started (or dropped) at last
+        elif kind == R.SchedulePaused:
+            st.paused = rec[2]
+            if not st.paused:
+                # What came due while paused is not caught up.
+                st.last = rec[3] if st.last is None else max(st.last, rec[3])
+
+    def _record(self, rec: list[Any]) -> int:
+        lsn = self._engine._writer_append(rec)
+        self.replay(rec)
+        return lsn
+
+    def _crons(self) -> list[WorkflowDef]:
+        return sorted(
+            (wf for wf in self._engine._workflows.values() if wf.cron), key=lambda w: w.name
+        )
+
+    def _open_runs(self, name: str) -> int:
+        return sum(
+            1
+            for run in self._engine._latest.values()
+            if run.is_open and run.origin is not None and run.origin.get("schedule") == name
+        )
+
+    # -- for people and the control API -------------------------------------------------
+
+    def list(self) -> list[dict[str, Any]]:
+        """Every cron schedule the app declares, with its state."""
+        now = self._engine.clock.now()
+        out = []
+        for wf in self._crons():
+            st = self._state.get(wf.name, ScheduleState())
+            nxt = next(cron_times(wf, max(st.last or now, now)), None)
+            out.append(
+                {
+                    "workflow": wf.name,
+                    "cron": wf.cron,
+                    "timezone": wf.timezone or "UTC",
+                    "overlap": wf.overlap,
+                    "catchup": wf.catchup,
+                    "paused": st.paused,
+                    "last": _iso(st.last),
+                    "next": _iso(nxt),
+                    "buffered": _iso(st.buffered),
+                    "open_runs": self._open_runs(wf.name),
+                }
+            )
+        return out
+
+    async def act(
+        self, name: str, action: Literal["pause", "unpause", "trigger"]
+    ) -> dict[str, Any] | RunInfo:
+        """Pauses or unpauses the schedule of `name` (durable when this returns), or starts
+        a run of it now, whatever its overlap (returns the run).
+
+        Raises:
+            NotFound: no workflow of that name.
+            Rejected: the workflow has no cron schedule, or an unknown action.
+        """
+        engine = self._engine
+        engine._check_accepting()
+        wf = engine.workflow(name)
+        if not wf.cron:
+            raise Rejected(f"workflow {wf.name!r} has no cron schedule")
+        now = engine.clock.now()
+        if action in ("pause", "unpause"):
+            lsn = self._record([R.SchedulePaused, wf.name, action == "pause", now])
+            self.poke()
+            await engine._wait_durable(lsn)
+            return next(s for s in self.list() if s["workflow"] == wf.name)
+        if action == "trigger":
+            run = self._start(wf, now, instant_id(wf.name, now, exact=True), manual=True)
+            await engine._wait_durable(run.last_lsn)
+            return run.info()
+        raise Rejected(f"a schedule action is pause, unpause or trigger, not {action!r}")
+
+    # -- firing --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._changed = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="fusee:schedules")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    def poke(self) -> None:
+        """Something changed (a pause, a scheduled run closed, new code): look again."""
+        if self._changed is not None:
+            self._changed.set()
+
+    async def _run(self) -> None:
+        clock = self._engine.clock
+        assert self._changed is not None
+        while True:
+            self._changed.clear()
+            now = clock.now()
+            self.fire_due(now)
+            nxt = self._next_instant(now)
+            waits = [asyncio.ensure_future(self._changed.wait())]
+            if nxt is not None:
+                waits.append(asyncio.ensure_future(clock.sleep_until(nxt)))
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
+
+    def _next_instant(self, now: float) -> float | None:
+        """The earliest instant due next among the schedules not paused."""
+        times = []
+        for wf in self._crons():
+            st = self._state.get(wf.name, ScheduleState())
+            if not st.paused:
+                times.append(next(cron_times(wf, max(st.last or now, now)), None))
+        return min((t for t in times if t is not None), default=None)
+
+    def fire_due(self, now: float) -> None:
+        """Fires what is due at `now` for every schedule (not paused) by its catchup and
+        overlap; starts a buffered instant whose blocking run closed."""
+        if self._engine._failed is not None or self._engine._closing:
+            return
+        for wf in self._crons():
+            st = self._state.get(wf.name)
+            if st is None or st.last is None:
+                # First sight: it fires from now on, and that is recorded.
+                self._record([R.ScheduleArmed, wf.name, wf.cron, wf.timezone or "UTC", now])
+                continue
+            if st.paused:
+                continue
+            if st.buffered is not None and not self._open_runs(wf.name):
+                self._start(wf, st.buffered, instant_id(wf.name, st.buffered))
+                self._record([R.ScheduleFired, wf.name, st.buffered, "started", None, now])
+            due = self._due(wf, st.last, now)
+            if not due:
+                continue
+            if wf.catchup == "all":
+                firing = due
+            elif wf.catchup == "one":
+                firing = due[-1:]
+            else:
+                firing = [t for t in due if now - t < LATE_S]
+            for t in firing:
+                self._fire(wf, st, t, now)
+            if due[-1] not in firing:
+                self._record([R.ScheduleFired, wf.name, due[-1], "skipped", None, now])
+
+    @staticmethod
+    def _due(wf: WorkflowDef, last: float, now: float) -> list[float]:
+        """The instants in (last, now], oldest first, at most `CATCHUP_MAX` of the latest."""
+        due = []
+        # Walking back from just past `now` visits only what is due, however long the gap.
+        for t in cron_times(wf, now + 1e-3, reverse=True):
+            if t <= last or len(due) >= CATCHUP_MAX:
+                break
+            due.append(t)
+        return due[::-1]
+
+    def _fire(self, wf: WorkflowDef, st: ScheduleState, at: float, now: float) -> None:
+        workflow_id = instant_id(wf.name, at)
+        if workflow_id in self._engine._latest:
+            outcome = "started"  # started before a crash that came before this record
+        elif wf.overlap == "allow" or not self._open_runs(wf.name):
+            self._start(wf, at, workflow_id)
+            outcome = "started"
+        elif wf.overlap == "buffer_one" and st.buffered is None:
+            outcome = "buffered"
+        else:
+            outcome = "skipped"
+        self._record([R.ScheduleFired, wf.name, at, outcome, workflow_id, now])
+
+    def _start(self, wf: WorkflowDef, at: float, workflow_id: str, *, manual: bool = False) -> Any:
+        engine = self._engine
+        existing = engine._latest.get(workflow_id)
+        if existing is not None:
+            return existing
+        when = utc(at).isoformat().replace("+00:00", "Z")
+        origin: dict[str, Any] = {"schedule": wf.name, "instant": at}
+        if manual:
+            origin["manual"] = True
+        return engine._new_run(workflow_id, wf.name, orjson.dumps(when), None, origin)
+
+
+def _iso(at: float | None) -> str | None:
+    return None if at is None else utc(at).isoformat().replace("+00:00", "Z")
+
+
+def check_cron(name: str, cron: str, timezone: str | None, overlap: str, catchup: str) -> None:
+    """Refuses a schedule that could never fire as written, at import time.
+
+    Raises:
+        ValueError: the expression, the timezone, `overlap` or `catchup` is
+            not valid; the message names the workflow and the library's reason.
+    """
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    from cronsim import CronSim, CronSimError
+
+    if overlap not in ("skip", "allow", "buffer_one"):
+        raise ValueError(
+            f"@workflow {name}: overlap is 'skip', 'allow' or 'buffer_one', not {overlap!r}"
+        )
+    if catchup not in ("one", "all", "none"):
+        raise ValueError(f"@workflow {name}: catchup is 'one', 'all' or 'none', not {catchup!r}")
+    try:
+        tz = ZoneInfo(timezone or "UTC")
+    except (ZoneInfoNotFoundError, ValueError) as e:
+        raise ValueError(f"@workflow {name}: unknown timezone {timezone!r}: {e}") from None
+    if not isinstance(cron, str):
+        raise ValueError(f"@workflow {name}: cron is a string such as '*/5 * * * *'")
+    try:
+        next(CronSim(cron, datetime.now(tz) - timedelta(days=1)))
+    except (CronSimError, StopIteration, ValueError) as e:
+        raise ValueError(f"@workflow {name}: invalid cron expression {cron!r}: {e}") from None

@@ -1,0 +1,207 @@
+"""`ctx.await_completion`: a step finished from outside by a token.
+
+The token must be durable before `send` sees it, finish the step exactly
+once, be refused once a retry replaced it, and work from a passive open of
+the home (no code running) as well as from the engine that drives the run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fusee_runtime import (
+    Completion,
+    Config,
+    Ctx,
+    Engine,
+    NotFound,
+    Rejected,
+    RetryPolicy,
+    StepFailed,
+    workflow,
+)
+from fusee_runtime.engine.state import Status
+from fusee_runtime.journal.records import R
+
+sent: list[Completion] = []
+send_failures: list[int] = []
+
+
+def send(completion: Completion) -> None:
+    if send_failures:
+        send_failures.pop()
+        raise ConnectionError("the mail server is down")
+    sent.append(completion)
+
+
+@workflow(name="completions.approve")
+async def approve(ctx: Ctx, what: str) -> Any:
+    try:
+        verdict = await ctx.await_completion(
+            "review", send, retry=RetryPolicy(attempts=3, initial=0, jitter=False)
+        )
+    except StepFailed as e:
+        return {"rejected": e.failure.message}
+    return {"what": what, "verdict": verdict}
+
+
+@pytest.fixture(autouse=True)
+def fresh() -> None:
+    sent.clear()
+    send_failures.clear()
+
+
+async def until_sent(engine: Engine, n: int = 1) -> Completion:
+    await engine.wait_until(lambda: len(sent) >= n)
+    return sent[n - 1]
+
+
+async def until_parked(engine: Engine, id: str) -> None:
+    await engine.wait_until(lambda: engine._latest_run(id).parked)
+
+
+async def test_complete_finishes_the_step_with_the_value(make_engine: Any) -> None:
+    async with make_engine() as engine:
+        h = await engine.start("completions.approve", "invoice-9", id="a-1")
+        c = await until_sent(engine)
+        assert c.url is None  # no HTTP API served here
+        await until_parked(engine, "a-1")  # it waits without holding a task
+        await engine.complete(c.token, {"ok": True})
+        assert await h.result() == {"what": "invoice-9", "verdict": {"ok": True}}
+        types = [r["type"] for r in await h.history()]
+        assert types.count("CompletionIssued") == 1 and types.count("CompletionDone") == 1
+
+
+async def test_fail_raises_step_failed_in_the_workflow(make_engine: Any) -> None:
+    async with make_engine() as engine:
+        h = await engine.start("completions.approve", "x", id="a-2")
+        c = await until_sent(engine)
+        await engine.fail(c.token, "the reviewer said no")
+        assert await h.result() == {"rejected": "the reviewer said no"}
+
+
+async def test_a_token_finishes_once(make_engine: Any) -> None:
+    async with make_engine() as engine:
+        h = await engine.start("completions.approve", "x", id="a-3")
+        c = await until_sent(engine)
+        await engine.complete(c.token, 1)
+        await h.result()
+        with pytest.raises(Rejected, match="is completed"):
+            await engine.complete(c.token, 2)
+        assert await h.result() == {"what": "x", "verdict": 1}
+
+
+async def test_a_token_from_another_home_or_forged_is_not_found(make_engine: Any) -> None:
+    async with make_engine() as engine:
+        await engine.start("completions.approve", "x", id="a-4")
+        c = await until_sent(engine)
+        forged = c.token[:-4] + ("0000" if not c.token.endswith("0000") else "1111")
+        for token in (forged, "nonsense", ""):
+            with pytest.raises(NotFound, match="not a completion token of this home"):
+                await engine.complete(token, 1)
+
+
+async def test_a_retry_of_send_issues_a_new_token_and_refuses_the_old(
+    make_engine: Any,
+) -> None:
+    send_failures.append(1)
+    async with make_engine() as engine:
+        h = await engine.start("completions.approve", "x", id="a-5")
+        c = await until_sent(engine)
+        history = await h.history()
+        issued = [r["attempt"] for r in history if r["type"] == "CompletionIssued"]
+        assert issued == [1, 2]
+        # The token attempt 1 issued (its send failed, but the token was durable).
+        run = engine._latest_run("a-5")
+        first = engine._completion(run, "1", 1).token
+        assert first != c.token
+        with pytest.raises(Rejected, match="issued by attempt 1; attempt 2 replaced it"):
+            await engine.complete(first, "late")
+        await engine.complete(c.token, "on time")
+        assert await h.result() == {"what": "x", "verdict": "on time"}
+
+
+async def test_the_token_is_durable_before_send_sees_it(make_engine: Any) -> None:
+    seen: list[tuple[int, int]] = []
+
+    def check(completion: Completion) -> None:
+        run = engine._latest_run("a-6")
+        issued = max(lsn for lsn, rec in run.records if rec[0] == R.CompletionIssued)
+        seen.append((issued, engine._durable_lsn))
+
+    @workflow(name="completions.durable")
+    async def durable(ctx: Ctx, _: None) -> Any:
+        return await ctx.await_completion("review", check)
+
+    async with make_engine() as engine:
+        h = await engine.start("completions.durable", None, id="a-6")
+        await engine.wait_until(lambda: bool(seen))
+        issued, durable_then = seen[0]
+        assert issued <= durable_then
+        await engine.complete(engine._completion(engine._latest_run("a-6"), "1", 1).token, 5)
+        assert await h.result() == 5
+
+
+async def test_complete_from_a_passive_open_is_taken_on_the_next_drive(
+    home: Any, make_engine: Any
+) -> None:
+    async with make_engine() as engine:
+        await engine.start("completions.approve", "x", id="a-7")
+        c = await until_sent(engine)
+        await until_parked(engine, "a-7")
+    async with make_engine(drive=False) as passive:
+        await passive.complete(c.token, "from a shell")
+        assert passive._latest_run("a-7").is_open
+    async with make_engine() as engine:
+        h = engine.handle("a-7")
+        assert await h.result() == {"what": "x", "verdict": "from a shell"}
+    assert len(sent) == 1  # send did not run again: it had returned before
+
+
+async def test_send_cut_off_runs_again_with_the_same_token(home: Any, make_engine: Any) -> None:
+    """An engine that closes while `send` runs: the next open sends the same token again."""
+    import asyncio
+
+    release, sending = asyncio.Event(), asyncio.Event()
+    tokens: list[str] = []
+
+    async def slow_send(completion: Completion) -> None:
+        tokens.append(completion.token)
+        sending.set()
+        await release.wait()
+
+    @workflow(name="completions.slow")
+    async def slow(ctx: Ctx, _: None) -> Any:
+        return await ctx.await_completion("review", slow_send)
+
+    async with make_engine() as engine:
+        await engine.start("completions.slow", None, id="a-8")
+        await sending.wait()  # cut off inside send: the engine closes now
+    release.set()
+    async with make_engine() as engine:
+        await engine.wait_until(lambda: len(tokens) == 2)
+        assert tokens[0] == tokens[1]
+        await engine.complete(tokens[1], "done")
+        assert await engine.handle("a-8").result() == "done"
+
+
+async def test_cancel_lands_on_a_waiting_completion(make_engine: Any) -> None:
+    async with make_engine() as engine:
+        h = await engine.start("completions.approve", "x", id="a-9")
+        c = await until_sent(engine)
+        await until_parked(engine, "a-9")
+        await h.cancel("no longer needed")
+        await engine.wait_until(lambda: engine._latest_run("a-9").status == Status.CANCELLED)
+        with pytest.raises(Rejected, match="the run is cancelled"):
+            await engine.complete(c.token, 1)
+
+
+async def test_completion_url_points_at_the_http_api(home: Any, clock: Any) -> None:
+    engine = Engine(home, app=None, config=Config(clock=clock, segment_bytes=8 << 20))
+    async with engine:
+        engine.http_url = "http://127.0.0.1:7777"
+        await engine.start("completions.approve", "x", id="a-10")
+        c = await until_sent(engine)
+        assert c.url == f"http://127.0.0.1:7777/v1/complete/{c.token}"
