@@ -15,6 +15,7 @@ JSON lines on stdout: `serving` first (with the HTTP URL), `stats` every
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -137,7 +138,7 @@ async def _serve(
                 engine.http_url = http_server.url
             out.event(
                 "serving",
-                pid=_pid(),
+                pid=os.getpid(),
                 home=str(home),
                 socket=str(home / SOCKET_NAME),
                 http=engine.http_url,
@@ -158,6 +159,19 @@ async def _serve(
                 await http_server.close()
             out.close()
     out.event("stopped", runs_open=int(engine.counters()["runs_open"]))
+    if _step_threads_running():
+        # A plain-def step cut off at the end of the grace period cannot be
+        # stopped, and the interpreter would wait for its thread at exit. The
+        # journal is closed and synced: nothing is lost by not waiting.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+def _step_threads_running() -> bool:
+    import threading
+
+    return any(t.name.startswith("fusee-step") and t.is_alive() for t in threading.enumerate())
 
 
 async def _reload(engine: Engine, app: str, out: _Output, stop: Any) -> None:
@@ -172,12 +186,6 @@ async def _reload(engine: Engine, app: str, out: _Output, stop: Any) -> None:
         out.event("reloaded", modules=outcome)
 
     await watch_app([app], reloaded, stop)
-
-
-def _pid() -> int:
-    import os
-
-    return os.getpid()
 
 
 class _Output:

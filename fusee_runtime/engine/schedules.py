@@ -19,6 +19,7 @@ firing does while an earlier run of the schedule is open: "skip" skips it,
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -32,6 +33,8 @@ from fusee_runtime.journal.records import R
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.engine import Engine
+
+log = logging.getLogger("fusee")
 
 LATE_S = 60.0
 """An instant this late is missed rather than due: `catchup="none"` skips it."""
@@ -78,6 +81,8 @@ class Schedules:
         self._state: dict[str, ScheduleState] = {}
         self._task: asyncio.Task[None] | None = None
         self._changed: asyncio.Event | None = None
+        self.ticks = 0
+        """Times the schedules were looked at (for tests and tools that follow the engine)."""
 
     # -- state ---------------------------------------------------------------------
 
@@ -241,6 +246,8 @@ class Schedules:
                 self._fire(wf, st, t, now)
             if due[-1] not in firing:
                 self._record([R.ScheduleFired, wf.name, due[-1], "skipped", None, now])
+        self.ticks += 1
+        self._engine._progressed()
 
     @staticmethod
     def _due(wf: WorkflowDef, last: float, now: float) -> list[float]:
@@ -265,6 +272,7 @@ class Schedules:
         else:
             outcome = "skipped"
         self._record([R.ScheduleFired, wf.name, at, outcome, workflow_id, now])
+        log.info("fusee: schedule %s: %s %s", wf.name, outcome, workflow_id)
 
     def _start(self, wf: WorkflowDef, at: float, workflow_id: str, *, manual: bool = False) -> Any:
         engine = self._engine

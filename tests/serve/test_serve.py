@@ -1,0 +1,159 @@
+"""`fusee serve`: owns the home until SIGTERM, stops cleanly, refuses a second server,
+and reloads changed workflow code with --reload.
+
+Step functions here report through the `fusee.app` logger, which the
+server prints as `log` events: the test reads those instead of waiting on
+time. A step's side ledger (appended and fsynced before the step returns)
+counts how many times its function ran.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+SLOW_APP = """
+import logging, os, time
+from pathlib import Path
+from fusee_runtime import Ctx, step, workflow
+
+log = logging.getLogger("fusee.app")
+HERE = Path(__file__).parent
+
+
+def ledger(line):
+    fd = os.open(HERE / "ledger", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.write(fd, (line + "\\n").encode())
+    os.fsync(fd)
+    os.close(fd)
+
+
+@step
+def work(x):
+    ledger(f"start {os.getpid()}")
+    log.info("work started")
+    while not (HERE / "release").exists():  # the test lets the step finish
+        time.sleep(0.01)
+    ledger("end")
+    return x * 10
+
+
+@step
+async def quick(x):
+    return x + 1
+
+
+@workflow
+async def slow(ctx: Ctx, x: int) -> int:
+    return await quick(await work(x))
+"""
+
+
+def starts(workdir: Path) -> int:
+    ledger = workdir / "ledger"
+    lines = ledger.read_text().splitlines() if ledger.exists() else []
+    return sum(1 for line in lines if line.startswith("start"))
+
+
+def test_a_second_server_on_the_home_exits_2_naming_the_owner(
+    serve: Callable[..., Any], app_module: Callable[[str], Path], fusee: Any
+) -> None:
+    app_module(SLOW_APP)
+    first = serve()
+    pid = first.until("serving")["pid"]
+    second = serve()
+    assert second.proc.wait() == 2
+    err = second.stderr.read_text()
+    assert err.startswith("error: ") and err.count("\n") == 1
+    assert f"locked by process {pid}" in err
+    assert first.stop() == 0
+
+
+def test_sigterm_lets_a_running_step_finish_and_its_result_is_kept(
+    serve: Callable[..., Any], app_module: Callable[[str], Path], fusee: Any, workdir: Path
+) -> None:
+    app_module(SLOW_APP)
+    s = serve()
+    s.until("serving")
+    assert (
+        fusee("start", "slow", "--input", "-", "--id", "s-1", "--detach", input="1").returncode == 0
+    )
+    s.log_until("work started")
+    s.proc.send_signal(signal.SIGTERM)
+    assert s.until("stopping")["grace"] == 10
+    (workdir / "release").touch()  # the step finishes within the grace period
+    assert s.stop() == 0
+    assert s.events[-1]["event"] == "stopped"
+
+    again = serve()
+    again.until("serving")
+    done = fusee("result", "s-1", "--wait", "--json")
+    assert done.returncode == 0, done.stderr
+    assert orjson.loads(done.stdout)["result"] == 11
+    assert starts(workdir) == 1  # its result was durable: it did not run again
+    assert again.stop() == 0
+
+
+def test_a_step_cut_off_by_the_grace_period_runs_again_on_the_next_serve(
+    serve: Callable[..., Any], app_module: Callable[[str], Path], fusee: Any, workdir: Path
+) -> None:
+    app_module(SLOW_APP)
+    s = serve("--grace", "0.2")
+    s.until("serving")
+    assert (
+        fusee("start", "slow", "--input", "-", "--id", "s-2", "--detach", input="2").returncode == 0
+    )
+    s.log_until("work started")
+    assert s.stop() == 0  # the step never finishes: cut off after 0.2 s
+    assert s.events[-1] == {**s.events[-1], "event": "stopped", "runs_open": 1}
+    assert starts(workdir) == 1
+
+    (workdir / "release").touch()
+    again = serve()
+    again.until("serving")
+    done = fusee("result", "s-2", "--wait", "--json")
+    assert done.returncode == 0, done.stderr
+    assert orjson.loads(done.stdout)["result"] == 21
+    assert starts(workdir) == 2  # at most twice: once cut off, once to the end
+    assert again.stop(signal.SIGINT) == 0
+
+
+RELOAD_APP = """
+from fusee_runtime import Ctx, workflow
+
+
+@workflow
+async def greet(ctx: Ctx, name: str) -> str:
+    return "{greeting}, " + name
+"""
+
+
+def test_reload_runs_the_next_run_on_the_edited_code(
+    serve: Callable[..., Any], app_module: Callable[[str], Path], fusee: Any, workdir: Path
+) -> None:
+    path = app_module(RELOAD_APP.format(greeting="hello"))
+
+    def greet(wid: str, *app: str) -> str:
+        done = fusee("start", "greet", "--input", "-", "--id", wid, "--json", *app, input='"ann"')
+        assert done.returncode == 0, done.stderr
+        return orjson.loads(done.stdout)["result"]
+
+    s = serve("--reload")
+    s.until("serving")
+    assert greet("g-1") == "hello, ann"
+    path.write_text(RELOAD_APP.format(greeting="bonjour"))
+    assert s.until("reloaded")["modules"] == ["servedapp"]
+    assert greet("g-2") == "bonjour, ann"
+
+    path.write_text("def broken(:\n")
+    failed = s.until("reload_failed")
+    assert "cannot reload app module 'servedapp': SyntaxError" in failed["error"]
+    # The server keeps the code it had. (This command imports an app of its own
+    # that declares greet, since servedapp no longer imports; the server runs it.)
+    (workdir / "cliapp.py").write_text(RELOAD_APP.format(greeting="not this one"))
+    assert greet("g-3", "--app", "cliapp") == "bonjour, ann"
+    assert s.stop() == 0
