@@ -135,6 +135,9 @@ _AT_FIELDS = (
     "received_at",
     "resumed_at",
     "requested_at",
+    "issued_at",
+    "sent_at",
+    "done_at",
     "at",
     "closed_at",
     "started_at",
@@ -160,6 +163,9 @@ def _detail(rec: dict[str, Any]) -> str:
             if "reset" in origin
             else ""
         )
+        if "schedule" in origin:
+            how = "triggered by hand" if origin.get("manual") else "fired by its cron schedule"
+            reset = f" ({how})"
         return f"id {rec['workflow_id']}, input {short(rec['input'])}{reset}"
     if kind == "AttemptFailed":
         f = rec["failure"]
@@ -183,6 +189,13 @@ def _detail(rec: dict[str, Any]) -> str:
     if kind == "StepPaused":
         f = rec["failure"]
         return short(f"attempt {rec['attempt']}: {f['kind']}: {f['message']}; waits for resume")
+    if kind == "CompletionIssued":
+        return f"attempt {rec['attempt']}: token issued"
+    if kind == "CompletionSent":
+        return "token sent; waits for its completion"
+    if kind == "CompletionDone":
+        f = rec["failure"]
+        return short(f"failed: {f['message']}") if f else short(rec["value"])
     if kind == "StreamAppended":
         return short(rec["item"])
     if kind == "StreamClosed":

@@ -3,6 +3,6 @@
 Importing this package registers every example; copy one to start your own.
 """
 
-from workflows import approval, digest, flaky, order
+from workflows import approval, digest, flaky, order, review
 
-__all__ = ["approval", "digest", "flaky", "order"]
+__all__ = ["approval", "digest", "flaky", "order", "review"]

@@ -9,7 +9,7 @@ on the next open.
 
 Attached to a terminal it keeps one live status line; otherwise it prints
 JSON lines on stdout: `serving` first (with the HTTP URL), `stats` every
-`STATS_S`, `log` for what the engine logs, `reloaded`/`reload_failed`,
+`--stats-every` seconds, `log` for what the engine logs, `reloaded`/`reload_failed`,
 `stopping` and `stopped`.
 """
 
@@ -67,6 +67,14 @@ def serve(
             help="Seconds the step functions running at shutdown get to finish.",
         ),
     ] = 10.0,
+    stats_every: Annotated[
+        float,
+        typer.Option(
+            "--stats-every",
+            min=0.05,
+            help="Seconds between two stats lines of the JSON output (not on a terminal).",
+        ),
+    ] = STATS_S,
     home: Home = DEFAULT_HOME,
     app: App = None,
 ) -> None:
@@ -78,7 +86,8 @@ def serve(
     with session.reporting():
         address = _address(http, token) if http else None
         module = app_module(app)
-        session.run(_serve(home, module, address, token, reload, grace))
+        out = _Output(sys.stdout.isatty(), stats_every)
+        session.run(_serve(home, module, address, token, reload, grace, out))
 
 
 def _address(http: str, token: str | None) -> tuple[str, int]:
@@ -108,13 +117,13 @@ async def _serve(
     token: str | None,
     reload: bool,
     grace: float,
+    out: _Output,
 ) -> None:
     import asyncio
     import signal
 
     from fusee_runtime.engine.control import SOCKET_NAME, Control
 
-    out = _Output(sys.stdout.isatty())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     got: list[str] = []
@@ -128,13 +137,7 @@ async def _serve(
                 from fusee_runtime.engine.http import HttpServer
 
                 http_server = HttpServer(Control(engine), token=token)
-                try:
-                    await http_server.start(*address)
-                except OSError as e:
-                    where = f"{address[0]}:{address[1]}"
-                    raise CliError(
-                        Code.USAGE, f"cannot serve HTTP on {where}: {e.strerror or e}"
-                    ) from None
+                await http_server.start(*address)  # Rejected (exit 2) if it cannot bind
                 engine.http_url = http_server.url
             out.event(
                 "serving",
@@ -191,10 +194,11 @@ async def _reload(engine: Engine, app: str, out: _Output, stop: Any) -> None:
 class _Output:
     """Where `serve` reports: a rich live line on a terminal, JSON lines elsewhere."""
 
-    def __init__(self, tty: bool) -> None:
+    def __init__(self, tty: bool, every: float) -> None:
         import logging
 
         self._tty = tty
+        self._every = every
         self._live: Any = None
         self._console: Any = None
         if tty:
@@ -238,7 +242,7 @@ class _Output:
         """Counters over time: the live line each second, or a `stats` line each `STATS_S`."""
         import asyncio
 
-        every = 1.0 if self._tty else STATS_S
+        every = 1.0 if self._tty else self._every
         before, t0 = engine.counters(), time.monotonic()
         if self._tty:
             from rich.live import Live

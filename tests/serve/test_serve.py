@@ -157,3 +157,65 @@ def test_reload_runs_the_next_run_on_the_edited_code(
     (workdir / "cliapp.py").write_text(RELOAD_APP.format(greeting="not this one"))
     assert greet("g-3", "--app", "cliapp") == "bonjour, ann"
     assert s.stop() == 0
+
+
+def test_stats_lines_report_runs_steps_and_syncs(
+    serve: Callable[..., Any], app_module: Callable[[str], Path], fusee: Any, workdir: Path
+) -> None:
+    app_module(SLOW_APP)
+    (workdir / "release").touch()
+    s = serve("--stats-every", "0.1")
+    s.until("serving")
+    assert fusee("start", "slow", "--input", "-", "--id", "st-1", input="3").returncode == 0
+    while (stats := s.until("stats"))["steps_per_s"] == 0:
+        pass  # a window in which the two steps ran comes by
+    assert stats["syncs_per_s"] > 0 and stats["fdatasync_ms"] > 0
+    assert set(stats) == {
+        "event",
+        "at",
+        "runs_open",
+        "steps_per_s",
+        "syncs_per_s",
+        "fdatasync_ms",
+        "fdatasync_share",
+    }
+    assert s.stop() == 0
+
+
+def test_on_a_terminal_it_keeps_a_live_line_and_says_how_it_stopped(
+    app_module: Callable[[str], Path], env: dict[str, str], workdir: Path
+) -> None:
+    import os
+    import pty
+    import subprocess
+
+    from conftest import fusee_script
+
+    app_module(SLOW_APP)
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [fusee_script(), "serve"], cwd=workdir, env=env, stdout=follower, stderr=follower
+    )
+    os.close(follower)
+    seen = b""
+
+    def read_until(text: bytes) -> None:
+        nonlocal seen
+        while text not in seen:
+            chunk = os.read(leader, 4096)
+            assert chunk, seen
+            seen += chunk
+
+    try:
+        read_until(b"fusee serve")  # in bold: escapes around it
+        read_until(b" pid ")
+        read_until(b"steps/s")  # the live line
+        proc.send_signal(signal.SIGTERM)
+        read_until(b"open run(s) resume on the next open")
+        assert proc.wait() == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(leader)
+    assert b"{" not in seen  # no JSON on a terminal

@@ -1,0 +1,400 @@
+"""The OpenAPI 3.1 document of the HTTP API (`fusee_runtime.engine.http`).
+
+Written by hand: tests/http checks that it and `http.ROUTES` name the same
+routes, that it declares every status the tests see, and that every JSON
+body the tests receive matches its schema.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fusee_runtime.engine.http import BODY_BYTES_MAX, RESULT_WAIT_S_MAX
+from fusee_runtime.engine.state import Status
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _obj(properties: dict[str, Any], *required: str, closed: bool = False) -> dict[str, Any]:
+    doc: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        doc["required"] = list(required)
+    if closed:
+        doc["additionalProperties"] = False
+    return doc
+
+
+def _str(description: str | None = None, nullable: bool = False) -> dict[str, Any]:
+    doc: dict[str, Any] = {"type": ["string", "null"] if nullable else "string"}
+    return {**doc, "description": description} if description else doc
+
+
+def _any(description: str) -> dict[str, Any]:
+    return {"description": description}
+
+
+def _answer(description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _array(name: str) -> dict[str, Any]:
+    return {"type": "array", "items": _ref(name)}
+
+
+def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "schema": schema,
+        "description": description,
+    }
+
+
+def _op(
+    summary: str,
+    answers: dict[int, dict[str, Any]],
+    errors: tuple[int, ...],
+    body: tuple[dict[str, Any], str, bool] | None = None,
+    query: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """One operation: its answers, the error statuses it may give (401 and 500 always),
+    and its body (schema, description, required) or query parameters."""
+    codes = {*errors, 401, 500} | ({400, 413} if body else set())
+    responses = {str(c): a for c, a in answers.items()}
+    responses |= {str(c): {"$ref": f"#/components/responses/E{c}"} for c in codes}
+    doc: dict[str, Any] = {"summary": summary, "responses": dict(sorted(responses.items()))}
+    if body is not None:
+        schema, description, required = body
+        content = {"application/json": {"schema": schema}}
+        doc["requestBody"] = {"required": required, "description": description, "content": content}
+    if query:
+        doc["parameters"] = query
+    return doc
+
+
+_RUN = {200: _answer("The run, once what the call did is durable.", _ref("Run"))}
+_OK = {200: _answer("Done, durably.", _ref("Ok"))}
+_ANSWER = {200: _answer("The handler's answer.", _ref("Answer"))}
+_NONE = (_ref("Empty"), "Empty, or {}.", False)
+_REASON = (_ref("Reason"), "Why; an empty body is {}.", False)
+
+_OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
+    ("POST", "/v1/runs"): _op(
+        "Start a run; idempotent on its id",
+        {
+            201: _answer("A run was started.", _ref("StartedRun")),
+            200: _answer(
+                'The id has a run, returned as it is (on_conflict "return").', _ref("StartedRun")
+            ),
+        },
+        (404, 409, 503),
+        (_ref("StartRequest"), "What to start.", True),
+    ),
+    ("GET", "/v1/runs"): _op(
+        "Runs, open and closed, newest first",
+        {200: _answer("The runs.", _array("Run"))},
+        (400, 503),
+        query=[
+            _query("status", _ref("Status"), "Only runs with this status."),
+            _query("workflow", {"type": "string"}, "Only runs of this workflow."),
+            _query("limit", {"type": "integer", "minimum": 1}, "At most this many runs."),
+        ],
+    ),
+    ("GET", "/v1/runs/{id}"): _op("The newest run of an id", _RUN, (400, 404, 503)),
+    ("GET", "/v1/runs/{id}/history"): _op(
+        "Every journal record of every run of an id, oldest first",
+        {200: _answer("The records.", _array("Record"))},
+        (400, 404, 503),
+    ),
+    ("GET", "/v1/runs/{id}/result"): _op(
+        "The run's durable result, waiting up to `wait` seconds for it",
+        {
+            200: _answer("The run closed: its result, or how it ended.", _ref("Outcome")),
+            202: _answer("The run has not finished (yet): ask again.", _ref("Pending")),
+        },
+        (400, 404, 503),
+        query=[
+            _query(
+                "wait",
+                {"type": "number", "minimum": 0, "default": 0},
+                f"Seconds to wait for the run to close; past {RESULT_WAIT_S_MAX:g} the answer "
+                "is 202, and the client asks again. Follows continue_as_new and reset.",
+            )
+        ],
+    ),
+    ("POST", "/v1/runs/{id}/signals/{name}"): _op(
+        "Deliver signal `name`",
+        _RUN,
+        (404, 503),
+        (_any("Any JSON value."), "The signal's value; an empty body is null.", False),
+    ),
+    ("POST", "/v1/runs/{id}/cancel"): _op(
+        "Cancel the run: Cancelled is raised in its code, its compensations run",
+        _RUN,
+        (404, 503),
+        _REASON,
+    ),
+    ("POST", "/v1/runs/{id}/terminate"): _op(
+        "Close the run at once, running nothing more", _RUN, (404, 503), _REASON
+    ),
+    ("POST", "/v1/runs/{id}/resume"): _op("Resume a paused or stuck run", _RUN, (404, 503), _NONE),
+    ("POST", "/v1/runs/{id}/reset"): _op(
+        "Close the run as reset; start a new run that keeps the journal before `to`",
+        {200: _answer("The new run.", _ref("Run"))},
+        (404, 503),
+        (_ref("ResetRequest"), "Where to reset to.", True),
+    ),
+    ("POST", "/v1/runs/{id}/queries/{name}"): _op(
+        "Call the read-only query handler `name` (ctx.on_query)",
+        _ANSWER,
+        (404, 409, 503),
+        (_any("Any JSON value."), "The argument; an empty body is null.", False),
+    ),
+    ("POST", "/v1/runs/{id}/updates/{name}"): _op(
+        "Call the update handler `name` (ctx.on_update); answered once the update is durable",
+        _ANSWER,
+        (404, 409, 503),
+        (_ref("UpdateRequest"), "The argument, and an id that makes it idempotent.", False),
+    ),
+    ("POST", "/v1/complete/{token}"): _op(
+        "Finish the await_completion step that issued `token` with a value",
+        _OK,
+        (404, 503),
+        (_any("Any JSON value."), "The step's result; an empty body is null.", False),
+    ),
+    ("POST", "/v1/fail/{token}"): _op(
+        "Fail the await_completion step that issued `token`",
+        _OK,
+        (404, 503),
+        (
+            {"oneOf": [_ref("FailRequest"), _str()]},
+            'Why: {"message": TEXT}, or a JSON string.',
+            True,
+        ),
+    ),
+    ("GET", "/v1/schedules"): _op(
+        "Every cron schedule", {200: _answer("The schedules.", _array("Schedule"))}, (400, 503)
+    ),
+    ("POST", "/v1/schedules/{name}/pause"): _op(
+        "Pause a schedule: it fires no more until unpaused",
+        {200: _answer("The schedule now.", _ref("Schedule"))},
+        (404, 503),
+        _NONE,
+    ),
+    ("POST", "/v1/schedules/{name}/unpause"): _op(
+        "Unpause a schedule",
+        {200: _answer("The schedule now.", _ref("Schedule"))},
+        (404, 503),
+        _NONE,
+    ),
+    ("POST", "/v1/schedules/{name}/trigger"): _op(
+        "Start a run of the schedule's workflow now",
+        {201: _answer("The run it started.", _ref("Run"))},
+        (404, 503),
+        _NONE,
+    ),
+    ("GET", "/v1/openapi.json"): _op(
+        "This document", {200: _answer("OpenAPI 3.1.", {"type": "object"})}, ()
+    ),
+    ("GET", "/v1/health"): _op(
+        "Whether the server answers", {200: _answer("It does.", _ref("Health"))}, ()
+    ),
+}
+
+_PATH_PARAMETERS = {
+    "id": "The workflow id; the call acts on its newest run.",
+    "name": "The signal's, handler's or schedule's name, as the path says.",
+    "token": "The completion token that ctx.await_completion handed out.",
+}
+
+_ERROR_WHY = {
+    400: "The request is malformed, or the engine refused it (BadRequest, Rejected, CodecError).",
+    401: "No `Authorization: Bearer` header, or a wrong token.",
+    404: "No such run, workflow, completion token or schedule (NotFound).",
+    409: 'The id has a run already (on_conflict "fail"), or the run ended under the call.',
+    413: f"The body is over {BODY_BYTES_MAX} bytes.",
+    500: "A bug in the server: one line here, the traceback in the server's log.",
+    503: "The engine stopped taking work (EngineClosed, JournalFailed).",
+}
+
+_ERROR_TYPES = (
+    "NotFound, Rejected, CodecError, EngineClosed, JournalFailed (the engine's errors), "
+    "BadRequest, Unauthorized, MethodNotAllowed, PayloadTooLarge, InternalError"
+)
+
+_SCHEMAS: dict[str, dict[str, Any]] = {
+    "Error": _obj(
+        {
+            "error": _obj(
+                {"type": _str(f"What went wrong: {_ERROR_TYPES}."), "message": _str("For people.")},
+                "type",
+                "message",
+            )
+        },
+        "error",
+    ),
+    "Status": {"type": "string", "enum": [s.value for s in Status]},
+    "Run": _obj(
+        {
+            "id": _str("The workflow id."),
+            "run_id": _str("This run of it."),
+            "workflow": _str("The workflow's name."),
+            "status": _ref("Status"),
+            "started_at": {"type": "string", "format": "date-time"},
+            "closed_at": {"type": ["string", "null"], "format": "date-time"},
+            "error": _str("Why it stopped or how it ended.", nullable=True),
+            "attributes": {"type": "object"},
+        },
+        *("id", "run_id", "workflow", "status", "started_at", "closed_at", "error", "attributes"),
+    ),
+    "StartedRun": {
+        "allOf": [
+            _ref("Run"),
+            _obj(
+                {"existed": {"type": "boolean", "description": "The id had a run before."}},
+                "existed",
+            ),
+        ]
+    },
+    "StartRequest": _obj(
+        {
+            "workflow": _str("A registered workflow's name."),
+            "input": _any("The workflow's input: any JSON value (default null)."),
+            "id": _str("The workflow id; default: a fresh one.", nullable=True),
+            "on_conflict": {
+                "type": "string",
+                "enum": ["return", "fail", "new_run"],
+                "default": "return",
+                "description": "When the id has a run: return it; refuse with 409; "
+                "or start a new run (terminating an open one).",
+            },
+        },
+        "workflow",
+        closed=True,
+    ),
+    "Outcome": _obj(
+        {
+            "id": _str(),
+            "run_id": _str(),
+            "status": _ref("Status"),
+            "result": _any("The run's result, when its status is completed."),
+            "error": _str("How it ended, when it did not complete."),
+            "failure": _ref("Failure"),
+        },
+        "id",
+        "run_id",
+        "status",
+    ),
+    "Pending": _obj(
+        {
+            "id": _str(),
+            "run_id": _str(),
+            "status": _ref("Status"),
+            "error": _str("Why a paused or stuck run stopped."),
+        },
+        "id",
+        "run_id",
+        "status",
+    ),
+    "Failure": _obj(
+        {
+            "kind": _str("The type name of the exception."),
+            "message": _str(),
+            "retryable": {"type": "boolean"},
+            "details": _any("Any JSON value."),
+            "cause": {"oneOf": [_ref("Failure"), {"type": "null"}]},
+        },
+        *("kind", "message", "retryable", "details", "cause"),
+    ),
+    "Record": {
+        **_obj({"lsn": {"type": "integer"}, "type": _str()}, "lsn", "type"),
+        "description": "A journal record; its other fields depend on its type.",
+    },
+    "Reason": _obj({"reason": _str()}, closed=True),
+    "ResetRequest": _obj(
+        {
+            "to": {
+                "oneOf": [{"type": "integer", "minimum": 1}, {"type": "string"}],
+                "description": "An operation number, or a step name.",
+            }
+        },
+        "to",
+        closed=True,
+    ),
+    "UpdateRequest": _obj(
+        {
+            "arg": _any("The update's argument: any JSON value (default null)."),
+            "update_id": _str("A repeat with the same id gets the same answer.", nullable=True),
+        },
+        closed=True,
+    ),
+    "FailRequest": _obj({"message": _str()}, "message", closed=True),
+    "Empty": _obj({}, closed=True),
+    "Answer": _obj({"result": _any("Any JSON value.")}, "result"),
+    "Ok": _obj({"ok": {"const": True}}, "ok"),
+    "Schedule": _obj(
+        {
+            "workflow": _str("The workflow it starts."),
+            "cron": _str("Five cron fields."),
+            "timezone": _str("The cron's timezone."),
+            "overlap": _str("What a due instant does while a run of it is open."),
+            "catchup": _str("What it runs of the instants missed while nobody served."),
+            "paused": {"type": "boolean"},
+            "last": _str("The last instant fired or skipped.", nullable=True),
+            "next": _str("The next instant due.", nullable=True),
+            "buffered": _str("An instant held for when the open run closes.", nullable=True),
+            "open_runs": {"type": "integer", "description": "Its runs open now."},
+        },
+        "workflow",
+        "cron",
+        "paused",
+    ),
+    "Health": _obj(
+        {"ok": {"const": True}, "pid": {"type": "integer"}, "home": _str()}, "ok", "pid"
+    ),
+}
+
+
+def _paths() -> dict[str, dict[str, Any]]:
+    paths: dict[str, dict[str, Any]] = {}
+    for (method, path), operation in _OPERATIONS.items():
+        item = paths.setdefault(path, {})
+        names = [part[1:-1] for part in path.split("/") if part.startswith("{")]
+        if names:
+            item["parameters"] = [_path_parameter(n) for n in names]
+        item[method.lower()] = operation
+    return paths
+
+
+def _path_parameter(name: str) -> dict[str, Any]:
+    about = _PATH_PARAMETERS[name]
+    return {"name": name, "in": "path", "required": True, "schema": _str(), "description": about}
+
+
+OPENAPI: dict[str, Any] = {
+    "openapi": "3.1.0",
+    "info": {
+        "title": "fusee control API",
+        "version": "1",
+        "description": "Start, follow and steer the durable workflow runs of one fusee home. "
+        "Every answer is JSON, and comes once what the call did is durable.",
+    },
+    "security": [{"bearer": []}],
+    "paths": _paths(),
+    "components": {
+        "securitySchemes": {
+            "bearer": {
+                "type": "http",
+                "scheme": "bearer",
+                "description": "Needed when the server has a token (--token, FUSEE_TOKEN); "
+                "a server beyond loopback always has one.",
+            }
+        },
+        "responses": {f"E{c}": _answer(why, _ref("Error")) for c, why in _ERROR_WHY.items()},
+        "schemas": _SCHEMAS,
+    },
+}
+"""The OpenAPI 3.1 document of the API, served at `/v1/openapi.json`."""

@@ -1,0 +1,74 @@
+"""A token guards every route; beyond loopback there is always one."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from http_helpers import error_of
+
+from fusee_runtime import Engine, Rejected
+from fusee_runtime.engine.control import Control
+from fusee_runtime.engine.http import build_app, check_bind
+
+TOKEN = "s3cret-token"
+
+
+@pytest.fixture
+def guarded(engine: Engine, client_of) -> httpx.AsyncClient:
+    """A client without credentials of an API that needs `TOKEN`."""
+    return client_of(build_app(Control(engine), token=TOKEN))
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/v1/health"),
+        ("GET", "/v1/openapi.json"),
+        ("GET", "/v1/runs"),
+        ("POST", "/v1/runs"),
+        ("GET", "/v1/runs/any/result"),
+        ("POST", "/v1/complete/any"),
+        ("GET", "/v1/no-such-route"),  # 401 before 404: the routes are not told to strangers
+    ],
+)
+@pytest.mark.parametrize(
+    "authorization", [None, "Bearer wrong", f"Basic {TOKEN}", "Bearer", f"Bearer {TOKEN}x"]
+)
+async def test_without_the_token_every_route_is_401(
+    guarded: httpx.AsyncClient, method: str, path: str, authorization: str | None
+) -> None:
+    headers = {"Authorization": authorization} if authorization else {}
+    answer = await guarded.request(method, path, headers=headers, json={"workflow": "x"})
+    error_of(answer, 401, "Unauthorized", "Authorization: Bearer")
+    assert answer.headers["www-authenticate"] == "Bearer"
+
+
+async def test_with_the_token_every_route_answers(engine: Engine, client_of) -> None:
+    api = client_of(build_app(Control(engine), token=TOKEN), Authorization=f"Bearer {TOKEN}")
+    assert (await api.get("/v1/health")).status_code == 200
+    assert (await api.get("/v1/openapi.json")).status_code == 200
+    assert (await api.get("/v1/runs")).json() == []
+    error_of(await api.get("/v1/runs/nope"), 404, "NotFound", "'nope'")
+    error_of(await api.get("/v1/no-such-route"), 404, "NotFound", "no route")
+    lower = await api.get("/v1/health", headers={"Authorization": f"bearer {TOKEN}"})
+    assert lower.status_code == 200  # the scheme is case-insensitive (RFC 9110)
+
+
+async def test_an_empty_token_means_none(engine: Engine, client_of) -> None:
+    api = client_of(build_app(Control(engine), token=""))
+    assert (await api.get("/v1/health")).status_code == 200
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.3.2.1", "::1", "[::1]", "localhost"])
+def test_loopback_needs_no_token(host: str) -> None:
+    check_bind(host, None)
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.5", "example.com", ""])
+def test_beyond_loopback_a_token_is_needed(host: str) -> None:
+    with pytest.raises(Rejected) as refused:
+        check_bind(host, None)
+    assert str(refused.value) == f"binding {host or '*'} needs --token or FUSEE_TOKEN"
+    with pytest.raises(Rejected):
+        check_bind(host, "")
+    check_bind(host, TOKEN)
