@@ -83,6 +83,8 @@ SERVED_APP = "fusee_http_servedapp"
 SERVED_APP_SOURCE = '''
 """Workflows for the `fusee serve` tests of tests/http."""
 
+import logging
+
 from fusee_runtime import Ctx, step, workflow
 
 
@@ -98,8 +100,24 @@ async def http_served_quick(ctx: Ctx, x: int) -> int:
 
 @workflow
 async def http_served_gate(ctx: Ctx, x: int) -> dict:
+    ctx.on_query("x", lambda arg: x)
     got = await ctx.wait_for("go")
     return {"x": await http_served_double(x), "got": got}
+
+
+def http_served_send(completion):
+    # The server prints it as a `log` event on its stdout, where the test reads it.
+    logging.getLogger("fusee.app").info("completion url %s", completion.url)
+
+
+@workflow
+async def http_served_review(ctx: Ctx, doc: str) -> dict:
+    return {"doc": doc, "verdict": await ctx.await_completion("review", http_served_send)}
+
+
+@workflow(cron="0 4 * * *")
+async def http_served_nightly(ctx: Ctx, at: str) -> str:
+    return at
 '''
 
 

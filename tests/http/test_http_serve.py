@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 
 import httpx
+import orjson
 import pytest
 from http_helpers import RawRequest, Seen, Served, error_of, noting
 
@@ -132,3 +133,78 @@ async def test_sigterm_answers_an_open_long_poll_and_exits_0(
     assert body["status"] in ("running", "parked")
     names = [e["event"] for e in events]
     assert "stopping" in names and names[-1] == "stopped", names
+
+
+def completion_url(served: Served) -> str:
+    """The next completion URL the child logs (its `log` events, on its stdout)."""
+    assert served.child.stdout is not None
+    for line in served.child.stdout:
+        event = orjson.loads(line)
+        if event["event"] == "log" and "completion url " in event["message"]:
+            return event["message"].split()[-1]
+    raise AssertionError("the server ended before logging a completion URL")
+
+
+async def test_the_completion_url_finishes_an_await_completion_step(
+    serve: Callable[..., Served], client_at: Callable[..., httpx.AsyncClient]
+) -> None:
+    served = serve()
+    api = client_at(served.url)
+    body = {"workflow": "http_served_review", "input": "q3.pdf", "id": "c-1"}
+    assert (await api.post("/v1/runs", json=body)).status_code == 201
+    url = await asyncio.to_thread(completion_url, served)
+    assert url.startswith(f"{served.url}/v1/complete/")
+    done = await api.post(url, json={"ok": True})
+    assert (done.status_code, done.json()) == (200, {"ok": True})
+    result = await api.get("/v1/runs/c-1/result", params={"wait": 30})
+    assert result.json()["result"] == {"doc": "q3.pdf", "verdict": {"ok": True}}
+    again = await api.post(url, json=1)
+    error_of(again, 400, "Rejected", "the run is completed")
+
+    body = {"workflow": "http_served_review", "input": "q4.pdf", "id": "c-2"}
+    assert (await api.post("/v1/runs", json=body)).status_code == 201
+    fail_url = (await asyncio.to_thread(completion_url, served)).replace("/complete/", "/fail/")
+    failed = await api.post(fail_url, json={"message": "not good enough"})
+    assert failed.status_code == 200, failed.text
+    result = await api.get("/v1/runs/c-2/result", params={"wait": 30})
+    assert result.json()["status"] == "failed"
+    assert "not good enough" in result.json()["error"]
+    forged = await api.post(url[:-4] + "0000", json=1)
+    error_of(forged, 404, "NotFound", "not a completion token of this home")
+
+
+async def test_every_other_endpoint_over_the_real_socket(
+    serve: Callable[..., Served], client_at: Callable[..., httpx.AsyncClient]
+) -> None:
+    """Each route of `ROUTES` not exercised above, once, against the child."""
+    api = client_at(serve().url)
+    for wid in ("e-1", "e-2", "e-3"):
+        body = {"workflow": "http_served_gate", "input": 5, "id": wid}
+        assert (await api.post("/v1/runs", json=body)).status_code == 201
+    queried = await api.post("/v1/runs/e-1/queries/x", json=None)
+    assert (queried.status_code, queried.json()) == (200, {"result": 5})
+    update = await api.post("/v1/runs/e-1/updates/limit", json={"arg": 1})
+    error_of(update, 400, "Rejected", "not available in this version")
+    error_of(await api.post("/v1/runs/e-1/resume"), 400, "Rejected", "only a paused or stuck")
+    reset = await api.post("/v1/runs/e-1/reset", json={"to": 1})
+    assert (reset.status_code, reset.json()["id"]) == (200, "e-1")
+    cancelled = await api.post("/v1/runs/e-2/cancel", json={"reason": "enough"})
+    assert cancelled.status_code == 200, cancelled.text
+    terminated = await api.post("/v1/runs/e-3/terminate", json={})
+    assert (terminated.status_code, terminated.json()["status"]) == (200, "terminated")
+    result = await api.get("/v1/runs/e-2/result", params={"wait": 30})
+    assert result.json()["status"] == "cancelled"
+
+    schedules = await api.get("/v1/schedules")
+    assert [s["workflow"] for s in schedules.json()] == ["http_served_nightly"]
+    paused = await api.post("/v1/schedules/http_served_nightly/pause")
+    assert (paused.status_code, paused.json()["paused"]) == (200, True)
+    unpaused = await api.post("/v1/schedules/http_served_nightly/unpause")
+    assert (unpaused.status_code, unpaused.json()["paused"]) == (200, False)
+    triggered = await api.post("/v1/schedules/http_served_nightly/trigger")
+    assert triggered.status_code == 201
+    assert triggered.json()["id"].startswith("http_served_nightly@")
+    no_cron = await api.post("/v1/schedules/http_served_gate/trigger")
+    error_of(no_cron, 400, "Rejected", "has no cron schedule")
+    document = await api.get("/v1/openapi.json")
+    assert document.json()["openapi"].startswith("3.1")
