@@ -17,6 +17,7 @@ once, without waiting for the disk.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
 import random
@@ -90,6 +91,7 @@ class Ctx:
         self._run = run
         self._root = _Cursor("")
         self._count = 0
+        run.position, run.position_kind = 0, ""  # the code starts again from the top
         self._halted: str | None = None
         self._parking = False
         self._park_scheduled = False
@@ -528,6 +530,31 @@ class Ctx:
             raise Rejected(f"ctx.on_query({name!r}, fn): fn must be callable")
         self._run.queries[name] = fn
 
+    def on_update(
+        self,
+        name: str,
+        handle: Callable[[Any], Any],
+        validate: Callable[[Any], Any] | None = None,
+    ) -> None:
+        """Applies `handle.update(name, arg)` (`fusee update`) as `handle(arg)`.
+
+        `validate(arg)`, when given, runs first: if it raises, the caller gets
+        `Rejected` with its message and nothing is recorded. Then `handle(arg)`
+        runs on the engine's loop (a plain function: it must not block or
+        await) and may change the workflow's state; the update is recorded
+        with its id and where the code was, and the caller gets the result
+        once that is durable. A replay applies each recorded update again at
+        the same point of the code, so the state the code sees is the same.
+        An update is refused while the code is inside `ctx.all`/`ctx.race` or
+        still replaying its journal. Registering the name again replaces the
+        handler.
+        """
+        if not isinstance(name, str) or not 0 < len(name) <= NAME_CHARS_MAX:
+            raise Rejected(f"an update name is a string of 1 to {NAME_CHARS_MAX} characters")
+        if not callable(handle) or (validate is not None and not callable(validate)):
+            raise Rejected(f"ctx.on_update({name!r}, handle, validate): both must be callable")
+        self._run.updates[name] = (handle, validate)
+
     # -- logs and streams ------------------------------------------------------
 
     @property
@@ -590,7 +617,23 @@ class Ctx:
             )
         elif kind not in ("value", "group") and self._cancel_lands():
             raise self._deliver_cancel(seq, kind, name)
+        if cursor is self._root:
+            run.position, run.position_kind = cursor.n, kind
+            if cursor.n in run.update_log:
+                self._replay_updates(cursor.n)
         return seq, op
+
+    def _replay_updates(self, position: int) -> None:
+        """Applies again, in order, the updates recorded after operation #`position`."""
+        for _, name, arg in self._run.update_log[position]:
+            entry = self._run.updates.get(name)
+            if entry is None:
+                self._stuck(
+                    f"replay mismatch after operation #{position}: the journal holds update "
+                    f"{name!r}, the code has no handler for it (ctx.on_update)"
+                )
+            with contextlib.suppress(Exception):  # it failed live too, and was recorded so
+                entry[0](arg)
 
     def _check_live(self) -> None:
         if self._halted is None and not self._run.is_open:

@@ -1,10 +1,9 @@
 """`fusee query` and `fusee update`: call a run's query or update handler.
 
-A query is answered by the run's code, so it needs a process that drives
-the run (`fusee serve`, or the `fusee start` that follows it); with none,
-it exits 2 saying so. Workflows cannot declare update handlers
-(`ctx.on_update`) in this version: `fusee update` refuses, with exit 2,
-before it opens the home or imports the engine.
+Handlers are the run's code, so both need a process that drives the run
+(`fusee serve`, or the `fusee start` that follows it); with none, they
+exit 2 saying so. A query records nothing; an update is recorded, and
+answered once that is durable.
 """
 
 from __future__ import annotations
@@ -61,12 +60,7 @@ def query(
             return await ctl.query(wid, name, payload)
 
         answer, _ = session.act(home, module, wid, ask)
-        if as_json:
-            session.print_json(answer)
-        else:
-            import orjson
-
-            typer.echo(orjson.dumps(answer).decode())
+        _answer(answer, as_json)
 
 
 def update(
@@ -96,10 +90,28 @@ def update(
 ) -> None:
     """Send update NAME, with ARG, to run ID; print its answer once the update is durable.
 
-    Not available yet: workflows cannot declare update handlers in this
-    version, so it exits 2 without opening the home.
+    The process that drives the run applies it (fusee serve); with none, it
+    exits 2, as it does when the workflow's validator refuses the update.
 
     Example: fusee update expense-7 set-limit 500 --update-id raise-1
     """
     with session.reporting():
-        raise session.not_available("update", "declare update handlers (ctx.on_update)")
+        payload, _ = session.json_or_string(arg)
+        session.check_payload(payload, "the update's argument")
+        module = app_module(app)
+        wid = session.check_id(workflow_id)
+
+        async def send(ctl: Control | ControlClient, info: RunInfo) -> Any:
+            return await ctl.update(wid, name, payload, update_id=update_id)
+
+        answer, _ = session.act(home, module, wid, send)
+        _answer(answer, as_json)
+
+
+def _answer(answer: Any, as_json: bool) -> None:
+    if as_json:
+        session.print_json(answer)
+    else:
+        import orjson
+
+        typer.echo(orjson.dumps(answer).decode())

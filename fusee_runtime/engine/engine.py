@@ -605,15 +605,93 @@ class Engine:
     async def update(
         self, id: str, name: str, arg: Any = None, update_id: str | None = None
     ) -> Any:
-        """Sends update `name` to the newest run of `id`: not available in this version.
+        """Applies update `name` to the newest run of `id` (its `ctx.on_update` handler);
+        returns the handler's result once the update is durable.
+
+        An update sent again with the same `update_id` is not applied again:
+        the caller gets the first one's result.
 
         Raises:
             NotFound: no run of that id.
-            Rejected: always, until `ctx.on_update` is built.
+            Rejected: the run is closed, has no such handler, no code runs here
+                to apply it, its code is inside `ctx.all`/`ctx.race` or still
+                replaying, the validator refused it, or the handler raised
+                (with its message).
+            CodecError: the argument or the result cannot be encoded as JSON.
         """
         self._check_accepting()
-        self._latest_run(id)
-        raise Rejected("updates (ctx.on_update) are not available in this version of fusee")
+        run = self._latest_run(id)
+        if update_id is not None:
+            if not isinstance(update_id, str) or not 0 < len(update_id) <= NAME_CHARS_MAX:
+                raise Rejected(f"an update id is a string of 1 to {NAME_CHARS_MAX} characters")
+            done = run.updates_done.get(update_id)
+            if done is not None:
+                lsn, result, failure = done
+                await self._wait_durable(lsn)
+                if failure is not None:
+                    raise Rejected(
+                        f"update {name!r} of run {id!r} failed: {Failure.from_json(failure)}"
+                    )
+                return result
+        if not run.is_open:
+            raise Rejected(f"run {id!r} is {run.closing}: it takes no more updates")
+        entry = run.updates.get(name)
+        if entry is None:
+            if not self.config.drive:
+                raise Rejected(
+                    f"no process runs the code of {id!r} to apply updates: "
+                    "start `fusee serve` (or the command that drives it) first"
+                )
+            known = ", ".join(sorted(run.updates)) or "none"
+            raise Rejected(f"run {id!r} has no update handler {name!r}; its handlers: {known}")
+        encoded_arg = self._encode(arg, f"the argument of update {name!r}")
+        self._check_update_point(run, id)
+        handle, validate = entry
+        if validate is not None:
+            try:
+                validate(arg)
+            except Exception as e:
+                raise Rejected(f"update {name!r} of run {id!r} was refused: {e}") from e
+        failure: Failure | None = None
+        result: Any = None
+        try:
+            result = handle(arg)
+            if inspect.isawaitable(result):
+                if inspect.iscoroutine(result):
+                    result.close()
+                raise Rejected(f"update handler {name!r} must be a plain function, not async")
+            result = orjson.loads(self._encode(result, f"the result of update {name!r}"))
+        except Rejected:
+            raise
+        except Exception as e:
+            failure = Failure.of(e)
+            result = None
+        at = self.clock.now()
+        uid = update_id or uuid.uuid4().hex
+        arg_value = orjson.loads(encoded_arg)
+        wire_failure = failure.to_json() if failure is not None else None
+        rec = [R.UpdateApplied, run.run_id, uid, name, arg_value, run.position]
+        await self._wait_durable(self._append(run, [*rec, result, wire_failure, at]))
+        if failure is not None:
+            raise Rejected(f"update {name!r} of run {id!r} failed: {failure}")
+        return result
+
+    @staticmethod
+    def _check_update_point(run: Run, id: str) -> None:
+        """Refuses an update where a replay could not apply it at the same point."""
+        if run.status == Status.STUCK:
+            raise Rejected(f"run {id!r} is stuck: it takes no updates until it is resumed")
+        ctx = run.ctx
+        if not run.parked and not isinstance(ctx, Ctx):
+            raise Rejected(f"run {id!r} is not running its code yet; send the update again")
+        inside = run.position_kind == "group" or (isinstance(ctx, Ctx) and ctx._groups)
+        if inside:
+            raise Rejected(
+                f"run {id!r} is inside ctx.all or ctx.race; send the update again once it is past"
+            )
+        frontier = max((top(s) for s in run.ops), default=0)
+        if run.position < frontier or run.position == 0:
+            raise Rejected(f"run {id!r} is replaying its journal; send the update again")
 
     # -- completions -------------------------------------------------------------------
 
@@ -921,6 +999,10 @@ class Engine:
         run.carried_signals = [s for s in old.carried_signals + received if s[0] not in taken]
         run.signals = list(run.carried_signals)
         run.next_signal_id = old.next_signal_id
+        # Updates applied before the reset point are part of the journal it keeps.
+        run.update_log = {p: list(u) for p, u in old.update_log.items() if p < before}
+        kept_ids = {u[0] for u in itertools.chain.from_iterable(run.update_log.values())}
+        run.updates_done = {i: d for i, d in old.updates_done.items() if i in kept_ids}
 
     def _append(self, run: Run, rec: list[Any], wire: tuple[Any, ...] | None = None) -> int:
         """Appends a record of `run` (not yet durable), folds it into memory and reacts."""

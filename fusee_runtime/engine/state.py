@@ -150,8 +150,18 @@ class Run:
     ctx: Any = None
     # What the run is doing now, for people (`fusee start` shows it).
     current: str | None = None
-    # `ctx.on_query` handlers, as the code registered them last (kept while parked).
+    # `ctx.on_query` and `ctx.on_update` handlers ((handle, validate) for updates),
+    # as the code registered them last (kept while parked).
     queries: dict[str, Any] = field(default_factory=dict)
+    updates: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    # Top-level operations the code has asked for so far, and the kind of the last:
+    # where an update applied now happens, as a replay will see it.
+    position: int = 0
+    position_kind: str = ""
+    # Updates applied: by position, (update_id, name, arg) in order; by id, (lsn,
+    # result, failure) for an update sent again with the same id.
+    update_log: dict[int, list[tuple[str, str, Any]]] = field(default_factory=dict)
+    updates_done: dict[str, tuple[int, Any, Any]] = field(default_factory=dict)
 
     def apply(self, lsn: int, rec: list[Any]) -> Op | None:
         """Folds one record of this run into its state; returns the op it resolved, if any."""
@@ -168,6 +178,10 @@ class Run:
             self.cancel_reason = rec[2]
         elif kind == R.RaceWon:
             self.races[rec[2]] = rec[3]
+        elif kind == R.UpdateApplied:
+            _, _, update_id, name, arg, position, result, failure, _ = rec
+            self.update_log.setdefault(position, []).append((update_id, name, arg))
+            self.updates_done[update_id] = (lsn, result, failure)
         elif kind == R.StreamAppended:
             _stream_appended(self, rec, lsn)
         elif kind == R.StreamClosed:

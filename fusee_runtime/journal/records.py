@@ -48,6 +48,7 @@ class R(enum.IntEnum):
     ScheduleArmed = 28
     ScheduleFired = 29
     SchedulePaused = 30
+    UpdateApplied = 31
 
 
 FIELDS: dict[R, tuple[str, ...]] = {
@@ -103,6 +104,18 @@ FIELDS: dict[R, tuple[str, ...]] = {
     R.ScheduleArmed: ("workflow", "cron", "timezone", "armed_at"),
     R.ScheduleFired: ("workflow", "instant", "outcome", "workflow_id", "at"),
     R.SchedulePaused: ("workflow", "paused", "at"),
+    # `handle.update`: applied after the code asked for `position` operations
+    # (top level), so a replay applies it again at the same point.
+    R.UpdateApplied: (
+        "run_id",
+        "update_id",
+        "name",
+        "arg",
+        "position",
+        "result",
+        "failure",
+        "applied_at",
+    ),
 }
 
 SCHEDULES = {R.ScheduleArmed, R.ScheduleFired, R.SchedulePaused}

@@ -178,8 +178,9 @@ CASES = [
     # query: answered by the code that drives the run; none runs here
     case("query h-1 total", 2, "no process runs the code of 'h-1' to answer queries"),
     case("query nope total", 3, NO_RUN),
-    # update: refused until the engine has the feature
-    case("update h-1 set-limit 500", 2, "fusee update is not available yet"),
+    # update: applied by the code that drives the run; none runs here
+    case("update h-1 set-limit 500", 2, "no process runs the code of 'h-1' to apply updates"),
+    case("update nope set-limit 500", 3, NO_RUN),
     # complete, fail: a token this home never issued
     case("complete 4f1c2b7e true", 3, "is not a completion token of this home"),
     case("fail 4f1c2b7e rejected", 3, "is not a completion token of this home"),

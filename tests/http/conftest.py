@@ -100,7 +100,14 @@ async def http_served_quick(ctx: Ctx, x: int) -> int:
 
 @workflow
 async def http_served_gate(ctx: Ctx, x: int) -> dict:
-    ctx.on_query("x", lambda arg: x)
+    state = {"x": x}
+    ctx.on_query("x", lambda arg: state["x"])
+
+    def set_x(value):
+        old, state["x"] = state["x"], value
+        return old
+
+    ctx.on_update("limit", set_x)
     got = await ctx.wait_for("go")
     return {"x": await http_served_double(x), "got": got}
 

@@ -29,8 +29,7 @@ async def http_approval(ctx: Ctx, what: str) -> dict[str, Any]:
 async def http_counter(ctx: Ctx, start: int) -> int:
     ctx.on_query("total", lambda times: start * (1 if times is None else times))
     ctx.on_query("broken", lambda _: 1 / 0)
-    if hasattr(ctx, "on_update"):
-        ctx.on_update("add", lambda n: start + n)
+    ctx.on_update("add", lambda n: start + n)
     await ctx.wait_for("stop")
     return start
 
@@ -117,7 +116,6 @@ async def test_a_query_without_a_handler_or_whose_handler_fails_is_400(
     error_of(await api.post("/v1/runs/zz/queries/total"), 404, "NotFound", "'zz'")
 
 
-@pytest.mark.skipif(not hasattr(Ctx, "on_update"), reason="ctx.on_update is not built yet")
 async def test_an_update_answers_and_is_idempotent_on_its_id(api: httpx.AsyncClient) -> None:
     await api.post("/v1/runs", json={"workflow": "http_counter", "input": 5, "id": "h-3"})
     body = {"arg": 2, "update_id": "u-1"}
