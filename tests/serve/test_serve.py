@@ -219,3 +219,42 @@ def test_on_a_terminal_it_keeps_a_live_line_and_says_how_it_stopped(
             proc.wait()
         os.close(leader)
     assert b"{" not in seen  # no JSON on a terminal
+
+
+WAITING_APP = '''
+from fusee_runtime import Ctx, workflow
+
+
+@workflow
+async def waits(ctx: Ctx, _) -> str:
+    await ctx.wait_for("{signal}")
+    return "{outcome}"
+'''
+
+
+def test_a_parked_run_takes_the_reloaded_code_at_its_next_replay(
+    serve: Callable[..., Any], app_module: Callable[[str], Path], fusee: Any
+) -> None:
+    """A compatible edit changes what a parked run does next; an edit that asks for
+    another operation than the journal holds leaves the run stuck, saying why."""
+    path = app_module(WAITING_APP.format(signal="go", outcome="old code"))
+    s = serve("--reload")
+    s.until("serving")
+    for wid in ("w-1", "w-2"):
+        assert fusee("start", "waits", "--id", wid, "--detach").returncode == 0
+
+    path.write_text(WAITING_APP.format(signal="go", outcome="new code"))
+    s.until("reloaded")
+    assert fusee("signal", "w-1", "go").returncode == 0
+    done = fusee("result", "w-1", "--wait", "--json")
+    assert orjson.loads(done.stdout)["result"] == "new code"
+
+    path.write_text(WAITING_APP.format(signal="proceed", outcome="new code"))
+    s.until("reloaded")
+    assert fusee("signal", "w-2", "go").returncode == 0
+    s.log_until("w-2")  # the server logs the stuck run
+    described = orjson.loads(fusee("describe", "w-2", "--json").stdout)
+    assert described["status"] == "stuck"
+    assert "replay mismatch at operation #1" in described["error"]
+    assert "'go'" in described["error"] and "'proceed'" in described["error"]
+    assert s.stop() == 0
