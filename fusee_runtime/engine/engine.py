@@ -583,15 +583,7 @@ class Engine:
         """
         self._check_accepting()
         run = self._latest_run(id)
-        fn = run.queries.get(name)
-        if fn is None:
-            if not self.config.drive:
-                raise Rejected(
-                    f"no process runs the code of {id!r} to answer queries: "
-                    "start `fusee serve` (or the command that drives it) first"
-                )
-            known = ", ".join(sorted(run.queries)) or "none"
-            raise Rejected(f"run {id!r} has no query handler {name!r}; its handlers: {known}")
+        fn = self._handler(run, run.queries, "query", name, "answer queries")
         try:
             value = fn(arg)
             if inspect.isawaitable(value):
@@ -635,15 +627,7 @@ class Engine:
                 return result
         if not run.is_open:
             raise Rejected(f"run {id!r} is {run.closing}: it takes no more updates")
-        entry = run.updates.get(name)
-        if entry is None:
-            if not self.config.drive:
-                raise Rejected(
-                    f"no process runs the code of {id!r} to apply updates: "
-                    "start `fusee serve` (or the command that drives it) first"
-                )
-            known = ", ".join(sorted(run.updates)) or "none"
-            raise Rejected(f"run {id!r} has no update handler {name!r}; its handlers: {known}")
+        entry = self._handler(run, run.updates, "update", name, "apply updates")
         encoded_arg = self._encode(arg, f"the argument of update {name!r}")
         self._check_update_point(run, id)
         handle, validate = entry
@@ -675,6 +659,21 @@ class Engine:
         if failure is not None:
             raise Rejected(f"update {name!r} of run {id!r} failed: {failure}")
         return result
+
+    def _handler(self, run: Run, handlers: dict[str, Any], kind: str, name: str, to: str) -> Any:
+        """The run's `kind` handler `name`, or `Rejected` saying why there is none."""
+        found = handlers.get(name)
+        if found is not None:
+            return found
+        if not self.config.drive:
+            raise Rejected(
+                f"no process runs the code of {run.workflow_id!r} to {to}: "
+                "start `fusee serve` (or the command that drives it) first"
+            )
+        known = ", ".join(sorted(handlers)) or "none"
+        raise Rejected(
+            f"run {run.workflow_id!r} has no {kind} handler {name!r}; its handlers: {known}"
+        )
 
     @staticmethod
     def _check_update_point(run: Run, id: str) -> None:

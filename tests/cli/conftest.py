@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from processes import fusee_script
 from typer.testing import CliRunner, Result
 
 from fusee_cli.app import app
@@ -61,7 +60,7 @@ def fusee() -> Callable[..., subprocess.CompletedProcess[str]]:
 
     def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [_fusee_script(), *args], cwd=REPO, env=_child_env(env), capture_output=True, text=True
+            [fusee_script(), *args], cwd=REPO, env=_child_env(env), capture_output=True, text=True
         )
 
     return run
@@ -78,7 +77,7 @@ def spawn() -> Iterator[Callable[..., subprocess.Popen[str]]]:
 
     def start(*args: str, **env: str) -> subprocess.Popen[str]:
         child = subprocess.Popen(
-            [_fusee_script(), *args],
+            [fusee_script(), *args],
             cwd=REPO,
             env=_child_env(env),
             stdout=subprocess.PIPE,
@@ -100,14 +99,6 @@ def spawn() -> Iterator[Callable[..., subprocess.Popen[str]]]:
 
 def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def _fusee_script() -> str:
-    beside = Path(sys.executable).with_name("fusee")
-    found = str(beside) if beside.exists() else shutil.which("fusee")
-    if found is None:
-        pytest.fail("the `fusee` console script is not installed: pip install -e .")
-    return found
 
 
 def _child_env(env: dict[str, str]) -> dict[str, str]:

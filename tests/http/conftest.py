@@ -10,10 +10,8 @@ that the document declares each status and describes each body.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
-import sys
 import textwrap
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -22,6 +20,7 @@ import httpx
 import orjson
 import pytest
 from http_helpers import Seen, Served, noting
+from processes import fusee_script
 from starlette.applications import Starlette
 
 from fusee_runtime import Engine
@@ -128,14 +127,6 @@ async def http_served_nightly(ctx: Ctx, at: str) -> str:
 '''
 
 
-def _fusee_script() -> str:
-    beside = Path(sys.executable).with_name("fusee")
-    found = str(beside) if beside.exists() else shutil.which("fusee")
-    if found is None:
-        pytest.fail("the `fusee` console script is not installed: pip install -e .")
-    return found
-
-
 @pytest.fixture(scope="session")
 def served_app(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory holding the workflow module the children serve."""
@@ -159,7 +150,7 @@ def serve(
         env["PYTHONPATH"] = os.pathsep.join(
             filter(None, [str(served_app), str(REPO), env.get("PYTHONPATH")])
         )
-        command = [_fusee_script(), "serve", "--home", str(home), "--app", SERVED_APP]
+        command = [fusee_script(), "serve", "--home", str(home), "--app", SERVED_APP]
         child = subprocess.Popen(
             [*command, "--http", "127.0.0.1:0", *args],
             cwd=REPO,

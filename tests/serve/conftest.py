@@ -9,22 +9,15 @@ instead of waiting on time.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-
-
-def fusee_script() -> str:
-    found = shutil.which("fusee", path=os.path.dirname(sys.executable)) or shutil.which("fusee")
-    assert found, "the fusee console script is not installed (pip install -e .)"
-    return found
+from processes import fusee_script
 
 
 class Served:

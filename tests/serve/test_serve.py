@@ -189,7 +189,7 @@ def test_on_a_terminal_it_keeps_a_live_line_and_says_how_it_stopped(
     import pty
     import subprocess
 
-    from conftest import fusee_script
+    from processes import fusee_script
 
     app_module(SLOW_APP)
     leader, follower = pty.openpty()
@@ -221,7 +221,7 @@ def test_on_a_terminal_it_keeps_a_live_line_and_says_how_it_stopped(
     assert b"{" not in seen  # no JSON on a terminal
 
 
-WAITING_APP = '''
+WAITING_APP = """
 from fusee_runtime import Ctx, workflow
 
 
@@ -229,7 +229,7 @@ from fusee_runtime import Ctx, workflow
 async def waits(ctx: Ctx, _) -> str:
     await ctx.wait_for("{signal}")
     return "{outcome}"
-'''
+"""
 
 
 def test_a_parked_run_takes_the_reloaded_code_at_its_next_replay(

@@ -43,17 +43,20 @@ def token_of(s: Any) -> str:
     return s.log_until("token ")["message"].split()[-1]
 
 
+def review(s: Any, fusee: Any, wid: str, doc: str) -> str:
+    """Starts a `review` run through the server; the token its send logged."""
+    started = fusee("start", "review", "--input", "-", "--id", wid, "--detach", input=f'"{doc}"')
+    assert started.returncode == 0, started.stderr
+    return token_of(s)
+
+
 def test_complete_and_fail_through_the_owner(
     serve: Callable[..., Any], app_module: Callable[[str], Path], fusee: Any
 ) -> None:
     app_module(APP)
     s = serve()
     s.until("serving")
-    assert (
-        fusee("start", "review", "--input", "-", "--id", "r-1", "--detach", input='"a"').returncode
-        == 0
-    )
-    token = token_of(s)
+    token = review(s, fusee, "r-1", "a")
     done = fusee("complete", token, '{"ok": true}', "--json")
     assert done.returncode == 0, done.stderr
     assert orjson.loads(done.stdout) == {
@@ -70,11 +73,7 @@ def test_complete_and_fail_through_the_owner(
         in again.stderr
     )
 
-    assert (
-        fusee("start", "review", "--input", "-", "--id", "r-2", "--detach", input='"b"').returncode
-        == 0
-    )
-    failed = fusee("fail", token_of(s), "not good enough")
+    failed = fusee("fail", review(s, fusee, "r-2", "b"), "not good enough")
     assert failed.returncode == 0, failed.stderr
     assert (
         "failed 'review' of r-2; the run goes on now, in the process that owns the home"
@@ -92,11 +91,7 @@ def test_complete_without_an_owner_is_taken_on_the_next_serve(
     app_module(APP)
     s = serve()
     s.until("serving")
-    assert (
-        fusee("start", "review", "--input", "-", "--id", "r-3", "--detach", input='"c"').returncode
-        == 0
-    )
-    token = token_of(s)
+    token = review(s, fusee, "r-3", "c")
     assert s.stop() == 0
     done = fusee("complete", token, "true")
     assert done.returncode == 0, done.stderr
