@@ -67,6 +67,16 @@ def serve(
             help="Seconds the step functions running at shutdown get to finish.",
         ),
     ] = 10.0,
+    public_url: Annotated[
+        str | None,
+        typer.Option(
+            "--public-url",
+            metavar="URL",
+            help="Where others reach the HTTP API (behind a proxy, or a server bound to "
+            "0.0.0.0), for the completion URLs it hands out; default: the bound address.",
+            show_default=False,
+        ),
+    ] = None,
     stats_every: Annotated[
         float,
         typer.Option(
@@ -87,7 +97,7 @@ def serve(
         address = _address(http, token) if http else None
         module = app_module(app)
         out = _Output(sys.stdout.isatty(), stats_every)
-        session.run(_serve(home, module, address, token, reload, grace, out))
+        session.run(_serve(home, module, address, token, reload, grace, out, public_url))
 
 
 def _address(http: str, token: str | None) -> tuple[str, int]:
@@ -99,6 +109,8 @@ def _address(http: str, token: str | None) -> tuple[str, int]:
     from fusee_runtime import Rejected
     from fusee_runtime.engine.http import check_bind
 
+    if "://" in http:
+        raise CliError(Code.USAGE, f"--http takes HOST:PORT without a scheme, not {http!r}")
     host, sep, port = http.rpartition(":")
     host = host.strip("[]")
     if not sep or not host or not port.isdigit() or int(port) > 65535:
@@ -118,6 +130,7 @@ async def _serve(
     reload: bool,
     grace: float,
     out: _Output,
+    public_url: str | None,
 ) -> None:
     import asyncio
     import signal
@@ -127,9 +140,20 @@ async def _serve(
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     got: list[str] = []
+    opened: list[Engine] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        if stop.is_set() and opened:
+            # A second SIGTERM or Ctrl-C: no more grace for the steps still running.
+            out.event("hurrying", signal=sig.name)
+            opened[0].end_grace()
+        got.append(sig.name)
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, lambda s=sig: (got.append(s.name), stop.set()))
+        loop.add_signal_handler(sig, on_signal, sig)
     async with session.open_engine(home, app, schedules=True, grace=grace) as engine:
+        opened.append(engine)
         http_server = None
         tasks: list[asyncio.Task[Any]] = []
         try:
@@ -138,13 +162,14 @@ async def _serve(
 
                 http_server = HttpServer(Control(engine), token=token)
                 await http_server.start(*address)  # Rejected (exit 2) if it cannot bind
-                engine.http_url = http_server.url
+                engine.http_url = (public_url or http_server.url).rstrip("/")
             out.event(
                 "serving",
                 pid=os.getpid(),
                 home=str(home),
                 socket=str(home / SOCKET_NAME),
-                http=engine.http_url,
+                http=http_server.url if http_server else None,
+                public_url=engine.http_url,
                 app=app,
                 schedules=[s["workflow"] for s in engine.schedules.list()],
                 runs_open=int(engine.counters()["runs_open"]),
@@ -154,6 +179,9 @@ async def _serve(
                 tasks.append(asyncio.create_task(_reload(engine, app, out, stop)))
             await stop.wait()
             out.event("stopping", signal=got[0] if got else None, grace=grace)
+            # The socket and HTTP keep answering meanwhile: reads as usual, and
+            # anything that would start work gets "the owner is stopping".
+            await engine.close(grace)
         finally:
             for task in tasks:
                 task.cancel()
@@ -199,6 +227,7 @@ class _Output:
 
         self._tty = tty
         self._every = every
+        self._gone = False
         self._live: Any = None
         self._console: Any = None
         if tty:
@@ -214,9 +243,19 @@ class _Output:
         if not self._tty:
             import orjson
 
+            if self._gone:
+                return
             line = orjson.dumps({"event": name, "at": time.time(), **fields})
-            sys.stdout.write(line.decode() + "\n")
-            sys.stdout.flush()
+            try:
+                sys.stdout.write(line.decode() + "\n")
+                sys.stdout.flush()
+            except (BrokenPipeError, ValueError):
+                # Whoever read the events went away: serving goes on, silently,
+                # and the interpreter's last flush must not fail either.
+                self._gone = True
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+                os.close(devnull)
             return
         assert self._console is not None
         if name == "serving":

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import heapq
 import inspect
 import itertools
@@ -149,6 +148,7 @@ class Engine:
         self._attempts = 0
         self._steps = 0  # steps finished (completed or failed for good) since open
         self._secret: bytes | None = None
+        self._hurry = asyncio.Event()
         self.http_url: str | None = None
         """Where `fusee serve --http` serves the HTTP API; completion URLs point there."""
 
@@ -237,22 +237,30 @@ class Engine:
     async def close(self, grace: float = 0.0) -> None:
         """Stops running code (open runs resume on the next open) and syncs the journal.
 
-        It takes no more work at once: no call, no timer, no schedule, no new
-        step attempt. Step functions running now get `grace` seconds to
-        finish, and their results are recorded; the rest are cut off and run
-        again on the next open.
+        It takes no more work at once: no timer, no schedule, no new step
+        attempt, and calls that would start work raise `EngineClosed` (the
+        control API keeps answering the others meanwhile). Step functions
+        running now get `grace` seconds to finish (`end_grace` cuts it
+        short), and their results are recorded; the rest are cut off and
+        run again on the next open.
         """
         if not self._opened or self._closing:
             return
         self._closing = True
-        if self._control is not None:
-            self._control.stop_accepting()
         await self.schedules.stop()
         await self._timers.stop()
         if grace > 0 and self._attempts:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(grace):
-                    await self.wait_until(lambda: self._attempts == 0)
+            finished = asyncio.ensure_future(self.wait_until(lambda: self._attempts == 0))
+            hurried = asyncio.ensure_future(self._hurry.wait())
+            try:
+                await asyncio.wait(
+                    {finished, hurried}, timeout=grace, return_when="FIRST_COMPLETED"
+                )
+            finally:
+                finished.cancel()
+                hurried.cancel()
+        if self._control is not None:
+            self._control.stop_accepting()
         tasks = [r.task for r in self._runs.values() if r.task is not None and not r.task.done()]
         for t in tasks:
             t.cancel()
@@ -279,6 +287,10 @@ class Engine:
             await self._control.close()
         if self._lock is not None:
             self._lock.release()
+
+    def end_grace(self) -> None:
+        """Cuts short the grace period of a `close(grace)` in progress."""
+        self._hurry.set()
 
     # -- public API ----------------------------------------------------------------
 
@@ -1094,7 +1106,10 @@ class Engine:
         if self._failed is not None:
             raise self._failed
         if self._closing:
-            raise Rejected("the engine is closing")
+            raise EngineClosed(
+                f"the engine of {self.home} is stopping (pid {os.getpid()}): it takes no more "
+                "work; run the command again once it has stopped"
+            )
 
     def _encode(self, value: Any, what: str) -> bytes:
         try:

@@ -34,6 +34,7 @@ import hmac
 import ipaddress
 import logging
 import math
+import re
 import socket
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -310,8 +311,15 @@ async def _result(request: Request, api: _Api) -> Response:
 
 async def _outcome(control: Control, id: str, wait_s: float, again: bool = True) -> tuple[int, Any]:
     """The status and body that answer the result of run `id` within `wait_s` seconds."""
+    stopping = control.engine._closing
     try:
         value = await control.engine.handle(id).result(timeout=wait_s)
+    except EngineClosed:
+        if stopping:
+            raise
+        # The engine stopped during the wait, before the run finished: it goes on
+        # when the home is opened again.
+        return 202, _pending(await control.describe(id))
     except RunFailed as e:
         info = await control.describe(id)
         return 200, {**_closed(info, str(e.failure)), "failure": e.failure.to_json()}
@@ -324,7 +332,7 @@ async def _outcome(control: Control, id: str, wait_s: float, again: bool = True)
             return await _outcome(control, id, 0, again=False)
         return 200, _closed(info, str(e))
     except FuseeError as e:
-        if isinstance(e, EngineClosed | JournalFailed | NotFound):
+        if isinstance(e, JournalFailed | NotFound):
             raise
         info = await control.describe(id)
         if info.status.is_open:  # not a way a run closes: the caller gets the error
@@ -516,7 +524,10 @@ async def _route_error(request: Request, exc: HTTPException) -> Response:
 
 
 class _Auth:
-    """Lets through only requests that carry `Authorization: Bearer <token>`."""
+    """Lets through only requests that carry `Authorization: Bearer <token>`, and the
+    completion URLs: their completion token is their credential (an HMAC under the
+    home's secret, for one attempt of one step), so whoever `send` handed it to can
+    use it without holding the server's token."""
 
     def __init__(self, app: ASGIApp, token: str) -> None:
         self.app = app
@@ -535,6 +546,8 @@ class _Auth:
         await response(scope, receive, send)
 
     def _allowed(self, scope: Scope) -> bool:
+        if scope["method"] == "POST" and _COMPLETION_PATH.fullmatch(scope["path"]):
+            return True
         for name, value in scope["headers"]:
             if name == b"authorization":
                 scheme, _, given = value.partition(b" ")
@@ -547,12 +560,24 @@ class _Auth:
 # -- binding and serving ------------------------------------------------------------
 
 
+_COMPLETION_PATH = re.compile(r"/v1/(complete|fail)/[^/]+")
+
+TOKEN_CHARS_MIN = 16
+"""Shortest bearer token accepted: it guards starting and ending runs."""
+
+
 def check_bind(host: str, token: str | None) -> None:
-    """Refuses to serve beyond loopback without a token.
+    """Refuses to serve beyond loopback without a token, and a token that guards little.
 
     Raises:
-        Rejected: `host` is not 127.0.0.0/8, ::1 or localhost, and no token is given.
+        Rejected: `host` is not 127.0.0.0/8, ::1 or localhost and no token is
+            given, or the token is blank or shorter than `TOKEN_CHARS_MIN`.
     """
+    if token is not None and (token != token.strip() or len(token) < TOKEN_CHARS_MIN):
+        raise Rejected(
+            f"the token must be at least {TOKEN_CHARS_MIN} characters, without spaces around "
+            "it; make one with: python -c 'import secrets; print(secrets.token_urlsafe())'"
+        )
     if token or _is_loopback(host):
         return
     raise Rejected(f"binding {host or '*'} needs --token or FUSEE_TOKEN")

@@ -253,7 +253,8 @@ class Run:
             status=self.status,
             started_at=utc(self.started_at),
             closed_at=utc(self.closed_at) if self.closed_at and not self.status.is_open else None,
-            error=self.error,
+            # Why it closed shows once the close is durable, with the closed status.
+            error=self.error if self.closing is None or not self.status.is_open else None,
             attributes={},
         )
 

@@ -1,4 +1,4 @@
-"""A token guards every route; beyond loopback there is always one."""
+"""A token guards every route but the completion URLs; beyond loopback there is always one."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from fusee_runtime import Engine, Rejected
 from fusee_runtime.engine.control import Control
 from fusee_runtime.engine.http import build_app, check_bind
 
-TOKEN = "s3cret-token"
+TOKEN = "s3cret-token-of-the-tests"
 
 
 @pytest.fixture
@@ -27,7 +27,6 @@ def guarded(engine: Engine, client_of) -> httpx.AsyncClient:
         ("GET", "/v1/runs"),
         ("POST", "/v1/runs"),
         ("GET", "/v1/runs/any/result"),
-        ("POST", "/v1/complete/any"),
         ("GET", "/v1/no-such-route"),  # 401 before 404: the routes are not told to strangers
     ],
 )
@@ -41,6 +40,17 @@ async def test_without_the_token_every_route_is_401(
     answer = await guarded.request(method, path, headers=headers, json={"workflow": "x"})
     error_of(answer, 401, "Unauthorized", "Authorization: Bearer")
     assert answer.headers["www-authenticate"] == "Bearer"
+
+
+@pytest.mark.parametrize("path", ["/v1/complete/any", "/v1/fail/any"])
+async def test_a_completion_url_needs_only_its_completion_token(
+    guarded: httpx.AsyncClient, path: str
+) -> None:
+    """Whoever `send` gave the URL to can use it: its token is its credential."""
+    answer = await guarded.post(path, json={"message": "no"} if "fail" in path else 1)
+    error_of(answer, 404, "NotFound", "not a completion token of this home")
+    other = await guarded.get(path)  # the exemption is for POST to these routes only
+    error_of(other, 401, "Unauthorized")
 
 
 async def test_with_the_token_every_route_answers(engine: Engine, client_of) -> None:
@@ -72,3 +82,9 @@ def test_beyond_loopback_a_token_is_needed(host: str) -> None:
     with pytest.raises(Rejected):
         check_bind(host, "")
     check_bind(host, TOKEN)
+
+
+@pytest.mark.parametrize("token", ["short", " " * 20, f" {TOKEN}", "x" * 15])
+def test_a_token_that_guards_little_is_refused(token: str) -> None:
+    with pytest.raises(Rejected, match="at least 16 characters, without spaces around it"):
+        check_bind("0.0.0.0", token)

@@ -58,9 +58,11 @@ class Served:
             if fragment in doc["message"]:
                 return doc
 
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        """Sends `sig`, reads the rest of its output, and returns its exit code."""
-        self.proc.send_signal(sig)
+    def stop(self, sig: int | None = signal.SIGTERM) -> int:
+        """Sends `sig` (None: none; it is stopping already), reads the rest of its
+        output, and returns its exit code."""
+        if sig is not None:
+            self.proc.send_signal(sig)
         assert self.proc.stdout is not None
         for raw in self.proc.stdout:
             self.events.append(orjson.loads(raw))

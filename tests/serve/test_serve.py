@@ -86,7 +86,7 @@ def test_sigterm_lets_a_running_step_finish_and_its_result_is_kept(
     s.proc.send_signal(signal.SIGTERM)
     assert s.until("stopping")["grace"] == 10
     (workdir / "release").touch()  # the step finishes within the grace period
-    assert s.stop() == 0
+    assert s.stop(None) == 0
     assert s.events[-1]["event"] == "stopped"
 
     again = serve()
@@ -96,6 +96,28 @@ def test_sigterm_lets_a_running_step_finish_and_its_result_is_kept(
     assert orjson.loads(done.stdout)["result"] == 11
     assert starts(workdir) == 1  # its result was durable: it did not run again
     assert again.stop() == 0
+
+
+def test_a_second_sigterm_cuts_the_grace_period_short(
+    serve: Callable[..., Any], app_module: Callable[[str], Path], fusee: Any, workdir: Path
+) -> None:
+    app_module(SLOW_APP)
+    s = serve("--grace", "3600")
+    s.until("serving")
+    assert (
+        fusee("start", "slow", "--input", "-", "--id", "s-3", "--detach", input="3").returncode == 0
+    )
+    s.log_until("work started")
+    s.proc.send_signal(signal.SIGTERM)
+    s.until("stopping")
+    # Meanwhile the owner still answers, and says it is stopping to what would start work.
+    described = fusee("describe", "s-3", "--json")
+    assert orjson.loads(described.stdout)["status"] == "running"
+    refused = fusee("start", "slow", "--input", "-", "--id", "s-4", "--detach", input="4")
+    assert refused.returncode == 2
+    assert "is stopping" in refused.stderr and refused.stderr.count("\n") == 1
+    assert s.stop(signal.SIGTERM) == 0  # not an hour later
+    assert [e["event"] for e in s.events[-2:]] == ["hurrying", "stopped"]
 
 
 def test_a_step_cut_off_by_the_grace_period_runs_again_on_the_next_serve(
