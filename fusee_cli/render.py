@@ -39,8 +39,16 @@ def status_text(status: object) -> Text:
     return Text(str(status), style=STATUS_STYLES.get(str(status), ""))
 
 
-def _stdout() -> Console:
-    return Console(highlight=False)
+def stdout() -> Console:
+    """Where data goes. Into a pipe or a file, lines are as long as they need to be:
+    a table cut to 80 columns would cut run ids."""
+    import sys
+
+    return Console(highlight=False, width=None if sys.stdout.isatty() else WIDE)
+
+
+WIDE = 1000
+"""Line width when stdout is not a terminal."""
 
 
 def _stderr() -> Console:
@@ -80,7 +88,7 @@ def run_details(info: Any) -> None:
         rows.append(("error", info.error))
     for name, value in rows:
         grid.add_row(name, value if isinstance(value, Text) else Text(value))
-    _stdout().print(grid)
+    stdout().print(grid)
 
 
 def runs_table(infos: list[Any]) -> None:
@@ -96,7 +104,7 @@ def runs_table(infos: list[Any]) -> None:
             when(info.started_at),
             when(info.closed_at),
         )
-    _stdout().print(table)
+    stdout().print(table)
 
 
 def history_table(records: list[dict[str, Any]]) -> None:
@@ -123,7 +131,7 @@ def history_table(records: list[dict[str, Any]]) -> None:
         if len(runs) > 1:
             row.append(rec["run_id"][:8])
         table.add_row(*row)
-    _stdout().print(table)
+    stdout().print(table)
 
 
 # The instant a record tells of, by the first of these fields it has.

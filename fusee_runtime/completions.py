@@ -1,10 +1,11 @@
 """Completion tokens: how work outside a workflow finishes an `await_completion` step.
 
-A token names the run, the operation and the attempt that issued it, and
-carries a MAC under the home's secret (`<home>/secret`, created 0600 on
-first open), so only a token this home issued is taken, and a token of an
-attempt that a retry superseded is refused. Tokens are recomputed, never
-stored: the journal records only that an attempt issued one.
+A token names the run, the operation and which of its tokens it is, and
+carries a MAC under the home's secret (`<home>/secret`, created 0600 when
+the first token is issued), so only a token this home issued is taken, and
+a token that a later one replaced (`send` retried, or run again after a
+resume) is refused. Tokens are recomputed, never stored: the journal
+records only that an attempt issued one.
 """
 
 from __future__ import annotations
@@ -58,13 +59,13 @@ def home_secret(home: Path, storage: Storage) -> bytes:
     return path.read_bytes()
 
 
-def make_token(secret: bytes, run_id: str, seq: str, attempt: int) -> str:
-    body = f"{run_id}-{seq}-{attempt}"
+def make_token(secret: bytes, run_id: str, seq: str, issued: int) -> str:
+    body = f"{run_id}-{seq}-{issued}"
     return f"{body}-{_mac(secret, body)}"
 
 
 def read_token(secret: bytes, token: str) -> tuple[str, str, int]:
-    """The run, operation and attempt a token names.
+    """The run, the operation and the number of the token (1 for its first) a token names.
 
     Raises:
         NotFound: not a token this home issued.

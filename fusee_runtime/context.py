@@ -22,7 +22,7 @@ import contextvars
 import inspect
 import random
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -38,6 +38,18 @@ if TYPE_CHECKING:
     from fusee_runtime.engine.engine import Engine
 
 _ctx_var: ContextVar[Ctx | None] = ContextVar("fusee_ctx", default=None)
+_handling_var: ContextVar[bool] = ContextVar("fusee_handling", default=False)
+
+
+@contextlib.contextmanager
+def handling() -> Iterator[None]:
+    """Marks a query or update handler running: `ctx` records nothing from inside it."""
+    token = _handling_var.set(True)
+    try:
+        yield
+    finally:
+        _handling_var.reset(token)
+
 
 NAME_CHARS_MAX = 200
 """Longest name of a step, timer or signal; every record of the op repeats it."""
@@ -92,6 +104,9 @@ class Ctx:
         self._root = _Cursor("")
         self._count = 0
         run.position, run.position_kind = 0, ""  # the code starts again from the top
+        # and registers its handlers again: those of the code that ran before are gone.
+        run.queries.clear()
+        run.updates.clear()
         self._halted: str | None = None
         self._parking = False
         self._park_scheduled = False
@@ -163,9 +178,10 @@ class Ctx:
         return str(self._value("uuid", lambda: str(uuid.uuid4())))
 
     def _value(self, name: str, make: Callable[[], Any]) -> Any:
-        if _step_var.get() is not None:
-            # In a step function (maybe on another thread): not workflow code,
-            # and the step's own result is what gets recorded.
+        if _step_var.get() is not None or _handling_var.get():
+            # In a step function (maybe on another thread) or a query or update
+            # handler: not workflow code; what gets recorded is the step's result,
+            # or the update.
             return make()
         seq, op = self._next("value", name)
         if op is not None:
@@ -587,6 +603,11 @@ class Ctx:
 
     def _next(self, kind: str, name: str) -> tuple[str, Op | None]:
         """Takes the next operation number and what the journal holds there."""
+        if _handling_var.get():
+            raise Rejected(
+                f"a query or update handler cannot start operations ({kind} {name!r}): "
+                "it reads or changes the workflow's state, nothing more"
+            )
         self._check_live()
         if not isinstance(name, str) or not 0 < len(name) <= NAME_CHARS_MAX:
             raise Rejected(
@@ -598,12 +619,18 @@ class Ctx:
         seq = f"{cursor.prefix}{cursor.n}"
         run = self._run
         op = run.ops.get(seq)
+        if op is not None and (op.kind, op.name) != (kind, name):
+            self._stuck(
+                f"replay mismatch at operation #{seq}: the journal holds {op.kind} "
+                f"{op.name!r}, the code asks for {kind} {name!r}"
+            )
+        if cursor is self._root:
+            # Updates applied live after the code asked for this operation apply
+            # here again, before anything else (a cancel) reaches the code.
+            run.position, run.position_kind = cursor.n, kind
+            if cursor.n in run.update_log:
+                self._replay_updates(cursor.n)
         if op is not None:
-            if (op.kind, op.name) != (kind, name):
-                self._stuck(
-                    f"replay mismatch at operation #{seq}: the journal holds {op.kind} "
-                    f"{op.name!r}, the code asks for {kind} {name!r}"
-                )
             if op.cancelled and not op.retired and kind == "step":
                 raise self._cancelled()
             if not op.done and kind != "value" and self._cancel_lands():
@@ -617,10 +644,6 @@ class Ctx:
             )
         elif kind not in ("value", "group") and self._cancel_lands():
             raise self._deliver_cancel(seq, kind, name)
-        if cursor is self._root:
-            run.position, run.position_kind = cursor.n, kind
-            if cursor.n in run.update_log:
-                self._replay_updates(cursor.n)
         return seq, op
 
     def _replay_updates(self, position: int) -> None:
@@ -632,7 +655,8 @@ class Ctx:
                     f"replay mismatch after operation #{position}: the journal holds update "
                     f"{name!r}, the code has no handler for it (ctx.on_update)"
                 )
-            with contextlib.suppress(Exception):  # it failed live too, and was recorded so
+            # If it raises, it did live too, and that was recorded.
+            with contextlib.suppress(Exception), handling():
                 entry[0](arg)
 
     def _check_live(self) -> None:

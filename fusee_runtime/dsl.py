@@ -247,6 +247,11 @@ def workflow(
             from fusee_runtime.engine.schedules import check_cron
 
             check_cron(wf_name, cron, timezone, overlap, catchup)
+        elif timezone is not None or overlap != "skip" or catchup != "one":
+            raise ValueError(
+                f"@workflow {wf_name}: timezone=, overlap= and catchup= go with cron=; "
+                "without a cron expression nothing fires"
+            )
         d = WorkflowDef(wf_name, f, cron, timezone, overlap, catchup)
         _registry[d.name] = d
         return d

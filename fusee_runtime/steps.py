@@ -88,10 +88,18 @@ async def run_live(
                 run.current = f"{name}: retry {attempt} at {utc(not_before):%H:%M:%S}"
                 await engine.clock.sleep_until(not_before)
             if not opts.read_only:
-                await engine._wait_durable(run.last_lsn)
+                # Until nothing of the run is left undurable: an update applied
+                # meanwhile appends, and the function must not see it before it is.
+                while run.last_lsn > engine._durable_lsn:
+                    await engine._wait_durable(run.last_lsn)
             ctx._check_live()
             if kind == "completion":
+                if _finished(run, seq):
+                    return None
                 args = (await _issue(ctx, seq, name, attempt),)
+                if _finished(run, seq):
+                    return None
+                ctx._check_live()
             run.current = f"{name} (attempt {attempt})"
             started = engine.clock.now()
             outcome = await _attempt(ctx, seq, name, attempt, fn, args, kwargs, opts)
@@ -162,7 +170,14 @@ async def _issue(ctx: Ctx, seq: str, name: str, attempt: int) -> Completion:
         now = engine.clock.now()
         engine._append(run, [R.CompletionIssued, run.run_id, seq, name, attempt, now])
         await engine._wait_durable(run.last_lsn)
-    return engine._completion(run, seq, attempt)
+    return engine._completion(run, seq, run.ops[seq].issued)
+
+
+def _finished(run: Any, seq: str) -> bool:
+    """Whether an `await_completion` was finished (completed, failed or cancelled)
+    while its `send` waited: then no token goes out again."""
+    op = run.ops.get(seq)
+    return op is not None and op.done
 
 
 def _pauses(ctx: Ctx, policy: RetryPolicy) -> bool:

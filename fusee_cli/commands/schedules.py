@@ -69,14 +69,17 @@ def schedules(
                     load_app(module)
                 except AppImportError as e:
                     raise CliError(Code.USAGE, str(e)) from None
-                return Engine(app=None).schedules.list()
+                return Engine(app=None).schedules.list(), None
+            if workflow is not None:
+                # An unknown workflow is bad input (exit 2), as for `fusee start`.
+                session.check_workflow(module, workflow)
             async with session.control(home, module, drive=False) as ctl:
                 if action == Action.LIST:
-                    return await ctl.schedules()
+                    return await ctl.schedules(), ctl.owner
                 assert workflow is not None
-                return await ctl.schedule(workflow, action.value)
+                return await ctl.schedule(workflow, action.value), ctl.owner
 
-        value = asyncio.run(main())
+        value, owner = asyncio.run(main())
         if action == Action.TRIGGER:
             from fusee_runtime.engine.control import run_json
 
@@ -84,20 +87,23 @@ def schedules(
             if as_json:
                 session.print_json(doc)
             else:
-                session.echo_err(f"started {doc['id']} ({doc['status']})")
+                session.echo_err(
+                    f"started {doc['id']}; it runs {session.goes_on(doc['id'], owner)}"
+                )
         elif as_json:
             session.print_json(value)
         elif action == Action.LIST:
             _table(value)
         else:
-            session.echo_err(f"{workflow}: {'paused' if value['paused'] else 'running'}")
+            session.echo_err(f"{workflow}: {'paused' if value['paused'] else 'active'}")
 
 
 def _table(rows: list[dict[str, Any]]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from fusee_cli.render import stdout
+
+    console = stdout()
     if not rows:
         console.print("no cron schedules in this app")
         return

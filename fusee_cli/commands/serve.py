@@ -152,17 +152,23 @@ async def _serve(
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
-    async with session.open_engine(home, app, schedules=True, grace=grace) as engine:
+    bound = None
+    if address is not None:
+        from fusee_runtime.engine.http import bind
+
+        # Bound before the home opens, so the runs it resumes hand out completion URLs.
+        bound = bind(*address)  # Rejected (exit 2) if it cannot bind
+    url = public_url or (bound[1] if bound else None)
+    async with session.open_engine(home, app, schedules=True, grace=grace, http_url=url) as engine:
         opened.append(engine)
         http_server = None
         tasks: list[asyncio.Task[Any]] = []
         try:
-            if address is not None:
+            if address is not None and bound is not None:
                 from fusee_runtime.engine.http import HttpServer
 
                 http_server = HttpServer(Control(engine), token=token)
-                await http_server.start(*address)  # Rejected (exit 2) if it cannot bind
-                engine.http_url = (public_url or http_server.url).rstrip("/")
+                await http_server.start(*address, sock=bound[0])
             out.event(
                 "serving",
                 pid=os.getpid(),

@@ -35,7 +35,7 @@ from fusee_runtime.completions import (
     make_token,
     read_token,
 )
-from fusee_runtime.context import NAME_CHARS_MAX, Ctx, Halt, _ctx_var
+from fusee_runtime.context import NAME_CHARS_MAX, Ctx, Halt, _ctx_var, handling
 from fusee_runtime.dsl import Exhausted, RetryPolicy, WorkflowDef, registry, seconds
 from fusee_runtime.engine.control import ControlServer
 from fusee_runtime.engine.handle import RunHandle
@@ -96,6 +96,9 @@ class Config:
     schedules: bool = False
     """Fire the cron schedules of `@workflow(cron=...)` (an engine that drives
     runs only; `fusee serve` turns it on)."""
+    http_url: str | None = None
+    """Where the HTTP API is reached (`fusee serve --http`): `Completion.url` of
+    `ctx.await_completion` points there; None gives no URL."""
 
     def __post_init__(self) -> None:
         if self.durability not in ("fdatasync", "none"):
@@ -149,8 +152,7 @@ class Engine:
         self._steps = 0  # steps finished (completed or failed for good) since open
         self._secret: bytes | None = None
         self._hurry = asyncio.Event()
-        self.http_url: str | None = None
-        """Where `fusee serve --http` serves the HTTP API; completion URLs point there."""
+        self.http_url = self.config.http_url.rstrip("/") if self.config.http_url else None
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -424,10 +426,14 @@ class Engine:
 
     def _interrupt(self, run: Run) -> None:
         """Delivers a requested cancel wherever the run's code is waiting."""
-        resolved = set(run.pending)
-        for seq, op in list(run.pending.items()):
-            self._append(run, [R.OpCancelled, run.run_id, seq, op.kind, op.name])
         ctx = run.ctx
+        running = ctx._step_tasks if isinstance(ctx, Ctx) else {}
+        resolved = set()
+        for seq, op in list(run.pending.items()):
+            if op.kind == "completion" and not op.sent and seq in running:
+                continue  # its `send` runs: the task's cancel delivers it, as for a step
+            self._append(run, [R.OpCancelled, run.run_id, seq, op.kind, op.name])
+            resolved.add(seq)
         if isinstance(ctx, Ctx):
             # A paused step just resolved above raises Cancelled by itself; a
             # task cancel on top would arrive as a bare CancelledError.
@@ -595,13 +601,20 @@ class Engine:
         """
         self._check_accepting()
         run = self._latest_run(id)
+        if not run.is_open:
+            raise Rejected(f"run {id!r} is {run.closing}: only open runs answer queries")
         fn = self._handler(run, run.queries, "query", name, "answer queries")
         try:
-            value = fn(arg)
+            with handling():
+                value = fn(arg)
             if inspect.isawaitable(value):
-                value = await value
+                if inspect.iscoroutine(value):
+                    value.close()
+                raise Rejected(f"query handler {name!r} must be a plain function, not async")
         except FuseeError:
             raise
+        except Halt as e:  # a handler that asked the run's ctx for an operation
+            raise Rejected(f"query {name!r} of run {id!r} failed: {e}") from None
         except Exception as e:
             raise Rejected(f"query {name!r} of run {id!r} failed: {type(e).__name__}: {e}") from e
         return orjson.loads(self._encode(value, f"the answer to query {name!r}"))
@@ -651,16 +664,26 @@ class Engine:
         failure: Failure | None = None
         result: Any = None
         try:
-            result = handle(arg)
+            with handling():
+                result = handle(arg)
             if inspect.isawaitable(result):
                 if inspect.iscoroutine(result):
                     result.close()
                 raise Rejected(f"update handler {name!r} must be a plain function, not async")
-            result = orjson.loads(self._encode(result, f"the result of update {name!r}"))
+            encoded = self._encode(result, f"the result of update {name!r}")
+            if len(encoded) + len(encoded_arg) > self.config.payload_bytes_max:
+                raise CodecError(
+                    f"update {name!r}: its argument and result are {len(encoded_arg)} + "
+                    f"{len(encoded)} bytes, over the limit of {self.config.payload_bytes_max} "
+                    "(Config.payload_bytes_max)"
+                )
+            result = orjson.loads(encoded)
         except Rejected:
             raise
-        except Exception as e:
-            failure = Failure.of(e)
+        except (Exception, Halt) as e:
+            # Recorded all the same: the handler may have changed the state before it
+            # raised, and a replay must do the same.
+            failure = Failure.of(e if isinstance(e, Exception) else Rejected(str(e)))
             result = None
         at = self.clock.now()
         uid = update_id or uuid.uuid4().hex
@@ -714,11 +737,11 @@ class Engine:
                 self._secret = home_secret(self.home, self.config.storage)
         return self._secret
 
-    def _completion(self, run: Run, seq: str, attempt: int) -> Completion:
-        """What `send` gets for this attempt of an `await_completion`."""
+    def _completion(self, run: Run, seq: str, issued: int) -> Completion:
+        """What `send` gets for the `issued`-th token of an `await_completion`."""
         secret = self._token_secret(create=True)
         assert secret is not None
-        token = make_token(secret, run.run_id, seq, attempt)
+        token = make_token(secret, run.run_id, seq, issued)
         url = f"{self.http_url}/v1/complete/{token}" if self.http_url else None
         return Completion(token, url)
 
@@ -754,7 +777,7 @@ class Engine:
         secret = self._token_secret(create=False)
         if secret is None:  # this home never issued a token
             raise NotFound(f"{str(token)[:80]!r} is not a completion token of this home")
-        run_id, seq, attempt = read_token(secret, token)
+        run_id, seq, issued = read_token(secret, token)
         run = self._runs.get(run_id)
         op = run.ops.get(seq) if run is not None else None
         if run is None or op is None or op.kind != "completion":
@@ -764,10 +787,10 @@ class Engine:
             raise Rejected(f"the {what} cannot finish: the run is {run.closing}")
         if op.done:
             raise Rejected(f"the {what} has already finished")
-        if op.attempt != attempt:
+        if op.issued != issued:
             raise Rejected(
-                f"this token of the {what} was issued by attempt {attempt}; "
-                f"attempt {op.attempt} replaced it"
+                f"this token of the {what} was replaced by a later one "
+                f"(token {issued} of {op.issued}: `send` ran again)"
             )
         return run, seq
 
@@ -922,6 +945,9 @@ class Engine:
     def _after_close(self, run: Run) -> None:
         run.current = None
         run.parked = False
+        # Its code is done: no handler answers for it any more (the same after a restart).
+        run.queries.clear()
+        run.updates.clear()
         if run.task is not None and run.task is not asyncio.current_task():
             run.task.cancel()
         closed = self._durable_future(run.close_lsn or 0)
@@ -986,6 +1012,8 @@ class Engine:
                 new.carried_signals = list(run.signals)
                 new.signals = list(run.signals)
                 new.next_signal_id = run.next_signal_id
+                # An update sent again with its id after the run continued is not applied again.
+                new.updates_done = dict(run.updates_done)
                 new.last_lsn = lsn
                 self._runs[new.run_id] = new
                 self._latest[run.workflow_id] = new

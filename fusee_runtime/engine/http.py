@@ -631,15 +631,17 @@ class HttpServer:
             raise Rejected("the HTTP server is not serving")
         return self._url
 
-    async def start(self, host: str, port: int) -> None:
-        """Binds `host:port` (port 0 takes a free one) and serves; returns once it accepts.
+    async def start(self, host: str, port: int, sock: socket.socket | None = None) -> None:
+        """Binds `host:port` (port 0 takes a free one), or takes `sock` that `bind` bound
+        already, and serves; returns once it accepts.
 
         Raises:
             Rejected: the address cannot be bound (the message says why), or it serves already.
         """
         if self._task is not None:
             raise Rejected("the HTTP server is already serving")
-        sock = _bind(host, port)
+        if sock is None:
+            sock = _bind(host, port)
         self._api.closing.clear()
         config = uvicorn.Config(
             self.app,
@@ -675,6 +677,19 @@ class HttpServer:
         self._server.should_exit = True
         await asyncio.gather(self._task, return_exceptions=True)
         self._server, self._task, self._url = None, None, None
+
+
+def bind(host: str, port: int) -> tuple[socket.socket, str]:
+    """A socket bound to `host:port` (port 0 takes a free one), and its URL: for a
+    server that must know where it serves before it starts (`HttpServer.start(sock=)`).
+
+    Raises:
+        Rejected: the address cannot be bound (the message says why).
+    """
+    sock = _bind(host, port)
+    address = sock.getsockname()
+    shown = f"[{address[0]}]" if sock.family == socket.AF_INET6 else address[0]
+    return sock, f"http://{shown}:{address[1]}"
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -48,9 +48,20 @@ class ScheduleState:
 
     paused: bool = False
     last: float | None = None
-    """The latest instant fired, skipped or buffered (or when it was armed)."""
+    """The latest instant fired, skipped or buffered."""
+    floor: float | None = None
+    """Instants up to here never fire: before the schedule was armed (or armed
+    again with another expression), or while it was paused."""
     buffered: float | None = None
     """An instant waiting for the open run to close (`overlap="buffer_one"`)."""
+    cron: tuple[str, str] | None = None
+    """The expression and timezone it was armed with."""
+
+    @property
+    def since(self) -> float | None:
+        """After which instant the schedule fires next."""
+        marks = [t for t in (self.last, self.floor) if t is not None]
+        return max(marks) if marks else None
 
 
 def instant_id(workflow: str, at: float, *, exact: bool = False) -> str:
@@ -70,7 +81,10 @@ def cron_times(wf: WorkflowDef, after: float, *, reverse: bool = False) -> Any:
 
     assert wf.cron is not None
     start = datetime.fromtimestamp(after, ZoneInfo(wf.timezone or "UTC"))
-    return (t.timestamp() for t in CronSim(wf.cron, start, reverse=reverse))
+    times = (t.timestamp() for t in CronSim(wf.cron, start, reverse=reverse))
+    # In the repeated hour of a DST change the library can step back across the
+    # fold: only instants on the asked side of `after` count.
+    return (t for t in times if (t < after if reverse else t > after))
 
 
 class Schedules:
@@ -91,7 +105,9 @@ class Schedules:
         kind, name = rec[0], rec[1]
         st = self._state.setdefault(name, ScheduleState())
         if kind == R.ScheduleArmed:
-            st.last = rec[4] if st.last is None else st.last
+            _, _, cron, timezone, armed_at = rec
+            st.cron = (cron, timezone)
+            st.floor = armed_at if st.floor is None else max(st.floor, armed_at)
         elif kind == R.ScheduleFired:
             _, _, instant, outcome, _, _ = rec
             st.last = instant if st.last is None else max(st.last, instant)
@@ -103,7 +119,7 @@ class Schedules:
             st.paused = rec[2]
             if not st.paused:
                 # What came due while paused is not caught up.
-                st.last = rec[3] if st.last is None else max(st.last, rec[3])
+                st.floor = rec[3] if st.floor is None else max(st.floor, rec[3])
 
     def _record(self, rec: list[Any]) -> int:
         lsn = self._engine._writer_append(rec)
@@ -130,7 +146,7 @@ class Schedules:
         out = []
         for wf in self._crons():
             st = self._state.get(wf.name, ScheduleState())
-            nxt = next(cron_times(wf, max(st.last or now, now)), None)
+            nxt = None if st.paused else next(cron_times(wf, max(st.since or now, now)), None)
             out.append(
                 {
                     "workflow": wf.name,
@@ -165,6 +181,7 @@ class Schedules:
         now = engine.clock.now()
         if action in ("pause", "unpause"):
             lsn = self._record([R.SchedulePaused, wf.name, action == "pause", now])
+            log.info("fusee: schedule %s: %sd", wf.name, action)
             self.poke()
             await engine._wait_durable(lsn)
             return next(s for s in self.list() if s["workflow"] == wf.name)
@@ -197,8 +214,14 @@ class Schedules:
         while True:
             self._changed.clear()
             now = clock.now()
-            self.fire_due(now)
-            nxt = self._next_instant(now)
+            try:
+                self.fire_due(now)
+                nxt = self._next_instant(now)
+            except Exception:
+                # A bug or a journal that failed: say so, and look again when something
+                # changes or a minute has passed, rather than stop firing for good.
+                log.exception("fusee: the cron schedules could not fire")
+                nxt = now + 60
             waits = [asyncio.ensure_future(self._changed.wait())]
             if nxt is not None:
                 waits.append(asyncio.ensure_future(clock.sleep_until(nxt)))
@@ -214,7 +237,7 @@ class Schedules:
         for wf in self._crons():
             st = self._state.get(wf.name, ScheduleState())
             if not st.paused:
-                times.append(next(cron_times(wf, max(st.last or now, now)), None))
+                times.append(next(cron_times(wf, max(st.since or now, now)), None))
         return min((t for t in times if t is not None), default=None)
 
     def fire_due(self, now: float) -> None:
@@ -224,16 +247,23 @@ class Schedules:
             return
         for wf in self._crons():
             st = self._state.get(wf.name)
-            if st is None or st.last is None:
-                # First sight: it fires from now on, and that is recorded.
-                self._record([R.ScheduleArmed, wf.name, wf.cron, wf.timezone or "UTC", now])
+            armed = (wf.cron or "", wf.timezone or "UTC")
+            if st is None or st.since is None or st.cron != armed:
+                # First sight, or another expression than it was armed with: it fires
+                # from now on (the old expression's last firing says nothing of the
+                # new one's instants), and that is recorded.
+                self._record([R.ScheduleArmed, wf.name, *armed, now])
                 continue
             if st.paused:
                 continue
             if st.buffered is not None and not self._open_runs(wf.name):
-                self._start(wf, st.buffered, instant_id(wf.name, st.buffered))
-                self._record([R.ScheduleFired, wf.name, st.buffered, "started", None, now])
-            due = self._due(wf, st.last, now)
+                workflow_id = instant_id(wf.name, st.buffered)
+                self._start(wf, st.buffered, workflow_id)
+                self._record([R.ScheduleFired, wf.name, st.buffered, "started", workflow_id, now])
+                log.info("fusee: schedule %s: started %s (buffered)", wf.name, workflow_id)
+            since = st.since
+            assert since is not None
+            due = self._due(wf, since, now)
             if not due:
                 continue
             if wf.catchup == "all":
@@ -242,8 +272,11 @@ class Schedules:
                 firing = due[-1:]
             else:
                 firing = [t for t in due if now - t < LATE_S]
-            for t in firing:
-                self._fire(wf, st, t, now)
+            # Catching up "all" means all: the instants of one catch-up do not skip each
+            # other by the overlap, which holds only against runs open before it.
+            clear = wf.overlap == "allow" or not self._open_runs(wf.name)
+            for i, t in enumerate(firing):
+                self._fire(wf, st, t, now, catching_up=clear and i > 0)
             if due[-1] not in firing:
                 self._record([R.ScheduleFired, wf.name, due[-1], "skipped", None, now])
         self.ticks += 1
@@ -260,11 +293,13 @@ class Schedules:
             due.append(t)
         return due[::-1]
 
-    def _fire(self, wf: WorkflowDef, st: ScheduleState, at: float, now: float) -> None:
+    def _fire(
+        self, wf: WorkflowDef, st: ScheduleState, at: float, now: float, catching_up: bool = False
+    ) -> None:
         workflow_id = instant_id(wf.name, at)
         if workflow_id in self._engine._latest:
             outcome = "started"  # started before a crash that came before this record
-        elif wf.overlap == "allow" or not self._open_runs(wf.name):
+        elif wf.overlap == "allow" or catching_up or not self._open_runs(wf.name):
             self._start(wf, at, workflow_id)
             outcome = "started"
         elif wf.overlap == "buffer_one" and st.buffered is None:
@@ -308,11 +343,16 @@ def check_cron(name: str, cron: str, timezone: str | None, overlap: str, catchup
     if catchup not in ("one", "all", "none"):
         raise ValueError(f"@workflow {name}: catchup is 'one', 'all' or 'none', not {catchup!r}")
     try:
-        tz = ZoneInfo(timezone or "UTC")
+        tz = ZoneInfo("UTC" if timezone is None else timezone)
     except (ZoneInfoNotFoundError, ValueError) as e:
         raise ValueError(f"@workflow {name}: unknown timezone {timezone!r}: {e}") from None
     if not isinstance(cron, str):
         raise ValueError(f"@workflow {name}: cron is a string such as '*/5 * * * *'")
+    if len(cron.split()) != 5:
+        raise ValueError(
+            f"@workflow {name}: invalid cron expression {cron!r}: a cron expression has five "
+            "fields (minute hour day-of-month month day-of-week)"
+        )
     try:
         next(CronSim(cron, datetime.now(tz) - timedelta(days=1)))
     except (CronSimError, StopIteration, ValueError) as e:

@@ -78,9 +78,11 @@ class Op:
     # Where a stream append or close was recorded: a reset run inherits the
     # item with its position, which says when readers may see it.
     lsn: int | None = None
-    # An `await_completion`: the attempt whose token is valid, and whether its
-    # `send` returned.
+    # An `await_completion`: the attempt that issued the token valid now, how many
+    # tokens were issued (the number in the token: it only grows, also across a
+    # resume), and whether `send` returned.
     attempt: int = 0
+    issued: int = 0
     sent: bool = False
 
 
@@ -293,6 +295,7 @@ def _step_resumed(run: Run, rec: list[Any]) -> Op | None:
     if op is not None:
         op.paused = False
         op.attempts_failed, op.first_failed_at, op.retry_at = 0, None, None
+        op.attempt = 0  # an `await_completion` issues a new token for the fresh attempt
         if not run.paused_ops():
             run.error = None
     return op
@@ -331,7 +334,10 @@ def _resolved(run: Run, rec: list[Any]) -> Op | None:
 
 def _completion_issued(run: Run, rec: list[Any]) -> None:
     op = run._op(rec[2], "completion", rec[3])
+    if op.done:
+        return  # finished while the token was on its way to the disk: nothing waits
     op.attempt, op.sent = rec[4], False
+    op.issued += 1
     run.pending[rec[2]] = op
 
 

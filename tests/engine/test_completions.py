@@ -16,6 +16,7 @@ from fusee_runtime import (
     Config,
     Ctx,
     Engine,
+    Exhausted,
     NotFound,
     Rejected,
     RetryPolicy,
@@ -117,7 +118,7 @@ async def test_a_retry_of_send_issues_a_new_token_and_refuses_the_old(
         run = engine._latest_run("a-5")
         first = engine._completion(run, "1", 1).token
         assert first != c.token
-        with pytest.raises(Rejected, match="issued by attempt 1; attempt 2 replaced it"):
+        with pytest.raises(Rejected, match=r"replaced by a later one \(token 1 of 2"):
             await engine.complete(first, "late")
         await engine.complete(c.token, "on time")
         assert await h.result() == {"what": "x", "verdict": "on time"}
@@ -205,3 +206,96 @@ async def test_completion_url_points_at_the_http_api(home: Any, clock: Any) -> N
         await engine.start("completions.approve", "x", id="a-10")
         c = await until_sent(engine)
         assert c.url == f"http://127.0.0.1:7777/v1/complete/{c.token}"
+
+
+# -- found in review: each failed before its fix -------------------------------------------
+
+backoff_calls: list[str] = []
+
+
+async def send_once_then_fail(completion: Completion) -> None:
+    backoff_calls.append(completion.token)
+    if len(backoff_calls) == 1:
+        raise ConnectionError("timed out after the mail went out")
+
+
+@workflow(name="completions.backoff")
+async def with_backoff(ctx: Ctx, _: None) -> Any:
+    retry = RetryPolicy(attempts=3, initial=30, jitter=False)
+    return await ctx.await_completion("approve", send_once_then_fail, retry=retry)
+
+
+def failed_once(run: Any) -> bool:
+    op = run.ops.get("1")
+    return op is not None and op.attempts_failed == 1
+
+
+@pytest.mark.parametrize("how", ["complete", "cancel"])
+async def test_a_step_finished_during_a_send_backoff_sends_nothing_more(
+    make_engine: Any, clock: Any, how: str
+) -> None:
+    backoff_calls.clear()
+    async with make_engine() as engine:
+        h = await engine.start("completions.backoff", None, id="b-1")
+        await engine.wait_until(lambda: failed_once(engine._latest_run("b-1")))
+        if how == "complete":
+            await engine.complete(backoff_calls[0], "approved")  # the mail did go out
+            await clock.wait_for_sleepers()
+            clock.advance(31)  # the backoff ends
+        else:
+            await h.cancel("no longer needed")  # lands in the backoff at once
+        await engine.wait_until(lambda: not engine._latest_run("b-1").status.is_open)
+        assert len(backoff_calls) == 1
+        types = [r["type"] for r in await h.history()]
+        assert types.count("CompletionIssued") == 1
+        assert not engine._latest_run("b-1").pending
+
+
+resume_tokens: list[str] = []
+
+
+def send_twice_failing(completion: Completion) -> None:
+    resume_tokens.append(completion.token)
+    if len(resume_tokens) <= 2:
+        raise ConnectionError("mail server down")
+
+
+@workflow(name="completions.resume")
+async def resumable(ctx: Ctx, _: None) -> Any:
+    retry = RetryPolicy(attempts=2, initial=0, jitter=False, on_exhausted=Exhausted.PAUSE)
+    return await ctx.await_completion("approve", send_twice_failing, retry=retry)
+
+
+async def test_a_resume_issues_a_token_never_seen_before(make_engine: Any) -> None:
+    resume_tokens.clear()
+    async with make_engine() as engine:
+        h = await engine.start("completions.resume", None, id="t-1")
+        await engine.wait_until(lambda: bool(engine._latest_run("t-1").paused_ops()))
+        await engine.resume("t-1")
+        await engine.wait_until(lambda: len(resume_tokens) == 3)
+        assert len(set(resume_tokens)) == 3
+        for old in resume_tokens[:2]:
+            with pytest.raises(Rejected, match="replaced by a later one"):
+                await engine.complete(old, "stale")
+        await engine.complete(resume_tokens[2], "fresh")
+        assert await h.result() == "fresh"
+
+
+async def test_a_cancel_interrupts_a_send_that_hangs(make_engine: Any) -> None:
+    import asyncio
+
+    hanging = asyncio.Event()
+
+    async def hang(completion: Completion) -> None:
+        hanging.set()
+        await asyncio.get_running_loop().create_future()
+
+    @workflow(name="completions.hang")
+    async def hangs(ctx: Ctx, _: None) -> Any:
+        return await ctx.await_completion("approve", hang)
+
+    async with make_engine() as engine:
+        h = await engine.start("completions.hang", None, id="c-1")
+        await hanging.wait()
+        await h.cancel("enough")
+        await engine.wait_until(lambda: engine._latest_run("c-1").status == Status.CANCELLED)

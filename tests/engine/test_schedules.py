@@ -279,6 +279,10 @@ async def test_schedules_do_not_fire_without_schedules_on(
         ({"cron": "* * * * *", "timezone": "Mars/Base"}, "unknown timezone 'Mars/Base'"),
         ({"cron": "* * * * *", "overlap": "queue"}, "overlap is 'skip', 'allow' or 'buffer_one'"),
         ({"cron": "* * * * *", "catchup": "some"}, "catchup is 'one', 'all' or 'none'"),
+        ({"cron": "*/10 * * * * *"}, "a cron expression has five fields"),
+        ({"cron": "* * * * *", "timezone": ""}, "unknown timezone ''"),
+        ({"timezone": "UTC"}, "timezone=, overlap= and catchup= go with cron="),
+        ({"catchup": "all"}, "timezone=, overlap= and catchup= go with cron="),
     ],
 )
 def test_a_bad_schedule_fails_at_import(kwargs: dict[str, str], message: str) -> None:
@@ -288,3 +292,80 @@ def test_a_bad_schedule_fails_at_import(kwargs: dict[str, str], message: str) ->
         async def bad(ctx: Ctx, at: str) -> None: ...
 
     assert message in str(e.value)
+
+
+@workflow(name="sched.all_skip", cron="*/5 * * * *", catchup="all")  # overlap "skip"
+async def catch_all_skipping(ctx: Ctx, at: str) -> str:
+    await ctx.wait_for("go")
+    return at
+
+
+async def test_catchup_all_fires_every_missed_instant_whatever_the_overlap(
+    scheduling: Any, clock: FakeClock
+) -> None:
+    async with scheduling():
+        await clock.wait_for_sleepers()
+    clock.set(FIRST + 2 * PERIOD + 2 * LATE_S)
+    async with scheduling() as engine:
+        await clock.wait_for_sleepers()
+        await engine.wait_until(lambda: len(runs_of(engine, "sched.all_skip")) == 3)
+        # The caught-up runs are open now: the next instant on time skips, as overlap says.
+        await settle(engine, clock, FIRST + 3 * PERIOD)
+        assert len(runs_of(engine, "sched.all_skip")) == 3
+
+
+@workflow(name="sched.berlin", cron="45 2 * * *", timezone="Europe/Berlin")
+async def berlin(ctx: Ctx, at: str) -> str:
+    return at
+
+
+async def test_the_repeated_hour_of_a_dst_change_fires_once_and_does_not_spin(
+    make_engine: Any,
+) -> None:
+    """Found in review: stepping forward from inside the repeated hour gave an instant in
+    the past, and the scheduler woke again at once, forever."""
+    fold = FakeClock(datetime(2024, 10, 27, 0, 30, tzinfo=UTC).timestamp())  # 02:30 CEST
+    async with make_engine(clock=fold, schedules=True) as engine:
+        await fold.wait_for_sleepers()
+        fold.set(datetime(2024, 10, 27, 0, 45, tzinfo=UTC).timestamp())  # 02:45 CEST: fires
+        await engine.wait_until(lambda: len(runs_of(engine, "sched.berlin")) == 1)
+        fold.set(datetime(2024, 10, 27, 1, 10, tzinfo=UTC).timestamp())  # 02:10 CET, again
+        await fold.wait_for_sleepers()
+        ticks = engine.schedules.ticks
+        engine.schedules.poke()
+        await fold.wait_for_sleepers()
+        await engine.wait_until(lambda: engine.schedules.ticks > ticks)
+        assert engine.schedules.ticks == ticks + 1  # one look, then asleep until tomorrow
+        (row,) = [s for s in engine.schedules.list() if s["workflow"] == "sched.berlin"]
+        assert row["next"] == "2024-10-28T01:45:00Z"
+        assert len(runs_of(engine, "sched.berlin")) == 1
+
+
+async def test_another_expression_fires_from_when_it_is_armed(
+    scheduling: Any, clock: FakeClock
+) -> None:
+    """Found in review: a changed expression caught up its own instants since the old
+    expression's last firing."""
+    async with scheduling() as engine:
+        await settle(engine, clock, FIRST)
+        assert runs_of(engine, "sched.every5") == ids("sched.every5", FIRST)
+    original = every5.cron
+    every5.cron = "* * * * *"
+    try:
+        clock.set(FIRST + 30 * 60)  # half an hour later, with catchup "one"
+        async with scheduling() as engine:
+            await clock.wait_for_sleepers()
+            await engine.wait_until(lambda: engine.schedules.ticks >= 1)
+            assert runs_of(engine, "sched.every5") == ids("sched.every5", FIRST)
+            await settle(engine, clock, FIRST + 31 * 60)
+            assert runs_of(engine, "sched.every5")[-1] == instant_id(
+                "sched.every5", FIRST + 31 * 60
+            )
+    finally:
+        every5.cron = original
+
+
+async def test_a_paused_schedule_shows_no_next_instant(scheduling: Any) -> None:
+    async with scheduling() as engine:
+        row = await engine.schedules.act("sched.every5", "pause")
+        assert (row["paused"], row["next"]) == (True, None)

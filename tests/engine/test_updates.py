@@ -3,11 +3,13 @@ again by a replay at the same point of the code, so the code sees the same state
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import Any
 
 import pytest
 
-from fusee_runtime import Ctx, NotFound, Rejected, step, workflow
+from fusee_runtime import Cancelled, Ctx, NotFound, Rejected, step, workflow
 from fusee_runtime.engine.state import Status
 
 
@@ -157,3 +159,145 @@ async def test_a_reset_keeps_the_updates_before_its_point(make_engine: Any) -> N
         await h.result()
         await h.reset(to="updates_total")
         assert await engine.handle("u-9").result() == {"total": ["milk", "tea"], "n": 2}
+
+
+# -- found in review: each failed before its fix -------------------------------------------
+
+
+@workflow(name="updates.cancelled")
+async def cancelled_step(ctx: Ctx, _: None) -> Any:
+    state = {"limit": 0}
+    ctx.on_update("limit", lambda v: state.update(limit=v) or v)
+    ctx.on_query("limit", lambda _: state["limit"])
+    with contextlib.suppress(Cancelled):
+        await ctx.step("block", _blocks)  # op 1: the update lands while it runs
+    await ctx.wait_for("never")  # op 2: parks
+    return state
+
+
+async def _blocks() -> None:
+    await asyncio.get_running_loop().create_future()
+
+
+async def test_an_update_then_a_cancel_replay_in_that_order(make_engine: Any) -> None:
+    async with make_engine() as engine:
+        await engine.start("updates.cancelled", None, id="x-1")
+        await engine.wait_until(lambda: "1" in engine._latest_run("x-1").ctx._step_tasks)
+        assert await engine.update("x-1", "limit", 500) == 500
+        await engine.cancel("x-1")
+        await parked(engine, "x-1")
+        assert await engine.query("x-1", "limit") == 500
+    async with make_engine() as engine:
+        await parked(engine, "x-1")
+        assert await engine.query("x-1", "limit") == 500
+
+
+@workflow(name="updates.clock")
+async def reads_the_clock(ctx: Ctx, _: None) -> Any:
+    deadline = ctx.now().timestamp() + 60
+    ctx.on_query("left", lambda _: deadline - ctx.now().timestamp())
+    ctx.on_query("appends", lambda _: ctx.stream("s").append(1))
+    ctx.on_query("sleeps", lambda _: ctx.sleep("nap", 1))
+    ctx.on_update("bump", lambda _: ctx.random() >= 0)
+    await ctx.wait_for("a")
+    await ctx.wait_for("b")
+    return "done"
+
+
+async def test_handlers_that_use_ctx_record_nothing(make_engine: Any) -> None:
+    async with make_engine() as engine:
+        h = await engine.start("updates.clock", None, id="x-2")
+        await parked(engine, "x-2")
+        before = len(await h.history())
+        assert await h.query("left") == 60  # ctx.now() in a handler: the clock, unrecorded
+        with pytest.raises(Rejected, match=r"append\(\) is only available in the workflow code"):
+            await h.query("appends")
+        with pytest.raises(Rejected, match="must be a plain function, not async"):
+            await h.query("sleeps")
+        assert await h.update("bump") is True
+        await h.signal("a")
+        await h.signal("b")
+        assert await h.result() == "done"  # not stuck: nothing went into its numbering
+        types = [r["type"] for r in (await h.history())[before:]]
+        assert "ValueRecorded" not in types
+
+
+@workflow(name="updates.big")
+async def echoes(ctx: Ctx, _: None) -> Any:
+    state = {"doc": ""}
+
+    def put(doc: str) -> str:
+        state["doc"] = doc
+        return doc
+
+    ctx.on_update("put", put)
+    ctx.on_query("size", lambda _: len(state["doc"]))
+    await ctx.wait_for("never")
+
+
+async def test_an_update_too_large_to_record_with_its_result_fails_recorded(
+    make_engine: Any,
+) -> None:
+    async with make_engine(payload_bytes_max=1 << 20) as engine:
+        await engine.start("updates.big", None, id="x-3")
+        await parked(engine, "x-3")
+        with pytest.raises(Rejected, match="its argument and result are"):
+            await engine.update("x-3", "put", "x" * 600_000)
+        # The handler changed the state, and the journal says so: a replay agrees.
+        assert await engine.query("x-3", "size") == 600_000
+        assert len(await updates_of(engine, "x-3")) == 1
+    async with make_engine(payload_bytes_max=1 << 20) as engine:
+        await parked(engine, "x-3")
+        assert await engine.query("x-3", "size") == 600_000
+
+
+async def test_code_without_the_handler_of_a_recorded_update_is_stuck(
+    make_engine: Any,
+) -> None:
+    async with make_engine() as engine:
+        h = await engine.start("updates.cart", None, id="x-4")
+        await parked(engine, "x-4")
+        await h.update("add", "tea")
+    original = cart.fn
+
+    async def without_handler(ctx: Ctx, _: None) -> Any:
+        await ctx.wait_for("checkout")
+        return {}
+
+    cart.fn = without_handler  # as a reload with new code would
+    try:
+        async with make_engine() as engine:
+            await engine.wait_until(lambda: engine._latest_run("x-4").status == Status.STUCK)
+            assert "the journal holds update 'add'" in (engine._latest_run("x-4").error or "")
+    finally:
+        cart.fn = original
+
+
+@workflow(name="updates.continues")
+async def continues(ctx: Ctx, n: int) -> Any:
+    state = {"n": n}
+    ctx.on_update("add", lambda k: state.update(n=state["n"] + k) or state["n"])
+    await ctx.wait_for("next")
+    await ctx.continue_as_new(state["n"])
+
+
+async def test_an_update_id_holds_across_continue_as_new(make_engine: Any) -> None:
+    async with make_engine() as engine:
+        h = await engine.start("updates.continues", 0, id="x-5")
+        await parked(engine, "x-5")
+        assert await h.update("add", 100, update_id="once") == 100
+        first_run = h.run_id
+        await h.signal("next")
+        await engine.wait_until(lambda: h.run_id != first_run and engine._latest_run("x-5").parked)
+        assert await h.update("add", 100, update_id="once") == 100  # the first answer
+        assert await h.update("add", 1) == 101
+
+
+async def test_a_closed_run_answers_no_query(make_engine: Any) -> None:
+    async with make_engine() as engine:
+        h = await engine.start("updates.cart", None, id="x-6")
+        await parked(engine, "x-6")
+        await h.signal("checkout")
+        await h.result()
+        with pytest.raises(Rejected, match="is completed: only open runs answer queries"):
+            await h.query("items")

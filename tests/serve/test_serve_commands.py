@@ -160,7 +160,7 @@ def test_schedules_list_pause_trigger_with_and_without_an_owner(
     for args, code, message in [
         (("schedules", "pause"), 2, "fusee schedules pause needs the WORKFLOW"),
         (("schedules", "pause", "review"), 2, "workflow 'review' has no cron schedule"),
-        (("schedules", "trigger", "nope"), 3, "unknown workflow 'nope'"),
+        (("schedules", "trigger", "nope"), 2, "unknown workflow 'nope'"),
         (("schedules", "list", "nightly"), 2, "fusee schedules list takes no WORKFLOW"),
     ]:
         bad = fusee(*args)
