@@ -113,7 +113,7 @@ def _address(http: str, token: str | None) -> tuple[str, int]:
         raise CliError(Code.USAGE, f"--http takes HOST:PORT without a scheme, not {http!r}")
     host, sep, port = http.rpartition(":")
     host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
+    if not sep or not host or not (port.isascii() and port.isdigit()) or int(port) > 65535:
         raise CliError(Code.USAGE, f"--http takes HOST:PORT, such as 127.0.0.1:7777, not {http!r}")
     try:
         check_bind(host, token)

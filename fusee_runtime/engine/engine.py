@@ -487,7 +487,7 @@ class Engine:
     def _reset_point(self, run: Run, to: int | str) -> int:
         if isinstance(to, bool) or not isinstance(to, int | str):
             raise Rejected("reset(to=) takes an operation number or a step name")
-        if isinstance(to, int) or to.isdigit():
+        if isinstance(to, int) or (to.isascii() and to.isdigit()):
             n = int(to)
             if n < 1:
                 raise Rejected("operation numbers start at 1")

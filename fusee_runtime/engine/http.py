@@ -158,7 +158,7 @@ async def _body(request: Request) -> Any:
     """
     declared = request.headers.get("content-length", "")
     too_large = _Problem(413, "PayloadTooLarge", f"the body is over {BODY_BYTES_MAX} bytes")
-    if declared.isdigit() and int(declared) > BODY_BYTES_MAX:
+    if declared.isascii() and declared.isdigit() and int(declared) > BODY_BYTES_MAX:
         raise too_large
     chunks: list[bytes] = []
     size = 0
@@ -267,7 +267,7 @@ async def _list(request: Request, api: _Api) -> Response:
     limit = None
     if "limit" in params:
         text = params["limit"]
-        if not text.isdigit() or int(text) < 1:
+        if not (text.isascii() and text.isdigit()) or int(text) < 1:
             raise _bad(f"limit is a positive whole number, not {text!r}")
         limit = int(text)
     runs = await api.control.list(params.get("status"), params.get("workflow"), limit)

@@ -16,6 +16,7 @@ import contextlib
 import importlib
 import os
 import sys
+import sysconfig
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from types import ModuleType
@@ -24,28 +25,56 @@ from fusee_runtime.dsl import registry
 from fusee_runtime.engine.registry import AppImportError
 
 
-def app_modules(names: Iterable[str]) -> dict[str, ModuleType]:
-    """The loaded modules of the app: each named module and its submodules."""
-    names = list(names)
-    return {
-        name: module
-        for name, module in list(sys.modules.items())
-        if module is not None and any(name == n or name.startswith(n + ".") for n in names)
-    }
-
-
-def watched_paths(names: Iterable[str]) -> list[Path]:
-    """Where the app's code lives: each package's directory, or the module's file."""
-    paths: set[Path] = set()
-    for module in app_modules(names).values():
+def _homes(names: Iterable[str]) -> tuple[set[Path], set[Path]]:
+    """Where the app's code lives: the directories of its packages (all below them),
+    and the directories of its plain modules (the files right in them)."""
+    trees: set[Path] = set()
+    flats: set[Path] = set()
+    for name in names:
+        module = sys.modules.get(name)
         file = getattr(module, "__file__", None)
         if not file:
             continue
         path = Path(file).resolve()
-        paths.add(path.parent if path.name == "__init__.py" else path)
-    # A file inside a watched package directory needs no watch of its own.
-    dirs = {p for p in paths if p.is_dir()}
-    return sorted(p for p in paths if not any(d in p.parents for d in dirs))
+        if path.name == "__init__.py":
+            trees.add(path.parent)
+        elif path.parent not in _INSTALLED:
+            # An app installed beside other packages reloads alone, not with its neighbours.
+            flats.add(path.parent)
+    return trees, flats
+
+
+_INSTALLED = {Path(p).resolve() for p in sysconfig.get_paths().values()}
+"""Where Python and installed packages live."""
+
+
+def app_modules(names: Iterable[str]) -> dict[str, ModuleType]:
+    """The loaded modules of the app: each named module, its submodules, and the
+    modules loaded from beside them (a `helper.py` next to the app's module)."""
+    names = list(names)
+    trees, flats = _homes(names)
+    found = {}
+    for name, module in list(sys.modules.items()):
+        if module is None:
+            continue
+        file = getattr(module, "__file__", None)
+        path = Path(file).resolve() if file else None
+        if any(name == n or name.startswith(n + ".") for n in names) or (
+            path is not None and (path.parent in flats or any(t in path.parents for t in trees))
+        ):
+            found[name] = module
+    return found
+
+
+def watched_paths(names: Iterable[str]) -> tuple[list[Path], list[Path]]:
+    """The directories to watch: with all below them, and for their files only.
+
+    Directories, not files: an editor that saves by writing a new file and
+    renaming it over the old one replaces the file a watch would hold.
+    """
+    trees, flats = _homes(names)
+    flats = {d for d in flats if not any(t == d or t in d.parents for t in trees)}
+    return sorted(trees), sorted(flats)
 
 
 def reload_app(names: Iterable[str]) -> list[str]:
@@ -96,21 +125,43 @@ async def watch_app(
     on_reload: Callable[[list[str] | AppImportError], Awaitable[None] | None],
     stop: asyncio.Event | None = None,
 ) -> None:
-    """Reloads the app each time one of its `.py` files changes, until `stop` is set;
-    tells `on_reload` the modules reloaded, or the import error that kept the old code."""
+    """Reloads the app each time a `.py` file of its directories changes, until `stop` is
+    set; tells `on_reload` the modules reloaded, or the import error that kept the old code."""
     from watchfiles import awatch
 
     names = list(names)
-    paths = watched_paths(names)
-    if not paths:
+    trees, flats = watched_paths(names)
+    changed: asyncio.Queue[None] = asyncio.Queue()
+
+    async def watch(paths: list[Path], recursive: bool) -> None:
+        async for changes in awatch(*paths, stop_event=stop, recursive=recursive):
+            if any(path.endswith(".py") for _, path in changes):
+                changed.put_nowait(None)
+
+    watchers = [
+        asyncio.ensure_future(watch(paths, recursive))
+        for paths, recursive in ((trees, True), (flats, False))
+        if paths
+    ]
+    if not watchers:
         return
-    async for changes in awatch(*paths, stop_event=stop):
-        if not any(path.endswith(".py") for _, path in changes):
-            continue
-        try:
-            outcome: list[str] | AppImportError = reload_app(names)
-        except AppImportError as e:
-            outcome = e
-        maybe = on_reload(outcome)
-        if maybe is not None:
-            await maybe
+    try:
+        while not all(w.done() for w in watchers):
+            waiting = asyncio.ensure_future(changed.get())
+            await asyncio.wait({waiting, *watchers}, return_when=asyncio.FIRST_COMPLETED)
+            if not waiting.done():
+                waiting.cancel()
+                continue
+            while not changed.empty():  # one reload for a burst of saves
+                changed.get_nowait()
+            try:
+                outcome: list[str] | AppImportError = reload_app(names)
+            except AppImportError as e:
+                outcome = e
+            maybe = on_reload(outcome)
+            if maybe is not None:
+                await maybe
+    finally:
+        for w in watchers:
+            w.cancel()
+        await asyncio.gather(*watchers, return_exceptions=True)

@@ -269,3 +269,11 @@ def test_statuses_of_engine_errors() -> None:
         (Cancelled("x"), 409),
     ]
     assert [http.status_of(error) for error, _ in cases] == [status for _, status in cases]
+
+
+async def test_digits_that_are_not_ascii_are_bad_input_not_a_500(api: httpx.AsyncClient) -> None:
+    """Found in review: "²".isdigit() is true, and int("²") raised."""
+    error_of(await api.get("/v1/runs", params={"limit": "²"}), 400, "BadRequest", "limit")
+    await api.post("/v1/runs", json={"workflow": "http_err_gate", "id": "d-1"})
+    reset = await api.post("/v1/runs/d-1/reset", json={"to": "²"})
+    error_of(reset, 404, "NotFound", "no step named '²'")

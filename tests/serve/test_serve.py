@@ -280,3 +280,43 @@ def test_a_parked_run_takes_the_reloaded_code_at_its_next_replay(
     assert "replay mismatch at operation #1" in described["error"]
     assert "'go'" in described["error"] and "'proceed'" in described["error"]
     assert s.stop() == 0
+
+
+HELPED_APP = """
+from fusee_runtime import Ctx, workflow
+import greeting
+
+
+@workflow
+async def greet(ctx: Ctx, name: str) -> str:
+    return greeting.WORD + ", " + name
+"""
+
+
+def test_reload_follows_editors_that_save_by_rename_and_modules_beside_the_app(
+    serve: Callable[..., Any], app_module: Callable[[str], Path], fusee: Any, workdir: Path
+) -> None:
+    """Found by trying it: the second save by rename was missed (the watch held the old
+    file), and an edit of a module the app imports from beside it was never reloaded."""
+    app_module(HELPED_APP)
+    helper = workdir / "greeting.py"
+    helper.write_text('WORD = "hello"\n')
+
+    def greet(wid: str) -> str:
+        done = fusee("start", "greet", "--input", "-", "--id", wid, "--json", input='"ann"')
+        assert done.returncode == 0, done.stderr
+        return orjson.loads(done.stdout)["result"]
+
+    def save_by_rename(path: Path, text: str) -> None:
+        fresh = path.with_name(path.name + ".swp")
+        fresh.write_text(text)
+        fresh.replace(path)
+
+    s = serve("--reload")
+    s.until("serving")
+    assert greet("h-1") == "hello, ann"
+    for i, word in enumerate(["bonjour", "hallo", "ciao"]):
+        save_by_rename(helper, f'WORD = "{word}"\n')
+        assert "greeting" in s.until("reloaded")["modules"]
+        assert greet(f"h-{i + 2}") == f"{word}, ann"
+    assert s.stop() == 0
