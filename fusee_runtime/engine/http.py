@@ -485,7 +485,9 @@ def build_app(control: Control, token: str | None = None) -> Starlette:
         )
         for path, served in paths.items()
     ]
-    middleware = [Middleware(_Auth, token=token)] if token else []
+    middleware = [Middleware(_Browsers, guard_host=not token)]
+    if token:
+        middleware.append(Middleware(_Auth, token=token))
     app = Starlette(
         routes=routes,
         middleware=middleware,
@@ -521,6 +523,37 @@ async def _route_error(request: Request, exc: HTTPException) -> Response:
         return _error(405, "MethodNotAllowed", message, {"Allow": allow})
     phrase = HTTPStatus(exc.status_code).phrase
     return _error(exc.status_code, phrase.replace(" ", ""), exc.detail or phrase)
+
+
+class _Browsers:
+    """Keeps web pages out: a page the user visits must not start or end runs.
+
+    A request with an `Origin` (browsers send one with every cross-site POST)
+    must come from the server's own origin. Without a token, the server is on
+    loopback, and the `Host` must be a loopback name too, so a page cannot
+    reach it through a DNS name that it points at 127.0.0.1 (DNS rebinding).
+    """
+
+    def __init__(self, app: ASGIApp, guard_host: bool) -> None:
+        self.app = app
+        self.guard_host = guard_host
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            refused = self._refused(dict(scope["headers"]))
+            if refused:
+                await _error(403, "Forbidden", refused)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def _refused(self, headers: dict[bytes, bytes]) -> str | None:
+        host = headers.get(b"host", b"").decode("latin-1")
+        if self.guard_host and not _is_loopback(host.rpartition(":")[0] or host):
+            return f"this server answers on loopback only, not to host {host!r}"
+        origin = headers.get(b"origin")
+        if origin is not None and origin.decode("latin-1").partition("://")[2] != host:
+            return "requests from web pages of other origins are refused"
+        return None
 
 
 class _Auth:

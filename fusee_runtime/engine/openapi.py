@@ -60,9 +60,9 @@ def _op(
     body: tuple[dict[str, Any], str, bool] | None = None,
     query: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """One operation: its answers, the error statuses it may give (401 and 500 always),
+    """One operation: its answers, the error statuses it may give (401, 403 and 500 always),
     and its body (schema, description, required) or query parameters."""
-    codes = {*errors, 401, 500} | ({400, 413} if body else set())
+    codes = {*errors, 401, 403, 500} | ({400, 413} if body else set())
     responses = {str(c): a for c, a in answers.items()}
     responses |= {str(c): {"$ref": f"#/components/responses/E{c}"} for c in codes}
     doc: dict[str, Any] = {"summary": summary, "responses": dict(sorted(responses.items()))}
@@ -213,6 +213,8 @@ _PATH_PARAMETERS = {
 _ERROR_WHY = {
     400: "The request is malformed, or the engine refused it (BadRequest, Rejected, CodecError).",
     401: "No `Authorization: Bearer` header, or a wrong token.",
+    403: "From a web page of another origin, or (without a token) to a host name that is "
+    "not loopback.",
     404: "No such run, workflow, completion token or schedule (NotFound).",
     409: 'The id has a run already (on_conflict "fail"), or the run ended under the call.',
     413: f"The body is over {BODY_BYTES_MAX} bytes.",
@@ -222,7 +224,7 @@ _ERROR_WHY = {
 
 _ERROR_TYPES = (
     "NotFound, Rejected, CodecError, EngineClosed, JournalFailed (the engine's errors), "
-    "BadRequest, Unauthorized, MethodNotAllowed, PayloadTooLarge, InternalError"
+    "BadRequest, Unauthorized, Forbidden, MethodNotAllowed, PayloadTooLarge, InternalError"
 )
 
 _SCHEMAS: dict[str, dict[str, Any]] = {

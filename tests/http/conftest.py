@@ -58,7 +58,7 @@ async def client_of(seen: list[Seen]) -> AsyncIterator[Callable[..., httpx.Async
     def make(app: Starlette, **headers: str) -> httpx.AsyncClient:
         client = httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app),
-            base_url="http://fusee.test",
+            base_url="http://127.0.0.1:7777",
             headers=headers,
             event_hooks={"response": [noting(seen)]},
         )

@@ -88,3 +88,16 @@ def test_beyond_loopback_a_token_is_needed(host: str) -> None:
 def test_a_token_that_guards_little_is_refused(token: str) -> None:
     with pytest.raises(Rejected, match="at least 16 characters, without spaces around it"):
         check_bind("0.0.0.0", token)
+
+
+async def test_web_pages_cannot_drive_a_loopback_server(engine: Engine, client_of) -> None:
+    """Found in review: a page the developer visits could POST to 127.0.0.1 (CSRF), or
+    reach it through a DNS name pointed at 127.0.0.1 (DNS rebinding)."""
+    api = client_of(build_app(Control(engine)))
+    body = {"workflow": "anything"}
+    evil = await api.post("/v1/runs", json=body, headers={"Origin": "https://evil.example"})
+    error_of(evil, 403, "Forbidden", "other origins")
+    rebound = await api.post("/v1/runs", json=body, headers={"Host": "evil.example:7777"})
+    error_of(rebound, 403, "Forbidden", "loopback only")
+    same = await api.get("/v1/health", headers={"Origin": "http://127.0.0.1:7777"})
+    assert same.status_code == 200
