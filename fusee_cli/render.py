@@ -197,6 +197,10 @@ def _detail(rec: dict[str, Any]) -> str:
     if kind == "StepPaused":
         f = rec["failure"]
         return short(f"attempt {rec['attempt']}: {f['kind']}: {f['message']}; waits for resume")
+    if kind == "UpdateApplied":
+        f = rec["failure"]
+        outcome = f"failed: {f['message']}" if f else f"-> {short(rec['result'])}"
+        return short(f"{short(rec['arg'])} {outcome} (after #{rec['position']})")
     if kind == "CompletionIssued":
         return f"attempt {rec['attempt']}: token issued"
     if kind == "CompletionSent":

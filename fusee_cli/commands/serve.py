@@ -89,7 +89,9 @@ def serve(
     app: App = None,
 ) -> None:
     """Own the home until stopped: run every open run, fire timers and cron schedules,
-    serve the control API (and HTTP with --http). SIGTERM or Ctrl-C stops it cleanly.
+    serve the control API (and HTTP with --http). SIGTERM or Ctrl-C stops it cleanly
+    (exit 0); a second one cuts the grace period short. Exits 1 if the journal fails
+    (a write or fdatasync error: it stops, nothing more is acknowledged).
 
     Example: fusee serve --http 127.0.0.1:7777 --reload
     """
@@ -183,7 +185,17 @@ async def _serve(
             tasks.append(asyncio.create_task(out.report(engine)))
             if reload:
                 tasks.append(asyncio.create_task(_reload(engine, app, out, stop)))
-            await stop.wait()
+            failed = asyncio.ensure_future(engine.wait_until(lambda: engine._failed is not None))
+            stopped = asyncio.ensure_future(stop.wait())
+            try:
+                await asyncio.wait({failed, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                failed.cancel()
+                stopped.cancel()
+            if engine._failed is not None:
+                # Fail-stop: a supervisor should see it and restart on a mended disk.
+                out.event("failed", error=str(engine._failed))
+                raise CliError(Code.FAILED, str(engine._failed))
             out.event("stopping", signal=got[0] if got else None, grace=grace)
             # The socket and HTTP keep answering meanwhile: reads as usual, and
             # anything that would start work gets "the owner is stopping".
@@ -196,19 +208,13 @@ async def _serve(
                 await http_server.close()
             out.close()
     out.event("stopped", runs_open=int(engine.counters()["runs_open"]))
-    if _step_threads_running():
+    if engine._attempts:
         # A plain-def step cut off at the end of the grace period cannot be
         # stopped, and the interpreter would wait for its thread at exit. The
         # journal is closed and synced: nothing is lost by not waiting.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
-
-
-def _step_threads_running() -> bool:
-    import threading
-
-    return any(t.name.startswith("fusee-step") and t.is_alive() for t in threading.enumerate())
 
 
 async def _reload(engine: Engine, app: str, out: _Output, stop: Any) -> None:

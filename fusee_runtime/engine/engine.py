@@ -1103,6 +1103,7 @@ class Engine:
         self._waiters.clear()
         for run in self._runs.values():
             self._fail_result_waiters(run, self._failed)
+        self._progressed()
 
     @staticmethod
     def _fail_result_waiters(run: Run, error: Exception) -> None:

@@ -69,7 +69,8 @@ class RunHandle:
         return await self._engine.query(self.id, name, arg)
 
     async def update(self, name: str, arg: Any = None, update_id: str | None = None) -> Any:
-        """Sends update `name` to the run (`ctx.on_update`); not available in this version."""
+        """Applies update `name` with `arg` (the run's `ctx.on_update` handler); returns its
+        result once the update is durable. The same `update_id` is applied once."""
         return await self._engine.update(self.id, name, arg, update_id)
 
     def stream(self, name: str, follow: bool = True) -> AsyncIterator[Any]:
