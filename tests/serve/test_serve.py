@@ -320,3 +320,21 @@ def test_reload_follows_editors_that_save_by_rename_and_modules_beside_the_app(
         assert "greeting" in s.until("reloaded")["modules"]
         assert greet(f"h-{i + 2}") == f"{word}, ann"
     assert s.stop() == 0
+
+
+def test_a_reader_that_goes_away_does_not_break_the_server(
+    serve: Callable[..., Any], app_module: Callable[[str], Path], fusee: Any, workdir: Path
+) -> None:
+    """Found by trying it: `fusee serve | head -1` printed a traceback for every later
+    line, and SIGTERM then exited 1."""
+    app_module(SLOW_APP)
+    (workdir / "release").touch()
+    s = serve("--stats-every", "0.05")
+    s.until("serving")
+    assert s.proc.stdout is not None
+    s.proc.stdout.close()  # the reader is gone: the next lines meet a broken pipe
+    done = fusee("start", "slow", "--input", "-", "--id", "b-1", input="1")
+    assert done.returncode == 0, done.stderr  # it goes on serving
+    s.proc.send_signal(signal.SIGTERM)
+    assert s.proc.wait() == 0
+    assert s.stderr.read_text() == ""
