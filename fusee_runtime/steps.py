@@ -208,7 +208,9 @@ async def _attempt(
         elif opts.inline:
             work = _ready(fn(*args, **kwargs))
         else:
-            call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+            call = functools.partial(
+                _in_thread, engine, contextvars.copy_context().run, fn, *args, **kwargs
+            )
             work = asyncio.get_running_loop().run_in_executor(engine._pool, call)
         if opts.timeout is not None:
             value = await _within(ctx, asyncio.ensure_future(work), opts.timeout, name, attempt)
@@ -239,6 +241,18 @@ async def _attempt(
             retryable=False,
         )
     return encoded
+
+
+def _in_thread(engine: Any, run: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Runs a plain-def step function in the pool, counted while it runs: a thread
+    cannot be cancelled, and a process that exits must know whether one still runs."""
+    with engine._threads_lock:
+        engine._threads_busy += 1
+    try:
+        return run(*args, **kwargs)
+    finally:
+        with engine._threads_lock:
+            engine._threads_busy -= 1
 
 
 async def _within(ctx: Ctx, work: asyncio.Future[Any], limit_s: float, name: str, n: int) -> Any:

@@ -208,7 +208,7 @@ async def _serve(
                 await http_server.close()
             out.close()
     out.event("stopped", runs_open=int(engine.counters()["runs_open"]))
-    if engine._attempts:
+    if engine._threads_busy:
         # A plain-def step cut off at the end of the grace period cannot be
         # stopped, and the interpreter would wait for its thread at exit. The
         # journal is closed and synced: nothing is lost by not waiting.

@@ -18,6 +18,7 @@ import itertools
 import logging
 import os
 import re
+import threading
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -149,6 +150,9 @@ class Engine:
         self.schedules = Schedules(self)
         # Step attempts whose function is running now (a closing engine waits for them).
         self._attempts = 0
+        # Plain-def step functions running in the pool now (cut-off ones included).
+        self._threads_busy = 0
+        self._threads_lock = threading.Lock()
         self._steps = 0  # steps finished (completed or failed for good) since open
         self._secret: bytes | None = None
         self._hurry = asyncio.Event()
