@@ -249,6 +249,7 @@ class _Output:
         self._handler = _log_handler(self)
         logger = logging.getLogger("fusee")
         logger.addHandler(self._handler)
+        self._level = logger.level
         logger.setLevel(logging.INFO)
 
     def event(self, name: str, **fields: Any) -> None:
@@ -319,7 +320,9 @@ class _Output:
         if self._live is not None:
             self._live.stop()
             self._live = None
-        logging.getLogger("fusee").removeHandler(self._handler)
+        logger = logging.getLogger("fusee")
+        logger.removeHandler(self._handler)
+        logger.setLevel(self._level)
 
 
 def _rates(before: dict[str, float], now: dict[str, float], seconds: float) -> dict[str, Any]:
