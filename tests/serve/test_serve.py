@@ -53,6 +53,13 @@ async def slow(ctx: Ctx, x: int) -> int:
 """
 
 
+def start_slow(s: Any, fusee: Any, wid: str, x: int) -> None:
+    """Starts `slow` through the server; returns once its step function runs."""
+    started = fusee("start", "slow", "--input", "-", "--id", wid, "--detach", input=str(x))
+    assert started.returncode == 0, started.stderr
+    s.log_until("work started")
+
+
 def starts(workdir: Path) -> int:
     ledger = workdir / "ledger"
     lines = ledger.read_text().splitlines() if ledger.exists() else []
@@ -79,10 +86,7 @@ def test_sigterm_lets_a_running_step_finish_and_its_result_is_kept(
     app_module(SLOW_APP)
     s = serve()
     s.until("serving")
-    assert (
-        fusee("start", "slow", "--input", "-", "--id", "s-1", "--detach", input="1").returncode == 0
-    )
-    s.log_until("work started")
+    start_slow(s, fusee, "s-1", 1)
     s.proc.send_signal(signal.SIGTERM)
     assert s.until("stopping")["grace"] == 10
     (workdir / "release").touch()  # the step finishes within the grace period
@@ -104,10 +108,7 @@ def test_a_second_sigterm_cuts_the_grace_period_short(
     app_module(SLOW_APP)
     s = serve("--grace", "3600")
     s.until("serving")
-    assert (
-        fusee("start", "slow", "--input", "-", "--id", "s-3", "--detach", input="3").returncode == 0
-    )
-    s.log_until("work started")
+    start_slow(s, fusee, "s-3", 3)
     s.proc.send_signal(signal.SIGTERM)
     s.until("stopping")
     # Meanwhile the owner still answers, and says it is stopping to what would start work.
@@ -126,10 +127,7 @@ def test_a_step_cut_off_by_the_grace_period_runs_again_on_the_next_serve(
     app_module(SLOW_APP)
     s = serve("--grace", "0.2")
     s.until("serving")
-    assert (
-        fusee("start", "slow", "--input", "-", "--id", "s-2", "--detach", input="2").returncode == 0
-    )
-    s.log_until("work started")
+    start_slow(s, fusee, "s-2", 2)
     assert s.stop() == 0  # the step never finishes: cut off after 0.2 s
     assert s.events[-1] == {**s.events[-1], "event": "stopped", "runs_open": 1}
     assert starts(workdir) == 1
