@@ -37,6 +37,14 @@ def complete(
             show_default=False,
         ),
     ] = None,
+    input_file: Annotated[
+        str | None,
+        typer.Option(
+            "--input",
+            "-i",
+            help="JSON file holding the value, instead of VALUE; - reads stdin; default: none.",
+        ),
+    ] = None,
     as_json: Json = False,
     home: Home = DEFAULT_HOME,
     app: App = None,
@@ -49,7 +57,14 @@ def complete(
     Example: fusee complete 4f1c...-3-1-9a0b... '{"approved": true}'
     """
     with session.reporting():
-        payload, _ = session.json_or_string(value)
+        if value is not None and input_file is not None:
+            raise session.CliError(
+                session.Code.USAGE, "give the value as VALUE or with --input, not both"
+            )
+        if input_file is not None:
+            payload = session.load_input(input_file)
+        else:
+            payload, _ = session.json_or_string(value)
         session.check_payload(payload, "the completion's value")
         _finish(home, app_module(app), as_json, "complete", token, payload)
 

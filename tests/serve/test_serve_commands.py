@@ -93,7 +93,9 @@ def test_complete_without_an_owner_is_taken_on_the_next_serve(
     s.until("serving")
     token = review(s, fusee, "r-3", "c")
     assert s.stop() == 0
-    done = fusee("complete", token, "true")
+    both = fusee("complete", token, "true", "--input", "-", input="true")
+    assert both.returncode == 2 and "not both" in both.stderr
+    done = fusee("complete", token, "--input", "-", input="true")
     assert done.returncode == 0, done.stderr
     assert "when a process next drives the home: `fusee result r-3 --wait`" in done.stderr
     result = fusee("result", "r-3", "--wait", "--json")
