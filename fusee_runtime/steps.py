@@ -88,10 +88,11 @@ async def run_live(
                 run.current = f"{name}: retry {attempt} at {utc(not_before):%H:%M:%S}"
                 await engine.clock.sleep_until(not_before)
             if not opts.read_only:
-                # Until nothing of the run is left undurable: an update applied
-                # meanwhile appends, and the function must not see it before it is.
-                while run.last_lsn > engine._durable_lsn:
-                    await engine._wait_durable(run.last_lsn)
+                await engine._wait_durable(run.last_lsn)
+                # An update applied meanwhile changed what the function may see:
+                # that too must be durable first.
+                while run.update_lsn > engine._durable_lsn:
+                    await engine._wait_durable(run.update_lsn)
             ctx._check_live()
             if kind == "completion":
                 if _finished(run, seq):

@@ -195,6 +195,12 @@ async def _serve(
             if engine._failed is not None:
                 # Fail-stop: a supervisor should see it and restart on a mended disk.
                 out.event("failed", error=str(engine._failed))
+                await engine.close(0)
+                if engine._threads_busy:  # as below: a step's thread would hold the exit
+                    session.error(str(engine._failed))
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                    os._exit(Code.FAILED)
                 raise CliError(Code.FAILED, str(engine._failed))
             out.event("stopping", signal=got[0] if got else None, grace=grace)
             # The socket and HTTP keep answering meanwhile: reads as usual, and

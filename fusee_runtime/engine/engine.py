@@ -603,8 +603,9 @@ class Engine:
                 raised (its message).
             CodecError: the answer cannot be encoded as JSON.
         """
-        self._check_accepting()
-        run = self._latest_run(id)
+        if not self._opened:
+            self._check_accepting()
+        run = self._latest_run(id)  # a read: it answers while the engine stops, too
         if not run.is_open:
             raise Rejected(f"run {id!r} is {run.closing}: only open runs answer queries")
         fn = self._handler(run, run.queries, "query", name, "answer queries")
@@ -656,9 +657,11 @@ class Engine:
                 return result
         if not run.is_open:
             raise Rejected(f"run {id!r} is {run.closing}: it takes no more updates")
+        if self.config.drive:
+            # First: while the code replays, its handlers are not registered yet.
+            self._check_update_point(run, id)
         entry = self._handler(run, run.updates, "update", name, "apply updates")
         encoded_arg = self._encode(arg, f"the argument of update {name!r}")
-        self._check_update_point(run, id)
         handle, validate = entry
         if validate is not None:
             try:
@@ -670,34 +673,48 @@ class Engine:
         try:
             with handling():
                 result = handle(arg)
-            if inspect.isawaitable(result):
-                if inspect.iscoroutine(result):
-                    result.close()
-                raise Rejected(f"update handler {name!r} must be a plain function, not async")
-            encoded = self._encode(result, f"the result of update {name!r}")
-            if len(encoded) + len(encoded_arg) > self.config.payload_bytes_max:
-                raise CodecError(
-                    f"update {name!r}: its argument and result are {len(encoded_arg)} + "
-                    f"{len(encoded)} bytes, over the limit of {self.config.payload_bytes_max} "
-                    "(Config.payload_bytes_max)"
-                )
-            result = orjson.loads(encoded)
-        except Rejected:
-            raise
         except (Exception, Halt) as e:
-            # Recorded all the same: the handler may have changed the state before it
-            # raised, and a replay must do the same.
+            # Recorded all the same, whatever it raised: the handler may have changed
+            # the state before it raised, and a replay must do the same.
             failure = Failure.of(e if isinstance(e, Exception) else Rejected(str(e)))
+        if failure is None and inspect.isawaitable(result):
+            # Its body never ran: nothing changed, nothing to record.
+            if inspect.iscoroutine(result):
+                result.close()
+            raise Rejected(f"update handler {name!r} must be a plain function, not async")
+        if failure is None:
+            try:
+                encoded = self._encode(result, f"the result of update {name!r}")
+                if len(encoded) + len(encoded_arg) > self.config.payload_bytes_max:
+                    raise CodecError(
+                        f"update {name!r}: its argument and result are {len(encoded_arg)} + "
+                        f"{len(encoded)} bytes, over the limit of "
+                        f"{self.config.payload_bytes_max} (Config.payload_bytes_max)"
+                    )
+                result = orjson.loads(encoded)
+            except CodecError as e:
+                failure = Failure.of(e)
+        if failure is not None:
             result = None
         at = self.clock.now()
         uid = update_id or uuid.uuid4().hex
         arg_value = orjson.loads(encoded_arg)
-        wire_failure = failure.to_json() if failure is not None else None
+        wire_failure = self._update_failure(failure, len(encoded_arg))
         rec = [R.UpdateApplied, run.run_id, uid, name, arg_value, run.position]
         await self._wait_durable(self._append(run, [*rec, result, wire_failure, at]))
         if failure is not None:
             raise Rejected(f"update {name!r} of run {id!r} failed: {failure}")
         return result
+
+    def _update_failure(self, failure: Failure | None, arg_bytes: int) -> Any:
+        """A failure as the update's record carries it: cut to what fits beside the argument."""
+        if failure is None:
+            return None
+        wire = failure.to_json()
+        if arg_bytes + len(orjson.dumps(wire)) > self.config.payload_bytes_max:
+            short = Failure(f"{failure.kind}: {failure.message[:200]}", kind=failure.kind)
+            wire = short.to_json()
+        return wire
 
     def _handler(self, run: Run, handlers: dict[str, Any], kind: str, name: str, to: str) -> Any:
         """The run's `kind` handler `name`, or `Rejected` saying why there is none."""

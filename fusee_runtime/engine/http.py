@@ -485,7 +485,7 @@ def build_app(control: Control, token: str | None = None) -> Starlette:
         )
         for path, served in paths.items()
     ]
-    middleware = [Middleware(_Browsers, guard_host=not token)]
+    middleware = [Middleware(_Browsers, guard_host=not token, control=control)]
     if token:
         middleware.append(Middleware(_Auth, token=token))
     app = Starlette(
@@ -534,9 +534,10 @@ class _Browsers:
     reach it through a DNS name that it points at 127.0.0.1 (DNS rebinding).
     """
 
-    def __init__(self, app: ASGIApp, guard_host: bool) -> None:
+    def __init__(self, app: ASGIApp, guard_host: bool, control: Control) -> None:
         self.app = app
         self.guard_host = guard_host
+        self.control = control
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -547,13 +548,31 @@ class _Browsers:
         await self.app(scope, receive, send)
 
     def _refused(self, headers: dict[bytes, bytes]) -> str | None:
-        host = headers.get(b"host", b"").decode("latin-1")
-        if self.guard_host and not _is_loopback(host.rpartition(":")[0] or host):
+        raw = headers.get(b"host")
+        if raw is None:
+            return None  # not a browser: browsers always send Host
+        host = raw.decode("latin-1").lower()
+        public = self._public_host()
+        if self.guard_host and host != public and not _is_loopback(_host_name(host)):
             return f"this server answers on loopback only, not to host {host!r}"
         origin = headers.get(b"origin")
-        if origin is not None and origin.decode("latin-1").partition("://")[2] != host:
-            return "requests from web pages of other origins are refused"
+        if origin is not None:
+            came_from = origin.decode("latin-1").lower().partition("://")[2]
+            if came_from not in (host, public):
+                return "requests from web pages of other origins are refused"
         return None
+
+    def _public_host(self) -> str | None:
+        """The host (and port) of `--public-url`, where a proxy may send requests from."""
+        url = self.control.engine.http_url
+        return url.lower().partition("://")[2].partition("/")[0] if url else None
+
+
+def _host_name(host: str) -> str:
+    """The name in a Host header: without its port, brackets or trailing dot."""
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    return host.rpartition(":")[0].rstrip(".") if ":" in host else host.rstrip(".")
 
 
 class _Auth:

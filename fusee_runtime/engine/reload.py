@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import importlib
 import os
+import site
 import sys
 import sysconfig
 from collections.abc import Awaitable, Callable, Iterable
@@ -44,8 +45,16 @@ def _homes(names: Iterable[str]) -> tuple[set[Path], set[Path]]:
     return trees, flats
 
 
-_INSTALLED = {Path(p).resolve() for p in sysconfig.get_paths().values()}
-"""Where Python and installed packages live."""
+_INSTALLED = {
+    Path(p).resolve()
+    for p in [
+        *sysconfig.get_paths().values(),
+        *site.getsitepackages(),
+        site.getusersitepackages(),
+        *(str(Path(__file__).resolve().parents[i]) for i in (1, 2)),
+    ]
+}
+"""Where Python, installed packages and fusee itself live."""
 
 
 def app_modules(names: Iterable[str]) -> dict[str, ModuleType]:
@@ -59,9 +68,13 @@ def app_modules(names: Iterable[str]) -> dict[str, ModuleType]:
             continue
         file = getattr(module, "__file__", None)
         path = Path(file).resolve() if file else None
-        if any(name == n or name.startswith(n + ".") for n in names) or (
-            path is not None and (path.parent in flats or any(t in path.parents for t in trees))
-        ):
+        beside = path is not None and (
+            # A package's own __init__ beside an app module inside it stays: reloading
+            # it would drop its other submodules from it.
+            (path.parent in flats and path.name != "__init__.py")
+            or any(t in path.parents for t in trees)
+        )
+        if beside or any(name == n or name.startswith(n + ".") for n in names):
             found[name] = module
     return found
 

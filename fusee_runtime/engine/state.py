@@ -164,6 +164,7 @@ class Run:
     # result, failure) for an update sent again with the same id.
     update_log: dict[int, list[tuple[str, str, Any]]] = field(default_factory=dict)
     updates_done: dict[str, tuple[int, Any, Any]] = field(default_factory=dict)
+    update_lsn: int = 0  # where the latest update was recorded
 
     def apply(self, lsn: int, rec: list[Any]) -> Op | None:
         """Folds one record of this run into its state; returns the op it resolved, if any."""
@@ -184,6 +185,7 @@ class Run:
             _, _, update_id, name, arg, position, result, failure, _ = rec
             self.update_log.setdefault(position, []).append((update_id, name, arg))
             self.updates_done[update_id] = (lsn, result, failure)
+            self.update_lsn = lsn
         elif kind == R.StreamAppended:
             _stream_appended(self, rec, lsn)
         elif kind == R.StreamClosed:

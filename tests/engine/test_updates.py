@@ -301,3 +301,61 @@ async def test_a_closed_run_answers_no_query(make_engine: Any) -> None:
         await h.result()
         with pytest.raises(Rejected, match="is completed: only open runs answer queries"):
             await h.query("items")
+
+
+@workflow(name="updates.half")
+async def half_done(ctx: Ctx, _: None) -> Any:
+    items: list[str] = []
+
+    def add(item: str) -> None:
+        items.append(item)
+        if item == "bad":
+            ctx.key()  # raises Rejected here: a handler is not a step
+
+    ctx.on_update("add", add)
+    ctx.on_query("items", lambda _: list(items))
+    await ctx.wait_for("never")
+
+
+async def test_a_handler_that_raises_rejected_after_a_change_is_recorded(
+    make_engine: Any,
+) -> None:
+    """Found in re-review: a Rejected raised by the handler itself skipped the record."""
+    async with make_engine() as engine:
+        h = await engine.start("updates.half", None, id="y-1")
+        await parked(engine, "y-1")
+        await h.update("add", "ok")
+        with pytest.raises(Rejected, match="update 'add' of run 'y-1' failed"):
+            await h.update("add", "bad")
+        assert await h.query("items") == ["ok", "bad"]
+    async with make_engine() as engine:
+        await parked(engine, "y-1")
+        assert await engine.handle("y-1").query("items") == ["ok", "bad"]
+
+
+@workflow(name="updates.loud")
+async def loud(ctx: Ctx, _: None) -> Any:
+    sizes: list[int] = []
+
+    def put(doc: str) -> None:
+        sizes.append(len(doc))
+        raise ValueError("x" * 10_000)  # a failure as large as it gets
+
+    ctx.on_update("put", put)
+    ctx.on_query("sizes", lambda _: list(sizes))
+    await ctx.wait_for("never")
+
+
+async def test_a_failed_update_with_a_large_argument_is_still_recorded(
+    make_engine: Any,
+) -> None:
+    """Found in re-review: argument + failure went over the record limit, unrecorded."""
+    async with make_engine(payload_bytes_max=20_000) as engine:
+        h = await engine.start("updates.loud", None, id="y-2")
+        await parked(engine, "y-2")
+        with pytest.raises(Rejected, match=r"failed: .*ValueError"):
+            await h.update("put", "d" * 19_000)
+        assert len(await updates_of(engine, "y-2")) == 1
+    async with make_engine(payload_bytes_max=20_000) as engine:
+        await parked(engine, "y-2")
+        assert await engine.handle("y-2").query("sizes") == [19_000]

@@ -101,3 +101,24 @@ async def test_web_pages_cannot_drive_a_loopback_server(engine: Engine, client_o
     error_of(rebound, 403, "Forbidden", "loopback only")
     same = await api.get("/v1/health", headers={"Origin": "http://127.0.0.1:7777"})
     assert same.status_code == 200
+
+
+@pytest.mark.parametrize(
+    "host", ["127.0.0.1:7777", "localhost:7777", "localhost", "localhost.", "[::1]", "[::1]:7777"]
+)
+async def test_loopback_hosts_in_every_spelling_are_answered(
+    engine: Engine, client_of, host: str
+) -> None:
+    api = client_of(build_app(Control(engine)))
+    assert (await api.get("/v1/health", headers={"Host": host})).status_code == 200
+
+
+async def test_the_public_url_host_is_answered_behind_a_proxy(engine: Engine, client_of) -> None:
+    """Found in re-review: with --public-url and no token, a proxy that keeps the Host
+    header got 403 for everything, completion URLs included."""
+    engine.http_url = "https://fusee.example.com"
+    api = client_of(build_app(Control(engine)))
+    headers = {"Host": "fusee.example.com", "Origin": "https://fusee.example.com"}
+    assert (await api.get("/v1/health", headers=headers)).status_code == 200
+    other = await api.get("/v1/health", headers={"Host": "elsewhere.example.com"})
+    error_of(other, 403, "Forbidden", "loopback only")
