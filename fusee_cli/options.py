@@ -36,6 +36,14 @@ App = Annotated[
     ),
 ]
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+ValueFile = Annotated[
+    str | None,
+    typer.Option(
+        "--input",
+        "-i",
+        help="JSON file holding the value, instead of VALUE; - reads stdin; default: none.",
+    ),
+]
 Id = Annotated[
     str, typer.Argument(metavar="ID", help="The workflow id of the run.", show_default=False)
 ]

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from fusee_cli import session
-from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, app_module
+from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, ValueFile, app_module
 from fusee_cli.session import CliError, Code
 
 if TYPE_CHECKING:
@@ -37,14 +37,7 @@ def signal(
             show_default=False,
         ),
     ] = None,
-    input_file: Annotated[
-        str | None,
-        typer.Option(
-            "--input",
-            "-i",
-            help="JSON file holding the value, instead of VALUE; - reads stdin; default: none.",
-        ),
-    ] = None,
+    input_file: ValueFile = None,
     as_json: Json = False,
     home: Home = DEFAULT_HOME,
     app: App = None,
