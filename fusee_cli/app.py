@@ -12,6 +12,7 @@ import logging
 import typer
 
 from fusee_cli.commands import (
+    bench,
     cancel,
     check,
     complete,
@@ -58,6 +59,7 @@ app.command("fail")(complete.fail)
 app.command("check")(check.check)
 app.command("serve")(serve.serve)
 app.command("schedules")(schedules.schedules)
+app.command("bench")(bench.bench)
 
 
 def main() -> None:

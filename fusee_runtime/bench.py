@@ -1,0 +1,208 @@
+"""`fusee bench`: this disk's `fdatasync`, and fusee's step rates on it, side by side.
+
+Every measurement runs in a fresh directory beside the home (on the same
+disk), removed afterwards. Times are wall-clock on this machine; ratios to
+`fdatasync_us` are what compares across machines. `quick` runs each
+measurement small, for a smoke test, and its numbers mean little.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from fusee_runtime.context import Ctx
+from fusee_runtime.dsl import step, workflow
+from fusee_runtime.engine.engine import Config, Engine
+from fusee_runtime.journal.storage import Storage
+
+KEYS = (
+    "fdatasync_us",
+    "seq_step_us",
+    "conc_steps_per_s",
+    "start_to_result_us",
+    "fanout_syncs",
+    "cpu_step_us",
+    "recover_s",
+    "cli_start_ms",
+)
+"""What a run of the bench reports, in order."""
+
+
+@step(name="fusee.bench.nothing")
+async def nothing(i: int) -> int:
+    return i
+
+
+@workflow(name="fusee.bench.seq")
+async def seq(ctx: Ctx, n: int) -> int:
+    for i in range(n):
+        await nothing(i)
+    return n
+
+
+@workflow(name="fusee.bench.one")
+async def one(ctx: Ctx, _: Any) -> int:
+    return await nothing(1)
+
+
+@workflow(name="fusee.bench.fanout")
+async def fanout(ctx: Ctx, n: int) -> int:
+    return len(await ctx.all([nothing(i) for i in range(n)]))
+
+
+@workflow(name="fusee.bench.parked")
+async def parked(ctx: Ctx, _: Any) -> Any:
+    await nothing(0)
+    return await ctx.wait_for("go")
+
+
+def run(home: Path, quick: bool = False) -> dict[str, Any]:
+    """Runs every measurement on the disk of `home`; returns them by `KEYS`."""
+    home.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="bench-", dir=home))
+    try:
+        return asyncio.run(_measure(scratch, quick))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+async def _measure(scratch: Path, quick: bool) -> dict[str, Any]:
+    n = 1 if quick else 10
+    fsync = _fdatasync(scratch, 20 * n)
+    base = fsync["median"]
+    out: dict[str, Any] = {"fdatasync_us": fsync}
+    per_step = await _seq(scratch / "seq", 100 * n, "fdatasync")
+    out["seq_step_us"] = {"per_step": per_step, "ratio": round(per_step / base, 2)}
+    out["conc_steps_per_s"] = await _concurrent(scratch / "conc", 100 * n, 10)
+    latencies = await _start_to_result(scratch / "str", 50 * n)
+    out["start_to_result_us"] = {
+        **latencies,
+        "ratio": round(latencies["median"] / base, 2),
+    }
+    out["fanout_syncs"] = await _fanout(scratch / "fan", 100)
+    out["cpu_step_us"] = round(await _seq(scratch / "cpu", 100 * n, "none"), 1)
+    out["recover_s"] = await _recover(scratch / "rec", 100 * n)
+    out["cli_start_ms"] = _cli(scratch / "cli", 1 if quick else 5)
+    return out
+
+
+def _fdatasync(scratch: Path, count: int) -> dict[str, float]:
+    """The disk's own latency: a 100-byte append, then `fdatasync`, as the journal does."""
+    storage = Storage()
+    fd = os.open(scratch / "fdatasync.probe", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    times = []
+    try:
+        for _ in range(count):
+            t = time.perf_counter()
+            os.write(fd, b"x" * 100)
+            storage.sync(fd)
+            times.append((time.perf_counter() - t) * 1e6)
+    finally:
+        os.close(fd)
+    return _spread(times)
+
+
+async def _seq(home: Path, steps: int, durability: str) -> float:
+    """Microseconds per step of one workflow of `steps` steps in sequence."""
+    async with _engine(home, durability=durability) as engine:
+        t = time.perf_counter()
+        await (await engine.start("fusee.bench.seq", steps)).result()
+        return round((time.perf_counter() - t) / steps * 1e6, 1)
+
+
+async def _concurrent(home: Path, runs: int, steps: int) -> dict[str, float]:
+    async with _engine(home) as engine:
+        before = engine.counters()
+        t = time.perf_counter()
+        handles = await asyncio.gather(
+            *(engine.start("fusee.bench.seq", steps) for _ in range(runs))
+        )
+        await asyncio.gather(*(h.result() for h in handles))
+        seconds = time.perf_counter() - t
+        after = engine.counters()
+    syncs = after["syncs"] - before["syncs"]
+    records = after["records"] - before["records"]
+    return {
+        "steps_per_s": round(runs * steps / seconds),
+        "records_per_fdatasync": round(records / syncs, 1) if syncs else 0.0,
+    }
+
+
+async def _start_to_result(home: Path, count: int) -> dict[str, float]:
+    async with _engine(home) as engine:
+        times = []
+        for _ in range(count):
+            t = time.perf_counter()
+            await (await engine.start("fusee.bench.one", None)).result()
+            times.append((time.perf_counter() - t) * 1e6)
+    return _spread(times)
+
+
+async def _fanout(home: Path, legs: int) -> int:
+    """How many `fdatasync`s the legs of one `ctx.all` of `legs` steps needed."""
+    async with _engine(home) as engine:
+        h = await engine.start("fusee.bench.fanout", legs)
+        await engine.wait_until(lambda: engine._durable_lsn >= engine._latest_run(h.id).start_lsn)
+        before = engine.counters()["syncs"]
+        await h.result()
+        return int(engine.counters()["syncs"] - before)
+
+
+async def _recover(home: Path, runs: int) -> float:
+    """Seconds from opening a home with `runs` runs interrupted mid-workflow until every
+    one of them runs again (its code replayed to where it waits)."""
+    async with _engine(home) as engine:
+        handles = [await engine.start("fusee.bench.parked", None) for _ in range(runs)]
+        await engine.wait_until(lambda: all(engine._latest_run(h.id).parked for h in handles))
+    t = time.perf_counter()
+    async with _engine(home) as engine:
+        await engine.wait_until(lambda: all(r.parked for r in engine._latest.values()))
+        return round(time.perf_counter() - t, 3)
+
+
+def _cli(home: Path, repeat: int) -> dict[str, float]:
+    """Whole processes: `fusee --help`, a `fusee start` of a one-step workflow, and
+    `python -c "import typer"` for scale; the best of `repeat` tries, in milliseconds."""
+    fusee = shutil.which("fusee") or str(Path(sys.executable).with_name("fusee"))
+    commands = {
+        "import_typer": [sys.executable, "-c", "import typer"],
+        "help": [fusee, "--help"],
+        "start": [fusee, "start", "fusee.bench.one", "--home", str(home), "--app", __name__],
+    }
+    out = {}
+    for name, command in commands.items():
+        best = float("inf")
+        for _ in range(repeat):
+            t = time.perf_counter()
+            subprocess.run(command, capture_output=True, check=True)
+            best = min(best, time.perf_counter() - t)
+        out[name] = round(best * 1000, 1)
+    out["help_ratio"] = round(out["help"] / out["import_typer"], 2)
+    return out
+
+
+def _engine(home: Path, durability: str = "fdatasync") -> Engine:
+    import logging
+
+    # durability="none" says loudly that it is unsafe; here that is the point.
+    logging.getLogger("fusee").disabled = durability == "none"
+    try:
+        config = Config(durability=durability, segment_bytes=64 << 20)  # type: ignore[arg-type]
+    finally:
+        logging.getLogger("fusee").disabled = False
+    return Engine(home, app=None, config=config)
+
+
+def _spread(times: list[float]) -> dict[str, float]:
+    ordered = sorted(times)
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return {"median": round(statistics.median(ordered), 1), "p99": round(p99, 1)}
