@@ -162,18 +162,14 @@ class Control:
     async def complete(self, token: str, value: Any = None) -> dict[str, Any]:
         """Finishes the `await_completion` step that issued `token` with `value`;
         returns the run's id and the step's name."""
-        finished = self._completion_of(token)
-        await self.engine.complete(token, value)
-        return finished
+        return self._finished(*await self.engine._finish(token, value, None))
 
     async def fail(self, token: str, message: str) -> dict[str, Any]:
         """Fails the `await_completion` step that issued `token`; returns as `complete`."""
-        finished = self._completion_of(token)
-        await self.engine.fail(token, message)
-        return finished
+        return self._finished(*await self.engine._finish(token, None, message))
 
-    def _completion_of(self, token: str) -> dict[str, Any]:
-        run, seq = self.engine._completing(token)
+    @staticmethod
+    def _finished(run: Any, seq: str) -> dict[str, Any]:
         return {"id": run.workflow_id, "completion": run.ops[seq].name}
 
     async def query(self, id: str, name: str, arg: Any = None) -> Any:

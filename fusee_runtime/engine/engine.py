@@ -776,23 +776,31 @@ class Engine:
                 attempt superseded the token.
             CodecError: the value cannot be encoded as JSON.
         """
-        self._check_accepting()
-        run, seq = self._completing(token)
-        encoded = self._encode(value, f"the completion of {run.ops[seq].name!r}")
-        now = self.clock.now()
-        rec = [R.CompletionDone, run.run_id, seq, orjson.loads(encoded), None, now]
-        wire = (int(R.CompletionDone), run.run_id, seq, orjson.Fragment(encoded), None, now)
-        await self._wait_durable(self._append(run, rec, wire))
+        await self._finish(token, value, None)
 
     async def fail(self, token: str, error: str | Failure) -> None:
         """Fails the `await_completion` that issued `token`: it raises `StepFailed` in the
         workflow, with `error` (a message, or a `Failure`). Raises as `complete` does."""
+        await self._finish(token, None, error)
+
+    async def _finish(self, token: str, value: Any, error: str | Failure | None) -> tuple[Run, str]:
+        """Records how the `await_completion` of `token` ended (`error` None: with `value`);
+        returns its run and seq once that is durable."""
         self._check_accepting()
         run, seq = self._completing(token)
-        failure = error if isinstance(error, Failure) else Failure(str(error), kind="Failed")
         now = self.clock.now()
-        rec = [R.CompletionDone, run.run_id, seq, None, failure.to_json(), now]
-        await self._wait_durable(self._append(run, rec))
+        if error is None:
+            encoded = self._encode(value, f"the completion of {run.ops[seq].name!r}")
+            rec = [R.CompletionDone, run.run_id, seq, orjson.loads(encoded), None, now]
+            wire = (int(R.CompletionDone), run.run_id, seq, orjson.Fragment(encoded), None, now)
+            lsn = self._append(run, rec, wire)
+        else:
+            failure = error if isinstance(error, Failure) else Failure(str(error), kind="Failed")
+            lsn = self._append(
+                run, [R.CompletionDone, run.run_id, seq, None, failure.to_json(), now]
+            )
+        await self._wait_durable(lsn)
+        return run, seq
 
     def _completing(self, token: str) -> tuple[Run, str]:
         secret = self._token_secret(create=False)
