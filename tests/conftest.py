@@ -17,6 +17,8 @@ from fusee_runtime.journal.storage import Storage
 class HoldingStorage(Storage):
     """Storage whose writes, once armed, wait until the test releases them."""
 
+    loop_safe = False  # a held write must not hold the loop that releases it
+
     def __init__(self) -> None:
         self.armed = threading.Event()
         self.holding = threading.Event()

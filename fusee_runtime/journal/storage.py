@@ -16,6 +16,11 @@ ZERO_CHUNK_BYTES = 1 << 20
 class Storage:
     """File operations on the journal, with the semantics of POSIX."""
 
+    loop_safe = True
+    """Whether the engine may call `write` and `sync` on its event loop (it commits
+    there when the loop is idle). A storage whose calls can wait for something the
+    loop must do first (a test that holds the disk still) says False."""
+
     def list_segments(self, directory: Path) -> list[Path]:
         """Segment files in order."""
         return sorted(directory.glob("*.seg"))

@@ -1,18 +1,29 @@
 """Group commit: what "acknowledged" means.
 
 `append` is called on the event loop. It frames the record, gives it the
-next lsn and adds it to the pending batch; it never touches the disk. One
-writer thread takes whatever batch has accumulated, writes it, calls
-`fdatasync` once, and only then publishes the batch's last lsn as durable,
-through `on_durable` (which the engine hands to the loop). While the thread
-writes and syncs (the GIL is released), the loop goes on appending into the
-next batch, so one `fdatasync` covers every run that appended meanwhile.
+next lsn and adds it to the pending batch; it never touches the disk. A
+commit takes whatever batch has accumulated, writes it, calls `fdatasync`
+once, and only then publishes the batch's last lsn as durable. Commits are
+serialized by one lock and happen in one of two places:
+
+- on the writer thread (`ask`), which publishes through `on_durable` (the
+  engine hands it to the loop). While the thread writes and syncs (the GIL
+  is released), the loop goes on appending into the next batch, so one
+  `fdatasync` covers every run that appended meanwhile. The thread keeps
+  committing while batches keep coming.
+- on the caller's thread (`commit_here`), when the engine's loop has
+  nothing else to run: then no other run could add to the batch anyway, and
+  the two cross-thread wake-ups of a hand-off (which on a virtual machine
+  cost about as much as the `fdatasync` itself) are saved. A commit already
+  running on the thread is never waited for: `commit_here` then asks the
+  thread to take the batch after its own.
 
 A failed write or sync is fail-stop: the error is published through
-`on_failed`, nothing in that batch or after it is ever acknowledged, the
-sync is never retried (after a failed `fdatasync` the page cache may have
-dropped the dirty pages, so a retry that succeeds proves nothing), and every
-later `append` raises `JournalFailed`.
+`on_failed` (or raised by `commit_here`), nothing in that batch or after it
+is ever acknowledged, the sync is never retried (after a failed
+`fdatasync` the page cache may have dropped the dirty pages, so a retry
+that succeeds proves nothing), and every later `append` raises
+`JournalFailed`.
 """
 
 from __future__ import annotations
@@ -39,6 +50,7 @@ class Counters:
         self.bytes = 0
         self.syncs = 0
         self.batches = 0
+        self.batches_here = 0  # committed by `commit_here`, not on the writer thread
         self.segments_created = 0
         self.sync_seconds = 0.0
 
@@ -47,7 +59,7 @@ class Counters:
 
 
 class JournalWriter:
-    """Appends records and makes them durable in batches on one thread."""
+    """Appends records and makes them durable in batches, on its thread or the caller's."""
 
     def __init__(
         self,
@@ -59,7 +71,11 @@ class JournalWriter:
         on_failed: Callable[[BaseException], None],
         sync: bool = True,
         record_bytes_max: int = fmt.RECORD_BYTES_MAX,
+        commit_on_append: bool = True,
     ) -> None:
+        """`on_durable` and `on_failed` are called on the writer thread. With
+        `commit_on_append` the thread commits whenever records are pending;
+        without it, only when `ask`ed (the caller drives commits)."""
         if segment_bytes < fmt.HEADER_BYTES + fmt.frame_size(record_bytes_max):
             raise ValueError("segment_bytes must hold the largest record (record_bytes_max)")
         self._dir = directory
@@ -69,14 +85,19 @@ class JournalWriter:
         self._on_failed = on_failed
         self._sync = sync
         self._record_bytes_max = record_bytes_max
+        self._commit_on_append = commit_on_append
         self.counters = Counters()
+        self.sync_s_recent = 0.0
+        """Moving average of the latest `fdatasync`s' seconds: how slow the disk is now."""
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
+        self._commit = threading.Lock()
         self._pending: list[bytes] = []
+        self._asked = False
         self._next_lsn = tail.next_lsn
         self._closing = False
         self._failed: BaseException | None = None
-        # Writer-thread state: the open segment and where the next frame goes.
+        # Commit state, under `_commit`: the open segment and where the next frame goes.
         self._fd: int | None = None
         self._offset = tail.offset
         self._index = segment_index(tail.segment) if tail.segment else -1
@@ -98,7 +119,7 @@ class JournalWriter:
         return self._failed
 
     def append(self, payload: bytes) -> int:
-        """Queues a record; returns its lsn. Durable once `on_durable` passes it."""
+        """Queues a record; returns its lsn. Durable once a commit publishes it."""
         if len(payload) > self._record_bytes_max:
             raise ValueError(
                 f"record of {len(payload)} bytes is over the limit of {self._record_bytes_max}"
@@ -112,8 +133,41 @@ class JournalWriter:
             lsn = self._next_lsn
             self._next_lsn = lsn + 1
             self._pending.append(frame)
-            if len(self._pending) == 1:
+            if self._commit_on_append and len(self._pending) == 1:
+                self._asked = True
                 self._wake.notify()
+        return lsn
+
+    def ask(self) -> None:
+        """Has the writer thread commit what is pending (and whatever comes while it does)."""
+        with self._lock:
+            self._asked = True
+            self._wake.notify()
+
+    def commit_here(self) -> int | None:
+        """Commits what is pending on the calling thread; returns the lsn now durable.
+
+        Returns None, without waiting, when nothing is pending, or when the
+        thread is committing or the batch needs a new segment (the thread was
+        asked to take the batch). Raises the error
+        of a failed write or sync, after which the journal accepts nothing.
+        """
+        if not self._commit.acquire(blocking=False):
+            self.ask()
+            return None
+        try:
+            with self._lock:
+                room = self._capacity - self._offset if self._fd is not None else 0
+                fits = sum(map(len, self._pending[:BATCH_RECORDS_MAX])) <= room
+            if not fits:
+                # Creating the next segment writes all of it: the thread does that.
+                self.ask()
+                return None
+            lsn = self._commit_pending()
+        finally:
+            self._commit.release()
+        if lsn is not None:
+            self.counters.batches_here += 1
         return lsn
 
     def close(self) -> None:
@@ -122,29 +176,47 @@ class JournalWriter:
             self._closing = True
             self._wake.notify()
         self._thread.join()
-        if self._fd is not None:
-            self._storage.close(self._fd)
-            self._fd = None
+        with self._commit:
+            if self._fd is not None:
+                self._storage.close(self._fd)
+                self._fd = None
 
     def _run(self) -> None:
         while True:
             with self._lock:
-                while not self._pending and not self._closing:
+                while not self._asked and not self._closing:
                     self._wake.wait()
-                if not self._pending:
-                    return
-                batch = self._pending[:BATCH_RECORDS_MAX]
-                del self._pending[:BATCH_RECORDS_MAX]
-                last_lsn = self._next_lsn - 1 - len(self._pending)
-            try:
-                self._write(batch, last_lsn - len(batch) + 1)
-            except BaseException as e:
-                with self._lock:
-                    self._failed = e
-                    self._pending.clear()
-                self._on_failed(e)
+                self._asked = False
+                closing = self._closing
+            while True:
+                with self._commit:
+                    try:
+                        lsn = self._commit_pending()
+                    except BaseException as e:
+                        self._on_failed(e)
+                        return
+                if lsn is None:
+                    break
+                self._on_durable(lsn)
+            if closing or self._failed is not None:
                 return
-            self._on_durable(last_lsn)
+
+    def _commit_pending(self) -> int | None:
+        """Under `_commit`: writes and syncs the pending batch; returns its last lsn."""
+        with self._lock:
+            if not self._pending or self._failed is not None:
+                return None
+            batch = self._pending[:BATCH_RECORDS_MAX]
+            del self._pending[:BATCH_RECORDS_MAX]
+            last_lsn = self._next_lsn - 1 - len(self._pending)
+        try:
+            self._write(batch, last_lsn - len(batch) + 1)
+        except BaseException as e:
+            with self._lock:
+                self._failed = e
+                self._pending.clear()
+            raise
+        return last_lsn
 
     def _write(self, frames: list[bytes], first_lsn: int) -> None:
         frames[0] = fmt.marked_batch_start(frames[0])
@@ -179,8 +251,10 @@ class JournalWriter:
             return
         t0 = time.perf_counter()
         self._storage.sync(self._fd)
-        self.counters.sync_seconds += time.perf_counter() - t0
+        took = time.perf_counter() - t0
+        self.counters.sync_seconds += took
         self.counters.syncs += 1
+        self.sync_s_recent += (took - self.sync_s_recent) / 8
 
     def _rotate(self, first_lsn: int) -> None:
         if self._fd is not None:

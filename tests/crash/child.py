@@ -33,6 +33,8 @@ ENGINE: Engine | None = None
 class HoldingStorage(Storage):
     """Freezes every write once `crash_app.HOLD` is set: nothing more reaches the file."""
 
+    loop_safe = False  # a held write must not hold the loop that releases it
+
     def write(self, fd: int, offset: int, data: bytes | memoryview) -> None:
         if crash_app.HOLD.is_set():
             crash_app.emit("AT", "hold")

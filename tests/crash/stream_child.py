@@ -45,6 +45,8 @@ READ_NOW: asyncio.Event | None = None
 class HoldingStorage(Storage):
     """Freezes every write once `HOLD` is set: nothing more reaches the file."""
 
+    loop_safe = False  # a held write must not hold the loop that releases it
+
     def write(self, fd: int, offset: int, data: bytes | memoryview) -> None:
         if HOLD.is_set():
             emit("AT", "hold")

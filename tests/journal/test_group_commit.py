@@ -12,6 +12,7 @@ import asyncio
 import errno
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -196,6 +197,50 @@ async def test_one_step_run_waits_for_exactly_one_sync(home: Path, clock: FakeCl
         handle = await engine.start("jgc_one_step", None, id="one")
         assert await handle.result() == 1
     assert seen == [before + 1]
+
+
+class SlowSync(FaultyStorage):
+    """A disk whose `fdatasync` takes 5 ms (over the engine's 2 ms bound for
+    committing on its loop)."""
+
+    def sync(self, fd: int) -> None:
+        time.sleep(0.005)
+        super().sync(fd)
+
+
+class Unsafe(FaultyStorage):
+    """A storage the engine must not call on its loop (as a test's held disk)."""
+
+    loop_safe = False
+
+
+async def sequential(engine: Engine, steps: int) -> dict[str, float]:
+    await (await engine.start("jgc_three_steps", 0, id="warm")).result()
+    before = engine.counters()
+    assert await (await engine.start("jgc_three_steps", steps, id="timed")).result() == steps
+    after = engine.counters()
+    return {k: after[k] - before[k] for k in ("batches", "batches_here", "syncs")}
+
+
+async def test_an_idle_loop_commits_itself_without_the_writer_thread(
+    home: Path, clock: FakeClock
+) -> None:
+    # A lone sequential run: at each gate nothing else could add to the batch,
+    # so the loop commits it itself (no hand-off to the thread and back).
+    async with engine_on(home, FaultyStorage(), clock) as engine:
+        d = await sequential(engine, 3)
+    assert d["batches"] == d["syncs"] >= 4
+    assert d["batches_here"] == d["batches"]
+
+
+@pytest.mark.parametrize("storage", [Unsafe, SlowSync], ids=["not-loop-safe", "slow-disk"])
+async def test_commits_stay_on_the_thread_for_a_slow_or_unsafe_disk(
+    home: Path, clock: FakeClock, storage: type[FaultyStorage]
+) -> None:
+    async with engine_on(home, storage(), clock) as engine:
+        d = await sequential(engine, 3)
+    assert d["batches"] == d["syncs"] >= 4
+    assert d["batches_here"] == 0
 
 
 # -- fail-stop -----------------------------------------------------------------------------
