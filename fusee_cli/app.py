@@ -7,8 +7,6 @@ the command name (`fusee start order --home DIR`).
 
 from __future__ import annotations
 
-import logging
-
 import typer
 
 from fusee_cli.commands import (
@@ -62,10 +60,16 @@ app.command("schedules")(schedules.schedules)
 app.command("bench")(bench.bench)
 
 
-def main() -> None:
-    """The `fusee` console script."""
+@app.callback()
+def _before_any_command() -> None:
     # The CLI reports what the engine logs (a stuck run, a failed journal)
     # itself, as one line; without this, logging's last-resort handler would
-    # print it a second time.
+    # print it a second time. (Not imported for `fusee --help`.)
+    import logging
+
     logging.getLogger("fusee").addHandler(logging.NullHandler())
+
+
+def main() -> None:
+    """The `fusee` console script."""
     app(prog_name="fusee")

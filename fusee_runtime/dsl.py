@@ -144,6 +144,16 @@ class StepOptions:
         return replace(self, **clean)
 
 
+def _journaling_ctx() -> Any:
+    """`fusee_runtime.context.journaling_ctx`, imported on first use (context imports
+    this module), after which it takes this function's place."""
+    global _journaling_ctx
+    from fusee_runtime.context import journaling_ctx
+
+    _journaling_ctx = journaling_ctx
+    return journaling_ctx()
+
+
 @dataclass
 class StepDef:
     """A registered `@step` function and its options."""
@@ -156,9 +166,7 @@ class StepDef:
         functools.update_wrapper(self, self.fn)  # type: ignore[arg-type]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from fusee_runtime.context import journaling_ctx
-
-        ctx = journaling_ctx()
+        ctx = _journaling_ctx()
         if ctx is None:
             return self.fn(*args, **kwargs)
         return ctx._run_step(self.name, self.fn, args, kwargs, self.opts)

@@ -18,6 +18,7 @@ The order of a live step is the durability contract made code:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import inspect
@@ -75,7 +76,7 @@ async def run_live(
     attempt = op.attempts_failed + 1 if op else 1
     not_before = op.retry_at if op else None
     first_failed_at = op.first_failed_at if op else None
-    task = asyncio.current_task()
+    task = asyncio.current_task(engine._loop)
     ctx._busy += 1
     if task is not None:
         ctx._step_tasks[seq] = task
@@ -204,7 +205,8 @@ async def _attempt(
     # A closing engine gives the attempts in flight a grace period to finish.
     engine._attempts += 1
     try:
-        if _is_async(fn):
+        is_async = _is_async(fn)
+        if is_async:
             work: Any = fn(*args, **kwargs)
         elif opts.inline:
             work = _ready(fn(*args, **kwargs))
@@ -217,7 +219,7 @@ async def _attempt(
             value = await _within(ctx, asyncio.ensure_future(work), opts.timeout, name, attempt)
         else:
             value = await work
-        if inspect.isawaitable(value):  # a plain function that returned a coroutine
+        if not is_async and inspect.isawaitable(value):  # a plain def returned a coroutine
             value = await value
     except Exception as e:
         return Failure.of(e)
@@ -290,9 +292,23 @@ def _retry_at(
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    return inspect.iscoroutinefunction(fn)
+    try:
+        return _ASYNC[fn]
+    except (KeyError, TypeError):
+        pass
+    inner = fn
+    while isinstance(inner, functools.partial):
+        inner = inner.func
+    is_async = inspect.iscoroutinefunction(inner)
+    with contextlib.suppress(TypeError):  # not hashable: not remembered
+        if len(_ASYNC) >= 4096:
+            _ASYNC.clear()
+        _ASYNC[fn] = is_async
+    return is_async
+
+
+_ASYNC: dict[Callable[..., Any], bool] = {}
+"""Whether each step function seen is async (asking `inspect` costs more than a step)."""
 
 
 async def _ready(value: Any) -> Any:

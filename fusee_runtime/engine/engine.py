@@ -144,7 +144,7 @@ class Engine:
         self._closing = False
         self._opened = False
         self._writer: JournalWriter | None = None
-        self._kicked = False  # a `_kick` is scheduled for the pending batch
+        self._kick_handle: asyncio.Handle | None = None  # `_kick` scheduled for the batch
         self._kick_rounds = 0  # times it waited for the loop's last few ready callbacks
         self._commit_here = self.config.storage.loop_safe
         self._lock: HomeLock | None = None
@@ -1106,9 +1106,8 @@ class Engine:
         if self._writer is None:
             raise Rejected("the engine is not open")
         lsn = self._writer.append(orjson.dumps(wire))
-        if not self._kicked:
-            self._kicked = True
-            self._loop.call_soon(self._kick)  # type: ignore[union-attr]
+        if self._kick_handle is None:
+            self._kick_handle = self._loop.call_soon(self._kick)  # type: ignore[union-attr]
         return lsn
 
     def _kick(self) -> None:
@@ -1122,36 +1121,71 @@ class Engine:
         commit waits for it, a few rounds at most; with more, the writer
         thread commits while the loop runs on.
         """
-        writer = self._writer
-        if writer is None or self._failed is not None:
-            self._kicked = False
-            return
         ready = getattr(self._loop, "_ready", None)  # asyncio's run queue; uvloop has none
-        here = (
-            ready is not None
-            and self._commit_here
-            and writer.sync_s_recent < COMMIT_HERE_SYNC_S_MAX
-        )
+        here = ready is not None and self._may_commit_here()
         if here and ready and len(ready) <= KICK_WAITS_FOR_READY and self._kick_rounds < 3:
             self._kick_rounds += 1
-            self._loop.call_soon(self._kick)  # type: ignore[union-attr]
+            self._kick_handle = self._loop.call_soon(self._kick)  # type: ignore[union-attr]
             return
-        self._kicked = False
+        self._kick_handle = None
         self._kick_rounds = 0
+        if self._writer is None or self._failed is not None:
+            return
         if here and not ready:
-            try:
-                lsn = writer.commit_here()
-            except BaseException as e:
-                self._journal_failed(e)
-                return
-            if lsn is not None:
-                self._durable_to(lsn)
+            self._commit_on_loop()
         else:
-            writer.ask()
+            self._writer.ask()
+
+    def _commit_if_alone(self) -> bool:
+        """Commits now if nothing but the pending `_kick` is ready to run: for a task
+        about to wait for durability, this saves a round of the loop."""
+        handle = self._kick_handle
+        if handle is None:
+            return False
+        ready = getattr(self._loop, "_ready", None)
+        if ready is None or not self._may_commit_here():
+            return False
+        alone = len(ready) == 1 and ready[0] is handle
+        if not alone and (
+            len(ready) > KICK_WAITS_FOR_READY
+            or not all(h is handle or h.cancelled() for h in ready)
+        ):
+            return False
+        handle.cancel()
+        self._kick_handle = None
+        self._kick_rounds = 0
+        if self._writer is not None and self._failed is None:
+            self._commit_on_loop()
+        return True
+
+    def _may_commit_here(self) -> bool:
+        writer = self._writer
+        return (
+            self._commit_here
+            and writer is not None
+            and writer.sync_s_recent < COMMIT_HERE_SYNC_S_MAX
+        )
+
+    def _commit_on_loop(self) -> None:
+        writer = self._writer
+        try:
+            lsn = writer.commit_here()  # type: ignore[union-attr]
+        except BaseException as e:
+            # A batch the thread synced just before may not be published yet:
+            # it is durable, so it is acknowledged before the failure is.
+            self._durable_to(writer.synced_lsn)  # type: ignore[union-attr]
+            self._journal_failed(e)
+            if not isinstance(e, Exception):
+                raise  # Ctrl-C in the middle of a commit: fail-stop, and still interrupt
+            return
+        if lsn is not None:
+            self._durable_to(lsn)
 
     def _durable_to(self, lsn: int) -> None:
         """Called on the loop when a commit made everything up to `lsn` durable."""
-        if lsn <= self._durable_lsn:  # a thread's commit published after a later one here
+        if lsn <= self._durable_lsn or self._failed is not None:
+            # A thread's commit published after a later one here, or after a
+            # failure here (which published it first).
             return
         self._durable_lsn = lsn
         self._progressed()
@@ -1210,6 +1244,11 @@ class Engine:
     async def _wait_durable(self, lsn: int) -> None:
         """Returns once every record up to `lsn` is durable."""
         if lsn <= self._durable_lsn:
+            return
+        if self._commit_if_alone() and lsn <= self._durable_lsn:
+            # Still one round of the loop, so it polls for I/O and a run that
+            # never waits otherwise cannot keep every other run from going on.
+            await asyncio.sleep(0)
             return
         await self._durable_future(lsn)
 

@@ -59,6 +59,8 @@ ALIGN = 8
 RECORD_BYTES_MAX = 16 << 20
 BATCH_START = 1 << 31
 _NONZERO = re.compile(rb"[^\x00]")
+_U32 = struct.Struct("<I").pack
+_PADS = [bytes(i) for i in range(ALIGN)]
 
 
 def encode_header(first_lsn: int) -> bytes:
@@ -89,10 +91,9 @@ def encode_frame(payload: bytes, batch_start: bool = False) -> bytes:
     n = len(payload)
     if not 0 < n <= RECORD_BYTES_MAX:
         raise ValueError(f"record of {n} bytes is outside 1..{RECORD_BYTES_MAX}")
-    length = struct.pack("<I", n | BATCH_START if batch_start else n)
-    crc = zlib.crc32(payload, zlib.crc32(length))
-    pad = (-(FRAME_BYTES + n)) % ALIGN
-    return b"".join((length, struct.pack("<I", crc), payload, b"\0" * pad))
+    length = _U32(n | BATCH_START if batch_start else n)
+    crc = _U32(zlib.crc32(payload, zlib.crc32(length)))
+    return b"".join((length, crc, payload, _PADS[-(FRAME_BYTES + n) % ALIGN]))
 
 
 def decode_frame(data: bytes | memoryview, offset: int) -> tuple[bytes, int] | None:

@@ -60,7 +60,13 @@ class Storage:
 
     def write(self, fd: int, offset: int, data: bytes | memoryview) -> None:
         """Writes all of `data` at `offset`, continuing after short writes."""
-        view = memoryview(data)
+        n = os.pwrite(fd, data, offset)
+        if n == len(data):
+            return
+        if n <= 0:
+            raise OSError(f"pwrite wrote {n} bytes")
+        view = memoryview(data)[n:]
+        offset += n
         while view:
             n = os.pwrite(fd, view, offset)
             if n <= 0:

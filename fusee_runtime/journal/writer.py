@@ -28,6 +28,7 @@ that succeeds proves nothing), and every later `append` raises
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -40,6 +41,8 @@ from fusee_runtime.journal.storage import Storage
 
 BATCH_RECORDS_MAX = 65_536
 """Records one write and sync may carry; a larger backlog takes several."""
+HERE_BYTES_MAX = 1 << 20
+"""A batch over this size is written by the thread even when `commit_here` is asked."""
 
 
 class Counters:
@@ -89,10 +92,13 @@ class JournalWriter:
         self.counters = Counters()
         self.sync_s_recent = 0.0
         """Moving average of the latest `fdatasync`s' seconds: how slow the disk is now."""
+        self.synced_lsn = tail.next_lsn - 1
+        """The last lsn a commit wrote and synced (it may not be published yet)."""
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._commit = threading.Lock()
-        self._pending: list[bytes] = []
+        self._pending: list[bytes] = []  # payloads, framed when committed
+        self._pending_bytes = 0  # their frames' size
         self._asked = False
         self._next_lsn = tail.next_lsn
         self._closing = False
@@ -120,11 +126,12 @@ class JournalWriter:
 
     def append(self, payload: bytes) -> int:
         """Queues a record; returns its lsn. Durable once a commit publishes it."""
+        if not payload:
+            raise ValueError("a record is at least one byte")
         if len(payload) > self._record_bytes_max:
             raise ValueError(
                 f"record of {len(payload)} bytes is over the limit of {self._record_bytes_max}"
             )
-        frame = fmt.encode_frame(payload)
         with self._lock:
             if self._failed is not None:
                 raise JournalFailed(f"the journal stopped accepting work: {self._failed}")
@@ -132,7 +139,8 @@ class JournalWriter:
                 raise JournalFailed("the journal is closed")
             lsn = self._next_lsn
             self._next_lsn = lsn + 1
-            self._pending.append(frame)
+            self._pending.append(payload)
+            self._pending_bytes += fmt.frame_size(len(payload))
             if self._commit_on_append and len(self._pending) == 1:
                 self._asked = True
                 self._wake.notify()
@@ -148,22 +156,16 @@ class JournalWriter:
         """Commits what is pending on the calling thread; returns the lsn now durable.
 
         Returns None, without waiting, when nothing is pending, or when the
-        thread is committing or the batch needs a new segment (the thread was
-        asked to take the batch). Raises the error
+        thread is committing, or the batch is large (over `HERE_BYTES_MAX` or
+        `BATCH_RECORDS_MAX` records) or needs a new segment: the thread was
+        asked to take it. Raises the error
         of a failed write or sync, after which the journal accepts nothing.
         """
         if not self._commit.acquire(blocking=False):
             self.ask()
             return None
         try:
-            with self._lock:
-                room = self._capacity - self._offset if self._fd is not None else 0
-                fits = sum(map(len, self._pending[:BATCH_RECORDS_MAX])) <= room
-            if not fits:
-                # Creating the next segment writes all of it: the thread does that.
-                self.ask()
-                return None
-            lsn = self._commit_pending()
+            lsn = self._commit_pending(here=True)
         finally:
             self._commit.release()
         if lsn is not None:
@@ -201,13 +203,33 @@ class JournalWriter:
             if closing or self._failed is not None:
                 return
 
-    def _commit_pending(self) -> int | None:
-        """Under `_commit`: writes and syncs the pending batch; returns its last lsn."""
+    def _commit_pending(self, here: bool = False) -> int | None:
+        """Under `_commit`: writes and syncs the pending batch; returns its last lsn.
+
+        `here` (not the writer thread) leaves a batch that needs a new segment to
+        the thread: creating a segment writes all of it.
+        """
         with self._lock:
-            if not self._pending or self._failed is not None:
+            pending = self._pending
+            if not pending or self._failed is not None:
                 return None
-            batch = self._pending[:BATCH_RECORDS_MAX]
-            del self._pending[:BATCH_RECORDS_MAX]
+            if len(pending) <= BATCH_RECORDS_MAX:
+                room = self._capacity - self._offset if self._fd is not None else -1
+                if here and (self._pending_bytes > room or self._pending_bytes > HERE_BYTES_MAX):
+                    self._asked = True
+                    self._wake.notify()
+                    return None
+                batch = pending
+                self._pending = []
+                self._pending_bytes = 0
+            else:
+                if here:
+                    self._asked = True
+                    self._wake.notify()
+                    return None
+                batch = pending[:BATCH_RECORDS_MAX]
+                del pending[:BATCH_RECORDS_MAX]
+                self._pending_bytes -= sum(fmt.frame_size(len(p)) for p in batch)
             last_lsn = self._next_lsn - 1 - len(self._pending)
         try:
             self._write(batch, last_lsn - len(batch) + 1)
@@ -215,11 +237,26 @@ class JournalWriter:
             with self._lock:
                 self._failed = e
                 self._pending.clear()
+                self._pending_bytes = 0
             raise
+        self.synced_lsn = last_lsn
         return last_lsn
 
-    def _write(self, frames: list[bytes], first_lsn: int) -> None:
-        frames[0] = fmt.marked_batch_start(frames[0])
+    def _write(self, payloads: list[bytes], first_lsn: int) -> None:
+        frames = [fmt.encode_frame(payloads[0], batch_start=True)]
+        if len(payloads) > 1:
+            frames += map(fmt.encode_frame, itertools.islice(payloads, 1, None))
+        size = sum(map(len, frames))
+        if self._fd is not None and size <= self._capacity - self._offset:
+            # The common case: the batch fits in the open segment.
+            data = frames[0] if len(frames) == 1 else b"".join(frames)
+            self._storage.write(self._fd, self._offset, data)
+            self._offset += size
+            self.counters.bytes += size
+            self._sync_now()
+            self.counters.records += len(frames)
+            self.counters.batches += 1
+            return
         start = 0
         lsn = first_lsn
         while start < len(frames):
@@ -254,7 +291,10 @@ class JournalWriter:
         took = time.perf_counter() - t0
         self.counters.sync_seconds += took
         self.counters.syncs += 1
-        self.sync_s_recent += (took - self.sync_s_recent) / 8
+        if self.counters.syncs == 1:
+            self.sync_s_recent = took
+        else:
+            self.sync_s_recent += (took - self.sync_s_recent) / 8
 
     def _rotate(self, first_lsn: int) -> None:
         if self._fd is not None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -23,7 +25,7 @@ from fusee_runtime import Config, Ctx, Engine, FakeClock, JournalFailed, Status,
 from fusee_runtime.journal import format as fmt
 from fusee_runtime.journal.reader import Tail, recover
 from fusee_runtime.journal.storage import Storage
-from fusee_runtime.journal.writer import JournalWriter
+from fusee_runtime.journal.writer import BATCH_RECORDS_MAX, JournalWriter
 
 MakeEngine = Callable[..., Engine]
 
@@ -215,32 +217,149 @@ class Unsafe(FaultyStorage):
 
 
 async def sequential(engine: Engine, steps: int) -> dict[str, float]:
-    await (await engine.start("jgc_three_steps", 0, id="warm")).result()
-    before = engine.counters()
-    assert await (await engine.start("jgc_three_steps", steps, id="timed")).result() == steps
-    after = engine.counters()
-    return {k: after[k] - before[k] for k in ("batches", "batches_here", "syncs")}
+    """Counters of a run of `steps` sequential steps, from the engine's first record."""
+    assert await (await engine.start("jgc_three_steps", steps, id="seq")).result() == steps
+    return {k: engine.counters()[k] for k in ("batches", "batches_here", "syncs")}
 
 
 async def test_an_idle_loop_commits_itself_without_the_writer_thread(
     home: Path, clock: FakeClock
 ) -> None:
     # A lone sequential run: at each gate nothing else could add to the batch,
-    # so the loop commits it itself (no hand-off to the thread and back).
+    # so the loop commits it itself (no hand-off to the thread and back), all
+    # but the first commit, which makes the journal's first segment (the
+    # thread writes whole segments).
     async with engine_on(home, FaultyStorage(), clock) as engine:
         d = await sequential(engine, 3)
-    assert d["batches"] == d["syncs"] >= 4
-    assert d["batches_here"] == d["batches"]
+    assert d["batches"] == d["syncs"] == 4
+    assert d["batches_here"] == d["batches"] - 1
 
 
 @pytest.mark.parametrize("storage", [Unsafe, SlowSync], ids=["not-loop-safe", "slow-disk"])
 async def test_commits_stay_on_the_thread_for_a_slow_or_unsafe_disk(
     home: Path, clock: FakeClock, storage: type[FaultyStorage]
 ) -> None:
+    # The slow disk's first sync (on the thread, making the first segment) is
+    # already enough to keep every later one off the loop.
     async with engine_on(home, storage(), clock) as engine:
         d = await sequential(engine, 3)
-    assert d["batches"] == d["syncs"] >= 4
+    assert d["batches"] == d["syncs"] == 4
     assert d["batches_here"] == 0
+
+
+def test_a_backlog_over_one_batch_is_left_to_the_thread_whole(tmp_path: Path) -> None:
+    # commit_here takes no part of a backlog larger than one batch: the thread
+    # commits all of it (once it stranded the rest, nobody asked to commit it).
+    durable: list[int] = []
+    done = threading.Event()
+
+    def on_durable(lsn: int) -> None:
+        durable.append(lsn)
+        if lsn == total:
+            done.set()
+
+    writer = JournalWriter(
+        tmp_path,
+        Storage(),
+        Tail(None, 0, 1),
+        64 << 20,
+        on_durable,
+        lambda e: None,
+        commit_on_append=False,
+    )
+    total = BATCH_RECORDS_MAX + 10
+    try:
+        for _ in range(total):
+            writer.append(b"[1]")
+        assert writer.commit_here() is None
+        assert done.wait(60)
+    finally:
+        writer.close()
+    assert durable[-1] == total
+    assert writer.counters.batches_here == 0
+    assert len(recover(tmp_path, Storage(), repair=False).records) == total
+
+
+async def test_a_batch_synced_before_a_failed_commit_here_is_acknowledged_first(
+    home: Path, clock: FakeClock
+) -> None:
+    # The thread synced batch A but had not yet published it when a commit on
+    # the loop failed: A is durable and must be acknowledged as such, before
+    # the failure, and nothing after the failure is ever acknowledged.
+    storage = FaultyStorage(fail_sync_at=2)
+    async with engine_on(home, storage, clock) as engine:
+        writer = engine._writer
+        assert writer is not None
+        held: list[int] = []
+        synced = threading.Event()
+        publish = writer._on_durable
+
+        def hold(lsn: int) -> None:  # the thread, preempted before it publishes
+            held.append(lsn)
+            synced.set()
+
+        writer._on_durable = hold
+        engine._commit_here = False
+        first = asyncio.ensure_future(engine.start("jgc_three_steps", 1, id="a"))
+        await asyncio.to_thread(synced.wait)
+        engine._commit_here = True
+        # "b" commits on the loop (the thread is idle); its sync fails.
+        with pytest.raises(JournalFailed):
+            await engine.start("jgc_three_steps", 2, id="b")
+        handle = await first  # acknowledged: its sync had returned
+        assert handle.id == "a"
+        publish(held[0])  # the thread's late publication changes nothing
+        await asyncio.sleep(0)
+        assert engine.counters()["durable_lsn"] == held[0]
+    assert storage.after_failure == []
+
+
+CTRL_C_CHILD = """
+import asyncio, os, signal, sys
+from fusee_runtime import Config, Engine, JournalFailed, workflow
+from fusee_runtime.journal.storage import Storage
+
+@workflow(name="jgc_ctrl_c")
+async def two(ctx, _):
+    await ctx.step("a", asyncio.sleep, 0)
+    await ctx.step("b", asyncio.sleep, 0)
+
+class Interrupted(Storage):
+    syncs = 0
+    def sync(self, fd):
+        self.syncs += 1
+        if self.syncs == 3:  # after the segment's and the thread's first: on the loop
+            os.kill(os.getpid(), signal.SIGINT)
+        super().sync(fd)
+
+engines = []
+
+async def main():
+    config = Config(storage=Interrupted(), segment_bytes=64 << 10, payload_bytes_max=1024)
+    async with Engine(sys.argv[1], app=None, config=config) as engine:
+        engines.append(engine)
+        await (await engine.start("jgc_ctrl_c", None, id="x")).result()
+
+loop = asyncio.new_event_loop()  # no asyncio.run: Python's own SIGINT handler stays
+try:
+    loop.run_until_complete(main())
+except KeyboardInterrupt:
+    engine = engines[0]
+    print(type(engine._failed).__name__, engine.counters()["durable_lsn"])
+"""
+
+
+def test_ctrl_c_during_a_commit_on_the_loop_fails_the_journal_and_still_interrupts(
+    home: Path,
+) -> None:
+    # A real SIGINT while the loop is in a commit: the journal fails (what that
+    # commit wrote is in an unknown state, so nothing after it is acknowledged)
+    # and the interrupt still reaches the program.
+    child = subprocess.run(
+        [sys.executable, "-c", CTRL_C_CHILD, str(home)], capture_output=True, text=True
+    )
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.split() == ["JournalFailed", "1"], child.stdout + child.stderr
 
 
 # -- fail-stop -----------------------------------------------------------------------------
