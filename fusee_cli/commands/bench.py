@@ -49,7 +49,7 @@ def _table(report: dict[str, Any]) -> None:
     f, s, c = report["fdatasync_us"], report["seq_step_us"], report["conc_steps_per_s"]
     r, cli = report["start_to_result_us"], report["cli_start_ms"]
     rows = [
-        ("fdatasync (100 B append)", f"{f['median']:.0f} µs", f"p99 {f['p99']:.0f} µs"),
+        ("fdatasync (100 B write)", f"{f['median']:.0f} µs", f"p99 {f['p99']:.0f} µs"),
         ("sequential step", f"{s['per_step']:.0f} µs", f"{s['ratio']:.2f} x fdatasync"),
         ("concurrent steps", f"{c['steps_per_s']:,}/s", f"{c['records_per_fdatasync']} rec/sync"),
         ("start to result", f"{r['median']:.0f} µs", f"p99 {r['p99']:.0f}; {r['ratio']} x"),
