@@ -7,6 +7,7 @@ tests can subclass it to inject faults (a torn or short write, a failing
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -60,19 +61,23 @@ class Storage:
 
     def write(self, fd: int, offset: int, data: bytes | memoryview) -> None:
         """Writes all of `data` at `offset`, continuing after short writes."""
-        n = os.pwrite(fd, data, offset)
+        n = self.pwrite(fd, data, offset)
         if n == len(data):
             return
         if n <= 0:
-            raise OSError(f"pwrite wrote {n} bytes")
+            raise OSError(errno.EIO, f"pwrite wrote {n} of {len(data)} bytes")
         view = memoryview(data)[n:]
         offset += n
         while view:
-            n = os.pwrite(fd, view, offset)
+            n = self.pwrite(fd, view, offset)
             if n <= 0:
-                raise OSError(f"pwrite wrote {n} bytes")
+                raise OSError(errno.EIO, f"pwrite wrote {n} of {len(view)} bytes")
             view = view[n:]
             offset += n
+
+    def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> int:
+        """One `pwrite(2)`: returns how many bytes it wrote, which may be fewer than asked."""
+        return os.pwrite(fd, data, offset)
 
     def sync(self, fd: int) -> None:
         """Makes every write to `fd` durable. Never retried on failure."""

@@ -1,0 +1,71 @@
+"""`python -m tests.torture --trials 200`: crash torture trials, one summary line.
+
+Each trial's seed picks the workload's plan, how its first life ends (a
+SIGKILL, a torn write, a full disk, a failed fdatasync, or a SIGKILL amid short
+writes, in turn), the instant, and the signals' timing, so `--seed S --trials 1`
+replays trial S. A failing trial
+prints its seed and violations and keeps its home and ledger.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tests.torture.harness import trial, workdir_for
+from tests.torture.torture_app import FAULTS
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.torture", description=__doc__)
+    parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=1, help="the first trial's seed")
+    parser.add_argument("--runs", type=int, default=200, help="workflow runs per trial")
+    parser.add_argument("--dir", type=Path, default=None, help="where trials run (kept on failure)")
+    parser.add_argument(
+        "--fault",
+        choices=FAULTS,
+        default=None,
+        help="end every first life so (default: each in turn, by seed)",
+    )
+    args = parser.parse_args()
+    base = args.dir or Path(tempfile.mkdtemp(prefix="fusee-torture-"))
+    totals = {"trials": 0, "mid": 0, "cut": 0, "runs": 0, "steps": 0, "signals": 0, "violations": 0}
+    by_fault = dict.fromkeys(FAULTS, 0)
+    t0 = time.monotonic()
+    for seed in range(args.seed, args.seed + args.trials):
+        workdir = workdir_for(base, seed)
+        fault = args.fault or FAULTS[seed % len(FAULTS)]
+        report, _ = trial(seed, workdir, runs=args.runs, fault=fault)
+        totals["trials"] += 1
+        by_fault[fault] += 1
+        totals["mid"] += report.killed
+        totals["cut"] += report.cut
+        totals["runs"] += report.runs
+        totals["steps"] += report.steps
+        totals["signals"] += report.signals
+        totals["violations"] += len(report.violations)
+        if report.violations:
+            print(f"trial {seed} FAILED (kept in {workdir}):", file=sys.stderr)
+            for line in report.violations[:20]:
+                print(f"  {line}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir)
+    if totals["violations"] == 0 and args.dir is None:
+        shutil.rmtree(base, ignore_errors=True)
+    faults = ", ".join(f"{n} {f}" for f, n in by_fault.items() if n)
+    print(
+        f"{totals['trials']} trials ({faults}), {totals['mid']} ended mid-work, "
+        f"{totals['cut']} torn tails cut, {totals['runs']} runs, {totals['steps']} steps "
+        f"and {totals['signals']} signals checked, {totals['violations']} violations "
+        f"({time.monotonic() - t0:.0f} s)"
+    )
+    return 1 if totals["violations"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

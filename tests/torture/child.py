@@ -1,0 +1,79 @@
+"""The torture child: owns the home, starts the plan's runs, takes signals on stdin.
+
+Usage: child.py HOME LEDGER SEED RUNS FAULT AT (see `torture_app.FaultStorage`).
+Prints, one line per write(2):
+`READY`, `STARTED <id>` once a start is durable, `SIGNALED <id> <value>` once
+a signal the parent sent (`<id> <value>` lines on stdin) is durable,
+`RESULT <id> <json>` for each result read, `FAULT <records>` when the storage
+injects its fault, and `DONE`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import orjson
+import torture_app
+
+from fusee_runtime import Engine, JournalFailed
+
+
+def emit(*words: object) -> None:
+    os.write(1, (" ".join(map(str, words)) + "\n").encode())
+
+
+async def main(home: str, seed: int, runs: int, fault: str, at: int) -> None:
+    storage = torture_app.FaultStorage(fault, at, seed)
+    config = dataclasses.replace(torture_app.CONFIG, storage=storage)
+    async with Engine(home, app=None, config=config) as engine:
+        emit("READY")
+        loop = asyncio.get_running_loop()
+        signals: list[asyncio.Task[None]] = []
+
+        async def signal(workflow_id: str, value: int) -> None:
+            try:
+                await engine.signal(workflow_id, "go", value)
+            except JournalFailed:
+                return
+            emit("SIGNALED", workflow_id, value)
+
+        buffered = b""
+
+        def on_stdin() -> None:
+            # Raw reads: a buffered readline could keep a second line out of sight.
+            nonlocal buffered
+            data = os.read(0, 65536)
+            if not data:
+                loop.remove_reader(0)
+                return
+            *lines, buffered = (buffered + data).split(b"\n")
+            for line in filter(None, lines):
+                workflow_id, value = line.split()
+                signals.append(asyncio.ensure_future(signal(workflow_id.decode(), int(value))))
+
+        loop.add_reader(0, on_stdin)
+
+        async def one(workflow_id: str, inp: dict) -> None:
+            try:
+                handle = await engine.start("tt_mixed", inp, id=workflow_id)
+                emit("STARTED", workflow_id)
+                result = await handle.result()
+            except JournalFailed:
+                return  # after an injected fault: nothing more is acknowledged
+            emit("RESULT", workflow_id, orjson.dumps(result).decode())
+
+        await asyncio.gather(*(one(w, inp) for w, inp in torture_app.plan(seed, runs)))
+        emit("DONE")
+        await asyncio.gather(*signals, return_exceptions=True)
+
+
+if __name__ == "__main__":
+    home, ledger, seed, runs, fault, at = sys.argv[1:7]
+    torture_app.LEDGER = ledger
+    asyncio.run(main(home, int(seed), int(runs), fault, int(at)))

@@ -1,0 +1,315 @@
+"""One torture trial: run the workload in a child, end it mid-work (a SIGKILL at a
+random instant, or a fault its storage injects: a torn write, a full disk, a failed
+`fdatasync`, short writes), recover the home in this process, run everything to
+completion, and check the invariants.
+
+The invariants (each violation is reported in words, with the run it concerns):
+
+- every run whose start the child saw acknowledged exists, once;
+- every signal whose delivery was acknowledged was delivered exactly once (a
+  signal sent but not acknowledged before the kill is sent again only if the
+  journal does not hold it);
+- every result the child read before the kill is the final result;
+- every run's final result is what a run without crashes gives (`expected`);
+- no step ran again after the execution whose result became durable (the
+  journal's recorded nonce is the last execution in the ledger for its key);
+- every execution of a step used the same `ctx.key()`;
+- nothing in a batch whose write or sync failed was acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from fusee_runtime import Engine
+from fusee_runtime.journal.reader import recover
+from fusee_runtime.journal.records import R, decode
+from fusee_runtime.journal.storage import Storage
+
+from . import torture_app
+
+HERE = Path(__file__).parent
+
+KILL_WITHIN_S = 1.0
+"""The kill comes at a uniformly random instant this long after the child is ready."""
+
+FAULT_WITHIN = 150
+"""An injected fault comes at a uniformly random append write or sync up to this one."""
+
+
+@dataclass
+class Report:
+    seed: int
+    fault: str = "kill"
+    cut: bool = False
+    """Whether recovery found a torn tail to cut (a batch the crash left half-written)."""
+    killed: bool = False
+    """Whether the first life ended mid-work (by the fault or the parent's SIGKILL),
+    rather than after every run had finished or could do nothing more."""
+    runs: int = 0
+    steps: int = 0
+    signals: int = 0
+    violations: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Seen:
+    """What the child acknowledged before it died."""
+
+    started: set[str] = field(default_factory=set)
+    signaled: set[str] = field(default_factory=set)
+    results: dict[str, Any] = field(default_factory=dict)
+    done: bool = False
+    fault_records: list[list[Any]] | None = None
+    """The records not yet durable when the storage injected its fault."""
+
+
+@dataclass
+class Evidence:
+    """Everything a trial's verdict is drawn from."""
+
+    planned: dict[str, dict[str, Any]]
+    seen: Seen
+    finals: dict[str, Any]
+    journal: list[list[Any]]
+    ledger: list[dict[str, Any]]
+
+
+def trial(
+    seed: int,
+    workdir: Path,
+    runs: int = 200,
+    fault: str = "kill",
+    between: Callable[[Path, Seen], None] | None = None,
+) -> tuple[Report, Evidence]:
+    """Runs trial `seed` in `workdir` (its home and ledger stay there), its first
+    life ended by `fault` (one of `torture_app.FAULTS`).
+
+    `between(workdir, seen)`, if given, runs after the kill and before recovery: the
+    harness's own tests damage the home there, to see the check catch it.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    home, ledger = workdir / "home", workdir / "ledger"
+    rng = random.Random(seed)
+    report = Report(seed, fault)
+    seen = _live(home, ledger, seed, runs, rng, report)
+    if between is not None:
+        between(workdir, seen)
+    if (home / "journal").exists():
+        report.cut = recover(home / "journal", Storage(), repair=False).cut is not None
+    planned = dict(torture_app.plan(seed, runs))
+    torture_app.LEDGER = str(ledger)
+    finals = asyncio.run(_finish(home, planned))
+    evidence = Evidence(planned, seen, finals, _journal(home), _ledger(ledger))
+    check(report, evidence)
+    return report, evidence
+
+
+def _live(
+    home: Path, ledger: Path, seed: int, runs: int, rng: random.Random, report: Report
+) -> Seen:
+    args = [str(seed), str(runs), report.fault, str(rng.randint(2, FAULT_WITHIN))]
+    with open(ledger.with_name("child.err"), "wb") as err:
+        child = subprocess.Popen(
+            [sys.executable, str(HERE / "child.py"), str(home), str(ledger), *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        assert child.stdout is not None
+        for line in child.stdout:
+            lines.put(line.rstrip("\n"))
+        lines.put(None)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    seen = Seen()
+    planned = dict(torture_app.plan(seed, runs))
+    kill_at: float | None = None
+    sends: list[tuple[float, str]] = []  # (when, workflow id)
+    eof = parent_killed = False
+    while not eof:
+        now = time.monotonic()
+        if kill_at is not None and now >= kill_at:
+            child.send_signal(signal.SIGKILL)
+            report.killed = parent_killed = True
+            break
+        for when, wid in [s for s in sends if s[0] <= now]:
+            sends.remove((when, wid))
+            with contextlib.suppress(BrokenPipeError):
+                child.stdin.write(f"{wid} {torture_app.signal_value(wid)}\n")  # type: ignore[union-attr]
+                child.stdin.flush()  # type: ignore[union-attr]
+        wake = min([t for t, _ in sends] + ([kill_at] if kill_at else []), default=now + 0.05)
+        try:
+            line = lines.get(timeout=max(0.0, wake - now))
+        except queue.Empty:
+            continue
+        if line is None:
+            eof = True
+            break
+        _take(line, seen)
+        if line == "READY" and report.fault in ("kill", "short"):
+            kill_at = time.monotonic() + rng.uniform(0, KILL_WITHIN_S)
+        elif line.startswith("STARTED ") and planned[line.split()[1]]["signal"]:
+            sends.append((time.monotonic() + rng.uniform(0, 0.3), line.split()[1]))
+        elif line == "DONE":
+            kill_at = time.monotonic()  # killed after it finished: nothing to lose
+    child.wait()
+    while not eof and (line := lines.get()) is not None:  # what it wrote before it died counts
+        _take(line, seen)
+    if child.stdin is not None:
+        with contextlib.suppress(BrokenPipeError):
+            child.stdin.close()
+    reader.join()
+    child.stdout.close()  # type: ignore[union-attr]
+    if report.killed and seen.done:
+        report.killed = False  # the kill came after the end: not a crash mid-work
+    if seen.fault_records is not None and report.fault != "short":
+        report.killed = True
+    killed_itself = report.fault == "torn" and seen.fault_records is not None
+    expected_kill = child.returncode == -signal.SIGKILL and (parent_killed or killed_itself)
+    if child.returncode != 0 and not expected_kill:
+        tail = ledger.with_name("child.err").read_text(errors="replace").strip().splitlines()
+        report.violations.append(
+            f"the child died by itself (exit {child.returncode}): {tail[-1] if tail else ''}"
+        )
+    return seen
+
+
+def _take(line: str, seen: Seen) -> None:
+    word, _, rest = line.partition(" ")
+    if word == "STARTED":
+        seen.started.add(rest)
+    elif word == "SIGNALED":
+        seen.signaled.add(rest.split()[0])
+    elif word == "RESULT":
+        wid, _, value = rest.partition(" ")
+        seen.results[wid] = orjson.loads(value)
+    elif word == "DONE":
+        seen.done = True
+    elif word == "FAULT":
+        seen.fault_records = orjson.loads(rest)
+
+
+async def _finish(home: Path, planned: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Reopens the home, sends the signals it does not hold, runs every run to its end."""
+    received = {_wid_of(r) for r in _journal(home) if r[0] == R.SignalReceived}
+    async with Engine(home, app=None, config=torture_app.CONFIG) as engine:
+        ids = {info.id for info in await engine.list()}
+        for wid in sorted(ids):
+            if planned[wid]["signal"] and wid not in received:
+                await engine.signal(wid, "go", torture_app.signal_value(wid))
+        results = await asyncio.gather(*(engine.handle(w).result() for w in sorted(ids)))
+    return dict(zip(sorted(ids), results, strict=True))
+
+
+_WIDS: dict[str, str] = {}
+
+
+def _wid_of(rec: list[Any]) -> str:
+    return _WIDS[rec[1]]
+
+
+def _journal(home: Path) -> list[list[Any]]:
+    if not (home / "journal").exists():
+        return []
+    scan = recover(home / "journal", Storage(), repair=False)
+    out = [decode(p) for _, p in scan.records]
+    for rec in out:
+        if rec[0] == R.RunStarted:
+            _WIDS[rec[1]] = rec[2]
+    return out
+
+
+def _ledger(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [orjson.loads(line) for line in path.read_bytes().splitlines()]
+
+
+def check(report: Report, evidence: Evidence) -> None:
+    """Adds to `report` what the evidence counts, and every violation it shows."""
+    planned, seen, finals = evidence.planned, evidence.seen, evidence.finals
+    journal, ledger = evidence.journal, evidence.ledger
+    v = report.violations
+    starts: dict[str, int] = defaultdict(int)
+    signals: dict[str, list[Any]] = defaultdict(list)
+    for rec in journal:
+        if rec[0] == R.RunStarted:
+            starts[rec[2]] += 1
+        elif rec[0] == R.SignalReceived:
+            signals[_wid_of(rec)].append(rec[4])
+    report.runs = len(finals)
+    for wid in sorted(seen.started - set(finals)):
+        v.append(f"{wid}: its start was acknowledged, the recovered home has no such run")
+    for wid, n in starts.items():
+        if n != 1:
+            v.append(f"{wid}: started {n} times")
+    for wid, result in sorted(finals.items()):
+        want = torture_app.expected(wid, planned[wid])
+        if result != want:
+            v.append(f"{wid}: final result {result}, a run without crashes gives {want}")
+        if wid in seen.results and seen.results[wid] != result:
+            v.append(f"{wid}: result {seen.results[wid]} read before the kill, {result} after")
+        if planned[wid]["signal"]:
+            report.signals += 1
+            if signals[wid] != [torture_app.signal_value(wid)]:
+                v.append(f"{wid}: signal delivered as {signals[wid]}, once expected")
+    for wid in sorted(seen.signaled - set(finals)):
+        v.append(f"{wid}: its signal was acknowledged, the run is gone")
+    # Nothing whose write or sync failed was acknowledged.
+    wids = {**_WIDS, **{r[1]: r[2] for r in seen.fault_records or [] if r[0] == R.RunStarted}}
+    for rec in seen.fault_records or []:
+        if rec[0] == R.RunStarted and rec[2] in seen.started:
+            v.append(f"{rec[2]}: its start was acknowledged, though its write failed")
+        elif rec[0] == R.SignalReceived and wids.get(rec[1]) in seen.signaled:
+            v.append(f"{wids[rec[1]]}: its signal was acknowledged, though its write failed")
+        elif rec[0] == R.RunCompleted and wids.get(rec[1]) in seen.results:
+            v.append(f"{wids[rec[1]]}: its result was read, though its write failed")
+    # The ledger against the journal.
+    by_key: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    keys_of: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for line in ledger:
+        by_key[line["key"]].append(line)
+        keys_of[(line["run"], line["name"])].add(line["key"])
+    for (run, name), keys in sorted(keys_of.items()):
+        if len(keys) != 1:
+            v.append(f"step {name} of run {run}: ran under {len(keys)} keys {sorted(keys)}")
+    for rec in journal:
+        if rec[0] != R.StepCompleted:
+            continue
+        report.steps += 1
+        run_id, seq, name, value = rec[1], rec[2], rec[3], rec[4]
+        key = f"{_WIDS[run_id]}/{run_id}/{seq}"
+        runs = by_key.get(key, [])
+        nonces = [line["nonce"] for line in runs]
+        if value["nonce"] not in nonces:
+            v.append(f"{key} ({name}): the recorded execution is not in the ledger")
+        elif nonces[-1] != value["nonce"]:
+            after = len(nonces) - 1 - nonces.index(value["nonce"])
+            v.append(f"{key} ({name}): ran {after} more time(s) after its result was recorded")
+
+
+def workdir_for(base: Path, seed: int) -> Path:
+    path = base / f"trial-{seed}"
+    path.mkdir(parents=True)
+    return path

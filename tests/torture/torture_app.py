@@ -1,0 +1,191 @@
+"""The torture workload: workflows whose steps write every execution to a side ledger.
+
+Each step function appends one line per execution (its run's id, its name,
+`ctx.key()`, the attempt's outcome and a fresh nonce) to the ledger, opened
+with O_APPEND and fsynced before the function returns, and returns the
+nonce with its value. The journal's recorded nonce then names the execution
+whose result became durable: no execution of that step may come after it.
+Results depend only on the plan and the signals, never on crashes.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import signal
+from typing import Any
+
+import orjson
+
+from fusee_runtime import Config, Ctx, RetryPolicy, current_ctx, workflow
+from fusee_runtime.journal import format as fmt
+from fusee_runtime.journal.storage import Storage
+
+LEDGER: str | None = None
+"""The ledger's path, set by whoever runs the workload (the child, then the parent)."""
+
+CONFIG = Config(segment_bytes=1 << 20, payload_bytes_max=64 << 10)
+"""Small segments, so that rotations happen under load (both lives use it)."""
+
+FAULTS = ("kill", "torn", "enospc", "eio", "short")
+"""What ends a trial's first life: the parent's SIGKILL at a random instant; the
+child's own SIGKILL halfway through writing a batch (a torn write); a full
+disk halfway through a batch; a failed `fdatasync`; or the parent's SIGKILL
+while every `pwrite` writes only a few bytes at a time (short writes)."""
+
+
+class FaultStorage(Storage):
+    """The journal's storage in the child, with one fault injected at the `at`-th
+    append write (torn, enospc) or data sync (eio), or short writes throughout.
+
+    Before a torn write kills the process, and before a failed write or sync
+    raises, it prints `FAULT <records>`: the records of every batch not yet
+    known durable, none of which may be acknowledged.
+    """
+
+    def __init__(self, fault: str, at: int, seed: int) -> None:
+        self.fault, self.at = fault, at
+        self.rng = random.Random(seed)
+        self.writes = self.syncs = 0
+        self.unsynced: list[bytes] = []
+        self.creating = False
+
+    def create(self, path: Any, size_bytes: int, header: bytes) -> int:
+        self.creating = True
+        try:
+            return super().create(path, size_bytes, header)
+        finally:
+            self.creating = False
+
+    def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> int:
+        if self.fault == "short" and not self.creating:
+            data = data[: self.rng.randint(1, 7)]
+        return super().pwrite(fd, data, offset)
+
+    def write(self, fd: int, offset: int, data: bytes | memoryview) -> None:
+        if self.creating:
+            return super().write(fd, offset, data)
+        self.writes += 1
+        self.unsynced.append(bytes(data))
+        if self.writes == self.at and self.fault in ("torn", "enospc"):
+            super().write(fd, offset, data[: max(1, len(data) // 2)])
+            self._report()
+            if self.fault == "torn":
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "appending (injected)")
+        super().write(fd, offset, data)
+
+    def sync(self, fd: int) -> None:
+        if self.creating:
+            return super().sync(fd)
+        self.syncs += 1
+        if self.syncs == self.at and self.fault == "eio":
+            self._report()
+            raise OSError(errno.EIO, os.strerror(errno.EIO), "fdatasync (injected)")
+        super().sync(fd)
+        self.unsynced.clear()
+
+    def _report(self) -> None:
+        records = []
+        for data in self.unsynced:
+            pos = 0
+            while (got := fmt.decode_frame(data, pos)) is not None:
+                records.append(orjson.loads(got[0]))
+                pos = got[1]
+        os.write(1, b"FAULT " + orjson.dumps(records) + b"\n")
+
+
+FAST_RETRY = RetryPolicy(attempts=6, initial=0.005, factor=1.0, jitter=False)
+_failures: dict[str, int] = {}
+
+
+def plan(seed: int, runs: int) -> list[tuple[str, dict[str, Any]]]:
+    """The runs a trial starts: their ids and inputs, from the seed alone."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(runs):
+        out.append(
+            (
+                f"r{i}",
+                {
+                    "steps": rng.randint(1, 6),
+                    "threaded": rng.random() < 0.3,
+                    "flaky": rng.random() < 0.3,
+                    "sleep": rng.choice([0, 0, 0.01, 0.05]),
+                    "fan": rng.choice([0, 0, 3, 10]),
+                    "signal": rng.random() < 0.4,
+                    "base": rng.randint(0, 1000),
+                },
+            )
+        )
+    return out
+
+
+def signal_value(workflow_id: str) -> int:
+    return sum(map(ord, workflow_id)) % 97
+
+
+def expected(workflow_id: str, inp: dict[str, Any]) -> int:
+    """The result of a run of `inp`, as a run without crashes gives it."""
+    base = inp["base"]
+    total = sum(base + i for i in range(inp["steps"]))
+    if inp["flaky"]:
+        total += base * 2
+    total += sum(base + 100 + j for j in range(inp["fan"]))
+    if inp["signal"]:
+        total += signal_value(workflow_id)
+    return total + base + 999
+
+
+def _ledger(name: str, ok: bool) -> str:
+    assert LEDGER is not None, "torture_app.LEDGER is not set"
+    ctx = current_ctx()
+    nonce = os.urandom(8).hex()
+    line = {"run": ctx.run_id, "name": name, "key": ctx.key(), "ok": ok, "nonce": nonce}
+    fd = os.open(LEDGER, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, orjson.dumps(line) + b"\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return nonce
+
+
+async def work(name: str, value: int) -> dict[str, Any]:
+    return {"v": value, "nonce": _ledger(name, ok=True)}
+
+
+def work_in_thread(name: str, value: int) -> dict[str, Any]:
+    return {"v": value, "nonce": _ledger(name, ok=True)}
+
+
+async def flaky(name: str, value: int) -> dict[str, Any]:
+    """Fails its first two executions in each process, then succeeds."""
+    key = current_ctx().key()
+    failed = _failures.get(key, 0)
+    if failed < 2:
+        _failures[key] = failed + 1
+        _ledger(name, ok=False)
+        raise RuntimeError(f"flaky failure {failed + 1}")
+    return {"v": value, "nonce": _ledger(name, ok=True)}
+
+
+@workflow(name="tt_mixed")
+async def mixed(ctx: Ctx, inp: dict[str, Any]) -> int:
+    base = inp["base"]
+    fn = work_in_thread if inp["threaded"] else work
+    total = 0
+    for i in range(inp["steps"]):
+        total += (await ctx.step(f"s{i}", fn, f"s{i}", base + i))["v"]
+    if inp["flaky"]:
+        total += (await ctx.step("flaky", flaky, "flaky", base * 2, retry=FAST_RETRY))["v"]
+    if inp["sleep"]:
+        await ctx.sleep("nap", inp["sleep"])
+    if inp["fan"]:
+        legs = [ctx.step(f"f{j}", work, f"f{j}", base + 100 + j) for j in range(inp["fan"])]
+        total += sum(r["v"] for r in await ctx.all(legs))
+    if inp["signal"]:
+        total += await ctx.wait_for("go")
+    total += (await ctx.step("last", work, "last", base + 999))["v"]
+    return total
