@@ -58,6 +58,7 @@ from fusee_runtime.errors import (
     NotFound,
     Rejected,
 )
+from fusee_runtime.journal import format as fmt
 from fusee_runtime.journal import records
 from fusee_runtime.journal.reader import locate, recover
 from fusee_runtime.journal.records import CLOSES, SCHEDULES, R
@@ -67,6 +68,8 @@ from fusee_runtime.journal.writer import JournalWriter
 log = logging.getLogger("fusee")
 
 ID_BYTES_MAX = 256
+RECORD_FIELDS_BYTES_MAX = 4096
+"""Room in a record for its fields (ids, names, times) beside a payload at its limit."""
 COMMIT_HERE_SYNC_S_MAX = 0.002
 """Above this `fdatasync` time (a moving average), commits stay on the writer thread
 even when the loop is idle, so a slow disk never holds up the loop for long."""
@@ -111,8 +114,22 @@ class Config:
     def __post_init__(self) -> None:
         if self.durability not in ("fdatasync", "none"):
             raise ValueError("Config.durability is 'fdatasync' or 'none'")
+        if self.payload_bytes_max < 1:
+            raise ValueError("Config.payload_bytes_max is at least 1")
+        need = fmt.HEADER_BYTES + fmt.frame_size(self.record_bytes_max)
+        if self.segment_bytes < need:
+            raise ValueError(
+                f"Config.segment_bytes ({self.segment_bytes}) must hold the largest record, "
+                f"{need} bytes with Config.payload_bytes_max={self.payload_bytes_max}: "
+                "raise segment_bytes or lower payload_bytes_max"
+            )
         if self.durability == "none":
             log.warning("fusee: durability='none' is UNSAFE: a crash loses acknowledged work")
+
+    @property
+    def record_bytes_max(self) -> int:
+        """The largest journal record: a payload at its limit, with its record's fields."""
+        return self.payload_bytes_max + RECORD_FIELDS_BYTES_MAX
 
 
 class Engine:
@@ -218,7 +235,7 @@ class Engine:
                 on_durable=lambda lsn: loop.call_soon_threadsafe(self._durable_to, lsn),
                 on_failed=lambda e: loop.call_soon_threadsafe(self._journal_failed, e),
                 sync=self.config.durability == "fdatasync",
-                record_bytes_max=self.config.payload_bytes_max + 4096,
+                record_bytes_max=self.config.record_bytes_max,
                 commit_on_append=False,
             )
         except BaseException:

@@ -21,7 +21,16 @@ from pathlib import Path
 import orjson
 import pytest
 
-from fusee_runtime import Config, Ctx, Engine, FakeClock, JournalFailed, Status, workflow
+from fusee_runtime import (
+    Config,
+    Ctx,
+    Engine,
+    FakeClock,
+    JournalFailed,
+    RunHandle,
+    Status,
+    workflow,
+)
 from fusee_runtime.journal import format as fmt
 from fusee_runtime.journal.reader import Tail, recover
 from fusee_runtime.journal.storage import Storage
@@ -61,6 +70,13 @@ class FaultyStorage(Storage):
     - `fail_write_at`: `write` raises `OSError(ENOSPC)`, as a full disk.
     - `fail_create`: creating a segment runs out of space while
       preallocating it (leaving its temporary file behind).
+    - `half_write_at`: `write` puts the first half of its data in the file,
+      then raises `OSError(ENOSPC)`: a disk that fills mid-batch.
+    - `pwrite_max`: every `pwrite` writes at most this many bytes (short writes).
+    - `stuck_pwrite_at`: the N-th `pwrite` of an append writes nothing.
+
+    `failed_data` keeps the data of every write since the last good sync when
+    a fault strikes: the batch (or batches) nothing of which may be acknowledged.
 
     After the fault, every further call is recorded in `after_failure`;
     `failed` is set just before the fault is raised.
@@ -71,19 +87,39 @@ class FaultyStorage(Storage):
         fail_sync_at: int | None = None,
         fail_write_at: int | None = None,
         fail_create: bool = False,
+        half_write_at: int | None = None,
+        pwrite_max: int | None = None,
+        stuck_pwrite_at: int | None = None,
     ) -> None:
         self.fail_sync_at = fail_sync_at
         self.fail_write_at = fail_write_at
         self.fail_create = fail_create
+        self.half_write_at = half_write_at
+        self.pwrite_max = pwrite_max
+        self.stuck_pwrite_at = stuck_pwrite_at
         self.syncs = 0
         self.writes = 0
+        self.pwrites = 0
+        self.unsynced: list[bytes] = []
+        self.failed_data: list[bytes] = []
         self.after_failure: list[str] = []
         self.failed = threading.Event()
         self._creating = False
 
     def _fault(self, error: int, what: str) -> OSError:
+        self.failed_data = list(self.unsynced)
         self.failed.set()
         return OSError(error, os.strerror(error), what)
+
+    def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> int:
+        if self._creating:
+            return super().pwrite(fd, data, offset)
+        self.pwrites += 1
+        if self.pwrites == self.stuck_pwrite_at:
+            self.failed_data = list(self.unsynced)
+            self.failed.set()
+            return 0
+        return super().pwrite(fd, data[: self.pwrite_max], offset)
 
     def create(self, path: Path, size_bytes: int, header: bytes) -> int:
         if self.failed.is_set():
@@ -103,7 +139,11 @@ class FaultyStorage(Storage):
         if self.failed.is_set():
             self.after_failure.append("write")
         self.writes += 1
+        self.unsynced.append(bytes(data))
         if self.writes == self.fail_write_at:
+            raise self._fault(errno.ENOSPC, "appending")
+        if self.writes == self.half_write_at:
+            super().write(fd, offset, data[: len(data) // 2])
             raise self._fault(errno.ENOSPC, "appending")
         super().write(fd, offset, data)
 
@@ -117,6 +157,7 @@ class FaultyStorage(Storage):
         if self.syncs == self.fail_sync_at:
             raise self._fault(errno.EIO, "fdatasync")
         super().sync(fd)
+        self.unsynced.clear()
 
 
 def engine_on(home: Path, storage: Storage, clock: FakeClock) -> Engine:
@@ -493,6 +534,86 @@ async def test_full_disk_while_creating_a_segment_is_fail_stop(
         assert await engine.list() == []
         handle = await engine.start("jgc_three_steps", 5, id="room")
         assert await handle.result() == 5
+
+
+def records_in(data: list[bytes]) -> list[list[object]]:
+    """The records in these writes' whole frames."""
+    out = []
+    for chunk in data:
+        pos = 0
+        while (got := fmt.decode_frame(chunk, pos)) is not None:
+            out.append(orjson.loads(got[0]))
+            pos = got[1]
+    return out
+
+
+async def test_full_disk_mid_batch_acknowledges_none_of_it_and_reopens_clean(
+    home: Path, clock: FakeClock
+) -> None:
+    # One start, then 49 at once: the write that fills the disk halfway holds
+    # the 49 starts beside the first run's step result.
+    storage = FaultyStorage(half_write_at=2)
+    async with engine_on(home, storage, clock) as engine:
+        first = await engine.start("jgc_three_steps", 0, id="h0")
+        outcomes: list[RunHandle | BaseException] = await asyncio.gather(
+            *(engine.start("jgc_three_steps", i, id=f"h{i}") for i in range(1, 50)),
+            return_exceptions=True,
+        )
+        acked = {h.id for h in [first, *outcomes] if not isinstance(h, BaseException)}
+        assert storage.failed.is_set()
+        for e in (o for o in outcomes if isinstance(o, BaseException)):
+            assert isinstance(e, JournalFailed)
+            assert os.strerror(errno.ENOSPC) in str(e)
+        with pytest.raises(JournalFailed):
+            await engine.start("jgc_three_steps", 99, id="late")
+    failed = records_in(storage.failed_data)
+    starts = {r[2] for r in failed if r[0] == 1}  # RunStarted
+    steps = [r[4] for r in failed if r[0] == 2]  # StepCompleted: the step's value, "n:a"
+    assert starts and steps, failed
+    assert not acked & starts, "a start in the write that hit the full disk was acknowledged"
+    for value in steps:
+        n, name = str(value).split(":")
+        assert f"{n}:{chr(ord(name) + 1)}" not in STEP_CALLS, f"a step ran after {value}"
+    assert storage.after_failure == []
+
+    # Space is back: the half-written batch is cut, every acknowledged run finishes.
+    assert recover(home / "journal", Storage(), repair=False).cut is not None
+    async with engine_on(home, Storage(), clock) as engine:
+        for wid in sorted(acked):
+            assert await engine.handle(wid).result() == int(wid[1:])
+        assert await (await engine.start("jgc_three_steps", 7, id="after")).result() == 7
+
+
+async def test_short_writes_are_continued_until_the_batch_is_whole(
+    home: Path, clock: FakeClock
+) -> None:
+    storage = FaultyStorage(pwrite_max=5)
+    async with engine_on(home, storage, clock) as engine:
+        handles = [await engine.start("jgc_three_steps", i, id=f"s{i}") for i in range(5)]
+        assert [await h.result() for h in handles] == list(range(5))
+    assert storage.pwrites > 5 * storage.writes  # every batch took several pwrites
+    async with engine_on(home, Storage(), clock) as engine:
+        assert [r.status for r in await engine.list()] == [Status.COMPLETED] * 5
+    assert len(on_disk(home)) == 5 * 5  # start, three steps, close
+
+
+async def test_a_write_that_makes_no_progress_is_fail_stop(home: Path, clock: FakeClock) -> None:
+    # pwrite 1 holds the start; pwrite 2, step a's result, writes nothing at all.
+    storage = FaultyStorage(stuck_pwrite_at=2)
+    async with engine_on(home, storage, clock) as engine:
+        handle = await engine.start("jgc_three_steps", 3, id="stuck")
+        result = asyncio.ensure_future(handle.result())
+        await asyncio.to_thread(storage.failed.wait)
+        with pytest.raises(JournalFailed, match="pwrite wrote 0 of"):
+            await engine.start("jgc_three_steps", 4, id="after")
+    with pytest.raises(JournalFailed):
+        await result
+    assert STEP_CALLS == ["3:a"]
+    assert storage.syncs == 1, "the write that made no progress was followed by a sync"
+    assert storage.after_failure == []
+    assert [lsn for lsn, _ in on_disk(home)] == [1]
+    async with engine_on(home, Storage(), clock) as engine:
+        assert await engine.handle("stuck").result() == 3
 
 
 # -- limits ------------------------------------------------------------------------------
