@@ -284,7 +284,9 @@ class Engine:
         await self.schedules.stop()
         await self._timers.stop()
         if grace > 0 and self._attempts:
-            finished = asyncio.ensure_future(self.wait_until(lambda: self._attempts == 0))
+            finished = asyncio.ensure_future(
+                self.wait_until(lambda: self._attempts == 0 or self._failed is not None)
+            )
             hurried = asyncio.ensure_future(self._hurry.wait())
             try:
                 await asyncio.wait(
@@ -1219,8 +1221,14 @@ class Engine:
 
     async def wait_until(self, predicate: Callable[[], bool]) -> None:
         """Returns once `predicate()` holds, checking it after each durable batch and each
-        change of a run's state. For tests and tools that follow the engine without polling."""
+        change of a run's state. For tests and tools that follow the engine without polling.
+
+        Raises:
+            JournalFailed: the journal failed first; nothing progresses after that.
+        """
         while not predicate():
+            if self._failed is not None:
+                raise self._failed
             if self._progress is None:
                 self._progress = asyncio.Event()
             await self._progress.wait()

@@ -11,6 +11,8 @@ Then, for each line on stdin:
 - `sync`: waits until the scheduler looked again and everything is durable,
   then prints `SYNCED <ids of the schedule's runs, as JSON>`.
 
+If anything fails (the journal, say), it prints `ERROR <what>` and exits.
+
 The schedule is "cron.tick": every minute, overlap "allow", catchup "all",
 so every instant must end up with exactly one run.
 """
@@ -38,6 +40,16 @@ def emit(*parts: str) -> None:
 
 
 async def main(home: Path, start: float) -> None:
+    try:
+        await serve(home, start)
+    except BaseException as e:
+        # Say why where the test reads, and exit at once: a clean exit would wait
+        # for the thread reading stdin, which only the test can end.
+        emit("ERROR", repr(e))
+        os._exit(1)
+
+
+async def serve(home: Path, start: float) -> None:
     clock = FakeClock(start)
     engine = Engine(home, app=None, config=Config(clock=clock, schedules=True))
     async with engine:

@@ -491,6 +491,17 @@ async def test_concurrent_starts_are_acknowledged_only_before_a_failed_sync(
     assert "late" not in written
 
 
+async def test_wait_until_raises_once_the_journal_fails(home: Path, clock: FakeClock) -> None:
+    # Nothing progresses after a failed sync: a tool or test following the engine
+    # is told, rather than left waiting for good.
+    storage = FaultyStorage(fail_sync_at=2)
+    async with engine_on(home, storage, clock) as engine:
+        await engine.start("jgc_three_steps", 1, id="w")
+        with pytest.raises(JournalFailed):
+            await engine.wait_until(lambda: False)
+        await engine.wait_until(lambda: engine._failed is not None)  # true: returns
+
+
 async def test_full_disk_on_append_is_fail_stop(home: Path, clock: FakeClock) -> None:
     # Write 1 holds the start; write 2, step a's result, finds the disk full.
     storage = FaultyStorage(fail_write_at=2)
