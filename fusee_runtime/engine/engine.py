@@ -114,8 +114,12 @@ class Config:
     def __post_init__(self) -> None:
         if self.durability not in ("fdatasync", "none"):
             raise ValueError("Config.durability is 'fdatasync' or 'none'")
-        if self.payload_bytes_max < 1:
-            raise ValueError("Config.payload_bytes_max is at least 1")
+        if self.payload_bytes_max < 1 or self.record_bytes_max > fmt.RECORD_BYTES_MAX:
+            raise ValueError(
+                "Config.payload_bytes_max is between 1 and "
+                f"{fmt.RECORD_BYTES_MAX - RECORD_FIELDS_BYTES_MAX} (a journal record is at "
+                f"most {fmt.RECORD_BYTES_MAX} bytes)"
+            )
         need = fmt.HEADER_BYTES + fmt.frame_size(self.record_bytes_max)
         if self.segment_bytes < need:
             raise ValueError(

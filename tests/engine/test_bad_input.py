@@ -299,7 +299,14 @@ def test_a_step_called_outside_a_workflow_is_an_ordinary_call() -> None:
             "with Config.payload_bytes_max=4194304: raise segment_bytes or lower "
             "payload_bytes_max",
         ),
-        ({"payload_bytes_max": 0}, "Config.payload_bytes_max is at least 1"),
+        *(
+            (
+                {"payload_bytes_max": n},
+                "Config.payload_bytes_max is between 1 and 16773120 (a journal record is "
+                "at most 16777216 bytes)",
+            )
+            for n in (0, 32 << 20)
+        ),
         ({"durability": "sometimes"}, "Config.durability is 'fdatasync' or 'none'"),
     ],
 )

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import event, given
+from hypothesis import event, example, given
 from hypothesis import strategies as st
 from test_journal_fuzz import FUZZ, Flip, Garbage, Truncate, damage, write_out
 
@@ -65,7 +65,8 @@ async def _fill(home: Path) -> dict[str, tuple[Status, Any]]:
             await e.start("hf_wait", i, id=f"wait-{i}")
         await e.signal("wait-0", "go", 21)
         assert await e.handle("wait-0").result() == 42
-        for i in range(2):
+        # Last, so the newest segment holds starts that damage there can take away.
+        for i in range(12):
             await e.start("hf_nap", i, id=f"nap-{i}")
         return await _runs(e)
 
@@ -94,6 +95,8 @@ async def _open(home: Path) -> dict[str, tuple[Status, Any]]:
 
 @FUZZ
 @given(damages=st.lists(damage, min_size=1, max_size=3))
+# The newest segment zeroed from its middle: the latest starts are gone.
+@example(damages=[Truncate(-1, 400, shorten=False)])
 def test_a_damaged_home_opens_with_a_prefix_or_names_the_damage(
     original: tuple[Path, dict[str, Any]], damages: list[Truncate | Flip | Garbage]
 ) -> None:
@@ -119,7 +122,7 @@ def test_a_damaged_home_opens_with_a_prefix_or_names_the_damage(
                 # A run that finished, there or only now (its lost steps ran again).
                 assert (before[wid][1] if before[wid][0] == Status.COMPLETED else result) == result
         # What survived is a prefix: the runs started in order, so the ones kept
-        # are the earliest.
-        order = list(before)
+        # are the earliest (`list()` gives the newest first).
+        order = list(before)[::-1]
         kept = [wid for wid in order if wid in after]
         assert kept == order[: len(kept)]

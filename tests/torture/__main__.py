@@ -3,7 +3,8 @@
 Each trial's seed picks the workload's plan, how its first life ends (a
 SIGKILL, a torn write, a full disk, a failed fdatasync, or a SIGKILL amid short
 writes, in turn), the instant, and the signals' timing, so `--seed S --trials 1`
-replays trial S. A failing trial
+runs trial S again: the same plan and fault, though not to the microsecond (which
+batch a write or a kill meets depends on the machine's timing). A failing trial
 prints its seed and violations and keeps its home and ledger.
 """
 
@@ -16,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.torture.harness import trial, workdir_for
+from tests.torture.harness import Report, trial, workdir_for
 from tests.torture.torture_app import FAULTS
 
 
@@ -40,7 +41,10 @@ def main() -> int:
     for seed in range(args.seed, args.seed + args.trials):
         workdir = workdir_for(base, seed)
         fault = args.fault or FAULTS[seed % len(FAULTS)]
-        report, _ = trial(seed, workdir, runs=args.runs, fault=fault)
+        try:
+            report, _ = trial(seed, workdir, runs=args.runs, fault=fault)
+        except Exception as e:  # the harness or the recovery broke: still a failed trial
+            report = Report(seed, fault, violations=[f"the trial raised {e!r}"])
         totals["trials"] += 1
         by_fault[fault] += 1
         totals["mid"] += report.killed

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import queue
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -45,11 +46,16 @@ from . import torture_app
 
 HERE = Path(__file__).parent
 
-KILL_WITHIN_S = 1.0
-"""The kill comes at a uniformly random instant this long after the child is ready."""
+KILL_DELAY_S = 0.02
+"""The parent's SIGKILL comes after a random number of results (so mid-work on a
+machine of any speed), and then up to this much later."""
 
-FAULT_WITHIN = 150
-"""An injected fault comes at a uniformly random append write or sync up to this one."""
+FAULT_WITHIN = 40
+"""An injected fault comes at a uniformly random append write or sync up to this one
+(a life makes 40 to 150 of each)."""
+
+SILENCE_S = 120.0
+"""A child that prints nothing for this long has hung: a violation, not a wait."""
 
 
 @dataclass
@@ -77,6 +83,8 @@ class Seen:
     done: bool = False
     fault_records: list[list[Any]] | None = None
     """The records not yet durable when the storage injected its fault."""
+    pid: int = 0
+    """The child's: ledger lines of its life carry it."""
 
 
 @dataclass
@@ -88,6 +96,8 @@ class Evidence:
     finals: dict[str, Any]
     journal: list[list[Any]]
     ledger: list[dict[str, Any]]
+    after_crash: list[list[Any]] = field(default_factory=list)
+    """The journal as the crash left it, before recovery went on."""
 
 
 def trial(
@@ -112,10 +122,11 @@ def trial(
         between(workdir, seen)
     if (home / "journal").exists():
         report.cut = recover(home / "journal", Storage(), repair=False).cut is not None
+    after_crash = _journal(home)
     planned = dict(torture_app.plan(seed, runs))
     torture_app.LEDGER = str(ledger)
     finals = asyncio.run(_finish(home, planned))
-    evidence = Evidence(planned, seen, finals, _journal(home), _ledger(ledger))
+    evidence = Evidence(planned, seen, finals, _journal(home), _ledger(ledger), after_crash)
     check(report, evidence)
     return report, evidence
 
@@ -123,7 +134,7 @@ def trial(
 def _live(
     home: Path, ledger: Path, seed: int, runs: int, rng: random.Random, report: Report
 ) -> Seen:
-    args = [str(seed), str(runs), report.fault, str(rng.randint(2, FAULT_WITHIN))]
+    args = [str(seed), str(runs), report.fault, str(rng.randint(1, FAULT_WITHIN))]
     with open(ledger.with_name("child.err"), "wb") as err:
         child = subprocess.Popen(
             [sys.executable, str(HERE / "child.py"), str(home), str(ledger), *args],
@@ -142,9 +153,11 @@ def _live(
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    seen = Seen()
+    seen = Seen(pid=child.pid)
     planned = dict(torture_app.plan(seed, runs))
     kill_at: float | None = None
+    kill_after = rng.randint(0, runs * 4 // 5) if report.fault in ("kill", "short") else None
+    heard = time.monotonic()
     sends: list[tuple[float, str]] = []  # (when, workflow id)
     eof = parent_killed = False
     while not eof:
@@ -162,14 +175,18 @@ def _live(
         try:
             line = lines.get(timeout=max(0.0, wake - now))
         except queue.Empty:
+            if now - heard > SILENCE_S:
+                report.violations.append(f"the child printed nothing for {SILENCE_S:.0f} s")
+                kill_at = now
             continue
+        heard = time.monotonic()
         if line is None:
             eof = True
             break
         _take(line, seen)
-        if line == "READY" and report.fault in ("kill", "short"):
-            kill_at = time.monotonic() + rng.uniform(0, KILL_WITHIN_S)
-        elif line.startswith("STARTED ") and planned[line.split()[1]]["signal"]:
+        if kill_at is None and kill_after is not None and len(seen.results) >= kill_after:
+            kill_at = time.monotonic() + rng.uniform(0, KILL_DELAY_S)
+        if line.startswith("STARTED ") and planned[line.split()[1]]["signal"]:
             sends.append((time.monotonic() + rng.uniform(0, 0.3), line.split()[1]))
         elif line == "DONE":
             kill_at = time.monotonic()  # killed after it finished: nothing to lose
@@ -212,7 +229,9 @@ def _take(line: str, seen: Seen) -> None:
 
 async def _finish(home: Path, planned: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Reopens the home, sends the signals it does not hold, runs every run to its end."""
-    received = {_wid_of(r) for r in _journal(home) if r[0] == R.SignalReceived}
+    journal = _journal(home)
+    wids = _wids(journal)
+    received = {wids[r[1]] for r in journal if r[0] == R.SignalReceived}
     async with Engine(home, app=None, config=torture_app.CONFIG) as engine:
         ids = {info.id for info in await engine.list()}
         for wid in sorted(ids):
@@ -222,22 +241,16 @@ async def _finish(home: Path, planned: dict[str, dict[str, Any]]) -> dict[str, A
     return dict(zip(sorted(ids), results, strict=True))
 
 
-_WIDS: dict[str, str] = {}
-
-
-def _wid_of(rec: list[Any]) -> str:
-    return _WIDS[rec[1]]
+def _wids(*journals: list[list[Any]]) -> dict[str, str]:
+    """Workflow id by run id, from the RunStarted records."""
+    return {r[1]: r[2] for journal in journals for r in journal if r[0] == R.RunStarted}
 
 
 def _journal(home: Path) -> list[list[Any]]:
     if not (home / "journal").exists():
         return []
     scan = recover(home / "journal", Storage(), repair=False)
-    out = [decode(p) for _, p in scan.records]
-    for rec in out:
-        if rec[0] == R.RunStarted:
-            _WIDS[rec[1]] = rec[2]
-    return out
+    return [decode(p) for _, p in scan.records]
 
 
 def _ledger(path: Path) -> list[dict[str, Any]]:
@@ -251,13 +264,14 @@ def check(report: Report, evidence: Evidence) -> None:
     planned, seen, finals = evidence.planned, evidence.seen, evidence.finals
     journal, ledger = evidence.journal, evidence.ledger
     v = report.violations
+    wids = _wids(journal, evidence.after_crash, seen.fault_records or [])
     starts: dict[str, int] = defaultdict(int)
     signals: dict[str, list[Any]] = defaultdict(list)
     for rec in journal:
         if rec[0] == R.RunStarted:
             starts[rec[2]] += 1
         elif rec[0] == R.SignalReceived:
-            signals[_wid_of(rec)].append(rec[4])
+            signals[wids.get(rec[1], "?")].append(rec[4])
     report.runs = len(finals)
     for wid in sorted(seen.started - set(finals)):
         v.append(f"{wid}: its start was acknowledged, the recovered home has no such run")
@@ -277,7 +291,6 @@ def check(report: Report, evidence: Evidence) -> None:
     for wid in sorted(seen.signaled - set(finals)):
         v.append(f"{wid}: its signal was acknowledged, the run is gone")
     # Nothing whose write or sync failed was acknowledged.
-    wids = {**_WIDS, **{r[1]: r[2] for r in seen.fault_records or [] if r[0] == R.RunStarted}}
     for rec in seen.fault_records or []:
         if rec[0] == R.RunStarted and rec[2] in seen.started:
             v.append(f"{rec[2]}: its start was acknowledged, though its write failed")
@@ -285,6 +298,18 @@ def check(report: Report, evidence: Evidence) -> None:
             v.append(f"{wids[rec[1]]}: its signal was acknowledged, though its write failed")
         elif rec[0] == R.RunCompleted and wids.get(rec[1]) in seen.results:
             v.append(f"{wids[rec[1]]}: its result was read, though its write failed")
+    # What the child acknowledged was in the journal the crash left.
+    crash = evidence.after_crash
+    crash_wids = _wids(crash)
+    for wid in sorted(seen.started - set(crash_wids.values())):
+        v.append(f"{wid}: its start was acknowledged, the journal after the crash lacks it")
+    crash_signaled = {crash_wids.get(r[1]) for r in crash if r[0] == R.SignalReceived}
+    for wid in sorted(seen.signaled - crash_signaled):
+        v.append(f"{wid}: its signal was acknowledged, the journal after the crash lacks it")
+    crash_results = {crash_wids.get(r[1]): r[2] for r in crash if r[0] == R.RunCompleted}
+    for wid, value in sorted(seen.results.items()):
+        if crash_results.get(wid) != value:
+            v.append(f"{wid}: its result was read, the journal after the crash lacks it")
     # The ledger against the journal.
     by_key: dict[str, list[dict[str, Any]]] = defaultdict(list)
     keys_of: dict[tuple[str, str], set[str]] = defaultdict(set)
@@ -294,12 +319,24 @@ def check(report: Report, evidence: Evidence) -> None:
     for (run, name), keys in sorted(keys_of.items()):
         if len(keys) != 1:
             v.append(f"step {name} of run {run}: ran under {len(keys)} keys {sorted(keys)}")
+    # A step that ran in the first life proves every earlier record of its run was
+    # durable (a step runs only then): none of the run's earlier steps may run again.
+    reached: dict[str, int] = {}
+    for line in ledger:
+        if line["pid"] == seen.pid:
+            reached[line["run"]] = max(reached.get(line["run"], 0), _top(line["key"]))
+    for line in ledger:
+        if line["pid"] != seen.pid and _top(line["key"]) < reached.get(line["run"], 0):
+            v.append(
+                f"{line['key']} ({line['name']}): ran again after the crash, though a later "
+                "step had run, so its result was durable"
+            )
     for rec in journal:
         if rec[0] != R.StepCompleted:
             continue
         report.steps += 1
         run_id, seq, name, value = rec[1], rec[2], rec[3], rec[4]
-        key = f"{_WIDS[run_id]}/{run_id}/{seq}"
+        key = f"{wids.get(run_id, '?')}/{run_id}/{seq}"
         runs = by_key.get(key, [])
         nonces = [line["nonce"] for line in runs]
         if value["nonce"] not in nonces:
@@ -309,7 +346,14 @@ def check(report: Report, evidence: Evidence) -> None:
             v.append(f"{key} ({name}): ran {after} more time(s) after its result was recorded")
 
 
+def _top(key: str) -> int:
+    """The run-level operation number in a step's key (`<id>/<run>/<seq>`, a leg of
+    a fan-out `<n>.<leg>`)."""
+    top = re.match(r"\d+", key.rsplit("/", 1)[-1])
+    return int(top.group()) if top else 0  # a malformed key is reported on its own
+
+
 def workdir_for(base: Path, seed: int) -> Path:
     path = base / f"trial-{seed}"
-    path.mkdir(parents=True)
+    path.mkdir(parents=True, exist_ok=True)
     return path

@@ -135,6 +135,31 @@ def _read_a_result_whose_sync_failed(ev: Evidence) -> str:
     return f"{wid}: its result was read, though its write failed"
 
 
+def _lose_a_read_result_in_the_crash(ev: Evidence) -> str:
+    wid = sorted(ev.seen.results)[0]
+    run_id = next(r for r, w in _started(ev).items() if w == wid)
+    ev.after_crash = [r for r in ev.after_crash if not (r[0] == R.RunCompleted and r[1] == run_id)]
+    return f"{wid}: its result was read, the journal after the crash lacks it"
+
+
+def _lose_a_signal_in_the_crash(ev: Evidence) -> str:
+    wid = sorted(ev.seen.signaled)[0]
+    run_id = next(r for r, w in _started(ev).items() if w == wid)
+    ev.after_crash = [
+        r for r in ev.after_crash if not (r[0] == R.SignalReceived and r[1] == run_id)
+    ]
+    return f"{wid}: its signal was acknowledged, the journal after the crash lacks it"
+
+
+def _rerun_a_step_a_later_one_had_followed(ev: Evidence) -> str:
+    # A run whose first life reached its second step: its first step was durable.
+    first_life = [x for x in ev.ledger if x["pid"] == ev.seen.pid]
+    later = next(x for x in first_life if x["key"].endswith("/2"))
+    earlier = next(x for x in first_life if x["run"] == later["run"] and x["key"].endswith("/1"))
+    ev.ledger.append({**earlier, "pid": -1, "nonce": "second-life"})
+    return f"{earlier['key']} ({earlier['name']}): ran again after the crash, though a later"
+
+
 def _run_a_step_under_another_key(ev: Evidence) -> str:
     line = ev.ledger[0]
     ev.ledger.insert(0, {**line, "key": line["key"] + "x", "nonce": "other"})
@@ -154,6 +179,9 @@ def _run_a_step_under_another_key(ev: Evidence) -> str:
         _record_an_unknown_execution,
         _run_a_step_under_another_key,
         _acknowledge_a_start_whose_write_failed,
+        _lose_a_read_result_in_the_crash,
+        _lose_a_signal_in_the_crash,
+        _rerun_a_step_a_later_one_had_followed,
         _acknowledge_a_signal_whose_sync_failed,
         _read_a_result_whose_sync_failed,
     ],
@@ -179,6 +207,8 @@ def test_an_acknowledged_start_lost_from_the_disk_is_caught(tmp_path: Path) -> N
             for lsn, p in scan.records
             if (rec := decode(p))[0] == R.RunStarted and rec[2] in seen.started
         ]
+        if not starts:
+            return  # killed before any start was acknowledged: try the next seed
         lsn, wid = starts[-1]
         name, offset = locate(directory, Storage(), lsn)
         segment = Path(name)

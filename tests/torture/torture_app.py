@@ -25,8 +25,9 @@ from fusee_runtime.journal.storage import Storage
 LEDGER: str | None = None
 """The ledger's path, set by whoever runs the workload (the child, then the parent)."""
 
-CONFIG = Config(segment_bytes=1 << 20, payload_bytes_max=64 << 10)
-"""Small segments, so that rotations happen under load (both lives use it)."""
+CONFIG = Config(segment_bytes=128 << 10, payload_bytes_max=32 << 10)
+"""Small segments, so that a trial's journal (about 330 KB) rotates a few times,
+batches span segments, and faults land during rotations (both lives use it)."""
 
 FAULTS = ("kill", "torn", "enospc", "eio", "short")
 """What ends a trial's first life: the parent's SIGKILL at a random instant; the
@@ -40,15 +41,15 @@ class FaultStorage(Storage):
     append write (torn, enospc) or data sync (eio), or short writes throughout.
 
     Before a torn write kills the process, and before a failed write or sync
-    raises, it prints `FAULT <records>`: the records of every batch not yet
-    known durable, none of which may be acknowledged.
+    raises, it prints `FAULT <records>`: the records of the batch being
+    written, none of which may be acknowledged.
     """
 
     def __init__(self, fault: str, at: int, seed: int) -> None:
         self.fault, self.at = fault, at
         self.rng = random.Random(seed)
         self.writes = self.syncs = 0
-        self.unsynced: list[bytes] = []
+        self.batch: list[bytes] = []
         self.creating = False
 
     def create(self, path: Any, size_bytes: int, header: bytes) -> int:
@@ -67,14 +68,26 @@ class FaultStorage(Storage):
         if self.creating:
             return super().write(fd, offset, data)
         self.writes += 1
-        self.unsynced.append(bytes(data))
+        # The batch being written, across a segment rotation: none of it is
+        # acknowledged until all of it is synced.
+        if fmt.starts_batch(data):
+            self.batch = []
+        self.batch.append(bytes(data))
         if self.writes == self.at and self.fault in ("torn", "enospc"):
-            super().write(fd, offset, data[: max(1, len(data) // 2)])
+            super().write(fd, offset, data[: self._inside_a_frame(data)])
             self._report()
             if self.fault == "torn":
                 os.kill(os.getpid(), signal.SIGKILL)
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "appending (injected)")
         super().write(fd, offset, data)
+
+    @staticmethod
+    def _inside_a_frame(data: bytes | memoryview) -> int:
+        """About half of `data`, never on a frame's boundary: the tear cuts a frame."""
+        half, pos = len(data) // 2, 0
+        while (got := fmt.decode_frame(data, pos)) is not None and got[1] <= half:
+            pos = got[1]
+        return pos + 1 if half == pos else half
 
     def sync(self, fd: int) -> None:
         if self.creating:
@@ -84,11 +97,10 @@ class FaultStorage(Storage):
             self._report()
             raise OSError(errno.EIO, os.strerror(errno.EIO), "fdatasync (injected)")
         super().sync(fd)
-        self.unsynced.clear()
 
     def _report(self) -> None:
         records = []
-        for data in self.unsynced:
+        for data in self.batch:
             pos = 0
             while (got := fmt.decode_frame(data, pos)) is not None:
                 records.append(orjson.loads(got[0]))
@@ -142,7 +154,14 @@ def _ledger(name: str, ok: bool) -> str:
     assert LEDGER is not None, "torture_app.LEDGER is not set"
     ctx = current_ctx()
     nonce = os.urandom(8).hex()
-    line = {"run": ctx.run_id, "name": name, "key": ctx.key(), "ok": ok, "nonce": nonce}
+    line = {
+        "run": ctx.run_id,
+        "name": name,
+        "key": ctx.key(),
+        "ok": ok,
+        "nonce": nonce,
+        "pid": os.getpid(),  # which life ran it
+    }
     fd = os.open(LEDGER, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, orjson.dumps(line) + b"\n")
@@ -152,12 +171,12 @@ def _ledger(name: str, ok: bool) -> str:
     return nonce
 
 
-async def work(name: str, value: int) -> dict[str, Any]:
-    return {"v": value, "nonce": _ledger(name, ok=True)}
-
-
 def work_in_thread(name: str, value: int) -> dict[str, Any]:
     return {"v": value, "nonce": _ledger(name, ok=True)}
+
+
+async def work(name: str, value: int) -> dict[str, Any]:
+    return work_in_thread(name, value)
 
 
 async def flaky(name: str, value: int) -> dict[str, Any]:
