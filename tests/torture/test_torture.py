@@ -63,6 +63,10 @@ def _started(ev: Evidence) -> dict[str, str]:
     return {r[1]: r[2] for r in ev.journal if r[0] == R.RunStarted}
 
 
+def _run_of(ev: Evidence, wid: str) -> str:
+    return next(r for r, w in _started(ev).items() if w == wid)
+
+
 def _lose_a_start(ev: Evidence) -> str:
     wid = sorted(ev.seen.started)[0]
     del ev.finals[wid]
@@ -95,7 +99,7 @@ def _deliver_a_signal_twice(ev: Evidence) -> str:
 
 def _lose_a_signal(ev: Evidence) -> str:
     wid = sorted(ev.seen.signaled)[0]
-    run_id = next(r for r, w in _started(ev).items() if w == wid)
+    run_id = _run_of(ev, wid)
     ev.journal = [r for r in ev.journal if not (r[0] == R.SignalReceived and r[1] == run_id)]
     return f"{wid}: signal delivered as [], once expected"
 
@@ -130,21 +134,21 @@ def _acknowledge_a_signal_whose_sync_failed(ev: Evidence) -> str:
 
 def _read_a_result_whose_sync_failed(ev: Evidence) -> str:
     wid = sorted(ev.seen.results)[0]
-    run_id = next(r for r, w in _started(ev).items() if w == wid)
+    run_id = _run_of(ev, wid)
     ev.seen.fault_records = [[R.RunCompleted, run_id, ev.finals[wid], 0.0]]
     return f"{wid}: its result was read, though its write failed"
 
 
 def _lose_a_read_result_in_the_crash(ev: Evidence) -> str:
     wid = sorted(ev.seen.results)[0]
-    run_id = next(r for r, w in _started(ev).items() if w == wid)
+    run_id = _run_of(ev, wid)
     ev.after_crash = [r for r in ev.after_crash if not (r[0] == R.RunCompleted and r[1] == run_id)]
     return f"{wid}: its result was read, the journal after the crash lacks it"
 
 
 def _lose_a_signal_in_the_crash(ev: Evidence) -> str:
     wid = sorted(ev.seen.signaled)[0]
-    run_id = next(r for r, w in _started(ev).items() if w == wid)
+    run_id = _run_of(ev, wid)
     ev.after_crash = [
         r for r in ev.after_crash if not (r[0] == R.SignalReceived and r[1] == run_id)
     ]
