@@ -49,6 +49,7 @@ from __future__ import annotations
 import re
 import struct
 import zlib
+from collections.abc import Iterator
 
 MAGIC = b"FUSEESG1"
 HEADER = struct.Struct("<8sQII")
@@ -116,6 +117,14 @@ def decode_frame(data: bytes | memoryview, offset: int) -> tuple[bytes, int] | N
     if zlib.crc32(payload, zlib.crc32(data[offset : offset + 4])) != crc:
         return None
     return payload, offset + frame_size(n)
+
+
+def frames(data: bytes | memoryview, offset: int = 0) -> Iterator[tuple[int, bytes, int]]:
+    """(offset, payload, offset after it) of each whole frame from `offset` on, in
+    order, until no whole frame starts where the last one ended."""
+    while (got := decode_frame(data, offset)) is not None:
+        yield offset, got[0], got[1]
+        offset = got[1]
 
 
 def starts_batch(frame: bytes | memoryview, offset: int = 0) -> bool:

@@ -68,14 +68,11 @@ def _damage_reason(data: bytes, offset: int) -> str:
 
 def _frames(seg: _Segment) -> Iterator[tuple[int, bytes | None]]:
     """(offset, payload) of each whole frame, then (offset, None) where they stop."""
-    pos = fmt.HEADER_BYTES
-    while True:
-        got = fmt.decode_frame(seg.data, pos)
-        if got is None:
-            yield pos, None
-            return
-        yield pos, got[0]
-        pos = got[1]
+    stop = fmt.HEADER_BYTES
+    for offset, payload, after in fmt.frames(seg.data, stop):
+        yield offset, payload
+        stop = after
+    yield stop, None
 
 
 def recover(directory: Path, storage: Storage, repair: bool = True) -> Scan:

@@ -44,10 +44,8 @@ def write_batches(directory: Path, batches: list[int]) -> list[tuple[Path, int, 
     frames = []
     for path in sorted(directory.glob("*.seg")):
         data = path.read_bytes()
-        pos = fmt.HEADER_BYTES
-        while (got := fmt.decode_frame(data, pos)) is not None:
+        for pos, _, _ in fmt.frames(data, fmt.HEADER_BYTES):
             frames.append((path, pos, fmt.starts_batch(data, pos)))
-            pos = got[1]
     return frames
 
 

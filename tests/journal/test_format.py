@@ -102,6 +102,11 @@ def test_frames_decode_in_sequence_at_their_offsets() -> None:
         pos = decoded[1]
     assert got == payloads
     assert data[pos:] == bytes(64)
+    # `frames` walks the same frames, with where each starts and ends.
+    walked = list(fmt.frames(data, fmt.HEADER_BYTES))
+    assert [p for _, p, _ in walked] == payloads
+    assert [start for start, _, _ in walked[1:]] == [end for _, _, end in walked[:-1]]
+    assert walked[0][0] == fmt.HEADER_BYTES and walked[-1][2] == pos
 
 
 def test_largest_record_round_trips_and_one_more_byte_is_refused() -> None:

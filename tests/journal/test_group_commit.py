@@ -143,9 +143,8 @@ class FaultyStorage(Storage):
             raise self._fault(errno.ENOSPC, "appending")
         if self.writes == self.half_write_at:
             # About half the batch, torn inside a frame.
-            pos = 0
-            while (got := fmt.decode_frame(data, pos)) is not None and got[1] <= len(data) // 2:
-                pos = got[1]
+            half = len(data) // 2
+            pos = max((end for _, _, end in fmt.frames(data) if end <= half), default=0)
             super().write(fd, offset, data[: pos + 4])
             raise self._fault(errno.ENOSPC, "appending")
         super().write(fd, offset, data)
@@ -552,13 +551,7 @@ async def test_full_disk_while_creating_a_segment_is_fail_stop(
 
 def records_in(data: list[bytes]) -> list[list[object]]:
     """The records in these writes' whole frames."""
-    out = []
-    for chunk in data:
-        pos = 0
-        while (got := fmt.decode_frame(chunk, pos)) is not None:
-            out.append(orjson.loads(got[0]))
-            pos = got[1]
-    return out
+    return [orjson.loads(p) for chunk in data for _, p, _ in fmt.frames(chunk)]
 
 
 async def test_full_disk_mid_batch_acknowledges_none_of_it_and_reopens_clean(

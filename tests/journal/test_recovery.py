@@ -61,13 +61,7 @@ def segments(home: Path) -> list[Path]:
 
 def frames(path: Path) -> list[tuple[int, bytes]]:
     """(offset, payload) of each whole frame of a segment, in order."""
-    data = path.read_bytes()
-    out = []
-    pos = fmt.HEADER_BYTES
-    while (got := fmt.decode_frame(data, pos)) is not None:
-        out.append((pos, got[0]))
-        pos = got[1]
-    return out
+    return [(pos, payload) for pos, payload, _ in fmt.frames(path.read_bytes(), fmt.HEADER_BYTES)]
 
 
 def all_frames(home: Path) -> list[tuple[Path, int, bytes]]:

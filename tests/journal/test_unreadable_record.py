@@ -38,9 +38,7 @@ def _append(journal: Path, payload: bytes) -> tuple[str, int]:
     writer.close()
     path = sorted(journal.glob("*.seg"))[-1]
     data = path.read_bytes()
-    pos, last = fmt.HEADER_BYTES, None
-    while (got := fmt.decode_frame(data, pos)) is not None:
-        last, pos = pos, got[1]
+    last = max((pos for pos, _, _ in fmt.frames(data, fmt.HEADER_BYTES)), default=None)
     assert last is not None
     return str(path), last
 

@@ -96,12 +96,7 @@ def payload(i: int, length: int) -> bytes:
 
 
 def whole_frames(data: bytes) -> list[tuple[int, int]]:
-    out = []
-    pos = fmt.HEADER_BYTES
-    while (got := fmt.decode_frame(data, pos)) is not None:
-        out.append((pos, fmt.FRAME_BYTES + len(got[0])))
-        pos = got[1]
-    return out
+    return [(pos, fmt.FRAME_BYTES + len(p)) for pos, p, _ in fmt.frames(data, fmt.HEADER_BYTES)]
 
 
 @pytest.fixture(scope="module")

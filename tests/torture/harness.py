@@ -117,23 +117,27 @@ def trial(
     home, ledger = workdir / "home", workdir / "ledger"
     rng = random.Random(seed)
     report = Report(seed, fault)
-    seen = _live(home, ledger, seed, runs, rng, report)
+    planned = dict(torture_app.plan(seed, runs))
+    seen = _live(home, ledger, seed, planned, rng, report)
     if between is not None:
         between(workdir, seen)
-    if (home / "journal").exists():
-        report.cut = recover(home / "journal", Storage(), repair=False).cut is not None
-    after_crash = _journal(home)
-    planned = dict(torture_app.plan(seed, runs))
+    after_crash, report.cut = _journal(home)
     torture_app.LEDGER = str(ledger)
-    finals = asyncio.run(_finish(home, planned))
-    evidence = Evidence(planned, seen, finals, _journal(home), _ledger(ledger), after_crash)
+    finals = asyncio.run(_finish(home, planned, after_crash))
+    evidence = Evidence(planned, seen, finals, _journal(home)[0], _ledger(ledger), after_crash)
     check(report, evidence)
     return report, evidence
 
 
 def _live(
-    home: Path, ledger: Path, seed: int, runs: int, rng: random.Random, report: Report
+    home: Path,
+    ledger: Path,
+    seed: int,
+    planned: dict[str, dict[str, Any]],
+    rng: random.Random,
+    report: Report,
 ) -> Seen:
+    runs = len(planned)
     args = [str(seed), str(runs), report.fault, str(rng.randint(1, FAULT_WITHIN))]
     with open(ledger.with_name("child.err"), "wb") as err:
         child = subprocess.Popen(
@@ -154,7 +158,6 @@ def _live(
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     seen = Seen(pid=child.pid)
-    planned = dict(torture_app.plan(seed, runs))
     kill_at: float | None = None
     kill_after = rng.randint(0, runs * 4 // 5) if report.fault in ("kill", "short") else None
     heard = time.monotonic()
@@ -227,9 +230,11 @@ def _take(line: str, seen: Seen) -> None:
         seen.fault_records = orjson.loads(rest)
 
 
-async def _finish(home: Path, planned: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Reopens the home, sends the signals it does not hold, runs every run to its end."""
-    journal = _journal(home)
+async def _finish(
+    home: Path, planned: dict[str, dict[str, Any]], journal: list[list[Any]]
+) -> dict[str, Any]:
+    """Reopens the home, sends the signals its `journal` does not hold, runs every run
+    to its end."""
     wids = _wids(journal)
     received = {wids[r[1]] for r in journal if r[0] == R.SignalReceived}
     async with Engine(home, app=None, config=torture_app.CONFIG) as engine:
@@ -246,11 +251,12 @@ def _wids(*journals: list[list[Any]]) -> dict[str, str]:
     return {r[1]: r[2] for journal in journals for r in journal if r[0] == R.RunStarted}
 
 
-def _journal(home: Path) -> list[list[Any]]:
+def _journal(home: Path) -> tuple[list[list[Any]], bool]:
+    """The home's records, and whether recovery will cut a torn tail."""
     if not (home / "journal").exists():
-        return []
+        return [], False
     scan = recover(home / "journal", Storage(), repair=False)
-    return [decode(p) for _, p in scan.records]
+    return [decode(p) for _, p in scan.records], scan.cut is not None
 
 
 def _ledger(path: Path) -> list[dict[str, Any]]:

@@ -67,6 +67,11 @@ def _run_of(ev: Evidence, wid: str) -> str:
     return next(r for r, w in _started(ev).items() if w == wid)
 
 
+def _without(records: list[list[Any]], kind: R, run_id: str) -> list[list[Any]]:
+    """`records` less those of `kind` for run `run_id`."""
+    return [r for r in records if not (r[0] == kind and r[1] == run_id)]
+
+
 def _lose_a_start(ev: Evidence) -> str:
     wid = sorted(ev.seen.started)[0]
     del ev.finals[wid]
@@ -100,7 +105,7 @@ def _deliver_a_signal_twice(ev: Evidence) -> str:
 def _lose_a_signal(ev: Evidence) -> str:
     wid = sorted(ev.seen.signaled)[0]
     run_id = _run_of(ev, wid)
-    ev.journal = [r for r in ev.journal if not (r[0] == R.SignalReceived and r[1] == run_id)]
+    ev.journal = _without(ev.journal, R.SignalReceived, run_id)
     return f"{wid}: signal delivered as [], once expected"
 
 
@@ -142,16 +147,14 @@ def _read_a_result_whose_sync_failed(ev: Evidence) -> str:
 def _lose_a_read_result_in_the_crash(ev: Evidence) -> str:
     wid = sorted(ev.seen.results)[0]
     run_id = _run_of(ev, wid)
-    ev.after_crash = [r for r in ev.after_crash if not (r[0] == R.RunCompleted and r[1] == run_id)]
+    ev.after_crash = _without(ev.after_crash, R.RunCompleted, run_id)
     return f"{wid}: its result was read, the journal after the crash lacks it"
 
 
 def _lose_a_signal_in_the_crash(ev: Evidence) -> str:
     wid = sorted(ev.seen.signaled)[0]
     run_id = _run_of(ev, wid)
-    ev.after_crash = [
-        r for r in ev.after_crash if not (r[0] == R.SignalReceived and r[1] == run_id)
-    ]
+    ev.after_crash = _without(ev.after_crash, R.SignalReceived, run_id)
     return f"{wid}: its signal was acknowledged, the journal after the crash lacks it"
 
 

@@ -84,9 +84,8 @@ class FaultStorage(Storage):
     @staticmethod
     def _inside_a_frame(data: bytes | memoryview) -> int:
         """About half of `data`, never on a frame's boundary: the tear cuts a frame."""
-        half, pos = len(data) // 2, 0
-        while (got := fmt.decode_frame(data, pos)) is not None and got[1] <= half:
-            pos = got[1]
+        half = len(data) // 2
+        pos = max((end for _, _, end in fmt.frames(data) if end <= half), default=0)
         return pos + 1 if half == pos else half
 
     def sync(self, fd: int) -> None:
@@ -99,12 +98,7 @@ class FaultStorage(Storage):
         super().sync(fd)
 
     def _report(self) -> None:
-        records = []
-        for data in self.batch:
-            pos = 0
-            while (got := fmt.decode_frame(data, pos)) is not None:
-                records.append(orjson.loads(got[0]))
-                pos = got[1]
+        records = [orjson.loads(p) for data in self.batch for _, p, _ in fmt.frames(data)]
         os.write(1, b"FAULT " + orjson.dumps(records) + b"\n")
 
 
