@@ -129,7 +129,7 @@ class Control:
         on_conflict: Literal["return", "fail", "new_run"] = "return",
     ) -> tuple[RunInfo, bool]:
         """Starts a run (once durable); returns it and whether the id already had a run."""
-        existed = id is not None and id in self.engine._latest
+        existed = id is not None and self.engine._find_latest(id) is not None
         handle = await self.engine.start(workflow, input, id=id, on_conflict=on_conflict)
         return await handle.describe(), existed
 

@@ -12,7 +12,9 @@ it commits the pending batch itself (see `_kick`).
 from __future__ import annotations
 
 import asyncio
+import bisect
 import concurrent.futures
+import dataclasses
 import heapq
 import inspect
 import itertools
@@ -23,6 +25,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
@@ -41,11 +44,23 @@ from fusee_runtime.context import NAME_CHARS_MAX, Ctx, Halt, _ctx_var, handling
 from fusee_runtime.dsl import Exhausted, RetryPolicy, WorkflowDef, registry, seconds
 from fusee_runtime.engine.control import ControlServer
 from fusee_runtime.engine.handle import RunHandle
+from fusee_runtime.engine.history import Closed, HistoryStore, Row
 from fusee_runtime.engine.home import HomeLock
 from fusee_runtime.engine.registry import load_app
 from fusee_runtime.engine.runlog import RunLog
-from fusee_runtime.engine.schedules import Schedules
-from fusee_runtime.engine.state import Op, Run, RunInfo, Status, top
+from fusee_runtime.engine.schedules import Schedules, ScheduleState
+from fusee_runtime.engine.state import (
+    Op,
+    Run,
+    RunInfo,
+    Status,
+    continued_creation,
+    created,
+    rebuilt,
+    reset_creation,
+    top,
+    utc,
+)
 from fusee_runtime.engine.timers import TimerQueue
 from fusee_runtime.errors import (
     Cancelled,
@@ -58,9 +73,10 @@ from fusee_runtime.errors import (
     NotFound,
     Rejected,
 )
+from fusee_runtime.journal import checkpoint as ckpt
 from fusee_runtime.journal import format as fmt
 from fusee_runtime.journal import records
-from fusee_runtime.journal.reader import locate, recover
+from fusee_runtime.journal.reader import first_lsns, locate, recover
 from fusee_runtime.journal.records import CLOSES, SCHEDULES, R
 from fusee_runtime.journal.storage import Storage
 from fusee_runtime.journal.writer import JournalWriter
@@ -68,6 +84,8 @@ from fusee_runtime.journal.writer import JournalWriter
 log = logging.getLogger("fusee")
 
 ID_BYTES_MAX = 256
+RETENTION_EVERY_S = 3600.0
+"""How often `Config.retention` prunes the history store."""
 RECORD_FIELDS_BYTES_MAX = 4096
 """Room in a record for its fields (ids, names, times) beside a payload at its limit."""
 COMMIT_HERE_SYNC_S_MAX = 0.002
@@ -93,8 +111,16 @@ class Config:
     on_exhausted: Exhausted = Exhausted.FAIL
     durability: Literal["fdatasync", "none"] = "fdatasync"
     storage: Storage = field(default_factory=Storage)
-    segment_bytes: int = 64 << 20
+    segment_bytes: int = 16 << 20
     payload_bytes_max: int = 4 << 20
+    checkpoint_bytes: int | None = 4 << 20
+    """A checkpoint is written once the journal has grown this much since the last
+    one (or by the last checkpoint's own size, if larger), and on a clean close.
+    None writes none: the journal is kept whole and replayed whole on open (for
+    looking at a home's full past, and for tests of the journal alone)."""
+    retention: float | timedelta | None = None
+    """Closed runs older than this (by when they closed) are deleted from the history
+    store, checked on open and then hourly; None keeps them. Open runs are never pruned."""
     step_threads: int = 32
     drive: bool = True
     """False opens the home passively: records are read and appended (start,
@@ -127,6 +153,10 @@ class Config:
                 f"{need} bytes with Config.payload_bytes_max={self.payload_bytes_max}: "
                 "raise segment_bytes or lower payload_bytes_max"
             )
+        if self.checkpoint_bytes is not None and self.checkpoint_bytes < 1:
+            raise ValueError("Config.checkpoint_bytes is at least 1, or None")
+        if self.retention is not None and not (seconds(self.retention) or 0) > 0:
+            raise ValueError("Config.retention is a positive duration, or None")
         if self.durability == "none":
             log.warning("fusee: durability='none' is UNSAFE: a crash loses acknowledged work")
 
@@ -188,6 +218,16 @@ class Engine:
         self._secret: bytes | None = None
         self._hurry = asyncio.Event()
         self.http_url = self.config.http_url.rstrip("/") if self.config.http_url else None
+        # Closed runs move here and leave memory; `list`, `history` and a closed
+        # run's handle read them back.
+        self.history_store: HistoryStore | None = None
+        # The newest checkpoint: the lsn it covers, the journal bytes written since
+        # open when it was taken, and how many more bytes make the next one due.
+        self._ckpt_lsn = 0
+        self._ckpt_at_bytes = 0
+        self._ckpt_due = self.config.checkpoint_bytes or 0
+        self._ckpt_task: asyncio.Task[None] | None = None
+        self._retention_task: asyncio.Task[None] | None = None
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -215,8 +255,18 @@ class Engine:
         try:
             journal = self.home / "journal"
             journal.mkdir(exist_ok=True)
-            scan = recover(journal, self.config.storage)
+            ckpt.remove_leftovers(journal, self.config.storage)
+            base = self._newest_checkpoint(journal)
+            after = base.lsn if base is not None else 0
+            scan = recover(journal, self.config.storage, after=after)
             self._durable_lsn = scan.tail.next_lsn - 1
+            self.history_store = HistoryStore(
+                self.home, lambda ids: self._loop.call_soon_threadsafe(self._stored, ids)
+            )
+            self.history_store.open()
+            if base is not None:
+                self._restore(base)
+                self._ckpt_lsn = base.lsn
             for lsn, payload in scan.records:
                 try:
                     rec = records.decode(payload)
@@ -243,8 +293,15 @@ class Engine:
                 commit_on_append=False,
             )
         except BaseException:
+            if self.history_store is not None:
+                self.history_store.close()
             self._lock.release()
             raise
+        # Runs closed in the journal after the checkpoint may not have reached the
+        # store before a crash: move them (again, harmlessly).
+        for run in list(self._runs.values()):
+            if not run.status.is_open:
+                self._to_history(run)
         self._pool = concurrent.futures.ThreadPoolExecutor(
             self.config.step_threads, thread_name_prefix="fusee-step"
         )
@@ -260,6 +317,8 @@ class Engine:
                 self._spawn(run)
         if self.config.drive and self.config.schedules:
             self.schedules.start()
+        if self.config.drive and self.config.retention is not None:
+            self._retention_task = asyncio.get_running_loop().create_task(self._retain())
 
     async def _serve_control(self) -> None:
         server = ControlServer(self)
@@ -305,8 +364,11 @@ class Engine:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self._retention_task is not None:
+            self._retention_task.cancel()
         if self._writer is not None:
             await asyncio.to_thread(self._writer.close)
+        await self._close_storage()
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
         if self.run_log is not None:
@@ -368,13 +430,14 @@ class Engine:
             check_signal_name(signal[0])
             self._encode(signal[1], f"signal {signal[0]!r}")
         workflow_id = check_id(id) if id is not None else uuid.uuid4().hex
-        existing = self._latest.get(workflow_id)
+        existing = self._find_latest(workflow_id) if id is not None else None
         if existing is not None:
             if on_conflict == "return":
                 if signal is not None:
                     # Refused when the run is closed, rather than dropped silently.
                     await self.signal(workflow_id, *signal)
-                await self._wait_durable(existing.start_lsn)
+                if existing.run_id in self._runs:  # a stored run is durable
+                    await self._wait_durable(existing.start_lsn)
                 return RunHandle(self, workflow_id)
             if on_conflict == "fail":
                 raise Rejected(
@@ -577,23 +640,35 @@ class Engine:
         except ValueError:
             known = ", ".join(s.value for s in Status)
             raise Rejected(f"unknown status {status!r}; statuses: {known}") from None
-        out = []
-        for run in sorted(self._runs.values(), key=lambda r: r.start_lsn, reverse=True):
-            if want is not None and run.status != want:
-                continue
-            if workflow is not None and run.workflow != workflow:
-                continue
-            out.append(run.info())
-            if limit is not None and len(out) >= limit:
-                break
-        return out
+        # Memory holds the open runs and the closed ones not yet stored; the store the
+        # rest. Both are ordered by where each run began in the journal.
+        mine = [
+            run
+            for run in self._runs.values()
+            if (want is None or run.status == want)
+            and (workflow is None or run.workflow == workflow)
+        ]
+        found: list[tuple[int, RunInfo]] = [(run.start_lsn, run.info()) for run in mine]
+        if self.history_store is not None and (want is None or not want.is_open):
+            more = None if limit is None else limit + len(mine)
+            for row in self.history_store.list(want and want.value, workflow, more):
+                if row.run_id not in self._runs:
+                    found.append((row.start_lsn, _row_info(row)))
+        found.sort(key=lambda f: f[0], reverse=True)
+        return [info for _, info in found[:limit]]
 
     async def history(self, id: str) -> list[dict[str, Any]]:
         """Every record of every run of `id`, oldest first, as mappings."""
-        runs = [r for r in self._runs.values() if r.workflow_id == id]
-        if not runs:
+        recs = [rec for r in self._runs.values() if r.workflow_id == id for rec in r.records]
+        known = {r.run_id for r in self._runs.values() if r.workflow_id == id}
+        if self.history_store is not None:
+            for run_id, stored in self.history_store.records_of(id):
+                if run_id not in known:
+                    known.add(run_id)
+                    recs.extend((lsn, rec) for lsn, rec in stored)
+        if not known:
             raise NotFound(f"no run with id {id!r}")
-        recs = sorted((lsn, rec) for r in runs for lsn, rec in r.records)
+        recs.sort(key=lambda r: r[0])
         return [records.as_dict(lsn, rec) for lsn, rec in recs]
 
     def workflow(self, workflow: str | WorkflowDef) -> WorkflowDef:
@@ -620,7 +695,7 @@ class Engine:
     # -- runs ----------------------------------------------------------------------
 
     def _latest_run(self, id: str) -> Run:
-        run = self._latest.get(id)
+        run = self._find_latest(id)
         if run is None:
             raise NotFound(f"no run with id {id!r}")
         return run
@@ -842,6 +917,8 @@ class Engine:
             raise NotFound(f"{str(token)[:80]!r} is not a completion token of this home")
         run_id, seq, issued = read_token(secret, token)
         run = self._runs.get(run_id)
+        if run is None and self.history_store is not None:
+            run = self._stored_run(run_id)
         op = run.ops.get(seq) if run is not None else None
         if run is None or op is None or op.kind != "completion":
             raise NotFound("the run that issued this completion token is not in this home")
@@ -1025,6 +1102,7 @@ class Engine:
             run.closed.set_result(None)
         if self.run_log is not None:
             self.run_log.closed(run)
+        self._to_history(run)
         if run.origin is not None and "schedule" in run.origin:
             self.schedules.poke()
         self._progressed()
@@ -1051,6 +1129,201 @@ class Engine:
             retry_at - self.clock.now(),
         )
 
+    # -- checkpoints, compaction and the history store ------------------------------------
+
+    def _newest_checkpoint(self, journal: Path) -> ckpt.Checkpoint | None:
+        """The newest checkpoint that reads whole; a damaged one is passed over for the
+        one before it (compaction keeps the journal that one needs)."""
+        for _, path in ckpt.listed(journal):
+            try:
+                return ckpt.read(path, self.config.storage)
+            except ckpt.CheckpointDamaged as e:
+                log.error("fusee: passing over a damaged checkpoint: %s", e)
+        return None
+
+    def _restore(self, base: ckpt.Checkpoint) -> None:
+        """Rebuilds memory from a checkpoint, as replaying its records would."""
+        body = base.body
+        try:
+            for name, st in body["schedules"].items():
+                st["cron"] = tuple(st["cron"]) if st["cron"] is not None else None
+                self.schedules._state[name] = ScheduleState(**st)
+            for creation, recs in body["runs"]:
+                first = 0
+                if creation is None or creation["kind"] == "reset":
+                    run = created(creation, recs[0])
+                else:
+                    run = self._runs.get(creation["run_id"]) or created(creation, None)
+                if run.run_id not in self._runs:
+                    self._runs[run.run_id] = run
+                    self._latest[run.workflow_id] = run
+                    if recs and recs[0][1][0] == R.RunStarted:
+                        run.apply(*recs[0])
+                        first = 1
+                for lsn, rec in recs[first:]:
+                    self._replay_record(lsn, rec)
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
+            raise JournalCorrupt(
+                str(base.path), 0, f"checkpoint cannot be read by this version ({e!r})"
+            ) from None
+
+    def _snapshot(self, lsn: int) -> dict[str, Any]:
+        """What a checkpoint at `lsn` holds: every run in memory as it stood then (the
+        open ones, and the closed ones not yet in the history store), and the schedules."""
+        runs = []
+        for run in sorted(self._runs.values(), key=lambda r: r.start_lsn):
+            if run.start_lsn > lsn:
+                continue
+            n = bisect.bisect_right(run.records, lsn, key=lambda r: r[0])
+            runs.append((run.creation, run.records[:n]))
+        schedules = {n: dataclasses.asdict(st) for n, st in self.schedules._state.items()}
+        return {"lsn": lsn, "runs": runs, "schedules": schedules}
+
+    def _checkpoint_due(self) -> None:
+        """Starts a checkpoint if the journal grew enough since the last one."""
+        writer = self._writer
+        if (
+            writer is not None
+            and self._ckpt_due
+            and self._ckpt_task is None
+            and not self._closing
+            and writer.counters.bytes - self._ckpt_at_bytes >= self._ckpt_due
+        ):
+            self._ckpt_task = asyncio.get_running_loop().create_task(self.checkpoint())
+
+    async def checkpoint(self) -> int:
+        """Writes a checkpoint of what is durable now, then compacts; returns its lsn.
+
+        Runs by itself as the journal grows (`Config.checkpoint_bytes`) and
+        on a clean close. The work (encoding, writing, fsync, deleting
+        segments) is done on a thread; only the snapshot of memory is taken
+        on the loop. A failure is logged and changes nothing: the journal
+        still holds every record.
+        """
+        lsn = self._durable_lsn
+        try:
+            if lsn <= self._ckpt_lsn or self._failed is not None or not self._ckpt_due:
+                return self._ckpt_lsn
+            if self._writer is not None:
+                self._ckpt_at_bytes = self._writer.counters.bytes
+            body = self._snapshot(lsn)
+            size = await asyncio.to_thread(self._write_checkpoint, lsn, body)
+            self._ckpt_lsn = lsn
+            self._ckpt_due = max(self.config.checkpoint_bytes or 0, size)
+        except Exception as e:
+            log.error(
+                "fusee: checkpoint at lsn %d failed (the journal keeps everything): %s", lsn, e
+            )
+        finally:
+            if self._ckpt_task is asyncio.current_task():
+                self._ckpt_task = None
+        return self._ckpt_lsn
+
+    def _write_checkpoint(self, lsn: int, body: dict[str, Any]) -> int:
+        """On a thread: writes the checkpoint and compacts; returns its size in bytes."""
+        journal = self.home / "journal"
+        storage = self.config.storage
+        path = ckpt.write(journal, storage, lsn, body)
+        size = path.stat().st_size
+        segments = [(p, first or 0) for p, first in first_lsns(journal, storage)]
+        doomed, old = ckpt.compactable(segments, ckpt.listed(journal))
+        for p in [*old, *doomed]:
+            storage.remove(p)
+        if doomed or old:
+            storage.sync_dir(journal)
+        return size
+
+    async def _close_storage(self) -> None:
+        """On close: the history store takes what closed, then the last checkpoint."""
+        store = self.history_store
+        if self._ckpt_task is not None:
+            await asyncio.gather(self._ckpt_task, return_exceptions=True)
+        if store is None:
+            return
+        try:
+            await self._flush_history()
+            if self._writer is not None:
+                await self.checkpoint()
+        except Exception as e:
+            log.error("fusee: the history store could not take the closed runs: %s", e)
+        finally:
+            await asyncio.to_thread(store.close)
+
+    async def _flush_history(self) -> None:
+        """Returns once every run closed so far is in the history store and out of memory."""
+        if self.history_store is not None:
+            await asyncio.to_thread(self.history_store.flush)
+            await asyncio.sleep(0)  # the evictions the store scheduled run
+
+    def _to_history(self, run: Run) -> None:
+        """Queues a closed run (durably closed) for the history store."""
+        if self.history_store is None:
+            return
+        info = run.info()
+        row = Row(
+            run.run_id,
+            run.workflow_id,
+            run.workflow,
+            run.status.value,
+            run.started_at,
+            run.closed_at or run.started_at,
+            run.start_lsn,
+            run.close_lsn or run.last_lsn,
+            info.error,
+            info.attributes,
+        )
+        self.history_store.put(Closed(row, run.creation, run.records))
+
+    def _stored(self, run_ids: list[str]) -> None:
+        """On the loop: these closed runs are in the history store; memory lets them go."""
+        for run_id in run_ids:
+            run = self._runs.get(run_id)
+            if run is None or run.status.is_open:
+                continue
+            del self._runs[run_id]
+            if self._latest.get(run.workflow_id) is run:
+                del self._latest[run.workflow_id]
+
+    def _find_latest(self, id: str) -> Run | None:
+        """The newest run of `id`, from memory or (closed) from the history store."""
+        run = self._latest.get(id)
+        if run is not None or self.history_store is None:
+            return run
+        row = self.history_store.latest(id)
+        return self._stored_run(row.run_id) if row is not None else None
+
+    def _stored_run(self, run_id: str) -> Run | None:
+        """A closed run rebuilt from the history store."""
+        assert self.history_store is not None
+        got = self.history_store.full(run_id)
+        return rebuilt(*got) if got is not None else None
+
+    async def prune(self, older_than: float | timedelta) -> int:
+        """Deletes closed runs that closed more than `older_than` ago from the history
+        store; returns how many. Open runs are never pruned."""
+        self._check_accepting()
+        age = seconds(older_than)
+        if age is None or age < 0:
+            raise Rejected("prune takes a duration of zero or more")
+        store = self.history_store
+        assert store is not None
+        await self._flush_history()
+        return await asyncio.to_thread(store.prune, self.clock.now() - age)
+
+    async def _retain(self) -> None:
+        """`Config.retention`: prunes on open, then every hour."""
+        age = seconds(self.config.retention)
+        assert age is not None
+        while True:
+            try:
+                n = await self.prune(age)
+                self._progressed()
+                if n:
+                    log.info("fusee: retention deleted %d closed run(s) from the history", n)
+            except Exception as e:
+                log.error("fusee: retention could not prune the history store: %s", e)
+            await asyncio.sleep(min(age, RETENTION_EVERY_S))
+
     # -- journal ---------------------------------------------------------------------
 
     def _replay_record(self, lsn: int, rec: list[Any]) -> tuple[Run, Op | None]:
@@ -1060,7 +1333,11 @@ class Engine:
             _, run_id, workflow_id, workflow, input, started_at, deadline, origin = rec
             run = Run(run_id, workflow_id, workflow, input, started_at, lsn, deadline, origin)
             if origin and "reset" in origin:
-                self._inherit(run, self._runs[origin["reset"]], origin["before"])
+                old = self._runs.get(origin["reset"]) or self._stored_run(origin["reset"])
+                if old is None:
+                    raise KeyError(f"run {origin['reset']!r} (reset) is neither open nor stored")
+                self._inherit(run, old, origin["before"])
+                run.creation = reset_creation(run)
             self._runs[run_id] = run
             self._latest[workflow_id] = run
             run.apply(lsn, rec)
@@ -1078,6 +1355,7 @@ class Engine:
                 # An update sent again with its id after the run continued is not applied again.
                 new.updates_done = dict(run.updates_done)
                 new.last_lsn = lsn
+                new.creation = continued_creation(new)
                 self._runs[new.run_id] = new
                 self._latest[run.workflow_id] = new
         return run, op
@@ -1217,6 +1495,7 @@ class Engine:
             _, _, fut = heapq.heappop(waiters)
             if not fut.done():
                 fut.set_result(None)
+        self._checkpoint_due()
 
     def _progressed(self) -> None:
         if self._progress is not None:
@@ -1303,6 +1582,19 @@ class Engine:
                 f"{self.config.payload_bytes_max} (Config.payload_bytes_max)"
             )
         return encoded
+
+
+def _row_info(row: Row) -> RunInfo:
+    return RunInfo(
+        id=row.workflow_id,
+        run_id=row.run_id,
+        workflow=row.workflow,
+        status=Status(row.status),
+        started_at=utc(row.started_at),
+        closed_at=utc(row.closed_at),
+        error=row.error,
+        attributes=row.attributes,
+    )
 
 
 def check_signal_name(name: str) -> str:

@@ -297,7 +297,7 @@ class Schedules:
         self, wf: WorkflowDef, st: ScheduleState, at: float, now: float, catching_up: bool = False
     ) -> None:
         workflow_id = instant_id(wf.name, at)
-        if workflow_id in self._engine._latest:
+        if self._engine._find_latest(workflow_id) is not None:
             outcome = "started"  # started before a crash that came before this record
         elif wf.overlap == "allow" or catching_up or not self._open_runs(wf.name):
             self._start(wf, at, workflow_id)
@@ -311,7 +311,7 @@ class Schedules:
 
     def _start(self, wf: WorkflowDef, at: float, workflow_id: str, *, manual: bool = False) -> Any:
         engine = self._engine
-        existing = engine._latest.get(workflow_id)
+        existing = engine._find_latest(workflow_id)
         if existing is not None:
             return existing
         when = utc(at).isoformat().replace("+00:00", "Z")

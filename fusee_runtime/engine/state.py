@@ -9,6 +9,7 @@ appends, so memory and journal cannot tell different stories.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -165,6 +166,10 @@ class Run:
     update_log: dict[int, list[tuple[str, str, Any]]] = field(default_factory=dict)
     updates_done: dict[str, tuple[int, Any, Any]] = field(default_factory=dict)
     update_lsn: int = 0  # where the latest update was recorded
+    # How the run was made when not by a `RunStarted` alone (a reset's inherited
+    # journal, or a continue-as-new's carried state), as JSON: checkpoints and the
+    # history store keep it, so the run is rebuilt without the run it came from.
+    creation: dict[str, Any] | None = None
 
     def apply(self, lsn: int, rec: list[Any]) -> Op | None:
         """Folds one record of this run into its state; returns the op it resolved, if any."""
@@ -409,3 +414,83 @@ _CLOSED_AS = {
     R.RunReset: Status.RESET,
     R.RunContinuedAsNew: Status.CONTINUED_AS_NEW,
 }
+
+
+def reset_creation(run: Run) -> dict[str, Any]:
+    """What a reset run inherited (see `Engine._inherit`), as JSON."""
+    return {
+        "kind": "reset",
+        "ops": {seq: dataclasses.asdict(op) for seq, op in run.ops.items()},
+        "prefixes": sorted(run.prefixes),
+        "races": run.races,
+        "pending": list(run.pending),
+        "carried_signals": run.carried_signals,
+        "next_signal_id": run.next_signal_id,
+        "update_log": [[p, u] for p, u in run.update_log.items()],
+        "updates_done": run.updates_done,
+    }
+
+
+def continued_creation(run: Run) -> dict[str, Any]:
+    """How a run made by `continue_as_new` began, as JSON."""
+    return {
+        "kind": "continued",
+        "run_id": run.run_id,
+        "workflow_id": run.workflow_id,
+        "workflow": run.workflow,
+        "input": run.input,
+        "started_at": run.started_at,
+        "start_lsn": run.start_lsn,
+        "deadline": run.deadline,
+        "carried_signals": run.carried_signals,
+        "next_signal_id": run.next_signal_id,
+        "updates_done": run.updates_done,
+    }
+
+
+def created(creation: dict[str, Any] | None, first: tuple[int, list[Any]] | None) -> Run:
+    """A run as it stood when it was made, from its `creation` and its first record
+    (its `RunStarted`; none for a continued run). The record is not applied yet."""
+    if creation is not None and creation["kind"] == "continued":
+        c = creation
+        run = Run(
+            c["run_id"],
+            c["workflow_id"],
+            c["workflow"],
+            c["input"],
+            c["started_at"],
+            c["start_lsn"],
+            c["deadline"],
+        )
+        run.last_lsn = c["start_lsn"]
+    else:
+        assert first is not None and first[1][0] == R.RunStarted, "a run begins with RunStarted"
+        lsn, rec = first
+        _, run_id, workflow_id, workflow, input, started_at, deadline, origin = rec
+        run = Run(run_id, workflow_id, workflow, input, started_at, lsn, deadline, origin)
+    if creation is None:
+        return run
+    signals = [tuple(s) for s in creation["carried_signals"]]
+    run.carried_signals = signals
+    run.signals = list(signals)
+    run.next_signal_id = creation["next_signal_id"]
+    run.updates_done = {k: tuple(v) for k, v in creation["updates_done"].items()}
+    run.creation = creation
+    if creation["kind"] == "reset":
+        run.ops = {seq: Op(**op) for seq, op in creation["ops"].items()}
+        run.prefixes = set(creation["prefixes"])
+        run.races = dict(creation["races"])
+        run.pending = {seq: run.ops[seq] for seq in creation["pending"]}
+        run.update_log = {p: [tuple(u) for u in us] for p, us in creation["update_log"]}
+    return run
+
+
+def rebuilt(creation: dict[str, Any] | None, records: list[list[Any]]) -> Run:
+    """A closed run rebuilt from what the history store keeps of it."""
+    recs = [(lsn, rec) for lsn, rec in records]
+    continued = creation is not None and creation["kind"] == "continued"
+    run = created(creation, None if continued else recs[0])
+    for lsn, rec in recs:
+        run.apply(lsn, rec)
+    run.status = run.closing or run.status
+    return run

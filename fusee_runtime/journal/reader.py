@@ -75,15 +75,44 @@ def _frames(seg: _Segment) -> Iterator[tuple[int, bytes | None]]:
     yield stop, None
 
 
-def recover(directory: Path, storage: Storage, repair: bool = True) -> Scan:
+def first_lsns(directory: Path, storage: Storage) -> list[tuple[Path, int | None]]:
+    """Each segment with the first lsn its header gives (None: not a whole header),
+    reading only the headers."""
+    return [
+        (p, fmt.decode_header(storage.read_head(p, fmt.HEADER_BYTES)))
+        for p in storage.list_segments(directory)
+    ]
+
+
+def recover(directory: Path, storage: Storage, repair: bool = True, after: int = 0) -> Scan:
     """Reads the journal, cutting a torn tail when `repair` is set.
+
+    With `after` (the lsn a checkpoint covers), only the segments holding
+    records after it are read, and only those records are returned.
 
     Raises:
         JournalCorrupt: damage before the tail (a whole frame follows it), a
-            bad header on a segment that holds data, or a gap in lsns.
+            bad header on a segment that holds data, a gap in lsns, or a
+            journal that does not reach past `after`.
     """
     paths = storage.list_segments(directory)
+    if after:
+        heads = first_lsns(directory, storage)
+        start = 0
+        for i, (_, first) in enumerate(heads):
+            if first is not None and first <= after + 1:
+                start = i
+        paths = paths[start:]
+        if not paths:
+            raise JournalCorrupt(str(directory), 0, f"no segment holds lsn {after + 1} on")
     segments = [_Segment(p, storage.read(p), None) for p in paths]
+    scan = _scan(directory, storage, segments, repair, after)
+    return _short_of(paths[-1], scan, after) if after else scan
+
+
+def _scan(
+    directory: Path, storage: Storage, segments: list[_Segment], repair: bool, after: int
+) -> Scan:
     for seg in segments:
         seg.first_lsn = fmt.decode_header(seg.data)
     if repair:
@@ -105,7 +134,15 @@ def recover(directory: Path, storage: Storage, repair: bool = True) -> Scan:
             # whole, so a bad header is damage, unless nothing follows it.
             if fmt.find_whole_frame(seg.data, fmt.HEADER_BYTES) is not None or _any_frame(later):
                 raise JournalCorrupt(str(seg.path), 0, "bad segment header")
+            _before_checkpoint(seg.path, 0, next_lsn, after)
             return _cut(directory, storage, records, segments, i, None, next_lsn, repair, 0)
+        if i == 0 and seg.first_lsn > after + 1:
+            raise JournalCorrupt(
+                str(seg.path),
+                0,
+                f"segment starts at lsn {seg.first_lsn}, expected {after + 1} "
+                "(the records before it are in no readable checkpoint)",
+            )
         if i > 0 and seg.first_lsn != next_lsn:
             raise JournalCorrupt(
                 str(seg.path), 0, f"segment starts at lsn {seg.first_lsn}, expected {next_lsn}"
@@ -113,19 +150,39 @@ def recover(directory: Path, storage: Storage, repair: bool = True) -> Scan:
         next_lsn = seg.first_lsn
         for offset, payload in _frames(seg):
             if payload is not None:
-                records.append((next_lsn, payload))
+                if next_lsn > after:
+                    records.append((next_lsn, payload))
                 next_lsn += 1
                 continue
             used = fmt.data_end(seg.data, offset)
             if used == offset and later:
                 break  # the next frame did not fit: it starts the next segment
             if used == offset or not _frame_after(seg, offset, later):
+                _before_checkpoint(seg.path, offset, next_lsn, after)
                 return _cut(
                     directory, storage, records, segments, i, offset, next_lsn, repair, used
                 )
             reason = _damage_reason(seg.data, offset) + _in_last_batch(seg, offset, later)
             raise JournalCorrupt(str(seg.path), offset, reason)
     return Scan(records, Tail(None, 0, next_lsn))
+
+
+def _short_of(last: Path, scan: Scan, after: int) -> Scan:
+    """`scan`, unless the journal ends before the checkpoint it continues."""
+    _before_checkpoint(scan.tail.segment or last, scan.tail.offset, scan.tail.next_lsn, after)
+    return scan
+
+
+def _before_checkpoint(path: Path, offset: int, next_lsn: int, after: int) -> None:
+    """Refuses (before anything is cut) a journal whose whole records end before the
+    checkpoint it continues: records the checkpoint saw durable are gone from it."""
+    if next_lsn <= after:
+        raise JournalCorrupt(
+            str(path),
+            offset,
+            f"the journal's whole records end at lsn {next_lsn - 1}, before its checkpoint "
+            f"({after}): acknowledged data is damaged",
+        )
 
 
 def locate(directory: Path, storage: Storage, lsn: int) -> tuple[str, int]:

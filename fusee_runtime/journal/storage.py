@@ -30,6 +30,11 @@ class Storage:
         with open(path, "rb") as f:
             return f.read()
 
+    def read_head(self, path: Path, size: int) -> bytes:
+        """The first `size` bytes of a file (fewer if it is shorter)."""
+        with open(path, "rb") as f:
+            return f.read(size)
+
     def open(self, path: Path) -> int:
         """Opens an existing segment for writing."""
         return os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
@@ -89,6 +94,20 @@ class Storage:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+    def write_file(self, path: Path, data: bytes) -> None:
+        """Creates (or truncates) `path` holding `data`, durably (`fsync`: its size changes)."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+        fd = os.open(path, flags, 0o644)
+        try:
+            self.write(fd, 0, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def rename(self, src: Path, dst: Path) -> None:
+        """Renames `src` over `dst` atomically (the caller syncs the directory)."""
+        os.rename(src, dst)
 
     def remove(self, path: Path) -> None:
         path.unlink(missing_ok=True)

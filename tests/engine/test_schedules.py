@@ -70,10 +70,15 @@ async def paris(ctx: Ctx, at: str) -> str:
 
 
 def runs_of(engine: Any, name: str) -> list[str]:
-    """Ids of the runs the schedule of `name` started, oldest first."""
+    """Ids of the runs the schedule of `name` started, oldest first (in memory, or
+    closed and moved to the history store)."""
+    rows = engine.history_store.list(None, name, None)
+    runs = [engine._runs.get(row.run_id) or engine._stored_run(row.run_id) for row in rows]
+    known = {r.run_id for r in runs}
+    runs += [r for r in engine._runs.values() if r.run_id not in known]
     return [
         r.workflow_id
-        for r in sorted(engine._runs.values(), key=lambda r: r.start_lsn)
+        for r in sorted(runs, key=lambda r: r.start_lsn)
         if r.origin and r.origin.get("schedule") == name
     ]
 

@@ -51,6 +51,18 @@ def _fresh_step_calls() -> None:
 # -- helpers ---------------------------------------------------------------------------
 
 
+@pytest.fixture
+def make_engine(make_engine: MakeEngine) -> MakeEngine:
+    """Engines that write no checkpoint: these tests damage the journal as a crash
+    mid-append leaves it, which a clean close's checkpoint would have covered."""
+
+    def make(**config: Any) -> Engine:
+        config.setdefault("checkpoint_bytes", None)
+        return make_engine(**config)
+
+    return make
+
+
 def journal_of(home: Path) -> Path:
     return home / "journal"
 
@@ -104,12 +116,21 @@ def recover_copy(home: Path, tmp_path: Path) -> tuple[Scan, Path]:
     return recover(copy, Storage()), copy
 
 
+def as_a_crash_leaves_it(engine: Engine) -> None:
+    """Removes the history store a clean close filled: these tests damage the journal's
+    tail as a crash mid-append leaves it, and the runs of that tail never reached the
+    store then (only durably closed runs do)."""
+    for p in engine.home.glob("history.db*"):
+        p.unlink()
+
+
 async def build(make_engine: MakeEngine, runs: int, pad: int = 0, **config: Any) -> None:
     """Runs `runs` two-step workflows one after another, so records are in run order."""
     async with make_engine(**config) as engine:
         for i in range(runs):
             handle = await engine.start("jrec_two_steps", {"n": i, "pad": "x" * pad}, id=f"r{i}")
             assert await handle.result() == 2 * i + 1
+    as_a_crash_leaves_it(engine)
 
 
 async def build_concurrently(make_engine: MakeEngine, runs: int, pad: int, **config: Any) -> None:
@@ -123,6 +144,7 @@ async def build_concurrently(make_engine: MakeEngine, runs: int, pad: int, **con
         )
         results = await asyncio.gather(*(h.result() for h in handles))
         assert results == [2 * i + 1 for i in range(runs)]
+    as_a_crash_leaves_it(engine)
 
 
 async def assert_all_complete(engine: Engine, runs: int) -> None:

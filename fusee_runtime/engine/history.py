@@ -1,0 +1,334 @@
+"""The history store: closed runs, in `<home>/history.db` (SQLite, WAL mode).
+
+A run that closed (durably, in the journal) is queued here, and one
+background thread writes the queue in batches, one transaction and one
+`fsync` per batch, off the durability path: nothing waits for it but the
+engine's memory, which drops a closed run once its row is committed, and
+compaction, which deletes journal segments only once a checkpoint no longer
+needs them (a run not yet committed here is kept in the checkpoint).
+Writing a run again is harmless (`INSERT OR REPLACE` by run id), so a crash
+between closing a run and committing it is repaired by moving it again on
+open.
+
+Each row keeps what `list()` shows (status, times, error, attributes) in
+columns, with indexes for the filters `list` takes, and the run's whole
+record (every record of its journal, and how it was created when that is
+not a `RunStarted` of its own) as JSON, from which `history()` and a
+closed run's `result()` are answered.
+
+The loop reads through its own connection; WAL lets it read while the
+thread writes.
+"""
+
+from __future__ import annotations
+
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+NAME = "history.db"
+BATCH_DELAY_S = 0.05
+"""How long the thread lets closed runs gather before it writes a batch."""
+BATCH_ROWS_MAX = 5000
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    workflow_id TEXT NOT NULL,
+    workflow TEXT NOT NULL,
+    status TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    closed_at REAL NOT NULL,
+    start_lsn INTEGER NOT NULL,
+    close_lsn INTEGER NOT NULL,
+    error TEXT,
+    attributes TEXT NOT NULL,
+    creation TEXT,
+    records BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_by_start ON runs (start_lsn);
+CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, start_lsn);
+CREATE INDEX IF NOT EXISTS runs_by_workflow ON runs (workflow, start_lsn);
+CREATE INDEX IF NOT EXISTS runs_by_id ON runs (workflow_id, start_lsn);
+CREATE INDEX IF NOT EXISTS runs_by_closed_at ON runs (closed_at);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value);
+"""
+
+COLUMNS = (
+    "run_id, workflow_id, workflow, status, started_at, closed_at, start_lsn, close_lsn, "
+    "error, attributes"
+)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One closed run as the store holds it (its records read only when asked)."""
+
+    run_id: str
+    workflow_id: str
+    workflow: str
+    status: str
+    started_at: float
+    closed_at: float
+    start_lsn: int
+    close_lsn: int
+    error: str | None
+    attributes: dict[str, Any]
+
+
+@dataclass
+class Closed:
+    """A closed run queued for the store."""
+
+    row: Row
+    creation: dict[str, Any] | None
+    records: list[tuple[int, list[Any]]]
+
+
+class _Flush:
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+
+
+_STOP = object()
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+    conn.execute("PRAGMA journal_mode=WAL")
+    # Every committed batch is durable: compaction may delete the journal that held it.
+    conn.execute("PRAGMA synchronous=FULL")
+    return conn
+
+
+class HistoryStore:
+    """`<home>/history.db`: a writer thread for closed runs, and reads for the loop."""
+
+    def __init__(self, home: Path, on_stored: Callable[[list[str]], None]) -> None:
+        """`on_stored(run_ids)` is called on the writer thread after each commit."""
+        self.path = home / NAME
+        self._on_stored = on_stored
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._hurry = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._db: sqlite3.Connection | None = None
+        self.failed: BaseException | None = None
+        self.pruned_before = 0.0
+        self.rows_written = 0
+        self.batches = 0
+
+    def open(self) -> None:
+        db = connect(self.path)
+        db.executescript(SCHEMA)
+        got = db.execute("SELECT value FROM meta WHERE key = 'pruned_before'").fetchone()
+        self.pruned_before = float(got[0]) if got else 0.0
+        self._db = db
+        self._thread = threading.Thread(target=self._run, name="fusee-history", daemon=True)
+        self._thread.start()
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        assert self._db is not None, "the history store is not open"
+        return self._db
+
+    # -- writes (the thread) -------------------------------------------------------
+
+    def put(self, closed: Closed) -> None:
+        """Queues a closed run; it is written with the next batch."""
+        self._queue.put(closed)
+
+    def flush(self) -> None:
+        """Returns once everything queued before is committed (raises what failed)."""
+        if self._thread is None or not self._thread.is_alive():
+            if self.failed is not None:
+                raise self.failed
+            return
+        flush = _Flush()
+        self._queue.put(flush)
+        self._hurry.set()
+        flush.done.wait()
+        if flush.error is not None:
+            raise flush.error
+
+    def close(self) -> None:
+        """Writes what is queued, then stops the thread and closes the store."""
+        if self._thread is not None:
+            self._queue.put(_STOP)
+            self._hurry.set()
+            self._thread.join()
+            self._thread = None
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def _run(self) -> None:
+        db = connect(self.path)
+        try:
+            while True:
+                first = self._queue.get()
+                if isinstance(first, Closed):
+                    self._hurry.wait(BATCH_DELAY_S)
+                self._hurry.clear()
+                items = [first]
+                while len(items) < BATCH_ROWS_MAX:
+                    try:
+                        items.append(self._queue.get_nowait())
+                    except queue.Empty:
+                        break
+                closed = [i for i in items if isinstance(i, Closed)]
+                if closed and self.failed is None:
+                    try:
+                        self._write(db, closed)
+                    except Exception as e:  # the journal still holds them: nothing is lost
+                        self.failed = e
+                for item in items:
+                    if isinstance(item, _Flush):
+                        item.error = self.failed
+                        item.done.set()
+                if any(i is _STOP for i in items):
+                    return
+        finally:
+            db.close()
+
+    def _write(self, db: sqlite3.Connection, closed: list[Closed]) -> None:
+        rows = [
+            (
+                *_row_values(c.row),
+                orjson.dumps(c.creation).decode() if c.creation is not None else None,
+                orjson.dumps(c.records),
+            )
+            for c in closed
+            if c.row.closed_at >= self.pruned_before
+        ]
+        db.execute("BEGIN")
+        try:
+            db.executemany(
+                f"INSERT OR REPLACE INTO runs ({COLUMNS}, creation, records) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        self.rows_written += len(rows)
+        self.batches += 1
+        self._on_stored([c.row.run_id for c in closed])
+
+    # -- reads (the loop) ----------------------------------------------------------
+
+    def latest(self, workflow_id: str) -> Row | None:
+        """The newest stored run of `workflow_id`."""
+        got = self.db.execute(
+            f"SELECT {COLUMNS} FROM runs WHERE workflow_id = ? ORDER BY start_lsn DESC LIMIT 1",
+            (workflow_id,),
+        ).fetchone()
+        return _row(got) if got else None
+
+    def exists(self, run_id: str) -> bool:
+        return (
+            self.db.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is not None
+        )
+
+    def full(self, run_id: str) -> tuple[dict[str, Any] | None, list[list[Any]]] | None:
+        """(creation, records) of a stored run."""
+        got = self.db.execute(
+            "SELECT creation, records FROM runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        if got is None:
+            return None
+        creation = orjson.loads(got[0]) if got[0] is not None else None
+        return creation, orjson.loads(got[1])
+
+    def records_of(self, workflow_id: str) -> list[tuple[str, list[list[Any]]]]:
+        """(run_id, records) of every stored run of `workflow_id`, oldest first."""
+        got = self.db.execute(
+            "SELECT run_id, records FROM runs WHERE workflow_id = ? ORDER BY start_lsn",
+            (workflow_id,),
+        ).fetchall()
+        return [(run_id, orjson.loads(recs)) for run_id, recs in got]
+
+    def list_sql(
+        self, status: str | None, workflow: str | None, limit: int | None
+    ) -> tuple[str, tuple[Any, ...]]:
+        """The query `list` runs, newest first (for `EXPLAIN QUERY PLAN` too)."""
+        where, args = [], []
+        if status is not None:
+            where.append("status = ?")
+            args.append(status)
+        if workflow is not None:
+            where.append("workflow = ?")
+            args.append(workflow)
+        sql = f"SELECT {COLUMNS} FROM runs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY start_lsn DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(limit)
+        return sql, tuple(args)
+
+    def list(self, status: str | None, workflow: str | None, limit: int | None) -> list[Row]:
+        sql, args = self.list_sql(status, workflow, limit)
+        return [_row(r) for r in self.db.execute(sql, args)]
+
+    def query_plan(self, status: str | None, workflow: str | None, limit: int | None) -> str:
+        """SQLite's plan for `list` with these filters, one step per line."""
+        sql, args = self.list_sql(status, workflow, limit)
+        return "\n".join(r[-1] for r in self.db.execute("EXPLAIN QUERY PLAN " + sql, args))
+
+    def counts(self) -> dict[str, int]:
+        return dict(self.db.execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall())
+
+    def prune(self, before: float) -> int:
+        """Deletes runs closed before `before` (Unix seconds); returns how many.
+
+        Runs closed before it are not written again later either (a crash may
+        leave one in the journal to be moved again on open).
+        """
+        db = connect(self.path)  # its own: this runs on a thread, beside the loop's reads
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                n = db.execute("DELETE FROM runs WHERE closed_at < ?", (before,)).rowcount
+                if before > self.pruned_before:
+                    db.execute(
+                        "INSERT OR REPLACE INTO meta (key, value) VALUES ('pruned_before', ?)",
+                        (before,),
+                    )
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        finally:
+            db.close()
+        self.pruned_before = max(self.pruned_before, before)
+        return n
+
+
+def _row_values(row: Row) -> tuple[Any, ...]:
+    return (
+        row.run_id,
+        row.workflow_id,
+        row.workflow,
+        row.status,
+        row.started_at,
+        row.closed_at,
+        row.start_lsn,
+        row.close_lsn,
+        row.error,
+        orjson.dumps(row.attributes).decode(),
+    )
+
+
+def _row(values: Iterable[Any]) -> Row:
+    v = list(values)
+    v[-1] = orjson.loads(v[-1])
+    return Row(*v)
