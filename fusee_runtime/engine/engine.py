@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import bisect
 import concurrent.futures
-import dataclasses
 import heapq
 import inspect
 import itertools
@@ -48,7 +47,7 @@ from fusee_runtime.engine.history import Closed, HistoryStore, Row
 from fusee_runtime.engine.home import HomeLock
 from fusee_runtime.engine.registry import load_app
 from fusee_runtime.engine.runlog import RunLog
-from fusee_runtime.engine.schedules import Schedules, ScheduleState
+from fusee_runtime.engine.schedules import Schedules
 from fusee_runtime.engine.state import (
     Op,
     Run,
@@ -226,7 +225,8 @@ class Engine:
         self._ckpt_lsn = 0
         self._ckpt_at_bytes = 0
         self._ckpt_due = self.config.checkpoint_bytes or 0
-        self._ckpt_task: asyncio.Task[None] | None = None
+        self._ckpt_task: asyncio.Task[int] | None = None
+        self._ckpt_lock = asyncio.Lock()
         self._retention_task: asyncio.Task[None] | None = None
 
     # -- lifecycle -----------------------------------------------------------------
@@ -271,7 +271,7 @@ class Engine:
                 try:
                     rec = records.decode(payload)
                     if rec[0] in SCHEDULES:
-                        self.schedules.replay(rec)
+                        self.schedules.replay(lsn, rec)
                     else:
                         self._replay_record(lsn, rec)
                 except (ValueError, KeyError, IndexError, TypeError) as e:
@@ -690,6 +690,10 @@ class Engine:
         c["durable_lsn"] = self._durable_lsn
         c["steps"] = self._steps
         c["runs_open"] = sum(1 for r in self._latest.values() if r.is_open)
+        c["runs_in_memory"] = len(self._runs)
+        c["checkpoint_lsn"] = self._ckpt_lsn
+        if self.history_store is not None:
+            c["history_rows_written"] = self.history_store.rows_written
         return c
 
     # -- runs ----------------------------------------------------------------------
@@ -1145,9 +1149,7 @@ class Engine:
         """Rebuilds memory from a checkpoint, as replaying its records would."""
         body = base.body
         try:
-            for name, st in body["schedules"].items():
-                st["cron"] = tuple(st["cron"]) if st["cron"] is not None else None
-                self.schedules._state[name] = ScheduleState(**st)
+            self.schedules.restore(body["schedules"])
             for creation, recs in body["runs"]:
                 first = 0
                 if creation is None or creation["kind"] == "reset":
@@ -1176,8 +1178,7 @@ class Engine:
                 continue
             n = bisect.bisect_right(run.records, lsn, key=lambda r: r[0])
             runs.append((run.creation, run.records[:n]))
-        schedules = {n: dataclasses.asdict(st) for n, st in self.schedules._state.items()}
-        return {"lsn": lsn, "runs": runs, "schedules": schedules}
+        return {"lsn": lsn, "runs": runs, "schedules": self.schedules.snapshot(lsn)}
 
     def _checkpoint_due(self) -> None:
         """Starts a checkpoint if the journal grew enough since the last one."""
@@ -1202,14 +1203,16 @@ class Engine:
         """
         lsn = self._durable_lsn
         try:
-            if lsn <= self._ckpt_lsn or self._failed is not None or not self._ckpt_due:
-                return self._ckpt_lsn
-            if self._writer is not None:
-                self._ckpt_at_bytes = self._writer.counters.bytes
-            body = self._snapshot(lsn)
-            size = await asyncio.to_thread(self._write_checkpoint, lsn, body)
-            self._ckpt_lsn = lsn
-            self._ckpt_due = max(self.config.checkpoint_bytes or 0, size)
+            async with self._ckpt_lock:
+                lsn = self._durable_lsn
+                if lsn <= self._ckpt_lsn or self._failed is not None or not self._ckpt_due:
+                    return self._ckpt_lsn
+                if self._writer is not None:
+                    self._ckpt_at_bytes = self._writer.counters.bytes
+                body = self._snapshot(lsn)
+                size = await asyncio.to_thread(self._write_checkpoint, lsn, body)
+                self._ckpt_lsn = lsn
+                self._ckpt_due = max(self.config.checkpoint_bytes or 0, size)
         except Exception as e:
             log.error(
                 "fusee: checkpoint at lsn %d failed (the journal keeps everything): %s", lsn, e
@@ -1259,7 +1262,6 @@ class Engine:
         """Queues a closed run (durably closed) for the history store."""
         if self.history_store is None:
             return
-        info = run.info()
         row = Row(
             run.run_id,
             run.workflow_id,
@@ -1269,8 +1271,8 @@ class Engine:
             run.closed_at or run.started_at,
             run.start_lsn,
             run.close_lsn or run.last_lsn,
-            info.error,
-            info.attributes,
+            run.error,
+            {},
         )
         self.history_store.put(Closed(row, run.creation, run.records))
 

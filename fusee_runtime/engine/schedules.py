@@ -19,6 +19,7 @@ firing does while an earlier run of the schedule is open: "skip" skips it,
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -93,6 +94,10 @@ class Schedules:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._state: dict[str, ScheduleState] = {}
+        # What a checkpoint holds: the state as of the last checkpoint, and the
+        # records since (with their lsns), of which a checkpoint takes the durable ones.
+        self._base: dict[str, ScheduleState] = {}
+        self._since: list[tuple[int, list[Any]]] = []
         self._task: asyncio.Task[None] | None = None
         self._changed: asyncio.Event | None = None
         self.ticks = 0
@@ -100,30 +105,32 @@ class Schedules:
 
     # -- state ---------------------------------------------------------------------
 
-    def replay(self, rec: list[Any]) -> None:
+    def replay(self, lsn: int, rec: list[Any]) -> None:
         """Folds one schedule record into memory (on open, and as they are appended)."""
-        kind, name = rec[0], rec[1]
-        st = self._state.setdefault(name, ScheduleState())
-        if kind == R.ScheduleArmed:
-            _, _, cron, timezone, armed_at = rec
-            st.cron = (cron, timezone)
-            st.floor = armed_at if st.floor is None else max(st.floor, armed_at)
-        elif kind == R.ScheduleFired:
-            _, _, instant, outcome, _, _ = rec
-            st.last = instant if st.last is None else max(st.last, instant)
-            if outcome == "buffered":
-                st.buffered = instant
-            elif st.buffered == instant:
-                st.buffered = None  # started (or dropped) at last
-        elif kind == R.SchedulePaused:
-            st.paused = rec[2]
-            if not st.paused:
-                # What came due while paused is not caught up.
-                st.floor = rec[3] if st.floor is None else max(st.floor, rec[3])
+        _fold(self._state, rec)
+        if self._engine.config.checkpoint_bytes is not None:
+            self._since.append((lsn, rec))
+
+    def restore(self, states: dict[str, dict[str, Any]]) -> None:
+        """The state a checkpoint holds (see `snapshot`)."""
+        for name, st in states.items():
+            st = dict(st, cron=tuple(st["cron"]) if st["cron"] is not None else None)
+            self._state[name] = ScheduleState(**st)
+            self._base[name] = ScheduleState(**st)
+
+    def snapshot(self, lsn: int) -> dict[str, dict[str, Any]]:
+        """The schedules' state as the records up to `lsn` say, for a checkpoint at `lsn`
+        (not as memory says now: records after it may never become durable)."""
+        for at, rec in self._since:
+            if at > lsn:
+                break
+            _fold(self._base, rec)
+        self._since = [(at, rec) for at, rec in self._since if at > lsn]
+        return {name: dataclasses.asdict(st) for name, st in self._base.items()}
 
     def _record(self, rec: list[Any]) -> int:
         lsn = self._engine._writer_append(rec)
-        self.replay(rec)
+        self.replay(lsn, rec)
         return lsn
 
     def _crons(self) -> list[WorkflowDef]:
@@ -357,3 +364,25 @@ def check_cron(name: str, cron: str, timezone: str | None, overlap: str, catchup
         next(CronSim(cron, datetime.now(tz) - timedelta(days=1)))
     except (CronSimError, StopIteration, ValueError) as e:
         raise ValueError(f"@workflow {name}: invalid cron expression {cron!r}: {e}") from None
+
+
+def _fold(state: dict[str, ScheduleState], rec: list[Any]) -> None:
+    """Folds one schedule record into `state`."""
+    kind, name = rec[0], rec[1]
+    st = state.setdefault(name, ScheduleState())
+    if kind == R.ScheduleArmed:
+        _, _, cron, timezone, armed_at = rec
+        st.cron = (cron, timezone)
+        st.floor = armed_at if st.floor is None else max(st.floor, armed_at)
+    elif kind == R.ScheduleFired:
+        _, _, instant, outcome, _, _ = rec
+        st.last = instant if st.last is None else max(st.last, instant)
+        if outcome == "buffered":
+            st.buffered = instant
+        elif st.buffered == instant:
+            st.buffered = None  # started (or dropped) at last
+    elif kind == R.SchedulePaused:
+        st.paused = rec[2]
+        if not st.paused:
+            # What came due while paused is not caught up.
+            st.floor = rec[3] if st.floor is None else max(st.floor, rec[3])

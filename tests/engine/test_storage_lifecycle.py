@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
-from fusee_runtime import Ctx, JournalCorrupt, Rejected, step, workflow
+from fusee_runtime import Config, Ctx, JournalCorrupt, Rejected, step, workflow
+from fusee_runtime.engine.schedules import Schedules
 from fusee_runtime.journal import checkpoint as ckpt
 from fusee_runtime.journal.reader import first_lsns
+from fusee_runtime.journal.records import R
 from fusee_runtime.journal.storage import Storage
 
 CALLS: list[int] = []
@@ -272,3 +274,17 @@ async def test_retention_prunes_on_open(make_engine, clock) -> None:
     async with make_engine(retention=30 * 86400) as engine:
         await engine.wait_until(lambda: engine.history_store.pruned_before > 0)
         assert await engine.list() == []
+
+
+def test_a_schedule_snapshot_holds_only_the_records_up_to_its_lsn() -> None:
+    class Owner:
+        config = Config()
+
+    schedules = Schedules(Owner())  # type: ignore[arg-type]
+    schedules.replay(5, [R.ScheduleArmed, "w", "* * * * *", None, 100.0])
+    schedules.replay(6, [R.ScheduleFired, "w", 160.0, "started", "w@1", 161.0])
+    # A record after the checkpoint's lsn may never become durable: not in it.
+    at_5 = schedules.snapshot(5)["w"]
+    assert (at_5["floor"], at_5["last"]) == (100.0, None)
+    assert schedules._state["w"].last == 160.0, "memory goes on"
+    assert schedules.snapshot(6)["w"]["last"] == 160.0
