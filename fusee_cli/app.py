@@ -18,6 +18,7 @@ from fusee_cli.commands import (
     handlers,
     history,
     logs,
+    prune,
     reset,
     result,
     resume,
@@ -55,6 +56,7 @@ app.command("update")(handlers.update)
 app.command("complete")(complete.complete)
 app.command("fail")(complete.fail)
 app.command("check")(check.check)
+app.command("prune")(prune.prune)
 app.command("serve")(serve.serve)
 app.command("schedules")(schedules.schedules)
 app.command("bench")(bench.bench)

@@ -15,6 +15,12 @@ from fusee_cli.session import CliError, Code
 
 DEFAULT_HOME = Path(".fusee")
 DEFAULT_APP = "workflows"
+DURATION_UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+"""What each unit of a duration option is worth, in seconds."""
+DURATION_FORMS = "30d, 12h, 90m, 45s, 2w or plain seconds (3600)"
+DURATION_WEEKS_MAX = 5200
+"""The longest duration an option takes (100 years): longer is a typo, and far longer
+would not fit a float."""
 
 Home = Annotated[
     Path,
@@ -68,3 +74,31 @@ def app_module(app: str | None) -> str:
         raise CliError(Code.USAGE, f"cannot read {pyproject}: {e}") from None
     configured = config.get("tool", {}).get("fusee", {}).get("app")
     return configured if isinstance(configured, str) and configured else DEFAULT_APP
+
+
+def duration(text: str, option: str, *, zero: bool = False) -> float:
+    """Seconds of a duration option: a whole number, then w, d, h, m or s (none: seconds).
+
+    Zero is taken only with `zero`.
+
+    Raises:
+        CliError: any other text, or zero where it is not taken (exit 2).
+    """
+    import re
+
+    # ASCII digits only: re's \d, and int(), would take other scripts' digits too.
+    found = re.fullmatch(r"([0-9]+)([wdhms]?)", text)
+    if found is None:
+        raise CliError(
+            Code.USAGE, f"{option} takes a duration such as {DURATION_FORMS}, not {text!r}"
+        )
+    digits = found[1].lstrip("0")
+    # Only digits that can fit go to int(), which refuses over 4300 of them.
+    value_s = int(digits[:12] or "0") * DURATION_UNITS_S[found[2] or "s"]
+    if len(digits) > 12 or value_s > DURATION_WEEKS_MAX * DURATION_UNITS_S["w"]:
+        raise CliError(
+            Code.USAGE, f"{option} takes at most {DURATION_WEEKS_MAX}w (100 years), not {text!r}"
+        )
+    if value_s == 0 and not zero:
+        raise CliError(Code.USAGE, f"{option} takes a duration of more than zero, not {text!r}")
+    return float(value_s)

@@ -1,16 +1,17 @@
 """`fusee serve`: the long-running owner of a home.
 
 It opens the home (recovering every open run), fires timers and cron
-schedules, and serves the control API on the home's socket, and over HTTP
-with `--http`, until SIGTERM or Ctrl-C. Then it takes no more work, gives
-the step functions running now `--grace` seconds to finish (their results
-are recorded), syncs the journal and exits 0; what was cut off runs again
-on the next open.
+schedules, serves the control API on the home's socket (and over HTTP with
+`--http`), and with `--retention` deletes old closed runs from the history
+store (on start, then hourly), until SIGTERM or Ctrl-C. Then it takes no
+more work, gives the step functions running now `--grace` seconds to
+finish (their results are recorded), syncs the journal and exits 0; what
+was cut off runs again on the next open.
 
 Attached to a terminal it keeps one live status line; otherwise it prints
 JSON lines on stdout: `serving` first (with the HTTP URL), `stats` every
-`--stats-every` seconds, `log` for what the engine logs, `reloaded`/`reload_failed`,
-`stopping` and `stopped`.
+`--stats-every` seconds, `log` for what the engine logs (and what
+`--retention` deleted), `reloaded`/`reload_failed`, `stopping` and `stopped`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from fusee_cli import session
-from fusee_cli.options import DEFAULT_HOME, App, Home, app_module
+from fusee_cli.options import DEFAULT_HOME, App, Home, app_module, duration
 from fusee_cli.session import CliError, Code
 
 if TYPE_CHECKING:
@@ -77,6 +78,17 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    retention: Annotated[
+        str | None,
+        typer.Option(
+            "--retention",
+            metavar="DURATION",
+            help="Delete the runs that closed longer ago than this (30d, 12h, 90m, 45s, 2w, "
+            "or seconds) from the history store, on start and hourly (open runs are kept); "
+            "default: keep every closed run.",
+            show_default=False,
+        ),
+    ] = None,
     stats_every: Annotated[
         float,
         typer.Option(
@@ -89,7 +101,8 @@ def serve(
     app: App = None,
 ) -> None:
     """Own the home until stopped: run every open run, fire timers and cron schedules,
-    serve the control API (and HTTP with --http). SIGTERM or Ctrl-C stops it cleanly
+    serve the control API (and HTTP with --http), prune old closed runs with
+    --retention. SIGTERM or Ctrl-C stops it cleanly
     (exit 0); a second one cuts the grace period short. Exits 1 if the journal fails
     (a write or fdatasync error: it stops, nothing more is acknowledged).
 
@@ -97,9 +110,12 @@ def serve(
     """
     with session.reporting():
         address = _address(http, token) if http else None
+        retention_s = duration(retention, "--retention") if retention is not None else None
         module = app_module(app)
         out = _Output(sys.stdout.isatty(), stats_every)
-        session.run(_serve(home, module, address, token, reload, grace, out, public_url))
+        session.run(
+            _serve(home, module, address, token, reload, grace, out, public_url, retention_s)
+        )
 
 
 def _address(http: str, token: str | None) -> tuple[str, int]:
@@ -133,6 +149,7 @@ async def _serve(
     grace: float,
     out: _Output,
     public_url: str | None,
+    retention_s: float | None = None,
 ) -> None:
     import asyncio
     import signal
@@ -161,7 +178,9 @@ async def _serve(
         # Bound before the home opens, so the runs it resumes hand out completion URLs.
         bound = bind(*address)  # Rejected (exit 2) if it cannot bind
     url = public_url or (bound[1] if bound else None)
-    async with session.open_engine(home, app, schedules=True, grace=grace, http_url=url) as engine:
+    async with session.open_engine(
+        home, app, schedules=True, grace=grace, http_url=url, retention=retention_s
+    ) as engine:
         opened.append(engine)
         http_server = None
         tasks: list[asyncio.Task[Any]] = []
@@ -181,6 +200,7 @@ async def _serve(
                 app=app,
                 schedules=[s["workflow"] for s in engine.schedules.list()],
                 runs_open=int(engine.counters()["runs_open"]),
+                retention_s=retention_s,
             )
             tasks.append(asyncio.create_task(out.report(engine)))
             if reload:

@@ -190,6 +190,11 @@ class Control:
         triggers a run of it now (returns the run)."""
         return await self.engine.schedules.act(name, action)
 
+    async def prune(self, older_than: float) -> int:
+        """Deletes the runs that closed more than `older_than` seconds ago from the history
+        store; returns how many. Open runs are never pruned."""
+        return await self.engine.prune(older_than)
+
     async def watch(self, id: str, timeout: float | None = None) -> AsyncIterator[dict[str, Any]]:
         """Follows the newest run of `id` until it closes, stops, or `timeout` seconds pass.
 
@@ -275,7 +280,7 @@ def _retrieve(future: asyncio.Future[None]) -> None:
 _CALLS = frozenset(
     {"ping", "start", "describe", "list", "history", "signal"}
     | {"cancel", "terminate", "resume", "reset", "complete", "fail", "query", "update"}
-    | {"schedules", "schedule"}
+    | {"schedules", "schedule", "prune"}
 )
 _ITERATORS = frozenset({"watch", "stream"})
 
@@ -543,6 +548,9 @@ class ControlClient:
     async def schedule(self, name: str, action: Literal["pause", "unpause", "trigger"]) -> Any:
         value = await self._call("schedule", name=name, action=action)
         return run_info(value) if action == "trigger" else value
+
+    async def prune(self, older_than: float) -> int:
+        return await self._call("prune", older_than=older_than)
 
     def watch(self, id: str, timeout: float | None = None) -> AsyncIterator[dict[str, Any]]:
         return self._events("watch", id=id, timeout=timeout)

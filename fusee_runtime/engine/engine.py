@@ -301,7 +301,7 @@ class Engine:
         # store before a crash: move them (again, harmlessly).
         for run in list(self._runs.values()):
             if not run.status.is_open:
-                self._to_history(run)
+                self._to_history(run, again=True)
         self._pool = concurrent.futures.ThreadPoolExecutor(
             self.config.step_threads, thread_name_prefix="fusee-step"
         )
@@ -1258,8 +1258,9 @@ class Engine:
             await asyncio.to_thread(self.history_store.flush)
             await asyncio.sleep(0)  # the evictions the store scheduled run
 
-    def _to_history(self, run: Run) -> None:
-        """Queues a closed run (durably closed) for the history store."""
+    def _to_history(self, run: Run, again: bool = False) -> None:
+        """Queues a closed run (durably closed) for the history store; `again` when
+        opening the home finds it closed (it may be there, or have been pruned)."""
         if self.history_store is None:
             return
         row = Row(
@@ -1274,7 +1275,7 @@ class Engine:
             run.error,
             {},
         )
-        self.history_store.put(Closed(row, run.creation, run.records))
+        self.history_store.put(Closed(row, run.creation, run.records, again))
 
     def _stored(self, run_ids: list[str]) -> None:
         """On the loop: these closed runs are in the history store; memory lets them go."""

@@ -89,6 +89,8 @@ class Closed:
     row: Row
     creation: dict[str, Any] | None
     records: list[tuple[int, list[Any]]]
+    again: bool = False
+    """Queued again on open: it may have been stored, then pruned, before the crash."""
 
 
 class _Flush:
@@ -205,7 +207,7 @@ class HistoryStore:
                 orjson.dumps(c.records),
             )
             for c in closed
-            if c.row.closed_at >= self.pruned_before
+            if not c.again or c.row.closed_at >= self.pruned_before
         ]
         db.execute("BEGIN")
         try:

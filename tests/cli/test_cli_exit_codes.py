@@ -191,6 +191,14 @@ CASES = [
     case("check", 1, "journal corrupt in", home="damaged"),
     case("check", 2, "no journal in", home="none"),
     case("check", 2, "no journal in", home="bare"),
+    # prune: `runs` closed its runs just now, so only 0 reaches them
+    case("prune --older-than 7d", 0, "pruned 0 runs closed over 7d ago"),
+    case("prune --older-than 0", 0, "pruned 5 runs closed so far"),
+    case("prune --older-than 0 --json", 0, '"pruned": 5'),
+    case("prune --older-than 7d", 0, "no runs to prune", home="none"),
+    case("prune --older-than soon", 2, "--older-than takes a duration such as 30d"),
+    case("prune --older-than 5201w", 2, "--older-than takes at most 5200w"),
+    case("prune --older-than 7d", 2, "journal corrupt in", home="damaged"),
     # an app module that raises on import: every command that loads the app exits 2
     *(
         case(line, 2, IMPORT_ERROR, app=BROKEN)
@@ -207,6 +215,7 @@ CASES = [
             "reset e-1 --to 1",
             "tail-stream st-1 items",
             "logs h-1",  # logs loads the app only for an id with no log lines
+            "prune --older-than 7d",
         ]
     ),
 ]
@@ -232,6 +241,8 @@ USAGE = [
     "complete",
     "fail 4f1c2b7e",
     "check --nope",
+    "prune",
+    "prune --older-than",
     "frobnicate",
 ]
 """Refused by typer before the command runs: exit 2 with its usage text, not one line."""

@@ -21,6 +21,7 @@ def test_the_commands_of_this_version():
         "history",
         "list",
         "logs",
+        "prune",
         "query",
         "reset",
         "result",

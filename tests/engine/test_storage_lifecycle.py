@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from fusee_runtime import Config, Ctx, JournalCorrupt, Rejected, step, workflow
+from fusee_runtime import Config, Ctx, FakeClock, JournalCorrupt, Rejected, step, workflow
 from fusee_runtime.engine.schedules import Schedules
 from fusee_runtime.journal import checkpoint as ckpt
 from fusee_runtime.journal.reader import first_lsns
@@ -288,3 +288,16 @@ def test_a_schedule_snapshot_holds_only_the_records_up_to_its_lsn() -> None:
     assert (at_5["floor"], at_5["last"]) == (100.0, None)
     assert schedules._state["w"].last == 160.0, "memory goes on"
     assert schedules.snapshot(6)["w"]["last"] == 160.0
+
+
+async def test_a_run_closing_after_a_prune_is_kept_even_if_the_clock_went_back(
+    make_engine, clock
+) -> None:
+    async with make_engine() as engine:
+        await engine.prune(0)  # the cutoff is now
+    # An NTP step back, or the home moved to a machine whose clock is behind.
+    async with make_engine(clock=FakeClock(clock.now() - 50)) as engine:
+        assert await (await engine.start("sl_short", 1, id="late")).result() == 2
+        await drain(engine)
+        assert [r.id for r in await engine.list()] == ["late"]
+        assert (await engine.handle("late").describe()).status == "completed"
