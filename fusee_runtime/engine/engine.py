@@ -256,7 +256,7 @@ class Engine:
             journal = self.home / "journal"
             journal.mkdir(exist_ok=True)
             ckpt.remove_leftovers(journal, self.config.storage)
-            base = self._newest_checkpoint(journal)
+            base, damaged = self._newest_checkpoint(journal)
             after = base.lsn if base is not None else 0
             scan = recover(journal, self.config.storage, after=after)
             self._durable_lsn = scan.tail.next_lsn - 1
@@ -280,6 +280,7 @@ class Engine:
                     raise JournalCorrupt(
                         path, offset, f"record {lsn} cannot be read by this version ({e!r})"
                     ) from None
+            self._set_aside(damaged)
             loop = self._loop
             self._writer = JournalWriter(
                 journal,
@@ -1135,15 +1136,25 @@ class Engine:
 
     # -- checkpoints, compaction and the history store ------------------------------------
 
-    def _newest_checkpoint(self, journal: Path) -> ckpt.Checkpoint | None:
-        """The newest checkpoint that reads whole; a damaged one is passed over for the
-        one before it (compaction keeps the journal that one needs)."""
+    def _newest_checkpoint(self, journal: Path) -> tuple[ckpt.Checkpoint | None, list[Path]]:
+        """The newest checkpoint that reads whole, and the damaged ones newer than it,
+        passed over (compaction keeps the journal the one before needs)."""
+        damaged = []
         for _, path in ckpt.listed(journal):
             try:
-                return ckpt.read(path, self.config.storage)
+                return ckpt.read(path, self.config.storage), damaged
             except ckpt.CheckpointDamaged as e:
                 log.error("fusee: passing over a damaged checkpoint: %s", e)
-        return None
+                damaged.append(path)
+        return None, damaged
+
+    def _set_aside(self, damaged: list[Path]) -> None:
+        """Renames damaged checkpoints to `.damaged` once the home opened without them:
+        kept to look at, and no longer counted as the one to fall back on."""
+        for path in damaged:
+            self.config.storage.rename(path, path.with_name(path.name + ".damaged"))
+        if damaged:
+            self.config.storage.sync_dir(damaged[0].parent)
 
     def _restore(self, base: ckpt.Checkpoint) -> None:
         """Rebuilds memory from a checkpoint, as replaying its records would."""

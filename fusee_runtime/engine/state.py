@@ -464,7 +464,8 @@ def created(creation: dict[str, Any] | None, first: tuple[int, list[Any]] | None
         )
         run.last_lsn = c["start_lsn"]
     else:
-        assert first is not None and first[1][0] == R.RunStarted, "a run begins with RunStarted"
+        if first is None or first[1][0] != R.RunStarted:
+            raise ValueError("a run's first record is not its RunStarted")
         lsn, rec = first
         _, run_id, workflow_id, workflow, input, started_at, deadline, origin = rec
         run = Run(run_id, workflow_id, workflow, input, started_at, lsn, deadline, origin)

@@ -158,6 +158,13 @@ async def test_a_damaged_checkpoint_falls_back_to_the_one_before(make_engine, ho
         for n, id in ((1, "open-1"), (2, "open-2")):
             await engine.signal(id, "go", n)
             assert await engine.handle(id).result() == [2 * n, n]
+    # Set aside, so it no longer counts as the one to fall back on: the two kept
+    # are whole.
+    assert newest.with_name(newest.name + ".damaged").exists()
+    kept = ckpt.listed(journal_of(home))
+    assert len(kept) == 2
+    for _, path in kept:
+        ckpt.read(path, Storage())
 
 
 async def test_no_readable_checkpoint_and_compacted_segments_refuse_to_open(
