@@ -227,6 +227,7 @@ class Engine:
         self._ckpt_due = self.config.checkpoint_bytes or 0
         self._ckpt_task: asyncio.Task[int] | None = None
         self._ckpt_lock = asyncio.Lock()
+        self._ckpt_closed = 0  # closed runs (not yet stored then) the newest one holds
         self._retention_task: asyncio.Task[None] | None = None
 
     # -- lifecycle -----------------------------------------------------------------
@@ -258,7 +259,8 @@ class Engine:
             ckpt.remove_leftovers(journal, self.config.storage)
             base, damaged = self._newest_checkpoint(journal)
             after = base.lsn if base is not None else 0
-            scan = recover(journal, self.config.storage, after=after)
+            at = base.body.get("at") if base is not None else None
+            scan = recover(journal, self.config.storage, after=after, at=at)
             self._durable_lsn = scan.tail.next_lsn - 1
             self.history_store = HistoryStore(
                 self.home, lambda ids: self._loop.call_soon_threadsafe(self._stored, ids)
@@ -1184,11 +1186,13 @@ class Engine:
         """What a checkpoint at `lsn` holds: every run in memory as it stood then (the
         open ones, and the closed ones not yet in the history store), and the schedules."""
         runs = []
+        self._ckpt_closed = 0
         for run in sorted(self._runs.values(), key=lambda r: r.start_lsn):
             if run.start_lsn > lsn:
                 continue
             n = bisect.bisect_right(run.records, lsn, key=lambda r: r[0])
             runs.append((run.creation, run.records[:n]))
+            self._ckpt_closed += run.close_lsn is not None and run.close_lsn <= lsn
         return {"lsn": lsn, "runs": runs, "schedules": self.schedules.snapshot(lsn)}
 
     def _checkpoint_due(self) -> None:
@@ -1216,11 +1220,17 @@ class Engine:
         try:
             async with self._ckpt_lock:
                 lsn = self._durable_lsn
-                if lsn <= self._ckpt_lsn or self._failed is not None or not self._ckpt_due:
+                # The same lsn again only to drop closed runs the store has taken since.
+                again = lsn == self._ckpt_lsn and self._ckpt_closed
+                if (lsn <= self._ckpt_lsn and not again) or self._failed or not self._ckpt_due:
                     return self._ckpt_lsn
                 if self._writer is not None:
                     self._ckpt_at_bytes = self._writer.counters.bytes
                 body = self._snapshot(lsn)
+                if self._writer is not None:
+                    synced, segment, offset = self._writer.synced_at
+                    if synced == lsn and segment is not None:
+                        body["at"] = [segment, offset]
                 size = await asyncio.to_thread(self._write_checkpoint, lsn, body)
                 self._ckpt_lsn = lsn
                 self._ckpt_due = max(self.config.checkpoint_bytes or 0, size)

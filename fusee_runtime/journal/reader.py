@@ -13,6 +13,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from fusee_runtime.errors import JournalCorrupt
 from fusee_runtime.journal import format as fmt
@@ -66,9 +67,9 @@ def _damage_reason(data: bytes, offset: int) -> str:
     return "CRC mismatch"
 
 
-def _frames(seg: _Segment) -> Iterator[tuple[int, bytes | None]]:
-    """(offset, payload) of each whole frame, then (offset, None) where they stop."""
-    stop = fmt.HEADER_BYTES
+def _frames(seg: _Segment, start: int = fmt.HEADER_BYTES) -> Iterator[tuple[int, bytes | None]]:
+    """(offset, payload) of each whole frame from `start`, then (offset, None) where they stop."""
+    stop = start
     for offset, payload, after in fmt.frames(seg.data, stop):
         yield offset, payload
         stop = after
@@ -84,11 +85,19 @@ def first_lsns(directory: Path, storage: Storage) -> list[tuple[Path, int | None
     ]
 
 
-def recover(directory: Path, storage: Storage, repair: bool = True, after: int = 0) -> Scan:
+def recover(
+    directory: Path,
+    storage: Storage,
+    repair: bool = True,
+    after: int = 0,
+    at: list[Any] | None = None,
+) -> Scan:
     """Reads the journal, cutting a torn tail when `repair` is set.
 
     With `after` (the lsn a checkpoint covers), only the segments holding
-    records after it are read, and only those records are returned.
+    records after it are read, and only those records are returned; with
+    `at` (the segment name and byte offset where the checkpoint says the
+    record after it goes), the frames before that offset are not even decoded.
 
     Raises:
         JournalCorrupt: damage before the tail (a whole frame follows it), a
@@ -106,12 +115,33 @@ def recover(directory: Path, storage: Storage, repair: bool = True, after: int =
         if not paths:
             raise JournalCorrupt(str(directory), 0, f"no segment holds lsn {after + 1} on")
     segments = [_Segment(p, storage.read(p), None) for p in paths]
-    scan = _scan(directory, storage, segments, repair, after)
+    skip = _resume_offset(segments[0], at) if after and at and segments else None
+    scan = _scan(directory, storage, segments, repair, after, skip)
     return _short_of(paths[-1], scan, after) if after else scan
 
 
+def _resume_offset(seg: _Segment, at: list[Any]) -> int | None:
+    """Where the record after a checkpoint starts in `seg`, as the checkpoint says
+    (`at`: segment name, byte offset), if `seg` is that segment and a batch starts
+    there or nothing was written there; else None (the segment is read whole)."""
+    name, offset = at
+    data = seg.data
+    if name != seg.path.name or not isinstance(offset, int):
+        return None
+    if not fmt.HEADER_BYTES <= offset <= len(data) or offset % fmt.ALIGN:
+        return None
+    if fmt.decode_frame(data, offset) is not None and fmt.starts_batch(data, offset):
+        return offset
+    return offset if fmt.next_nonzero(data, offset) is None else None
+
+
 def _scan(
-    directory: Path, storage: Storage, segments: list[_Segment], repair: bool, after: int
+    directory: Path,
+    storage: Storage,
+    segments: list[_Segment],
+    repair: bool,
+    after: int,
+    skip: int | None = None,
 ) -> Scan:
     for seg in segments:
         seg.first_lsn = fmt.decode_header(seg.data)
@@ -148,7 +178,10 @@ def _scan(
                 str(seg.path), 0, f"segment starts at lsn {seg.first_lsn}, expected {next_lsn}"
             )
         next_lsn = seg.first_lsn
-        for offset, payload in _frames(seg):
+        start = fmt.HEADER_BYTES
+        if i == 0 and skip is not None:
+            next_lsn, start = after + 1, skip
+        for offset, payload in _frames(seg, start):
             if payload is not None:
                 if next_lsn > after:
                     records.append((next_lsn, payload))

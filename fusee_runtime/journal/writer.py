@@ -94,6 +94,13 @@ class JournalWriter:
         """Moving average of the latest `fdatasync`s' seconds: how slow the disk is now."""
         self.synced_lsn = tail.next_lsn - 1
         """The last lsn a commit wrote and synced (it may not be published yet)."""
+        self.synced_at: tuple[int, str | None, int] = (
+            self.synced_lsn,
+            tail.segment.name if tail.segment is not None else None,
+            tail.offset,
+        )
+        """(`synced_lsn`, the segment and byte offset where the record after it goes),
+        set together: a checkpoint at that lsn says where the journal continues."""
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._commit = threading.Lock()
@@ -240,6 +247,7 @@ class JournalWriter:
                 self._pending_bytes = 0
             raise
         self.synced_lsn = last_lsn
+        self.synced_at = (last_lsn, segment_path(self._dir, self._index).name, self._offset)
         return last_lsn
 
     def _write(self, payloads: list[bytes], first_lsn: int) -> None:

@@ -14,6 +14,7 @@ import pytest
 from fusee_runtime import Config, Ctx, FakeClock, JournalCorrupt, Rejected, step, workflow
 from fusee_runtime.engine.schedules import Schedules
 from fusee_runtime.journal import checkpoint as ckpt
+from fusee_runtime.journal import format as fmt
 from fusee_runtime.journal.reader import first_lsns
 from fusee_runtime.journal.records import R
 from fusee_runtime.journal.storage import Storage
@@ -308,3 +309,28 @@ async def test_a_run_closing_after_a_prune_is_kept_even_if_the_clock_went_back(
         await drain(engine)
         assert [r.id for r in await engine.list()] == ["late"]
         assert (await engine.handle("late").describe()).status == "completed"
+
+
+async def test_open_after_a_clean_close_decodes_no_frame_the_checkpoint_covers(
+    make_engine, monkeypatch
+) -> None:
+    cfg = dict(checkpoint_bytes=1 << 30)
+    async with make_engine(**cfg) as engine:
+        for i in range(300):
+            await (await engine.start("sl_short", i, id=f"f{i}")).result()
+        for i in range(5):
+            await engine.start("sl_waits", i, id=f"p{i}")
+    # The close's checkpoint says where the journal continues: a frame or two at most
+    # is decoded there, not the 900 of the closed runs earlier in that same segment.
+    decoded = []
+    real = fmt.decode_frame
+
+    def counting(data: Any, offset: int) -> Any:
+        decoded.append(offset)
+        return real(data, offset)
+
+    monkeypatch.setattr(fmt, "decode_frame", counting)
+    async with make_engine(**cfg) as engine:
+        await engine.wait_until(lambda: all(engine._latest[f"p{i}"].parked for i in range(5)))
+        assert len(decoded) <= 2, len(decoded)
+        assert len(await engine.list(status="completed")) == 300
