@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import concurrent.futures
+import contextlib
 import heapq
 import inspect
 import itertools
@@ -1219,6 +1220,11 @@ class Engine:
         lsn = self._durable_lsn
         try:
             async with self._ckpt_lock:
+                # What closed so far goes to the store first, so the checkpoint holds
+                # open runs only, as far as it can (a crash then replays less); if the
+                # store fails, the checkpoint keeps the closed runs instead.
+                with contextlib.suppress(Exception):
+                    await self._flush_history()
                 lsn = self._durable_lsn
                 # The same lsn again only to drop closed runs the store has taken since.
                 again = lsn == self._ckpt_lsn and self._ckpt_closed

@@ -19,6 +19,7 @@ from test_cli_check import checked, snapshot
 from fusee_runtime import JournalCorrupt
 from fusee_runtime.journal import checkpoint as ckpt
 from fusee_runtime.journal import format as fmt
+from fusee_runtime.journal.storage import Storage
 
 SMALL = {"segment_bytes": 64 << 10, "payload_bytes_max": 8 << 10, "checkpoint_bytes": 16 << 10}
 """Small segments and frequent checkpoints: a few dozen runs get compacted."""
@@ -193,15 +194,44 @@ def test_no_readable_checkpoint_over_a_compacted_journal_is_what_opening_refuses
     assert e.reason.endswith("(the records before it are in no readable checkpoint)")
 
 
-def test_a_journal_that_ends_before_its_checkpoint_is_what_opening_refuses(
-    cli, home, compacted, make_engine
-):
-    # The checkpoint of the clean close covers the last record: losing it is not a torn tail.
+def zero_last_record(compacted: Path) -> None:
+    """Zeroes the end of the journal's last record, which the clean close's checkpoint
+    covers: losing it is damage, not a torn tail."""
     last = sorted(compacted.glob("*.seg"))[-1]
     end = fmt.data_end(last.read_bytes(), 0)
     with open(last, "r+b") as f:
         f.seek(end - 3)
         f.write(bytes(3))
+
+
+def test_damage_before_where_the_checkpoint_says_the_journal_continues(
+    cli, home, compacted, make_engine
+):
+    zero_last_record(compacted)
+    doc = checked(cli, home, code=1)
+    [damage] = doc["damages"]
+    assert damage["kind"] == "journal"
+    assert "opening does not read it" in damage["reason"]
+    assert "falling back to an older checkpoint would" in damage["reason"]
+
+    async def reopen() -> int:
+        async with make_engine(**SMALL) as engine:
+            return len(await engine.list())
+
+    # The checkpoint holds what the damaged record said: nothing is lost.
+    assert asyncio.run(reopen()) == CLOSED + OPEN
+
+
+def test_a_journal_that_ends_before_its_checkpoint_is_what_opening_refuses(
+    cli, home, compacted, make_engine
+):
+    # A checkpoint that does not say where the journal continues (as one written
+    # before it could) makes opening read the last segment whole.
+    newest = checkpoints(compacted)[0]
+    got = ckpt.read(newest, Storage())
+    body = {k: v for k, v in got.body.items() if k != "at"}
+    newest.write_bytes(ckpt.encode(got.lsn, body))
+    zero_last_record(compacted)
 
     doc = checked(cli, home, code=1)
     [damage] = doc["damages"]

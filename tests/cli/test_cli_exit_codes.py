@@ -304,6 +304,10 @@ def prepare(c: Case, home: Path, template: Files, make_stuck: Callable[[], None]
     if c.home in ("runs", "damaged"):
         copy(template, home)
     if c.home == "damaged":
+        # As a crash before any checkpoint leaves it: opening then reads the record (a
+        # checkpoint that covers it would let opening start after it).
+        for p in (home / "journal").glob("*.ckpt"):
+            p.unlink()
         with (home / "journal" / "0000000000.seg").open("r+b") as f:
             f.seek(fmt.HEADER_BYTES + fmt.FRAME_BYTES + 1)  # inside the first record
             byte = f.read(1)[0]

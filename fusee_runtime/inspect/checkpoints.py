@@ -1,0 +1,121 @@
+"""The checkpoints' part of an inspection: which reads whole, which opening starts from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fusee_runtime.inspect.reading import Changed, HomeUnreadable, ReadOnly
+from fusee_runtime.journal import checkpoint as ckpt
+from fusee_runtime.journal.records import CLOSES, R
+
+
+def inspect_checkpoints(directory: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """(the checkpoint opening starts from, every checkpoint file newest first).
+
+    Each entry has its file, lsn, bytes, the records and runs it holds, `used`
+    (opening starts from it) and `damage` (why it cannot be read, or None).
+    The one used carries its runs (run id: closed) under `runs`, or None
+    when this version cannot make sense of its body (opening then refuses
+    the home: it falls back only over a file that does not read whole).
+
+    Raises:
+        Changed: a checkpoint vanished while it was read.
+    """
+    storage = ReadOnly({})
+    out: list[dict[str, Any]] = []
+    base = None
+    for lsn, path in ckpt.listed(directory):
+        entry: dict[str, Any] = {
+            "file": str(path),
+            "lsn": lsn,
+            "bytes": None,
+            "records": None,
+            "runs": None,
+            "runs_open": None,
+            "used": False,
+            "damage": None,
+        }
+        out.append(entry)
+        try:
+            raw = storage.read(path)
+        except FileNotFoundError:
+            raise Changed(str(path)) from None
+        except OSError as e:
+            raise HomeUnreadable(f"cannot read the checkpoint {path}: {e}") from None
+        entry["bytes"] = len(raw)
+        try:
+            got = ckpt.decode(path, raw)
+        except ckpt.CheckpointDamaged as e:
+            entry["damage"] = e.reason
+            continue
+        try:
+            records, runs = _checkpoint_runs(got.body)
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
+            entry["damage"] = f"it reads whole but this version cannot make sense of it ({e!r})"
+            runs = None
+        else:
+            open_runs = sum(not c for c in runs.values())
+            entry.update(records=records, runs=len(runs), runs_open=open_runs)
+        if base is None:
+            # Opening starts from the newest that reads whole, and refuses the home
+            # if that one then makes no sense: it does not fall back past it.
+            base = {"file": entry["file"], "lsn": lsn, "runs": runs, "at": got.body.get("at")}
+            entry["used"] = True
+    return base, out
+
+
+def _checkpoint_runs(body: dict[str, Any]) -> tuple[int, dict[str, bool]]:
+    """(records, {run id: closed}) of a checkpoint's body.
+
+    A run made by `continue_as_new` names itself in how it was created; any
+    other begins with its `RunStarted`. A record may be in two runs' lists
+    (the one that continues a run), so records are counted by lsn.
+    """
+    lsns: set[int] = set()
+    runs: dict[str, bool] = {}
+    for creation, recs in body["runs"]:
+        if creation is not None and creation["kind"] == "continued":
+            run_id = creation["run_id"]
+        elif recs[0][1][0] == R.RunStarted:
+            run_id = recs[0][1][1]
+        else:
+            raise ValueError(f"a run begins at lsn {recs[0][0]} with no RunStarted")
+        runs[run_id] = any(rec[0] in CLOSES and rec[1] == run_id for _, rec in recs)
+        lsns.update(int(lsn) for lsn, _ in recs)
+    if not isinstance(body["schedules"], dict):
+        raise TypeError("its schedules are not an object")
+    return len(lsns), runs
+
+
+def checkpoint_damages(checkpoints: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each damaged checkpoint as damage, saying what opening does about it."""
+    used = next((c for c in checkpoints if c["used"]), None)
+    out = []
+    for c in checkpoints:
+        if c["damage"] is None:
+            continue
+        if c["used"]:
+            then = "opening the home refuses it (it falls back only over a file that is not whole)"
+        elif used is not None and c["lsn"] < used["lsn"]:
+            then = f"opening does not need it (it starts from {Path(used['file']).name})"
+            if not any(o["damage"] is None and o["lsn"] < used["lsn"] for o in checkpoints):
+                then += ", but that one has no whole checkpoint left to fall back on"
+        elif used is not None:
+            then = (
+                f"opening passes over it and starts from {Path(used['file']).name} "
+                f"(lsn {used['lsn']}) and the journal after that"
+            )
+        else:
+            then = (
+                "opening passes over it, and no checkpoint is left: it reads the journal from lsn 1"
+            )
+        out.append(
+            {
+                "kind": "checkpoint",
+                "file": c["file"],
+                "offset": 0,
+                "reason": f"{c['damage']}; {then}",
+            }
+        )
+    return out
