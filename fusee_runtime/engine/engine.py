@@ -1479,7 +1479,7 @@ class Engine:
         alone = len(ready) == 1 and ready[0] is handle
         if not alone and (
             len(ready) > KICK_WAITS_FOR_READY
-            or not all(h is handle or h.cancelled() for h in ready)
+            or not all(h is handle or h.cancelled() for h in tuple(ready))
         ):
             return False
         handle.cancel()

@@ -28,6 +28,7 @@ from fusee_runtime import (
     FakeClock,
     JournalFailed,
     Status,
+    step,
     workflow,
 )
 from fusee_runtime.journal import format as fmt
@@ -658,3 +659,48 @@ def test_writer_refuses_a_record_over_its_limit(tmp_path: Path) -> None:
     assert failures == []
     assert storage.created == 1
     assert recover(tmp_path, Storage(), repair=False).records == [(1, b"y" * limit)]
+
+
+# -- found by the storage crash tests ---------------------------------------------------
+
+
+@step
+async def gc_inc(n: int) -> int:
+    return n + 1
+
+
+@workflow
+async def gc_count(ctx: Ctx, n: int) -> int:
+    for _ in range(50):
+        n = await gc_inc(n)
+    return n
+
+
+async def test_a_thread_that_wakes_the_loop_never_fails_a_run(
+    make_engine: Callable[..., Engine],
+) -> None:
+    """Found by tests/crash/test_storage_crash.py: a run failed with "RuntimeError: deque mutated
+    during iteration" when a thread (the journal's, the history store's, a step's)
+    called `loop.call_soon_threadsafe` while the engine walked the loop's ready
+    queue (`Engine._commit_if_alone`). Threads switch every microsecond here, and
+    one keeps waking the loop, so the walk is interrupted at once if it can be."""
+    loop = asyncio.get_running_loop()
+    stop = threading.Event()
+
+    def wake() -> None:
+        while not stop.is_set():
+            loop.call_soon_threadsafe(lambda: None)
+            stop.wait(0.00005)
+
+    interval = sys.getswitchinterval()
+    waker = threading.Thread(target=wake)
+    async with make_engine() as engine:
+        sys.setswitchinterval(1e-6)
+        waker.start()
+        try:
+            for i in range(40):
+                assert await (await engine.start(gc_count, 0, id=f"c{i}")).result() == 50
+        finally:
+            sys.setswitchinterval(interval)
+            stop.set()
+            waker.join()
