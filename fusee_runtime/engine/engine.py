@@ -1255,12 +1255,16 @@ class Engine:
         storage = self.config.storage
         path = ckpt.write(journal, storage, lsn, body)
         size = path.stat().st_size
-        segments = [(p, first or 0) for p, first in first_lsns(journal, storage)]
-        doomed, old = ckpt.compactable(segments, ckpt.listed(journal))
-        for p in [*old, *doomed]:
-            storage.remove(p)
-        if doomed or old:
-            storage.sync_dir(journal)
+        try:
+            segments = [(p, first or 0) for p, first in first_lsns(journal, storage)]
+            doomed, old = ckpt.compactable(segments, ckpt.listed(journal))
+            for p in [*old, *doomed]:
+                storage.remove(p)
+            if doomed or old:
+                storage.sync_dir(journal)
+        except OSError as e:
+            # The checkpoint holds; what was not deleted is deleted after the next one.
+            log.error("fusee: compaction after the checkpoint at lsn %d stopped: %s", lsn, e)
         return size
 
     async def _close_storage(self) -> None:

@@ -127,7 +127,7 @@ class RunHandle:
                     ) from None
             if run.status in (Status.CONTINUED_AS_NEW, Status.RESET):
                 newer = self._engine._latest_run(self.id)
-                if newer is not run:
+                if newer.run_id != run.run_id:  # a stored run is a new object each time
                     run = newer
                     continue
             return outcome(run)

@@ -422,12 +422,12 @@ def reset_creation(run: Run) -> dict[str, Any]:
         "kind": "reset",
         "ops": {seq: dataclasses.asdict(op) for seq, op in run.ops.items()},
         "prefixes": sorted(run.prefixes),
-        "races": run.races,
+        "races": dict(run.races),
         "pending": list(run.pending),
-        "carried_signals": run.carried_signals,
+        "carried_signals": list(run.carried_signals),
         "next_signal_id": run.next_signal_id,
-        "update_log": [[p, u] for p, u in run.update_log.items()],
-        "updates_done": run.updates_done,
+        "update_log": [[p, list(u)] for p, u in run.update_log.items()],
+        "updates_done": dict(run.updates_done),
     }
 
 
@@ -442,9 +442,9 @@ def continued_creation(run: Run) -> dict[str, Any]:
         "started_at": run.started_at,
         "start_lsn": run.start_lsn,
         "deadline": run.deadline,
-        "carried_signals": run.carried_signals,
+        "carried_signals": list(run.carried_signals),
         "next_signal_id": run.next_signal_id,
-        "updates_done": run.updates_done,
+        "updates_done": dict(run.updates_done),
     }
 
 

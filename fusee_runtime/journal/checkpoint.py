@@ -119,7 +119,11 @@ def write(directory: Path, storage: Storage, lsn: int, body: dict[str, Any]) -> 
     """Writes the checkpoint of `lsn` atomically and durably; returns its path and size."""
     path = checkpoint_path(directory, lsn)
     tmp = path.with_name(path.name + ".tmp")
-    storage.write_file(tmp, encode(lsn, body))
+    try:
+        storage.write_file(tmp, encode(lsn, body))
+    except BaseException:
+        storage.remove(tmp)  # a full disk keeps no half checkpoint
+        raise
     storage.rename(tmp, path)
     storage.sync_dir(directory)
     return path

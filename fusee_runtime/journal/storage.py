@@ -65,7 +65,12 @@ class Storage:
         return fd
 
     def write(self, fd: int, offset: int, data: bytes | memoryview) -> None:
-        """Writes all of `data` at `offset`, continuing after short writes."""
+        """Writes all of `data` at `offset` of a segment, continuing after short writes."""
+        self._write_all(fd, offset, data)
+
+    def _write_all(self, fd: int, offset: int, data: bytes | memoryview) -> None:
+        # `write` is the journal's (a test storage that holds or fails appends overrides
+        # it); `write_file` (checkpoints, on another thread) comes here directly.
         n = self.pwrite(fd, data, offset)
         if n == len(data):
             return
@@ -100,7 +105,7 @@ class Storage:
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
         fd = os.open(path, flags, 0o644)
         try:
-            self.write(fd, 0, data)
+            self._write_all(fd, 0, data)
             os.fsync(fd)
         finally:
             os.close(fd)

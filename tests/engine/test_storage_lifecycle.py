@@ -6,12 +6,22 @@ where a run's state comes from), never a time.
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fusee_runtime import Config, Ctx, FakeClock, JournalCorrupt, Rejected, step, workflow
+from fusee_runtime import (
+    Config,
+    Ctx,
+    FakeClock,
+    JournalCorrupt,
+    Rejected,
+    Terminated,
+    step,
+    workflow,
+)
 from fusee_runtime.engine.schedules import Schedules
 from fusee_runtime.journal import checkpoint as ckpt
 from fusee_runtime.journal import format as fmt
@@ -334,3 +344,62 @@ async def test_open_after_a_clean_close_decodes_no_frame_the_checkpoint_covers(
         await engine.wait_until(lambda: all(engine._latest[f"p{i}"].parked for i in range(5)))
         assert len(decoded) <= 2, len(decoded)
         assert len(await engine.list(status="completed")) == 300
+
+
+@workflow
+async def sl_counter(ctx: Ctx, _: None) -> int:
+    state = {"n": 0}
+
+    def inc(k: int) -> int:
+        state["n"] += k
+        return state["n"]
+
+    ctx.on_update("inc", inc)
+    await ctx.wait_for("go")
+    return state["n"]
+
+
+async def test_an_update_after_a_reset_is_applied_once_after_a_checkpoint(make_engine) -> None:
+    """From a review: a reset run's creation shared its lists with the run, so an
+    update applied after the reset went into the checkpoint twice."""
+    async with make_engine() as engine:
+        await engine.start("sl_counter", None, id="u")
+        await engine.wait_until(lambda: engine._latest["u"].parked)
+        assert await engine.update("u", "inc", 1, update_id="u1") == 1
+        await engine.reset("u", to=2)
+        await engine.wait_until(lambda: engine._latest["u"].parked)
+        assert await engine.update("u", "inc", 1, update_id="u2") == 2
+    async with make_engine() as engine:
+        await engine.signal("u", "go")
+        assert await engine.handle("u").result() == 2
+
+
+async def test_result_of_a_stored_run_reset_with_no_successor_returns(make_engine) -> None:
+    """From a review: a crash can keep a run's RunReset and lose the new run's start;
+    result() compared rebuilt runs by identity and spun forever on the loop."""
+    async with make_engine() as engine:
+        await engine.start("sl_waits", 1, id="orphan")
+        run = engine._latest["orphan"]
+        engine._close_run(run, R.RunReset, "reset to operation #1")
+        await engine.wait_until(lambda: not run.status.is_open)
+        await drain(engine)
+        assert "orphan" not in engine._latest
+        with pytest.raises(Terminated, match="was reset"):
+            await engine.handle("orphan").result(timeout=5)
+
+
+class HalfCheckpoint(Storage):
+    """A disk that fills up halfway through every checkpoint."""
+
+    def write_file(self, path: Path, data: bytes) -> None:
+        path.write_bytes(data[: len(data) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+async def test_a_checkpoint_the_disk_had_no_room_for_leaves_nothing_behind(make_engine, home):
+    async with make_engine(storage=HalfCheckpoint()) as engine:
+        for i in range(3):
+            await (await engine.start("sl_short", i, id=f"h{i}")).result()
+            assert await engine.checkpoint() == 0
+    assert list(journal_of(home).glob("*.tmp")) == []
+    assert ckpt.listed(journal_of(home)) == []

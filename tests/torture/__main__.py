@@ -1,10 +1,12 @@
 """`python -m tests.torture --trials 200`: crash torture trials, one summary line.
 
 Each trial's seed picks the workload's plan, how its first life ends (a
-SIGKILL, a torn write, a full disk, a failed fdatasync, or a SIGKILL amid short
-writes, in turn), the instant, and the signals' timing, so `--seed S --trials 1`
-runs trial S again: the same plan and fault, though not to the microsecond (which
-batch a write or a kill meets depends on the machine's timing). A failing trial
+SIGKILL, a torn write, a full disk, a failed fdatasync, a SIGKILL amid short
+writes, a SIGKILL in the middle of a checkpoint or a compaction, a failed
+checkpoint then a SIGKILL, or a SIGKILL as the history store commits, in turn;
+see `torture_app.FAULTS`), the instant, and the signals' timing, so `--seed S
+--trials 1` runs trial S again: the same plan and fault, though not to the
+microsecond (which batch a write or a kill meets depends on the machine's timing). A failing trial
 prints its seed and violations and keeps its home and ledger.
 """
 
@@ -35,8 +37,10 @@ def main() -> int:
     )
     args = parser.parse_args()
     base = args.dir or Path(tempfile.mkdtemp(prefix="fusee-torture-"))
-    totals = {"trials": 0, "mid": 0, "cut": 0, "runs": 0, "steps": 0, "signals": 0, "violations": 0}
+    counted = "trials mid cut runs steps signals violations checkpoints compacted history elsewhere"
+    totals = dict.fromkeys(counted.split(), 0)
     by_fault = dict.fromkeys(FAULTS, 0)
+    injected: dict[str, int] = {}  # by operation
     t0 = time.monotonic()
     for seed in range(args.seed, args.seed + args.trials):
         workdir = workdir_for(base, seed)
@@ -53,6 +57,13 @@ def main() -> int:
         totals["steps"] += report.steps
         totals["signals"] += report.signals
         totals["violations"] += len(report.violations)
+        totals["checkpoints"] += report.checkpoints
+        totals["compacted"] += report.compacted
+        totals["history"] += report.history_commits
+        totals["elsewhere"] += report.compacted_records
+        if report.injected:
+            operation = report.injected.split()[0]
+            injected[operation] = injected.get(operation, 0) + 1
         if report.violations:
             print(f"trial {seed} FAILED (kept in {workdir}):", file=sys.stderr)
             for line in report.violations[:20]:
@@ -62,11 +73,15 @@ def main() -> int:
     if totals["violations"] == 0 and args.dir is None:
         shutil.rmtree(base, ignore_errors=True)
     faults = ", ".join(f"{n} {f}" for f, n in by_fault.items() if n)
+    amid = ", ".join(f"{n} {op}" for op, n in sorted(injected.items())) or "none"
     print(
         f"{totals['trials']} trials ({faults}), {totals['mid']} ended mid-work, "
         f"{totals['cut']} torn tails cut, {totals['runs']} runs, {totals['steps']} steps "
-        f"and {totals['signals']} signals checked, {totals['violations']} violations "
-        f"({time.monotonic() - t0:.0f} s)"
+        f"and {totals['signals']} signals checked; first lives wrote {totals['checkpoints']} "
+        f"checkpoints, compacted {totals['compacted']} segments and began {totals['history']} "
+        f"history commits ({totals['elsewhere']} records checked after the crash were in no "
+        f"segment any more); faults in that I/O: {amid}; "
+        f"{totals['violations']} violations ({time.monotonic() - t0:.0f} s)"
     )
     return 1 if totals["violations"] else 0
 

@@ -5,7 +5,10 @@ Prints, one line per write(2):
 `READY`, `STARTED <id>` once a start is durable, `SIGNALED <id> <value>` once
 a signal the parent sent (`<id> <value>` lines on stdin) is durable,
 `RESULT <id> <json>` for each result read, `FAULT <records>` when the storage
-injects its fault, and `DONE`.
+injects a fault in the journal's appends, `INJECTED <operation> <file>` when it
+injects one in a checkpoint, a compaction or the history store, `CHECKPOINT
+<file>`, `REMOVED <file>` and `HISTORY <n>` as checkpoints are written, files
+compacted and closed runs committed to the history store, and `DONE`.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ def emit(*words: object) -> None:
 
 async def main(home: str, seed: int, runs: int, fault: str, at: int) -> None:
     storage = torture_app.FaultStorage(fault, at, seed)
+    torture_app.watch_history(at if fault == "history-kill" else 0)
     config = dataclasses.replace(torture_app.CONFIG, storage=storage)
     async with Engine(home, app=None, config=config) as engine:
         emit("READY")

@@ -1,7 +1,12 @@
 """One torture trial: run the workload in a child, end it mid-work (a SIGKILL at a
 random instant, or a fault its storage injects: a torn write, a full disk, a failed
-`fdatasync`, short writes), recover the home in this process, run everything to
-completion, and check the invariants.
+`fdatasync`, short writes, a crash or failure while a checkpoint is written or
+segments compacted, a crash as the history store commits), recover the home in
+this process, run everything to completion, and check the invariants.
+
+What the crash left is read before recovery from the three places that hold
+records since compaction (`read_home`): the newest whole checkpoint, the history
+store and the segments after the checkpoint.
 
 The invariants (each violation is reported in words, with the run it concerns):
 
@@ -14,7 +19,12 @@ The invariants (each violation is reported in words, with the run it concerns):
 - no step ran again after the execution whose result became durable (the
   journal's recorded nonce is the last execution in the ledger for its key);
 - every execution of a step used the same `ctx.key()`;
-- nothing in a batch whose write or sync failed was acknowledged.
+- nothing in a batch whose write or sync failed was acknowledged;
+- at the end, each run is in the history store once;
+- where two places hold the same lsn (the checkpoint, the history store, a
+  segment compaction has not deleted yet) they hold the same record, and every
+  record of a segment is in the checkpoint or history store if it is not after
+  the checkpoint.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ import queue
 import random
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -38,7 +49,9 @@ from typing import Any
 import orjson
 
 from fusee_runtime import Engine
-from fusee_runtime.journal.reader import recover
+from fusee_runtime.engine import history
+from fusee_runtime.journal import checkpoint as ckpt
+from fusee_runtime.journal.reader import first_lsns, recover
 from fusee_runtime.journal.records import R, decode
 from fusee_runtime.journal.storage import Storage
 
@@ -50,9 +63,16 @@ KILL_DELAY_S = 0.02
 """The parent's SIGKILL comes after a random number of results (so mid-work on a
 machine of any speed), and then up to this much later."""
 
-FAULT_WITHIN = 40
-"""An injected fault comes at a uniformly random append write or sync up to this one
-(a life makes 40 to 150 of each)."""
+FAULT_WITHIN = {"ckpt-kill": 8, "ckpt-fail": 8, "history-kill": 8}
+"""An injected fault comes at a uniformly random operation of its kind up to this
+one: a journal append write or sync up to the 40th (a life makes 40 to 150 of
+each), a checkpoint or compaction operation up to the 8th (a life that runs to
+its end writes 3 checkpoints, a write and a rename each, and its compactions
+remove about 3 files), a history store commit up to the 8th (such a life makes
+12 to 30)."""
+
+SELF_KILLS = ("torn", "ckpt-kill", "history-kill")
+"""The faults that end the first life by the child's own SIGKILL."""
 
 SILENCE_S = 120.0
 """A child that prints nothing for this long has hung: a violation, not a wait."""
@@ -67,6 +87,18 @@ class Report:
     killed: bool = False
     """Whether the first life ended mid-work (by the fault or the parent's SIGKILL),
     rather than after every run had finished or could do nothing more."""
+    injected: str = ""
+    """Where a checkpoint, compaction or history store fault was injected
+    (`<operation> <file>`), if it was."""
+    checkpoints: int = 0
+    """Checkpoints the first life wrote."""
+    compacted: int = 0
+    """Segments the first life's compactions deleted."""
+    history_commits: int = 0
+    """History store commits the first life began."""
+    compacted_records: int = 0
+    """Records of the journal the crash left that only the checkpoint or the
+    history store still held (compaction had deleted their segments)."""
     runs: int = 0
     steps: int = 0
     signals: int = 0
@@ -85,6 +117,10 @@ class Seen:
     """The records not yet durable when the storage injected its fault."""
     pid: int = 0
     """The child's: ledger lines of its life carry it."""
+    injected: str = ""
+    checkpoints: int = 0
+    compacted: int = 0
+    history_commits: int = 0
 
 
 @dataclass
@@ -98,6 +134,10 @@ class Evidence:
     ledger: list[dict[str, Any]]
     after_crash: list[list[Any]] = field(default_factory=list)
     """The journal as the crash left it, before recovery went on."""
+    disagreements: list[str] = field(default_factory=list)
+    """Where the places that hold records disagreed, after the crash or at the end."""
+    stored: dict[str, int] = field(default_factory=dict)
+    """Rows in the history store at the end, by workflow id."""
 
 
 def trial(
@@ -121,10 +161,22 @@ def trial(
     seen = _live(home, ledger, seed, planned, rng, report)
     if between is not None:
         between(workdir, seen)
-    after_crash, report.cut = _journal(home)
+    crashed = read_home(home)
+    report.cut, report.compacted_records = crashed.cut, crashed.compacted
     torture_app.LEDGER = str(ledger)
-    finals = asyncio.run(_finish(home, planned, after_crash))
-    evidence = Evidence(planned, seen, finals, _journal(home)[0], _ledger(ledger), after_crash)
+    finals = asyncio.run(_finish(home, planned, crashed.records))
+    final = read_home(home)
+    evidence = Evidence(
+        planned,
+        seen,
+        finals,
+        final.records,
+        _ledger(ledger),
+        crashed.records,
+        [f"after the crash, {d}" for d in crashed.disagreements]
+        + [f"at the end, {d}" for d in final.disagreements],
+        final.stored,
+    )
     check(report, evidence)
     return report, evidence
 
@@ -138,7 +190,8 @@ def _live(
     report: Report,
 ) -> Seen:
     runs = len(planned)
-    args = [str(seed), str(runs), report.fault, str(rng.randint(1, FAULT_WITHIN))]
+    at = rng.randint(1, FAULT_WITHIN.get(report.fault, 40))
+    args = [str(seed), str(runs), report.fault, str(at)]
     with open(ledger.with_name("child.err"), "wb") as err:
         child = subprocess.Popen(
             [sys.executable, str(HERE / "child.py"), str(home), str(ledger), *args],
@@ -159,7 +212,8 @@ def _live(
     reader.start()
     seen = Seen(pid=child.pid)
     kill_at: float | None = None
-    kill_after = rng.randint(0, runs * 4 // 5) if report.fault in ("kill", "short") else None
+    parent_kills = ("kill", "short", "ckpt-fail")
+    kill_after = rng.randint(0, runs * 4 // 5) if report.fault in parent_kills else None
     heard = time.monotonic()
     sends: list[tuple[float, str]] = []  # (when, workflow id)
     eof = parent_killed = False
@@ -205,7 +259,12 @@ def _live(
         report.killed = False  # the kill came after the end: not a crash mid-work
     if seen.fault_records is not None and report.fault != "short":
         report.killed = True
-    killed_itself = report.fault == "torn" and seen.fault_records is not None
+    killed_itself = report.fault in SELF_KILLS and bool(seen.fault_records or seen.injected)
+    if killed_itself and not seen.done:
+        report.killed = True
+    report.injected = seen.injected
+    report.checkpoints, report.compacted = seen.checkpoints, seen.compacted
+    report.history_commits = seen.history_commits
     expected_kill = child.returncode == -signal.SIGKILL and (parent_killed or killed_itself)
     if child.returncode != 0 and not expected_kill:
         tail = ledger.with_name("child.err").read_text(errors="replace").strip().splitlines()
@@ -228,6 +287,14 @@ def _take(line: str, seen: Seen) -> None:
         seen.done = True
     elif word == "FAULT":
         seen.fault_records = orjson.loads(rest)
+    elif word == "INJECTED":
+        seen.injected = rest
+    elif word == "CHECKPOINT":
+        seen.checkpoints += 1
+    elif word == "REMOVED":
+        seen.compacted += rest.endswith(".seg")
+    elif word == "HISTORY":
+        seen.history_commits += 1
 
 
 async def _finish(
@@ -251,12 +318,130 @@ def _wids(*journals: list[list[Any]]) -> dict[str, str]:
     return {r[1]: r[2] for journal in journals for r in journal if r[0] == R.RunStarted}
 
 
-def _journal(home: Path) -> tuple[list[list[Any]], bool]:
-    """The home's records, and whether recovery will cut a torn tail."""
-    if not (home / "journal").exists():
-        return [], False
-    scan = recover(home / "journal", Storage(), repair=False)
-    return [decode(p) for _, p in scan.records], scan.cut is not None
+@dataclass
+class Read:
+    """A home's records, merged by lsn from every place that holds them."""
+
+    records: list[list[Any]]
+    cut: bool
+    """Whether recovery will cut a torn tail."""
+    disagreements: list[str]
+    """Where the places disagree on a record, or none holds one."""
+    compacted: int = 0
+    """How many of the records no segment holds any more (compaction deleted
+    them): the checkpoint or the history store gave them."""
+    stored: dict[str, int] = field(default_factory=dict)
+    """Rows in the history store, by workflow id."""
+
+
+def read_home(home: Path) -> Read:
+    """Every record `home` holds, as the engine will find them on open, in lsn order;
+    read without changing anything (the journal is not repaired, `history.db` is
+    opened read-only).
+
+    Since compaction, records are in three places: the newest checkpoint that
+    reads whole (every record up to its lsn of the runs it holds), the history
+    store (each closed run's whole record) and the segments after the
+    checkpoint. The same lsn may be in two of them (a run closed before the
+    checkpoint and stored since); it must be the same record. Segments compaction
+    has not deleted yet may also hold records up to the checkpoint's lsn: each of
+    those must be in the checkpoint or the history store, as the same record,
+    or the engine (which reads neither) has lost it.
+    """
+    directory = home / "journal"
+    if not directory.exists():
+        return Read([], False, [])
+    held: dict[int, tuple[list[Any], str]] = {}
+    disagreements: list[str] = []
+
+    def hold(lsn: int, rec: list[Any], where: str) -> None:
+        had, there = held.setdefault(lsn, (rec, where))
+        if had != rec:
+            disagreements.append(
+                f"record {lsn}: {there} holds {_short(had)}, {where} {_short(rec)}"
+            )
+
+    base = newest_checkpoint(directory)
+    after = base.lsn if base is not None else 0
+    if base is not None:
+        for _, recs in base.body["runs"]:
+            for lsn, rec in recs:
+                hold(lsn, rec, f"checkpoint {base.path.name}")
+    stored: dict[str, int] = defaultdict(int)
+    for workflow_id, recs in _stored(home):
+        stored[workflow_id] += 1
+        for lsn, rec in recs:
+            hold(lsn, rec, history.NAME)
+    # From the first segment left, not just those after the checkpoint: the older
+    # ones' records are compared with the checkpoint and the store.
+    heads = [first for _, first in first_lsns(directory, Storage()) if first is not None]
+    if heads and heads[0] > after + 1:
+        disagreements.append(
+            f"records {after + 1} to {heads[0] - 1}: compacted, though no checkpoint holds them"
+        )
+    scan = recover(directory, Storage(), repair=False, after=heads[0] - 1 if heads else 0)
+    if scan.tail.next_lsn - 1 < after:
+        disagreements.append(
+            f"the segments end at record {scan.tail.next_lsn - 1}, before the checkpoint ({after})"
+        )
+    for lsn, payload in scan.records:
+        rec = decode(payload)
+        if lsn > after:
+            hold(lsn, rec, "the segments")
+        elif lsn not in held:
+            disagreements.append(
+                f"record {lsn}: in a segment before the checkpoint ({after}), in neither it "
+                f"nor {history.NAME}: {_short(rec)}"
+            )
+        else:
+            hold(lsn, rec, "a segment before the checkpoint")
+    # Every record belongs to a run (the workload has no schedules), so every lsn
+    # up to the last is in one place or another.
+    missing = sorted(set(range(1, max(held, default=0) + 1)) - held.keys())
+    if missing:
+        disagreements.append(f"records {_spans(missing)}: in no checkpoint, store or segment")
+    records = [rec for _, (rec, _) in sorted(held.items())]
+    elsewhere = sum(1 for lsn in held if not heads or lsn < heads[0])
+    return Read(records, scan.cut is not None, disagreements, elsewhere, dict(stored))
+
+
+def _spans(lsns: list[int]) -> str:
+    """`[1, 2, 3, 7]` as `1-3, 7`."""
+    spans: list[list[int]] = []
+    for lsn in lsns:
+        if spans and spans[-1][1] == lsn - 1:
+            spans[-1][1] = lsn
+        else:
+            spans.append([lsn, lsn])
+    return ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in spans)
+
+
+def newest_checkpoint(directory: Path) -> ckpt.Checkpoint | None:
+    """As the engine chooses it: the newest that reads whole."""
+    for _, path in ckpt.listed(directory):
+        try:
+            return ckpt.read(path, Storage())
+        except ckpt.CheckpointDamaged:
+            continue
+    return None
+
+
+def _stored(home: Path) -> list[tuple[str, list[list[Any]]]]:
+    """(workflow id, [[lsn, record], ...]) of every run in the history store."""
+    path = home / history.NAME
+    if not path.exists():
+        return []
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        rows = db.execute("SELECT workflow_id, records FROM runs").fetchall()
+    finally:
+        db.close()
+    return [(workflow_id, orjson.loads(records)) for workflow_id, records in rows]
+
+
+def _short(rec: list[Any]) -> str:
+    text = orjson.dumps(rec).decode()
+    return text if len(text) <= 160 else text[:157] + "..."
 
 
 def _ledger(path: Path) -> list[dict[str, Any]]:
@@ -270,6 +455,7 @@ def check(report: Report, evidence: Evidence) -> None:
     planned, seen, finals = evidence.planned, evidence.seen, evidence.finals
     journal, ledger = evidence.journal, evidence.ledger
     v = report.violations
+    v.extend(evidence.disagreements)
     wids = _wids(journal, evidence.after_crash, seen.fault_records or [])
     starts: dict[str, int] = defaultdict(int)
     signals: dict[str, list[Any]] = defaultdict(list)
@@ -296,6 +482,10 @@ def check(report: Report, evidence: Evidence) -> None:
                 v.append(f"{wid}: signal delivered as {signals[wid]}, once expected")
     for wid in sorted(seen.signaled - set(finals)):
         v.append(f"{wid}: its signal was acknowledged, the run is gone")
+    # At the end every run is closed, and the clean close moved each to the store once.
+    for wid in sorted(set(finals) | set(evidence.stored)):
+        if evidence.stored.get(wid, 0) != 1:
+            v.append(f"{wid}: {evidence.stored.get(wid, 0)} rows in the history store at the end")
     # Nothing whose write or sync failed was acknowledged.
     for rec in seen.fault_records or []:
         if rec[0] == R.RunStarted and rec[2] in seen.started:

@@ -4,41 +4,96 @@
 fixed set of seeds runs on every build. The check's own tests damage real
 evidence (a real trial's journal, ledger and results) one promise at a time
 and expect the check to name the broken promise, so a check that cannot fail
-does not pass for one that found nothing.
+does not pass for one that found nothing. Since compaction, "the journal" is
+the merge of a checkpoint, the history store and the segments after it
+(`harness.read_home`); the last tests damage those files in a real home
+between the crash and recovery, and expect the trial to say what was lost or
+which places disagree, or, for a damaged checkpoint with one to fall back to,
+that nothing was lost.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import os
+import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
-from fusee_runtime.journal.reader import locate, recover
+from fusee_runtime.engine import history
+from fusee_runtime.journal import checkpoint as ckpt
+from fusee_runtime.journal import format as fmt
+from fusee_runtime.journal.reader import first_lsns, locate, recover
 from fusee_runtime.journal.records import R, decode
 from fusee_runtime.journal.storage import Storage
 
-from .harness import Evidence, Report, Seen, check, trial
-from .torture_app import FAULTS
+from .harness import Evidence, Report, Seen, check, newest_checkpoint, read_home, trial
+from .torture_app import FAULTS, FaultStorage
 
 CI_SEEDS = range(1, 25)
 
 
 def test_crash_trials_break_no_promise(tmp_path: Path) -> None:
-    mid = cut = steps = 0
+    reports = []
     for seed in CI_SEEDS:
         fault = FAULTS[seed % len(FAULTS)]
         report, _ = trial(seed, tmp_path / f"trial-{seed}", fault=fault)
         assert report.violations == [], f"trial {seed} (replay: --seed {seed} --trials 1)"
-        steps += report.steps
-        mid += report.killed
-        cut += report.cut
+        reports.append(report)
     # Most trials end mid-work, and some torn writes leave half a frame to cut;
     # if none did, these trials tested nothing.
+    mid = sum(r.killed for r in reports)
     assert mid >= len(CI_SEEDS) // 2, f"only {mid} of {len(CI_SEEDS)} trials ended mid-work"
-    assert cut >= 1, "no trial left a torn tail for recovery to cut"
-    assert steps > 1000
+    assert any(r.cut for r in reports), "no trial left a torn tail for recovery to cut"
+    assert sum(r.steps for r in reports) > 1000
+    # Lives checkpoint and compact, so the check read records that only a checkpoint
+    # or the history store still held, and some lives ended in that I/O.
+    checkpoints = sum(r.checkpoints for r in reports)
+    assert checkpoints >= len(CI_SEEDS), f"{checkpoints} checkpoints in {len(CI_SEEDS)} lives"
+    assert sum(r.compacted for r in reports) >= 1, "no compaction deleted a segment"
+    assert sum(r.compacted_records for r in reports) >= 1
+    places = {r.injected.split()[0] for r in reports if r.injected}
+    assert places & {"write_file", "rename", "remove"}, "no fault met a checkpoint"
+    assert "commit" in places, "no crash met a history store commit"
+
+
+def test_a_checkpoint_written_meanwhile_is_not_an_append(tmp_path: Path) -> None:
+    """The fault lands on the `at`-th journal append even while a checkpoint file is
+    being written on another thread (the engine writes it on its own thread)."""
+
+    class Held(FaultStorage):
+        """Holds the checkpoint's write (on its thread) still until told to go on."""
+
+        def __init__(self) -> None:
+            super().__init__("enospc", at=1, seed=0)
+            self.inside, self.go = threading.Event(), threading.Event()
+
+        def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> int:
+            if threading.current_thread() is not threading.main_thread():
+                self.inside.set()
+                self.go.wait()
+            return super().pwrite(fd, data, offset)
+
+    storage = Held()
+    path = tmp_path / "00000000000000000001.ckpt.tmp"
+    writing = threading.Thread(target=storage.write_file, args=(path, b"x" * 100))
+    writing.start()
+    storage.inside.wait()
+    fd = os.open(tmp_path / "0000000000.seg", os.O_RDWR | os.O_CREAT)
+    try:
+        with pytest.raises(OSError, match="appending"):
+            storage.write(fd, 0, fmt.encode_frame(orjson.dumps([1]), batch_start=True))
+    finally:
+        storage.go.set()
+        writing.join()
+        os.close(fd)
+    assert path.read_bytes() == b"x" * 100
+    assert storage.writes == 1
 
 
 @pytest.fixture(scope="module")
@@ -167,6 +222,18 @@ def _rerun_a_step_a_later_one_had_followed(ev: Evidence) -> str:
     return f"{earlier['key']} ({earlier['name']}): ran again after the crash, though a later"
 
 
+def _store_a_run_twice(ev: Evidence) -> str:
+    wid = sorted(ev.finals)[0]
+    ev.stored[wid] = 2
+    return f"{wid}: 2 rows in the history store at the end"
+
+
+def _leave_a_run_out_of_the_store(ev: Evidence) -> str:
+    wid = sorted(ev.finals)[-1]
+    del ev.stored[wid]
+    return f"{wid}: 0 rows in the history store at the end"
+
+
 def _run_a_step_under_another_key(ev: Evidence) -> str:
     line = ev.ledger[0]
     ev.ledger.insert(0, {**line, "key": line["key"] + "x", "nonce": "other"})
@@ -191,6 +258,8 @@ def _run_a_step_under_another_key(ev: Evidence) -> str:
         _rerun_a_step_a_later_one_had_followed,
         _acknowledge_a_signal_whose_sync_failed,
         _read_a_result_whose_sync_failed,
+        _store_a_run_twice,
+        _leave_a_run_out_of_the_store,
     ],
     ids=lambda f: f.__name__.strip("_"),
 )
@@ -201,39 +270,182 @@ def test_the_check_names_each_broken_promise(evidence: Evidence, damage: Any) ->
     assert any(v.startswith(expected) for v in _verdict(ev)), (expected, _verdict(ev))
 
 
-def test_an_acknowledged_start_lost_from_the_disk_is_caught(tmp_path: Path) -> None:
-    """A real home, damaged between the kill and recovery as a disk that dropped an
-    acknowledged write would: the trial reports the lost start."""
-    lost: list[str] = []
+def _stored_runs(home: Path) -> set[str]:
+    """Run ids in the home's history store."""
+    if not (home / history.NAME).exists():
+        return set()
+    with contextlib.closing(sqlite3.connect(home / history.NAME)) as db:
+        return {run_id for (run_id,) in db.execute("SELECT run_id FROM runs")}
 
-    def drop_the_last_acknowledged_start(workdir: Path, seen: Seen) -> None:
-        directory = workdir / "home" / "journal"
-        scan = recover(directory, Storage(), repair=False)
-        starts = [
-            (lsn, rec[2])
-            for lsn, p in scan.records
-            if (rec := decode(p))[0] == R.RunStarted and rec[2] in seen.started
-        ]
-        if not starts:
-            return  # killed before any start was acknowledged: try the next seed
-        lsn, wid = starts[-1]
-        name, offset = locate(directory, Storage(), lsn)
-        segment = Path(name)
-        with segment.open("r+b") as f:
-            f.seek(offset)
-            f.write(bytes(segment.stat().st_size - offset))
-        for later in directory.glob("*.seg"):
-            if later.name > segment.name:
-                later.unlink()
-        lost.append(wid)
 
-    for seed in range(200, 220):
-        report, _ = trial(
-            seed, tmp_path / f"trial-{seed}", between=drop_the_last_acknowledged_start
-        )
-        if lost:
-            break
-    assert lost, "no trial in 20 acknowledged a start before its kill"
-    assert f"{lost[0]}: its start was acknowledged, the recovered home has no such run" in (
+def _segments_from(directory: Path, after: int) -> list[tuple[int, list[Any]]]:
+    """(lsn, record) in the segments after `after` (0: every segment compaction left)."""
+    if not after:
+        heads = [first for _, first in first_lsns(directory, Storage()) if first is not None]
+        after = heads[0] - 1 if heads else 0
+    scan = recover(directory, Storage(), repair=False, after=after)
+    return [(lsn, decode(p)) for lsn, p in scan.records]
+
+
+def _trial_damaged(tmp_path: Path, seeds: range, damage: Any) -> tuple[Report, list[Any]]:
+    """The first of `seeds`' trials in which `damage(workdir, seen)` (run between the
+    kill and recovery) found what to damage: its report, and what it damaged."""
+    done: list[Any] = []
+
+    def between(workdir: Path, seen: Seen) -> None:
+        got = damage(workdir, seen)
+        if got is not None:
+            done.append(got)
+
+    for seed in seeds:
+        report, _ = trial(seed, tmp_path / f"trial-{seed}", between=between)
+        if done:
+            return report, done
+    raise AssertionError(f"no trial of {len(seeds)} had anything to damage")
+
+
+def test_an_acknowledged_record_lost_from_the_disk_is_caught(tmp_path: Path) -> None:
+    """A real home, damaged between the kill and recovery as a disk that dropped every
+    write from an acknowledged record on would (the journal from it, the history
+    store's runs closed since): the trial reports the loss."""
+
+    def drop_from_the_last_acknowledged_record(workdir: Path, seen: Seen) -> str | None:
+        home = workdir / "home"
+        directory = home / "journal"
+        base = newest_checkpoint(directory)
+        after = base.lsn if base is not None else 0
+        wids = {r[1]: r[2] for r in read_home(home).records if r[0] == R.RunStarted}
+        acknowledged = []  # (lsn, the violation its loss is)
+        for lsn, rec in _segments_from(directory, after):
+            wid = wids.get(rec[1], "?")
+            if rec[0] == R.RunStarted and wid in seen.started:
+                acknowledged.append((lsn, f"{wid}: its start was acknowledged, the journal"))
+            elif rec[0] == R.SignalReceived and wid in seen.signaled:
+                acknowledged.append((lsn, f"{wid}: its signal was acknowledged, the journal"))
+            elif rec[0] == R.RunCompleted and wid in seen.results:
+                acknowledged.append((lsn, f"{wid}: its result was read, the journal"))
+        if not acknowledged:
+            return None  # killed before anything after the checkpoint was acknowledged
+        lsn, loss = acknowledged[-1]
+        _lose_from(home, lsn)
+        return f"{loss} after the crash lacks it"
+
+    report, (loss,) = _trial_damaged(
+        tmp_path, range(200, 220), drop_from_the_last_acknowledged_record
+    )
+    assert loss in report.violations, (loss, report.violations)
+
+
+def test_a_run_a_checkpoint_left_out_is_caught(tmp_path: Path) -> None:
+    """A real home whose newest checkpoint is rewritten, whole, without one of the
+    open runs it held (as a checkpoint taken wrongly would be), and whose journal
+    after it is lost (so nothing later names the run): the run is gone, and the
+    trial says so."""
+
+    def leave_out_a_run(workdir: Path, seen: Seen) -> str | None:
+        home = workdir / "home"
+        base = newest_checkpoint(home / "journal")
+        if base is None:
+            return None
+        if _segments_from(home / "journal", base.lsn):
+            _lose_from(home, base.lsn + 1)
+        stored = _stored_runs(home)
+        for i, (_, recs) in enumerate(base.body["runs"]):
+            first = recs[0][1]
+            run_id, wid = first[1], first[2]
+            if first[0] == R.RunStarted and wid in seen.started and run_id not in stored:
+                del base.body["runs"][i]
+                base.path.write_bytes(ckpt.encode(base.lsn, base.body))
+                return wid
+        return None
+
+    report, (wid,) = _trial_damaged(tmp_path, range(220, 240), leave_out_a_run)
+    assert f"{wid}: its start was acknowledged, the recovered home has no such run" in (
         report.violations
     )
+
+
+def _lose_from(home: Path, lsn: int) -> None:
+    """Damages `home` as a disk that dropped every write from record `lsn` on would:
+    the journal from it (zeros in its segment, later segments gone) and the history
+    store's runs that closed at or after it."""
+    directory = home / "journal"
+    name, offset = locate(directory, Storage(), lsn)
+    segment = Path(name)
+    with segment.open("r+b") as f:
+        f.seek(offset)
+        f.write(bytes(segment.stat().st_size - offset))
+    for later in directory.glob("*.seg"):
+        if later.name > segment.name:
+            later.unlink()
+    with contextlib.closing(sqlite3.connect(home / history.NAME)) as db:
+        db.execute("DELETE FROM runs WHERE close_lsn >= ?", (lsn,))
+        db.commit()
+
+
+@pytest.mark.parametrize("place", ["checkpoint", history.NAME])
+def test_a_record_two_places_hold_differently_is_named(tmp_path: Path, place: str) -> None:
+    """A real home where a record held by a checkpoint or the history store and also
+    by another place is changed in the first: the check names the record and both
+    places."""
+
+    def change_a_record_held_twice(workdir: Path, seen: Seen) -> int | None:
+        home = workdir / "home"
+        base = newest_checkpoint(home / "journal")
+        in_checkpoint = [] if base is None else [i for _, recs in base.body["runs"] for i in recs]
+        with contextlib.closing(sqlite3.connect(home / history.NAME)) as db:
+            stored = {
+                run_id: orjson.loads(records)
+                for run_id, records in db.execute("SELECT run_id, records FROM runs")
+            }
+            elsewhere = {lsn for lsn, _ in _segments_from(home / "journal", 0)}
+            if place == history.NAME:
+                elsewhere |= {lsn for lsn, _ in in_checkpoint}
+                for run_id, recs in stored.items():
+                    if (lsn := _change_a_step(recs, elsewhere)) is not None:
+                        db.execute(
+                            "UPDATE runs SET records = ? WHERE run_id = ?",
+                            (orjson.dumps(recs), run_id),
+                        )
+                        db.commit()
+                        return lsn
+                return None
+        elsewhere |= {lsn for recs in stored.values() for lsn, _ in recs}
+        if base is None or (lsn := _change_a_step(in_checkpoint, elsewhere)) is None:
+            return None
+        base.path.write_bytes(ckpt.encode(base.lsn, base.body))
+        return lsn
+
+    report, (lsn,) = _trial_damaged(tmp_path, range(240, 260), change_a_record_held_twice)
+    named = [v for v in report.violations if v.startswith(f"after the crash, record {lsn}: ")]
+    assert named and place in named[0] and "changed" in named[0], report.violations
+
+
+def _change_a_step(recs: list[list[Any]], held_elsewhere: set[int]) -> int | None:
+    """Changes (in place) the nonce of the first step result in `recs` ([lsn, record]
+    pairs) whose lsn is in `held_elsewhere`; returns that lsn."""
+    for lsn, rec in recs:
+        if rec[0] == R.StepCompleted and lsn in held_elsewhere:
+            rec[4]["nonce"] = "changed"
+            return lsn
+    return None
+
+
+def test_a_damaged_newest_checkpoint_loses_nothing(tmp_path: Path) -> None:
+    """A real home whose newest checkpoint is damaged (a byte of its body flipped)
+    after the crash: opening falls back to the one before and the segments after it,
+    which compaction kept, and the trial finds every promise kept."""
+
+    def flip_a_byte_of_the_newest(workdir: Path, seen: Seen) -> str | None:
+        listed = ckpt.listed(workdir / "home" / "journal")
+        if len(listed) < 2:
+            return None  # nothing to fall back to but the whole journal
+        path = listed[0][1]
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
+        return path.name
+
+    report, _ = _trial_damaged(tmp_path, range(260, 280), flip_a_byte_of_the_newest)
+    assert report.violations == []
+    assert report.compacted_records > 0, "the older checkpoint gave nothing: a weak trial"

@@ -14,58 +14,99 @@ import errno
 import os
 import random
 import signal
+import sqlite3
+import threading
+from pathlib import Path
 from typing import Any
 
 import orjson
 
 from fusee_runtime import Config, Ctx, RetryPolicy, current_ctx, workflow
+from fusee_runtime.engine import history
 from fusee_runtime.journal import format as fmt
 from fusee_runtime.journal.storage import Storage
 
 LEDGER: str | None = None
 """The ledger's path, set by whoever runs the workload (the child, then the parent)."""
 
-CONFIG = Config(segment_bytes=128 << 10, payload_bytes_max=32 << 10)
-"""Small segments, so that a trial's journal (about 330 KB) rotates a few times,
-batches span segments, and faults land during rotations (both lives use it)."""
+CONFIG = Config(segment_bytes=32 << 10, payload_bytes_max=8 << 10, checkpoint_bytes=32 << 10)
+"""Small segments, so that a trial's journal (about 330 KB) rotates about ten
+times, batches span segments, faults land during rotations and compaction has
+whole segments to delete; and small checkpoints. One is due once the journal
+has grown by `checkpoint_bytes` or by the last checkpoint's own size, if larger:
+70 to 180 KB here, as every run is open at once. So a life that runs to its end
+writes 3 checkpoints and compaction deletes 2 segments. No payload of the
+workload comes near 8 KiB; a segment must hold the largest record. Both lives
+use this."""
 
-FAULTS = ("kill", "torn", "enospc", "eio", "short")
+FAULTS = ("kill", "torn", "enospc", "eio", "short", "ckpt-kill", "ckpt-fail", "history-kill")
 """What ends a trial's first life: the parent's SIGKILL at a random instant; the
 child's own SIGKILL halfway through writing a batch (a torn write); a full
-disk halfway through a batch; a failed `fdatasync`; or the parent's SIGKILL
-while every `pwrite` writes only a few bytes at a time (short writes)."""
+disk halfway through a batch; a failed `fdatasync`; the parent's SIGKILL
+while every `pwrite` writes only a few bytes at a time (short writes); the
+child's own SIGKILL in the middle of writing a checkpoint or of compacting; a
+checkpoint or compaction whose I/O fails (which changes nothing), then the
+parent's SIGKILL; or the child's own SIGKILL as the history store commits."""
+
+CHECKPOINT_FAULTS = ("ckpt-kill", "ckpt-fail")
 
 
 class FaultStorage(Storage):
-    """The journal's storage in the child, with one fault injected at the `at`-th
-    append write (torn, enospc) or data sync (eio), or short writes throughout.
+    """The storage in the child, with one fault injected at the `at`-th operation
+    of its kind.
+
+    Journal appends (a segment's creation and checkpoint files are not counted):
+
+    - torn: the `at`-th append write writes about half its batch, cut inside a
+      frame, then the process SIGKILLs itself;
+    - enospc: the same half, then the write fails with ENOSPC;
+    - eio: the `at`-th data sync fails with EIO;
+    - short: every `pwrite` (checkpoint files' too) writes 1 to 7 bytes.
 
     Before a torn write kills the process, and before a failed write or sync
     raises, it prints `FAULT <records>`: the records of the batch being
     written, none of which may be acknowledged.
+
+    Checkpoint and compaction I/O, counted together: a checkpoint's
+    `write_file` (its `.ckpt.tmp`), the `rename` into place, and each `remove`
+    of a compacted segment or checkpoint. At the `at`-th of them:
+
+    - ckpt-kill: the process SIGKILLs itself halfway through writing the
+      checkpoint file, just after the rename (compaction not begun), or just
+      after a remove (compaction half done, its directory not synced);
+    - ckpt-fail: the same operation fails instead (ENOSPC halfway through the
+      file, EIO before the rename or the remove). The engine logs it and goes
+      on; the parent kills the child later, as in `kill`.
+
+    It prints `INJECTED <operation> <file>` before either, and, to count what
+    a life did, `CHECKPOINT <file>` after each rename and `REMOVED <file>`
+    after each remove. `sync_dir` is no target: after a SIGKILL, whether a
+    directory was synced makes no difference the next process can see.
     """
 
     def __init__(self, fault: str, at: int, seed: int) -> None:
         self.fault, self.at = fault, at
         self.rng = random.Random(seed)
-        self.writes = self.syncs = 0
+        self.writes = self.syncs = self.checkpoint_ops = 0
         self.batch: list[bytes] = []
-        self.creating = False
+        # Per thread: a checkpoint is written on its own thread while the journal
+        # appends on another (or on the loop), and its writes are not appends.
+        self.doing = threading.local()
 
     def create(self, path: Any, size_bytes: int, header: bytes) -> int:
-        self.creating = True
+        self.doing.create = True
         try:
             return super().create(path, size_bytes, header)
         finally:
-            self.creating = False
+            self.doing.create = False
 
     def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> int:
-        if self.fault == "short" and not self.creating:
+        if self.fault == "short" and not getattr(self.doing, "create", False):
             data = data[: self.rng.randint(1, 7)]
         return super().pwrite(fd, data, offset)
 
     def write(self, fd: int, offset: int, data: bytes | memoryview) -> None:
-        if self.creating:
+        if getattr(self.doing, "create", False) or getattr(self.doing, "file", False):
             return super().write(fd, offset, data)
         self.writes += 1
         # The batch being written, across a segment rotation: none of it is
@@ -89,7 +130,7 @@ class FaultStorage(Storage):
         return pos + 1 if half == pos else half
 
     def sync(self, fd: int) -> None:
-        if self.creating:
+        if getattr(self.doing, "create", False):
             return super().sync(fd)
         self.syncs += 1
         if self.syncs == self.at and self.fault == "eio":
@@ -100,6 +141,79 @@ class FaultStorage(Storage):
     def _report(self) -> None:
         records = [orjson.loads(p) for data in self.batch for _, p, _ in fmt.frames(data)]
         os.write(1, b"FAULT " + orjson.dumps(records) + b"\n")
+
+    def write_file(self, path: Path, data: bytes) -> None:
+        self.doing.file = True
+        try:
+            if self._checkpoint_fault("write_file", path):
+                super().write_file(path, data[: len(data) // 2])
+                if self.fault == "ckpt-kill":
+                    os.kill(os.getpid(), signal.SIGKILL)
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "checkpoint (injected)")
+            super().write_file(path, data)
+        finally:
+            self.doing.file = False
+
+    def rename(self, src: Path, dst: Path) -> None:
+        if self._checkpoint_fault("rename", dst) and self.fault == "ckpt-fail":
+            raise OSError(errno.EIO, os.strerror(errno.EIO), "rename (injected)")
+        super().rename(src, dst)
+        _say("CHECKPOINT", dst.name)
+        if self.checkpoint_ops == self.at and self.fault == "ckpt-kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def remove(self, path: Path) -> None:
+        if self._checkpoint_fault("remove", path) and self.fault == "ckpt-fail":
+            raise OSError(errno.EIO, os.strerror(errno.EIO), "remove (injected)")
+        super().remove(path)
+        _say("REMOVED", path.name)
+        if self.checkpoint_ops == self.at and self.fault == "ckpt-kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def _checkpoint_fault(self, operation: str, path: Path) -> bool:
+        """Counts one checkpoint or compaction operation; whether the fault is due at it
+        (and if so says where)."""
+        self.checkpoint_ops += 1
+        due = self.checkpoint_ops == self.at and self.fault in CHECKPOINT_FAULTS
+        if due:
+            _say("INJECTED", operation, path.name)
+        return due
+
+
+def watch_history(kill_at: int) -> None:
+    """Makes the history store's connections print `HISTORY` as each `COMMIT` of
+    closed runs begins, and SIGKILL the process as the `kill_at`-th begins (0:
+    never): a crash in the middle of moving closed runs to `history.db`.
+
+    The history store writes through SQLite, not `Storage`, so this wraps
+    `history.connect` (the store's writer thread and the loop's reads each call
+    it once) with a trace callback, which SQLite calls as each statement starts
+    to run; only the writer commits.
+    """
+    real = history.connect
+    commits = 0
+
+    def trace(sql: str) -> None:
+        nonlocal commits
+        if sql != "COMMIT":
+            return
+        commits += 1
+        _say("HISTORY", commits)
+        if commits == kill_at:
+            _say("INJECTED", "commit", history.NAME)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def connect(path: Path) -> sqlite3.Connection:
+        conn = real(path)
+        conn.set_trace_callback(trace)
+        return conn
+
+    history.connect = connect
+
+
+def _say(*words: object) -> None:
+    """One line to the parent, in one write(2) (any thread may say it)."""
+    os.write(1, (" ".join(map(str, words)) + "\n").encode())
 
 
 FAST_RETRY = RetryPolicy(attempts=6, initial=0.005, factor=1.0, jitter=False)
