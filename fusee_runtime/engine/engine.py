@@ -1186,13 +1186,20 @@ class Engine:
     def _snapshot(self, lsn: int) -> dict[str, Any]:
         """What a checkpoint at `lsn` holds: every run in memory as it stood then (the
         open ones, and the closed ones not yet in the history store), and the schedules."""
+        # Runs come in the order they began (memory adds them so); records only grow, so
+        # each is cut at `lsn` by the thread that encodes it: the loop only counts.
         runs = []
         self._ckpt_closed = 0
-        for run in sorted(self._runs.values(), key=lambda r: r.start_lsn):
+        for run in self._runs.values():
             if run.start_lsn > lsn:
                 continue
-            n = bisect.bisect_right(run.records, lsn, key=lambda r: r[0])
-            runs.append((run.creation, run.records[:n]))
+            recs = run.records
+            n = (
+                len(recs)
+                if not recs or recs[-1][0] <= lsn
+                else bisect.bisect_right(recs, lsn, key=_lsn)
+            )
+            runs.append((run.creation, recs, n))
             self._ckpt_closed += run.close_lsn is not None and run.close_lsn <= lsn
         return {"lsn": lsn, "runs": runs, "schedules": self.schedules.snapshot(lsn)}
 
@@ -1253,6 +1260,7 @@ class Engine:
         """On a thread: writes the checkpoint and compacts; returns its size in bytes."""
         journal = self.home / "journal"
         storage = self.config.storage
+        body["runs"] = [(creation, recs[:n]) for creation, recs, n in body["runs"]]
         path = ckpt.write(journal, storage, lsn, body)
         size = path.stat().st_size
         try:
@@ -1276,12 +1284,14 @@ class Engine:
             return
         try:
             await self._flush_history()
-            if self._writer is not None:
-                await self.checkpoint()
         except Exception as e:
             log.error("fusee: the history store could not take the closed runs: %s", e)
+        try:
+            if self._writer is not None:
+                await self.checkpoint()  # it holds what the store did not take
         finally:
             await asyncio.to_thread(store.close)
+            self.history_store = None  # a late control call reads memory only
 
     async def _flush_history(self) -> None:
         """Returns once every run closed so far is in the history store and out of memory."""
@@ -1317,6 +1327,7 @@ class Engine:
             del self._runs[run_id]
             if self._latest.get(run.workflow_id) is run:
                 del self._latest[run.workflow_id]
+        self._progressed()
 
     def _find_latest(self, id: str) -> Run | None:
         """The newest run of `id`, from memory or (closed) from the history store."""
@@ -1342,7 +1353,15 @@ class Engine:
         store = self.history_store
         assert store is not None
         await self._flush_history()
-        return await asyncio.to_thread(store.prune, self.clock.now() - age)
+        # Runs a reset that opening may replay started from stay (see HistoryStore.prune).
+        kept = ckpt.listed(self.home / "journal")[: ckpt.KEEP]
+        floor = kept[-1][0] if len(kept) == ckpt.KEEP else 0
+        keep = {
+            run.origin["reset"]
+            for run in self._runs.values()
+            if run.origin and "reset" in run.origin and run.start_lsn > floor
+        }
+        return await asyncio.to_thread(store.prune, self.clock.now() - age, floor, keep)
 
     async def _retain(self) -> None:
         """`Config.retention`: prunes on open, then every hour."""
@@ -1616,6 +1635,10 @@ class Engine:
                 f"{self.config.payload_bytes_max} (Config.payload_bytes_max)"
             )
         return encoded
+
+
+def _lsn(record: tuple[int, Any]) -> int:
+    return record[0]
 
 
 def _row_info(row: Row) -> RunInfo:

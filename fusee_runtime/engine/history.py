@@ -22,6 +22,7 @@ thread writes.
 
 from __future__ import annotations
 
+import logging
 import queue
 import sqlite3
 import threading
@@ -32,10 +33,14 @@ from typing import Any
 
 import orjson
 
+log = logging.getLogger("fusee")
+
 NAME = "history.db"
 BATCH_DELAY_S = 0.05
 """How long the thread lets closed runs gather before it writes a batch."""
 BATCH_ROWS_MAX = 5000
+RETRY_S = 1.0
+"""How long the thread waits before writing again after a failed batch (a full disk)."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -58,6 +63,7 @@ CREATE INDEX IF NOT EXISTS runs_by_workflow ON runs (workflow, start_lsn);
 CREATE INDEX IF NOT EXISTS runs_by_id ON runs (workflow_id, start_lsn);
 CREATE INDEX IF NOT EXISTS runs_by_closed_at ON runs (closed_at);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value);
+CREATE TABLE IF NOT EXISTS pruned (run_id TEXT PRIMARY KEY, close_lsn INTEGER NOT NULL);
 """
 
 COLUMNS = (
@@ -185,21 +191,37 @@ class HistoryStore:
                     except queue.Empty:
                         break
                 closed = [i for i in items if isinstance(i, Closed)]
-                if closed and self.failed is None:
+                retry = False
+                if closed:
                     try:
                         self._write(db, closed)
-                    except Exception as e:  # the journal still holds them: nothing is lost
-                        self.failed = e
+                    except Exception as e:
+                        # Memory and the checkpoints keep them (nothing is dropped before
+                        # it is stored); written again once the store takes writes.
+                        if self.failed is None:
+                            log.error("fusee: the history store failed to write: %s", e)
+                        self.failed, retry = e, True
+                        for c in closed:
+                            self._queue.put(c)
+                    else:
+                        if self.failed is not None:
+                            log.warning("fusee: the history store writes again")
+                        self.failed = None
                 for item in items:
                     if isinstance(item, _Flush):
                         item.error = self.failed
                         item.done.set()
                 if any(i is _STOP for i in items):
                     return
+                if retry:
+                    self._hurry.wait(RETRY_S)
         finally:
             db.close()
 
     def _write(self, db: sqlite3.Connection, closed: list[Closed]) -> None:
+        gone: set[str] = set()
+        if any(c.again for c in closed):
+            gone = {run_id for (run_id,) in db.execute("SELECT run_id FROM pruned")}
         rows = [
             (
                 *_row_values(c.row),
@@ -207,7 +229,7 @@ class HistoryStore:
                 orjson.dumps(c.records),
             )
             for c in closed
-            if not c.again or c.row.closed_at >= self.pruned_before
+            if not (c.again and c.row.run_id in gone)
         ]
         db.execute("BEGIN")
         try:
@@ -289,17 +311,40 @@ class HistoryStore:
     def counts(self) -> dict[str, int]:
         return dict(self.db.execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall())
 
-    def prune(self, before: float) -> int:
+    def prune(self, before: float, floor: int = 0, keep: Iterable[str] = ()) -> int:
         """Deletes runs closed before `before` (Unix seconds); returns how many.
 
-        Runs closed before it are not written again later either (a crash may
-        leave one in the journal to be moved again on open).
+        `floor` is the lsn from which opening the home may replay the journal
+        (the older checkpoint kept): a pruned run that closed after it may be
+        found closed again on open, and is remembered so it is not stored
+        again. The runs in `keep`, and those a reset that began after `floor`
+        started from, stay: replaying that reset needs them.
         """
         db = connect(self.path)  # its own: this runs on a thread, beside the loop's reads
         try:
             db.execute("BEGIN IMMEDIATE")
             try:
-                n = db.execute("DELETE FROM runs WHERE closed_at < ?", (before,)).rowcount
+                kept = set(keep)
+                recent = db.execute(
+                    "SELECT run_id, creation, records FROM runs "
+                    "WHERE start_lsn > ? AND creation IS NOT NULL",
+                    (floor,),
+                )
+                for run_id, creation, recs in recent:
+                    if orjson.loads(creation)["kind"] == "reset":
+                        kept.add(run_id)
+                        kept.add(orjson.loads(recs)[0][1][7]["reset"])
+                db.execute("CREATE TEMP TABLE IF NOT EXISTS kept (run_id TEXT PRIMARY KEY)")
+                db.execute("DELETE FROM kept")
+                db.executemany("INSERT OR IGNORE INTO kept VALUES (?)", [(k,) for k in kept])
+                doomed = "closed_at < ? AND run_id NOT IN (SELECT run_id FROM kept)"
+                db.execute(
+                    "INSERT OR IGNORE INTO pruned SELECT run_id, close_lsn FROM runs "
+                    f"WHERE {doomed} AND close_lsn > ?",
+                    (before, floor),
+                )
+                db.execute("DELETE FROM pruned WHERE close_lsn <= ?", (floor,))
+                n = db.execute(f"DELETE FROM runs WHERE {doomed}", (before,)).rowcount
                 if before > self.pruned_before:
                     db.execute(
                         "INSERT OR REPLACE INTO meta (key, value) VALUES ('pruned_before', ?)",

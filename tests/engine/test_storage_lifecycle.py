@@ -7,6 +7,8 @@ where a run's state comes from), never a time.
 from __future__ import annotations
 
 import errno
+import shutil
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ import pytest
 from fusee_runtime import (
     Config,
     Ctx,
+    Engine,
     FakeClock,
     JournalCorrupt,
     Rejected,
@@ -22,6 +25,8 @@ from fusee_runtime import (
     step,
     workflow,
 )
+from fusee_runtime.engine import history
+from fusee_runtime.engine.history import HistoryStore
 from fusee_runtime.engine.schedules import Schedules
 from fusee_runtime.journal import checkpoint as ckpt
 from fusee_runtime.journal import format as fmt
@@ -403,3 +408,66 @@ async def test_a_checkpoint_the_disk_had_no_room_for_leaves_nothing_behind(make_
             assert await engine.checkpoint() == 0
     assert list(journal_of(home).glob("*.tmp")) == []
     assert ckpt.listed(journal_of(home)) == []
+
+
+def crash_image(home: Path, to: Path) -> Path:
+    """The files of an open, idle home, as a SIGKILL at this moment leaves them."""
+    shutil.copytree(home, to, ignore=shutil.ignore_patterns("*.sock", "*-shm"))
+    return to
+
+
+async def test_prune_keeps_the_run_a_reset_that_may_be_replayed_began_from(
+    make_engine, home, tmp_path, clock
+) -> None:
+    """From a review: pruning the run a reset started from, before a checkpoint covered
+    the reset, made the home refuse to open after a crash (the replay needs it)."""
+    async with make_engine() as engine:
+        h = await engine.start("sl_waits", 1, id="old")
+        await h.signal("go", "x")
+        await h.result()
+        await drain(engine)
+        await engine.checkpoint()
+        await engine.reset("old", to=2)
+        clock.advance(1)
+        await engine.prune(0)
+        await drain(engine)
+        image = crash_image(home, tmp_path / "image")
+    async with Engine(image, app=None, config=Config(clock=clock)) as engine:
+        assert await engine.handle("old").result() == [2, "x"]
+
+
+async def test_a_pruned_run_found_closed_again_after_a_crash_stays_pruned(
+    make_engine, home, tmp_path, clock
+) -> None:
+    async with make_engine() as engine:
+        await (await engine.start("sl_short", 1, id="gone")).result()
+        await drain(engine)
+        clock.advance(1)
+        assert await engine.prune(0) == 1
+        # The journal after the checkpoint still holds the run, closed.
+        image = crash_image(home, tmp_path / "image")
+    async with Engine(image, app=None, config=Config(clock=clock)) as engine:
+        await drain(engine)
+        assert await engine.list() == []
+
+
+async def test_a_history_store_that_fails_writes_again_later_and_loses_nothing(
+    make_engine, monkeypatch
+) -> None:
+    real = HistoryStore._write
+    failures = []
+
+    def flaky(self: HistoryStore, db: Any, closed: Any) -> None:
+        if len(failures) < 2:
+            failures.append(len(closed))
+            raise sqlite3.OperationalError("database or disk is full")
+        real(self, db, closed)
+
+    monkeypatch.setattr(HistoryStore, "_write", flaky)
+    monkeypatch.setattr(history, "RETRY_S", 0.001)
+    async with make_engine() as engine:
+        for i in range(20):
+            await (await engine.start("sl_short", i, id=f"r{i}")).result()
+        await engine.wait_until(lambda: not engine._runs)
+        assert failures, "the store failed"
+        assert len(await engine.list(status="completed")) == 20
