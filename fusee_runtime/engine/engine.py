@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import bisect
 import concurrent.futures
-import contextlib
 import heapq
 import inspect
 import itertools
@@ -84,6 +83,8 @@ from fusee_runtime.journal.writer import JournalWriter
 log = logging.getLogger("fusee")
 
 ID_BYTES_MAX = 256
+CHECKPOINT_FLUSH_WAIT_S = 0.5
+"""How long a checkpoint waits for the history store to take the runs closed so far."""
 RETENTION_EVERY_S = 3600.0
 """How often `Config.retention` prunes the history store."""
 RECORD_FIELDS_BYTES_MAX = 4096
@@ -1228,10 +1229,12 @@ class Engine:
         try:
             async with self._ckpt_lock:
                 # What closed so far goes to the store first, so the checkpoint holds
-                # open runs only, as far as it can (a crash then replays less); if the
-                # store fails, the checkpoint keeps the closed runs instead.
-                with contextlib.suppress(Exception):
-                    await self._flush_history()
+                # open runs only, as far as it can (a crash then replays less). A store
+                # that fails or lags does not hold checkpoints (and compaction) back:
+                # the checkpoint then keeps the closed runs it has not taken.
+                flushed = asyncio.ensure_future(self._flush_history())
+                await asyncio.wait({flushed}, timeout=CHECKPOINT_FLUSH_WAIT_S)
+                flushed.add_done_callback(_retrieve)
                 lsn = self._durable_lsn
                 # The same lsn again only to drop closed runs the store has taken since.
                 again = lsn == self._ckpt_lsn and self._ckpt_closed
@@ -1635,6 +1638,11 @@ class Engine:
                 f"{self.config.payload_bytes_max} (Config.payload_bytes_max)"
             )
         return encoded
+
+
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()  # a failed flush is logged by the store; nobody else reads it
 
 
 def _lsn(record: tuple[int, Any]) -> int:
