@@ -925,9 +925,7 @@ class Engine:
         if secret is None:  # this home never issued a token
             raise NotFound(f"{str(token)[:80]!r} is not a completion token of this home")
         run_id, seq, issued = read_token(secret, token)
-        run = self._runs.get(run_id)
-        if run is None and self.history_store is not None:
-            run = self._stored_run(run_id)
+        run = self._run_by_id(run_id)
         op = run.ops.get(seq) if run is not None else None
         if run is None or op is None or op.kind != "completion":
             raise NotFound("the run that issued this completion token is not in this home")
@@ -1340,6 +1338,13 @@ class Engine:
         row = self.history_store.latest(id)
         return self._stored_run(row.run_id) if row is not None else None
 
+    def _run_by_id(self, run_id: str) -> Run | None:
+        """The run of `run_id`, from memory or (closed) from the history store."""
+        run = self._runs.get(run_id)
+        if run is not None or self.history_store is None:
+            return run
+        return self._stored_run(run_id)
+
     def _stored_run(self, run_id: str) -> Run | None:
         """A closed run rebuilt from the history store."""
         assert self.history_store is not None
@@ -1357,8 +1362,7 @@ class Engine:
         assert store is not None
         await self._flush_history()
         # Runs a reset that opening may replay started from stay (see HistoryStore.prune).
-        kept = ckpt.listed(self.home / "journal")[: ckpt.KEEP]
-        floor = kept[-1][0] if len(kept) == ckpt.KEEP else 0
+        floor = ckpt.replay_floor(ckpt.listed(self.home / "journal"))
         keep = {
             run.origin["reset"]
             for run in self._runs.values()
@@ -1389,7 +1393,7 @@ class Engine:
             _, run_id, workflow_id, workflow, input, started_at, deadline, origin = rec
             run = Run(run_id, workflow_id, workflow, input, started_at, lsn, deadline, origin)
             if origin and "reset" in origin:
-                old = self._runs.get(origin["reset"]) or self._stored_run(origin["reset"])
+                old = self._run_by_id(origin["reset"])
                 if old is None:
                     raise KeyError(f"run {origin['reset']!r} (reset) is neither open nor stored")
                 self._inherit(run, old, origin["before"])

@@ -16,7 +16,7 @@ from fusee_runtime.errors import JournalCorrupt
 from fusee_runtime.inspect.reading import Changed, HomeUnreadable, ReadOnly
 from fusee_runtime.journal import format as fmt
 from fusee_runtime.journal import records
-from fusee_runtime.journal.reader import Scan, first_lsns, recover
+from fusee_runtime.journal.reader import Scan, ends_before, first_lsns, recover, starts_past
 from fusee_runtime.journal.records import CLOSES, SCHEDULES, R
 
 
@@ -150,21 +150,12 @@ def _unbacked(
     (the rules `recover(after=...)` applies on open): it must begin by the record
     after it, and its whole records must reach it."""
     after = base["lsn"] if base else 0
-    if kept and kept[0]["first_lsn"] > after + 1:
-        first = kept[0]
-        reason = (
-            f"segment starts at lsn {first['first_lsn']}, expected {after + 1} "
-            "(the records before it are in no readable checkpoint)"
-        )
-        return {"kind": "journal", "file": first["file"], "offset": 0, "reason": reason}
-    last = scan.tail.next_lsn - 1
-    if last < after:
+    if kept and (gap := starts_past(kept[0]["first_lsn"], after)) is not None:
+        return {"kind": "journal", "file": kept[0]["file"], "offset": 0, "reason": gap}
+    short = ends_before(scan.tail.next_lsn, after)
+    if short is not None:
         path = scan.tail.segment or (Path(kept[-1]["file"]) if kept else directory)
-        reason = (
-            f"the journal's whole records end at lsn {last}, before its checkpoint "
-            f"({after}): acknowledged data is damaged"
-        )
-        reason += _unread_on_open([], Path(path), scan.tail.offset, base)
+        reason = short + _unread_on_open([], Path(path), scan.tail.offset, base)
         return {"kind": "journal", "file": str(path), "offset": scan.tail.offset, "reason": reason}
     return None
 

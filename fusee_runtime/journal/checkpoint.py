@@ -139,6 +139,14 @@ def remove_leftovers(directory: Path, storage: Storage) -> list[Path]:
     return gone
 
 
+def replay_floor(checkpoints: list[tuple[int, Path]]) -> int:
+    """The lsn after which opening may replay the journal: that of the older of the
+    `KEEP` newest checkpoints (`checkpoints` newest first), the one a damaged newest
+    falls back on; 0 (the whole journal) while there are fewer."""
+    kept = checkpoints[:KEEP]
+    return kept[-1][0] if len(kept) == KEEP else 0
+
+
 def compactable(
     segments: list[tuple[Path, int]], checkpoints: list[tuple[int, Path]]
 ) -> tuple[list[Path], list[Path]]:
@@ -150,10 +158,9 @@ def compactable(
     the one before it plus those segments still give every record. The
     last segment (the one appended to) always stays.
     """
-    kept = checkpoints[:KEEP]
-    if len(kept) < KEEP:
+    floor = replay_floor(checkpoints)
+    if not floor:
         return [], []
-    floor = kept[-1][0]
     doomed = []
     for (path, _), (_, next_first) in itertools.pairwise(segments):
         if next_first - 1 <= floor:

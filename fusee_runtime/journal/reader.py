@@ -166,13 +166,8 @@ def _scan(
                 raise JournalCorrupt(str(seg.path), 0, "bad segment header")
             _before_checkpoint(seg.path, 0, next_lsn, after)
             return _cut(directory, storage, records, segments, i, None, next_lsn, repair, 0)
-        if i == 0 and seg.first_lsn > after + 1:
-            raise JournalCorrupt(
-                str(seg.path),
-                0,
-                f"segment starts at lsn {seg.first_lsn}, expected {after + 1} "
-                "(the records before it are in no readable checkpoint)",
-            )
+        if i == 0 and (gap := starts_past(seg.first_lsn, after)) is not None:
+            raise JournalCorrupt(str(seg.path), 0, gap)
         if i > 0 and seg.first_lsn != next_lsn:
             raise JournalCorrupt(
                 str(seg.path), 0, f"segment starts at lsn {seg.first_lsn}, expected {next_lsn}"
@@ -209,13 +204,30 @@ def _short_of(last: Path, scan: Scan, after: int) -> Scan:
 def _before_checkpoint(path: Path, offset: int, next_lsn: int, after: int) -> None:
     """Refuses (before anything is cut) a journal whose whole records end before the
     checkpoint it continues: records the checkpoint saw durable are gone from it."""
-    if next_lsn <= after:
-        raise JournalCorrupt(
-            str(path),
-            offset,
-            f"the journal's whole records end at lsn {next_lsn - 1}, before its checkpoint "
-            f"({after}): acknowledged data is damaged",
-        )
+    if (short := ends_before(next_lsn, after)) is not None:
+        raise JournalCorrupt(str(path), offset, short)
+
+
+def starts_past(first_lsn: int, after: int) -> str | None:
+    """Why a journal whose first segment starts at `first_lsn` does not continue the
+    checkpoint at `after` (0: none), or None when it does."""
+    if first_lsn <= after + 1:
+        return None
+    return (
+        f"segment starts at lsn {first_lsn}, expected {after + 1} "
+        "(the records before it are in no readable checkpoint)"
+    )
+
+
+def ends_before(next_lsn: int, after: int) -> str | None:
+    """Why a journal whose whole records end before `next_lsn` does not reach the
+    checkpoint at `after`, or None when it does."""
+    if next_lsn > after:
+        return None
+    return (
+        f"the journal's whole records end at lsn {next_lsn - 1}, before its checkpoint "
+        f"({after}): acknowledged data is damaged"
+    )
 
 
 def locate(directory: Path, storage: Storage, lsn: int) -> tuple[str, int]:
