@@ -259,7 +259,12 @@ class Engine:
             journal = self.home / "journal"
             journal.mkdir(exist_ok=True)
             ckpt.remove_leftovers(journal, self.config.storage)
-            base, damaged = self._newest_checkpoint(journal)
+            # A damaged newest one is passed over for the one before (compaction keeps
+            # the journal that one needs).
+            base, passed = ckpt.newest(journal, self.config.storage)
+            for e in passed:
+                log.error("fusee: passing over a damaged checkpoint: %s", e)
+            damaged = [e.path for e in passed]
             after = base.lsn if base is not None else 0
             at = base.body.get("at") if base is not None else None
             scan = recover(journal, self.config.storage, after=after, at=at)
@@ -1137,18 +1142,6 @@ class Engine:
         )
 
     # -- checkpoints, compaction and the history store ------------------------------------
-
-    def _newest_checkpoint(self, journal: Path) -> tuple[ckpt.Checkpoint | None, list[Path]]:
-        """The newest checkpoint that reads whole, and the damaged ones newer than it,
-        passed over (compaction keeps the journal the one before needs)."""
-        damaged = []
-        for _, path in ckpt.listed(journal):
-            try:
-                return ckpt.read(path, self.config.storage), damaged
-            except ckpt.CheckpointDamaged as e:
-                log.error("fusee: passing over a damaged checkpoint: %s", e)
-                damaged.append(path)
-        return None, damaged
 
     def _set_aside(self, damaged: list[Path]) -> None:
         """Renames damaged checkpoints to `.damaged` once the home opened without them:

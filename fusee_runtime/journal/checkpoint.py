@@ -115,6 +115,18 @@ def read(path: Path, storage: Storage) -> Checkpoint:
     return decode(path, storage.read(path))
 
 
+def newest(directory: Path, storage: Storage) -> tuple[Checkpoint | None, list[CheckpointDamaged]]:
+    """The newest checkpoint that reads whole (the one opening starts from), and why
+    each newer one was passed over."""
+    passed: list[CheckpointDamaged] = []
+    for _, path in listed(directory):
+        try:
+            return read(path, storage), passed
+        except CheckpointDamaged as e:
+            passed.append(e)
+    return None, passed
+
+
 def write(directory: Path, storage: Storage, lsn: int, body: dict[str, Any]) -> Path:
     """Writes the checkpoint of `lsn` atomically and durably; returns its path and size."""
     path = checkpoint_path(directory, lsn)

@@ -418,12 +418,7 @@ def _spans(lsns: list[int]) -> str:
 
 def newest_checkpoint(directory: Path) -> ckpt.Checkpoint | None:
     """As the engine chooses it: the newest that reads whole."""
-    for _, path in ckpt.listed(directory):
-        try:
-            return ckpt.read(path, Storage())
-        except ckpt.CheckpointDamaged:
-            continue
-    return None
+    return ckpt.newest(directory, Storage())[0]
 
 
 def _stored(home: Path) -> list[tuple[str, list[list[Any]]]]:
