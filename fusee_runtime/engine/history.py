@@ -64,7 +64,6 @@ CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, start_lsn);
 CREATE INDEX IF NOT EXISTS runs_by_workflow ON runs (workflow, start_lsn);
 CREATE INDEX IF NOT EXISTS runs_by_id ON runs (workflow_id, start_lsn);
 CREATE INDEX IF NOT EXISTS runs_by_closed_at ON runs (closed_at);
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value);
 CREATE TABLE IF NOT EXISTS pruned (run_id TEXT PRIMARY KEY, close_lsn INTEGER NOT NULL);
 """
 
@@ -133,14 +132,13 @@ class HistoryStore:
         self._db: sqlite3.Connection | None = None
         self.failed: BaseException | None = None
         self.pruned_before = 0.0
+        """The latest cutoff this store pruned at (0: none since open)."""
         self.rows_written = 0
         self.batches = 0
 
     def open(self) -> None:
         db = connect(self.path)
         db.executescript(SCHEMA)
-        got = db.execute("SELECT value FROM meta WHERE key = 'pruned_before'").fetchone()
-        self.pruned_before = float(got[0]) if got else 0.0
         self._db = db
         self._thread = threading.Thread(target=self._run, name="fusee-history", daemon=True)
         self._thread.start()
@@ -349,11 +347,6 @@ class HistoryStore:
                 )
                 db.execute("DELETE FROM pruned WHERE close_lsn <= ?", (floor,))
                 n = db.execute(f"DELETE FROM runs WHERE {doomed}", (before,)).rowcount
-                if before > self.pruned_before:
-                    db.execute(
-                        "INSERT OR REPLACE INTO meta (key, value) VALUES ('pruned_before', ?)",
-                        (before,),
-                    )
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
