@@ -1383,16 +1383,16 @@ class Engine:
         """Folds one record into memory; returns its run and the op it resolved."""
         kind = rec[0]
         if kind == R.RunStarted:
-            _, run_id, workflow_id, workflow, input, started_at, deadline, origin = rec
-            run = Run(run_id, workflow_id, workflow, input, started_at, lsn, deadline, origin)
+            run = created(None, (lsn, rec))
+            origin = run.origin
             if origin and "reset" in origin:
                 old = self._run_by_id(origin["reset"])
                 if old is None:
                     raise KeyError(f"run {origin['reset']!r} (reset) is neither open nor stored")
                 self._inherit(run, old, origin["before"])
                 run.creation = reset_creation(run)
-            self._runs[run_id] = run
-            self._latest[workflow_id] = run
+            self._runs[run.run_id] = run
+            self._latest[run.workflow_id] = run
             run.apply(lsn, rec)
             return run, None
         run = self._runs[rec[1]]
