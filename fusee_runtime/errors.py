@@ -146,7 +146,13 @@ class StepFailed(FuseeError):
 
 
 class ChildFailed(FuseeError):
-    """A child workflow failed."""
+    """A child workflow did not complete; `.failure` says why.
+
+    Raised in a parent by `ctx.child` (and a child handle's `result()`) when
+    its child fails, is cancelled, terminated or times out, as DESIGN.md
+    says. Child workflows are not built yet (issue 18): nothing raises it
+    today, but `Failure.of` already records its `.failure` as the cause.
+    """
 
     def __init__(self, id: str, failure: Failure) -> None:
         super().__init__(f"child {id!r} failed: {failure}")
@@ -176,7 +182,15 @@ class Terminated(FuseeError):
 
 
 class NonDeterminism(FuseeError):
-    """Replay found code asking for another operation than the journal holds."""
+    """Replay found code asking for another operation than the journal holds.
+
+    Never raised into workflow code: a replay mismatch stops the run with
+    status `stuck` and a message naming both operations (`RunInfo.error`),
+    and `resume` retries the replay with the code loaded then. Nothing in
+    fusee raises it today; it is the error of the replay checker to come
+    (`fusee replay` and the test kit's `replay`, issue 19), and a control
+    client raises it by name if the home's owner answers with it.
+    """
 
 
 class NotFound(FuseeError):

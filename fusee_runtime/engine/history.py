@@ -285,7 +285,8 @@ class HistoryStore:
         self, status: str | None, workflow: str | None, limit: int | None
     ) -> tuple[str, tuple[Any, ...]]:
         """The query `list` runs, newest first (for `EXPLAIN QUERY PLAN` too)."""
-        where, args = [], []
+        where: list[str] = []
+        args: list[str | int] = []
         if status is not None:
             where.append("status = ?")
             args.append(status)

@@ -8,9 +8,14 @@ import sys
 from collections.abc import Iterable
 from types import ModuleType
 
+from fusee_runtime.errors import FuseeError
 
-class AppImportError(ImportError):
-    """The app module could not be imported; the message carries the cause."""
+
+class AppImportError(FuseeError, ImportError):
+    """The app module could not be imported; the message carries the cause.
+
+    Also an `ImportError`, as it always was, so code catching that still does.
+    """
 
 
 def load_app(app: str | ModuleType | Iterable[str] | None) -> list[ModuleType]:

@@ -21,7 +21,7 @@ TIMERS_MAX = 10_000_000
 
 
 class TimerQueue:
-    """Calls `fire(run_id, seq)` once the clock passes each entry's instant."""
+    """Calls `fire(run_id, seq, at)` once the clock passes each entry's instant `at`."""
 
     def __init__(self, clock: Clock, fire: Callable[[str, str | None, float], None]) -> None:
         self._clock = clock
@@ -30,9 +30,6 @@ class TimerQueue:
         self._ids = itertools.count()
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-
-    def __len__(self) -> int:
-        return len(self._heap)
 
     def add(self, at: float, run_id: str, seq: str | None) -> None:
         """Schedules `fire(run_id, seq, at)`; `seq` None is the run's own deadline."""

@@ -49,11 +49,11 @@ def inspect_checkpoints(directory: Path) -> tuple[dict[str, Any] | None, list[di
         except ckpt.CheckpointDamaged as e:
             entry["damage"] = e.reason
             continue
+        runs: dict[str, bool] | None = None
         try:
             records, runs = _checkpoint_runs(got.body)
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
             entry["damage"] = f"it reads whole but this version cannot make sense of it ({e!r})"
-            runs = None
         else:
             open_runs = sum(not c for c in runs.values())
             entry.update(records=records, runs=len(runs), runs_open=open_runs)

@@ -83,7 +83,7 @@ def _report(
     base: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The facts of one scan: `scan` when the journal reads, `damage` when it does not."""
-    files = [
+    files: list[dict[str, Any]] = [
         {
             "file": str(p),
             "bytes": len(d),

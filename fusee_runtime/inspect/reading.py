@@ -13,8 +13,12 @@ class HomeUnreadable(FuseeError):
     keep vanishing under the inspection (an owner compacting faster than it reads)."""
 
 
-class Changed(Exception):
-    """A file listed a moment ago is gone: an owner compacted or closed meanwhile."""
+class Changed(FuseeError):
+    """A file listed a moment ago is gone: an owner compacted or closed meanwhile.
+
+    `inspect_home` catches it and looks again; after its last look it raises
+    `HomeUnreadable` instead, so it never reaches a user.
+    """
 
 
 class ReadOnly(Storage):

@@ -33,6 +33,7 @@ from typing import Any
 
 import orjson
 
+from fusee_runtime.errors import FuseeError
 from fusee_runtime.journal.storage import Storage
 
 MAGIC = b"FUSEECK1"
@@ -43,8 +44,12 @@ KEEP = 2
 """Checkpoints kept: the newest, and the one to fall back to if it is damaged."""
 
 
-class CheckpointDamaged(Exception):
-    """A checkpoint file that cannot be read whole."""
+class CheckpointDamaged(FuseeError):
+    """A checkpoint file that cannot be read whole.
+
+    Opening passes over such a file to the one before (`newest` says why it
+    did), and `fusee check` reports it as damage; `read` and `decode` raise it.
+    """
 
     def __init__(self, path: Path, reason: str) -> None:
         super().__init__(f"{path}: {reason}")

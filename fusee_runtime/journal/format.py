@@ -132,12 +132,6 @@ def starts_batch(frame: bytes | memoryview, offset: int = 0) -> bool:
     return bool(FRAME.unpack_from(frame, offset)[0] & BATCH_START)
 
 
-def marked_batch_start(frame: bytes) -> bytes:
-    """`frame` (as `encode_frame` made it) flagged as the first of a group commit."""
-    (n,) = struct.unpack_from("<I", frame, 0)
-    return encode_frame(frame[FRAME_BYTES : FRAME_BYTES + n], batch_start=True)
-
-
 def find_batch_start(data: bytes | memoryview, offset: int) -> int | None:
     """The offset of the first whole batch-start frame at or after `offset`, if any."""
     pos = find_whole_frame(data, offset)
