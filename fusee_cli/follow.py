@@ -20,7 +20,8 @@ from fusee_cli import session
 from fusee_cli.session import Code, echo_err, error, print_json
 
 if TYPE_CHECKING:
-    from fusee_runtime.engine.control import Control, ControlClient
+    from fusee_runtime.control.api import Control
+    from fusee_runtime.control.client import ControlClient
 
 _CODES = {"ok": Code.OK, "failed": Code.FAILED, "timed_out": Code.TIMED_OUT}
 
@@ -86,7 +87,7 @@ async def follow_home(
     import asyncio
 
     from fusee_runtime import EngineClosed
-    from fusee_runtime.engine.control import OwnerGone, OwnerLost
+    from fusee_runtime.control.client import OwnerGone, OwnerLost
 
     loop = asyncio.get_running_loop()
     deadline = None if timeout_s is None else loop.time() + timeout_s

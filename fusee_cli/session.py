@@ -22,7 +22,8 @@ import typer
 
 if TYPE_CHECKING:
     from fusee_runtime import Engine, RunInfo
-    from fusee_runtime.engine.control import Control, ControlClient
+    from fusee_runtime.control.api import Control
+    from fusee_runtime.control.client import ControlClient
 
 T = TypeVar("T")
 
@@ -228,8 +229,23 @@ def unusable_home(home: Path, e: OSError) -> CliError:
     return CliError(Code.USAGE, f"cannot use {home} as the fusee home: {e.strerror or e}{where}")
 
 
-class _Locked(CliError):
-    """Another process holds the home's lock."""
+def opening_error(home: Path, e: Exception) -> CliError | None:
+    """The `CliError` for an error met opening or reaching a home, or None for any other.
+
+    The library says what went wrong (`fusee_runtime.control.connect`);
+    this adds what the person can do about it, and exit 2.
+    """
+    from fusee_runtime import HomeLocked, JournalCorrupt
+    from fusee_runtime.control.client import OwnerUnanswered
+    from fusee_runtime.engine.registry import AppImportError
+
+    if isinstance(e, OSError):
+        return unusable_home(home, e)
+    if isinstance(e, HomeLocked):
+        return CliError(Code.USAGE, f"{e}; stop it or wait for it to finish")
+    if isinstance(e, AppImportError | JournalCorrupt | OwnerUnanswered):
+        return CliError(Code.USAGE, str(e))
+    return None
 
 
 @contextlib.asynccontextmanager
@@ -238,83 +254,48 @@ async def open_engine(
 ) -> AsyncIterator[Engine]:
     """Opens the home in this process for the duration of a command.
 
-    Opening recovers the journal. With `drive`, the open runs resume while
-    the command runs, and stop, durable, when it closes the engine; the
-    engine serves the control API meanwhile, so commands from other
-    processes reach it. Without `drive` the home is opened passively
-    (`Config(drive=False)`): the command's records are appended, but no
-    run's code runs and no timer fires. `grace` is what step functions
-    running at the end get to finish; `config` goes to `Config`.
+    It is `fusee_runtime.control.connect.open_home` (which says what
+    `drive`, `grace` and `config` do) with the errors said for people.
 
     Raises:
         CliError: the app fails to import, another process owns the home,
             or the journal is damaged before its tail.
     """
-    from fusee_runtime import Config, Engine, HomeLocked, JournalCorrupt
-    from fusee_runtime.engine.registry import AppImportError
+    from fusee_runtime.control.connect import open_home
 
-    engine = Engine(home, app, config=Config(drive=drive, **config))
-    try:
-        await engine.open()
-    except OSError as e:
-        raise unusable_home(home, e) from None
-    except AppImportError as e:
-        raise CliError(Code.USAGE, str(e)) from None
-    except HomeLocked as e:
-        raise _Locked(Code.USAGE, f"{e}; stop it or wait for it to finish") from None
-    except JournalCorrupt as e:
-        raise CliError(Code.USAGE, str(e)) from None
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            engine = await stack.enter_async_context(
+                open_home(home, app, drive=drive, grace=grace, **config)
+            )
+        except Exception as e:
+            mapped = opening_error(home, e)
+            if mapped is None:
+                raise
+            raise mapped from None
         yield engine
-    finally:
-        await engine.close(grace)
-
-
-RETRY_OPEN_S = 0.05
-"""Pause between two tries to reach the owner or take the home, while another process has it."""
 
 
 @contextlib.asynccontextmanager
 async def control(home: Path, app: str, *, drive: bool) -> AsyncIterator[Control | ControlClient]:
     """The home's control API: its owner's, over the socket, or else this process's own.
 
-    With no owner the command opens the home itself, driving its runs
-    (`drive`) or passively, as `open_engine` says. A process can hold the
-    lock without serving yet (it is recovering the journal) or without
-    ever serving (a passive command, for a moment): the command keeps
-    trying both ways for `ANSWER_S`, then names the owner's pid.
+    It is `fusee_runtime.control.connect.connect` (which says how it tries
+    both ways, for how long) with the errors said for people.
 
     Raises:
         CliError: the owner does not answer, or what `open_engine` raises.
     """
-    import asyncio
+    from fusee_runtime.control.connect import connect
 
-    from fusee_runtime.engine.control import ANSWER_S, Control, ControlClient, OwnerUnanswered
-    from fusee_runtime.engine.home import HomeLock
-
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + ANSWER_S
     async with contextlib.AsyncExitStack() as stack:
-        while True:
-            try:
-                client = await ControlClient.connect(home)
-            except OwnerUnanswered as e:
-                raise CliError(Code.USAGE, str(e)) from None
-            except OSError as e:
-                raise unusable_home(home, e) from None
-            if client is not None:
-                ctl: Control | ControlClient = client
-                break
-            try:
-                ctl = Control(await stack.enter_async_context(open_engine(home, app, drive=drive)))
-                break
-            except _Locked:
-                if loop.time() >= deadline:
-                    pid = HomeLock(home).owner()
-                    raise CliError(
-                        Code.USAGE, str(OwnerUnanswered(home, pid, "does not answer"))
-                    ) from None
-            await asyncio.sleep(RETRY_OPEN_S)
+        try:
+            ctl = await stack.enter_async_context(connect(home, app, drive=drive))
+        except Exception as e:
+            mapped = opening_error(home, e)
+            if mapped is None:
+                raise
+            raise mapped from None
         yield ctl
 
 

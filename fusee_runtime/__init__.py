@@ -2,9 +2,11 @@
 
 from fusee_runtime.clock import Clock, FakeClock, SystemClock
 from fusee_runtime.completions import Completion
-from fusee_runtime.context import Ctx, current_ctx
+from fusee_runtime.context import Ctx
 from fusee_runtime.dsl import Exhausted, RetryPolicy, StepDef, WorkflowDef, step, workflow
-from fusee_runtime.engine.engine import Config, Engine, RunHandle
+from fusee_runtime.engine.config import Config
+from fusee_runtime.engine.engine import Engine
+from fusee_runtime.engine.handle import RunHandle
 from fusee_runtime.engine.state import RunInfo, Status
 from fusee_runtime.errors import (
     Cancelled,
@@ -25,6 +27,7 @@ from fusee_runtime.errors import (
     Terminated,
     TimedOut,
 )
+from fusee_runtime.scope import current_ctx
 from fusee_runtime.streams import StreamWriter
 
 __all__ = [

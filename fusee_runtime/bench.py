@@ -170,7 +170,9 @@ async def _fanout(home: Path, legs: int) -> int:
     """How many `fdatasync`s the legs of one `ctx.all` of `legs` steps needed."""
     async with _engine(home) as engine:
         h = await engine.start("fusee.bench.fanout", legs)
-        await engine.wait_until(lambda: engine._durable_lsn >= engine._latest_run(h.id).start_lsn)
+        await engine.wait_until(
+            lambda: engine.durability.durable_lsn >= engine.runs.latest(h.id).start_lsn
+        )
         before = engine.counters()["syncs"]
         await h.result()
         return int(engine.counters()["syncs"] - before)
@@ -181,10 +183,12 @@ async def _recover(home: Path, runs: int) -> float:
     one of them runs again (its code replayed to where it waits)."""
     async with _engine(home) as engine:
         handles = [await engine.start("fusee.bench.parked", None) for _ in range(runs)]
-        await engine.wait_until(lambda: all(engine._latest_run(h.id).parked for h in handles))
+        await engine.wait_until(lambda: all(engine.runs.latest(h.id).parked for h in handles))
     t = time.perf_counter()
     async with _engine(home, warm=False) as engine:
-        await engine.wait_until(lambda: all(r.parked for r in engine._latest.values() if r.is_open))
+        await engine.wait_until(
+            lambda: all(r.parked for r in engine.runs.newest.values() if r.is_open)
+        )
         return round(time.perf_counter() - t, 3)
 
 

@@ -226,8 +226,8 @@ async def _list(home: Path) -> dict[str, Any]:
         t = time.perf_counter()
         every = await engine.list(status="completed")
         every_ms = (time.perf_counter() - t) * 1000
-        assert engine.history_store is not None
-        plan = engine.history_store.query_plan("completed", None, LIST_LIMIT)
+        assert engine.runs.store is not None
+        plan = engine.runs.store.query_plan("completed", None, LIST_LIMIT)
     finally:
         await engine.close()
     return {
@@ -299,7 +299,7 @@ async def _build_child(home: Path, open_runs: int, runs: int, wave: int) -> None
     for first in range(0, open_runs, wave):
         n = min(wave, open_runs - first)
         handles += await asyncio.gather(*(engine.start(parked, None) for _ in range(n)))
-    await engine.wait_until(lambda: all(engine._latest[h.id].parked for h in handles))
+    await engine.wait_until(lambda: all(engine.runs.newest[h.id].parked for h in handles))
     parked_s = time.perf_counter() - t
     t = time.perf_counter()
     step = max(runs // 10, wave)
@@ -314,9 +314,9 @@ async def _build_child(home: Path, open_runs: int, runs: int, wave: int) -> None
     runs_s = time.perf_counter() - t
     # Idle from here: everything closed is in the history store, no checkpoint is
     # being written, so the parent's copy is what a SIGKILL now would leave.
-    await engine._flush_history()
-    while engine._ckpt_task is not None:
-        await asyncio.gather(engine._ckpt_task, return_exceptions=True)
+    await engine.checkpoints.flush_history()
+    while engine.checkpoints.task is not None:
+        await asyncio.gather(engine.checkpoints.task, return_exceptions=True)
     counters = engine.counters()
     _reply_line(
         {
@@ -343,7 +343,7 @@ async def _open_child(home: Path, crash: bool) -> None:
     engine = Engine(home, app=None)
     await engine.open()
     open_s = time.perf_counter() - t
-    pending = [r for r in engine._runs.values() if r.is_open]
+    pending = [r for r in engine.runs.by_run_id.values() if r.is_open]
     count = len(pending)
 
     def resumed() -> bool:
@@ -358,7 +358,7 @@ async def _open_child(home: Path, crash: bool) -> None:
             "open_s": open_s,
             "resumed_s": resumed_s,
             "runs_open": count,
-            "records_after_checkpoint": engine._durable_lsn - engine._ckpt_lsn,
+            "records_after_checkpoint": engine.durability.durable_lsn - engine.checkpoints.lsn,
         }
     )
     if crash:

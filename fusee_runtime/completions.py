@@ -18,9 +18,13 @@ import re
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fusee_runtime.errors import NotFound
 from fusee_runtime.journal.storage import Storage
+
+if TYPE_CHECKING:
+    from fusee_runtime.engine.state import Run
 
 SECRET_NAME = "secret"
 _TOKEN = re.compile(r"([0-9a-f]{32})-([0-9.]{1,200})-([0-9]{1,9})-([0-9a-f]{32})")
@@ -78,3 +82,29 @@ def read_token(secret: bytes, token: str) -> tuple[str, str, int]:
 
 def _mac(secret: bytes, body: str) -> str:
     return hmac.new(secret, body.encode(), hashlib.sha256).hexdigest()[:32]
+
+
+class Tokens:
+    """The completion tokens of a home: issued for an `await_completion`, read back."""
+
+    def __init__(self, home: Path, storage: Storage, http_url: str | None) -> None:
+        self.home = home
+        self.storage = storage
+        self.http_url = http_url
+        self._secret: bytes | None = None
+
+    def secret(self, create: bool) -> bytes | None:
+        """The home's token secret; made (once per home) when the first token is issued."""
+        if self._secret is None:
+            path = self.home / SECRET_NAME
+            if create or path.exists():
+                self._secret = home_secret(self.home, self.storage)
+        return self._secret
+
+    def issue(self, run: Run, seq: str, issued: int) -> Completion:
+        """What `send` gets for the `issued`-th token of an `await_completion`."""
+        secret = self.secret(create=True)
+        assert secret is not None
+        token = make_token(secret, run.run_id, seq, issued)
+        url = f"{self.http_url}/v1/complete/{token}" if self.http_url else None
+        return Completion(token, url)

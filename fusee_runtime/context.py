@@ -5,8 +5,9 @@ from the top against the run's journal. Every operation it asks for takes
 the next sequence number (`seq`); an operation the journal already holds at
 that number returns its recorded outcome without running anything, and the
 first one it does not hold runs live. Asking for another operation than the
-one recorded at a number stops the run as `stuck` (`NonDeterminism`): it
-never continues on a journal it does not match.
+one recorded at a number stops the run as `stuck`, with a message naming
+both (`describe().error`): it never continues on a journal it does not
+match. The replay itself is `fusee_runtime.execution`'s; `Ctx` is its face.
 
 Each method says what it guarantees. Steps follow the durability contract:
 a step's function runs only once every earlier record of its run is durable
@@ -17,108 +18,38 @@ once, without waiting for the disk.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import inspect
 import random
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Iterator
-from contextvars import ContextVar
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from fusee_runtime.completions import Completion
 from fusee_runtime.dsl import RetryPolicy, StepDef, StepOptions, seconds
-from fusee_runtime.engine.state import Op, Run, top, utc
-from fusee_runtime.errors import Cancelled, Failure, Rejected, StepFailed
+from fusee_runtime.engine.state import utc
+from fusee_runtime.errors import Failure, Rejected, StepFailed
 from fusee_runtime.journal.records import R
-from fusee_runtime.steps import _step_var, run_live
+from fusee_runtime.scope import NAME_CHARS_MAX, Cursor, Halt, cursor_var, step_var
+from fusee_runtime.steps import abandoned, run_live
+from fusee_runtime.streams import StreamWriter
 
 if TYPE_CHECKING:
-    from fusee_runtime.engine.engine import Engine
-
-_ctx_var: ContextVar[Ctx | None] = ContextVar("fusee_ctx", default=None)
-_handling_var: ContextVar[bool] = ContextVar("fusee_handling", default=False)
-
-
-@contextlib.contextmanager
-def handling() -> Iterator[None]:
-    """Marks a query or update handler running: `ctx` records nothing from inside it."""
-    token = _handling_var.set(True)
-    try:
-        yield
-    finally:
-        _handling_var.reset(token)
-
-
-NAME_CHARS_MAX = 200
-"""Longest name of a step, timer or signal; every record of the op repeats it."""
-
-
-class _Cursor:
-    """Numbers the operations of one branch of code: "1", "2", ... or "3.0.1", ..."""
-
-    __slots__ = ("n", "prefix")
-
-    def __init__(self, prefix: str) -> None:
-        self.prefix = prefix
-        self.n = 0
-
-
-_cursor_var: ContextVar[_Cursor | None] = ContextVar("fusee_cursor", default=None)
-
-
-class Halt(BaseException):
-    """Stops a run's code without recording anything (stuck, closing, replaced).
-
-    A BaseException so that workflow code's `except Exception` cannot swallow it.
-    """
-
-
-def journaling_ctx() -> Ctx | None:
-    """The context a `@step` call journals into: workflow code, not a step function."""
-    ctx = _ctx_var.get()
-    if ctx is None or _step_var.get() is not None:
-        return None
-    return ctx
-
-
-def current_ctx() -> Ctx:
-    """The `Ctx` of the running workflow or step function.
-
-    Raises:
-        Rejected: called outside workflow code and step functions.
-    """
-    ctx = _ctx_var.get()
-    if ctx is None:
-        raise Rejected("current_ctx() is only available in workflow code or a step function")
-    return ctx
+    from fusee_runtime.execution import Execution
 
 
 class Ctx:
-    """The context handed to workflow code as its first argument."""
+    """The context handed to workflow code as its first argument.
 
-    def __init__(self, engine: Engine, run: Run) -> None:
-        self._engine = engine
-        self._run = run
-        self._root = _Cursor("")
-        self._count = 0
-        run.position, run.position_kind = 0, ""  # the code starts again from the top
-        # and registers its handlers again: those of the code that ran before are gone.
-        run.queries.clear()
-        run.updates.clear()
-        self._halted: str | None = None
-        self._parking = False
-        self._park_scheduled = False
-        # Live steps in flight (a run with one is not parked) and their tasks.
-        self._busy = 0
-        self._step_tasks: dict[str, asyncio.Task[Any]] = {}
-        # Futures of timers, waits and paused steps the code is blocked on.
-        self._awaiting: set[asyncio.Future[None]] = set()
-        self._compensations: list[tuple[str, Callable[..., Any], tuple[Any, ...]]] = []
-        # Concurrent groups in progress: a run inside one is never parked, since
-        # a branch that finished may not have been seen by its group yet.
-        self._groups = 0
+    It is the face of one execution of the run's code (`fusee_runtime.execution`),
+    which does the replay and the bookkeeping.
+    """
+
+    def __init__(self, execution: Execution) -> None:
+        self._execution = execution
+        self._run = execution.run
+        self._host = execution.host
 
     # -- identity, as recorded -------------------------------------------------
 
@@ -141,7 +72,7 @@ class Ctx:
     @property
     def journal_size(self) -> int:
         """Operations asked for so far (deterministic: the same on every replay)."""
-        return self._count
+        return self._execution.count
 
     # -- keys ------------------------------------------------------------------
 
@@ -155,7 +86,7 @@ class Ctx:
         Raises:
             Rejected: called outside a step function.
         """
-        running = _step_var.get()
+        running = step_var.get()
         if running is None:
             raise Rejected(
                 "ctx.key() is only available inside a step function: "
@@ -167,28 +98,15 @@ class Ctx:
 
     def now(self) -> datetime:
         """The engine clock's time, recorded: replay returns the same instant."""
-        return utc(self._value("now", self._engine.clock.now))
+        return utc(self._execution.value("now", self._host.clock.now))
 
     def random(self) -> float:
         """A float in [0, 1), recorded: replay returns the same number."""
-        return float(self._value("random", random.random))
+        return float(self._execution.value("random", random.random))
 
     def uuid(self) -> str:
         """A random UUID (string), recorded: replay returns the same one."""
-        return str(self._value("uuid", lambda: str(uuid.uuid4())))
-
-    def _value(self, name: str, make: Callable[[], Any]) -> Any:
-        if _step_var.get() is not None or _handling_var.get():
-            # In a step function (maybe on another thread) or a query or update
-            # handler: not workflow code; what gets recorded is the step's result,
-            # or the update.
-            return make()
-        seq, op = self._next("value", name)
-        if op is not None:
-            return op.value
-        value = make()
-        self._engine._append(self._run, [R.ValueRecorded, self._run.run_id, seq, name, value])
-        return value
+        return str(self._execution.value("uuid", lambda: str(uuid.uuid4())))
 
     # -- steps -----------------------------------------------------------------
 
@@ -226,36 +144,13 @@ class Ctx:
         ):
             if value is not None:
                 raise Rejected(f"step option {option}= is not available in this version of fusee")
-        if _step_var.get() is not None:
+        if step_var.get() is not None:
             # In a step function: not workflow code, so a plain call, as a `@step` is there.
             value = (fn.fn if isinstance(fn, StepDef) else fn)(*args)
             return await value if inspect.isawaitable(value) else value
         base = fn.opts if isinstance(fn, StepDef) else StepOptions()
         opts = base.merged(retry=retry, timeout=seconds(timeout), read_only=read_only or None)
-        return await self._run_step(name, fn, args, {}, opts)
-
-    async def _run_step(
-        self,
-        name: str,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        opts: StepOptions,
-    ) -> Any:
-        if isinstance(fn, StepDef):
-            fn = fn.fn
-        if opts.heartbeat_timeout is not None or opts.limit is not None:
-            raise Rejected(
-                f"step {name!r}: heartbeat_timeout and limit are not available in this version"
-            )
-        seq, op = self._next("step", name)
-        if op is not None and op.retired:
-            await _abandoned()
-        if op is not None and op.done:
-            if op.ok:
-                return op.value
-            raise StepFailed(name, Failure.from_json(op.failure or {}))
-        return await run_live(self, seq, op, name, fn, args, kwargs, opts)
+        return await self._execution.run_step(name, fn, args, {}, opts)
 
     # -- timers and signals --------------------------------------------------------
 
@@ -283,12 +178,12 @@ class Ctx:
         await self._timer(name, lambda now: at)
 
     async def _timer(self, name: str, fire_at: Callable[[float], float]) -> None:
-        seq, op = self._next("timer", name)
+        seq, op = self._execution.next("timer", name)
         if op is None:
-            at = fire_at(self._engine.clock.now())
-            self._engine._append(self._run, [R.TimerStarted, self._run.run_id, seq, name, at])
+            at = fire_at(self._host.clock.now())
+            self._host.append(self._run, [R.TimerStarted, self._run.run_id, seq, name, at])
             op = self._run.ops[seq]
-        await self._await_op(seq, op, f"sleeping until {_shown(op.fire_at or 0)}")
+        await self._execution.await_op(seq, op, f"sleeping until {_shown(op.fire_at or 0)}")
 
     async def wait_for(self, signal: str, timeout: float | timedelta | None = None) -> Any:
         """The value of the next signal named `signal`, or None when `timeout` passes.
@@ -298,15 +193,13 @@ class Ctx:
         recorded, so replay returns the same. While it waits the run is parked.
         """
         t = seconds(timeout)
-        seq, op = self._next("wait", signal)
+        seq, op = self._execution.next("wait", signal)
         if op is None:
-            deadline = None if t is None else self._engine.clock.now() + t
-            self._engine._append(
-                self._run, [R.WaitStarted, self._run.run_id, seq, signal, deadline]
-            )
+            deadline = None if t is None else self._host.clock.now() + t
+            self._host.append(self._run, [R.WaitStarted, self._run.run_id, seq, signal, deadline])
             op = self._run.ops[seq]
         until = "" if op.fire_at is None else f" until {_shown(op.fire_at)}"
-        await self._await_op(seq, op, f"waiting for signal {signal!r}{until}")
+        await self._execution.await_op(seq, op, f"waiting for signal {signal!r}{until}")
         return op.value
 
     async def await_completion(
@@ -329,94 +222,17 @@ class Ctx:
         tokens of earlier attempts are refused. The token is durable before
         `send` sees it; a `send` cut off by a crash runs again with the same token.
         """
-        seq, op = self._next("completion", name)
+        seq, op = self._execution.next("completion", name)
         if op is not None and op.retired:
-            await _abandoned()
+            await abandoned()
         if op is None or not (op.done or op.sent):
             opts = StepOptions().merged(retry=retry, timeout=seconds(timeout))
-            await run_live(self, seq, op, name, send, (), {}, opts, kind="completion")
+            await run_live(self._execution, seq, op, name, send, (), {}, opts, kind="completion")
             op = self._run.ops[seq]
-        await self._await_op(seq, op, f"waiting for completion {name!r}")
+        await self._execution.await_op(seq, op, f"waiting for completion {name!r}")
         if op.ok:
             return op.value
         raise StepFailed(name, Failure.from_json(op.failure or {}))
-
-    async def _paused(self, seq: str, op: Op) -> None:
-        """Waits until a paused step is resumed (the run is parked meanwhile)."""
-        self._busy -= 1
-        try:
-            await self._await_op(seq, op, f"paused in step {op.name!r}: run `fusee resume`")
-        finally:
-            self._busy += 1
-
-    async def _await_op(self, seq: str, op: Op, doing: str) -> None:
-        """Waits until the engine resolves a timer, wait or paused step."""
-        run = self._run
-        if not op.done and not (op.kind == "step" and not op.paused):
-            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            run.waiters[seq] = fut
-            self._awaiting.add(fut)
-            run.current = doing
-            self._maybe_schedule_park()
-            self._engine._progressed()
-            try:
-                await fut
-            except asyncio.CancelledError:
-                if not op.done and self._retires_on_cancel():
-                    # A losing race branch or an abandoned wait: retire it, so it
-                    # neither fires later nor takes a signal meant for another.
-                    self._engine._append(run, [R.OpCancelled, run.run_id, seq, op.kind, op.name])
-                raise
-            finally:
-                self._awaiting.discard(fut)
-                if run.waiters.get(seq) is fut:
-                    del run.waiters[seq]
-            run.current = None
-        if op.retired:
-            await _abandoned()
-        if op.cancelled:
-            raise self._cancelled()
-
-    # -- parking ---------------------------------------------------------------------
-
-    def _maybe_schedule_park(self) -> None:
-        if self._awaiting and not self._park_scheduled:
-            self._park_scheduled = True
-            asyncio.get_running_loop().call_soon(self._maybe_park)
-
-    def _maybe_park(self) -> None:
-        """Parks the run when all its code waits on timers, signals or a resume."""
-        self._park_scheduled = False
-        if self._busy or self._groups or not self._awaiting or self._halted is not None:
-            return
-        if any(f.done() for f in self._awaiting):
-            return
-        self._engine._park(self._run, self)
-
-    # -- cancellation ----------------------------------------------------------------
-
-    def _cancelled(self) -> Cancelled:
-        return Cancelled(f"run {self._run.workflow_id!r} was cancelled: {self._run.cancel_reason}")
-
-    def _cancel_lands(self) -> bool:
-        """Whether a task cancellation is the run's cancel arriving (not parking or closing)."""
-        run = self._run
-        return (
-            run.cancel_reason is not None
-            and not run.cancel_delivered
-            and self._halted is None
-            and run.is_open
-            and not self._engine._closing
-        )
-
-    def _retires_on_cancel(self) -> bool:
-        return self._halted is None and self._run.is_open and not self._engine._closing
-
-    def _deliver_cancel(self, seq: str, kind: str, name: str) -> Cancelled:
-        """Records that the run's cancel interrupted the operation at `seq`."""
-        run = self._run
-        self._engine._append(run, [R.OpCancelled, run.run_id, seq, kind, name])
-        return self._cancelled()
 
     def compensate(self, name: str, fn: Callable[..., Any], *args: Any) -> None:
         """Registers `fn(*args)` to undo what the workflow did so far.
@@ -425,15 +241,7 @@ class Ctx:
         as steps named `name`, newest first (one that fails is logged and the
         rest still run); then the failure or cancellation is returned.
         """
-        self._compensations.append((name, fn, args))
-
-    async def _run_compensations(self) -> None:
-        while self._compensations:
-            name, fn, args = self._compensations.pop()
-            try:
-                await self._run_step(name, fn, args, {}, StepOptions())
-            except (StepFailed, Cancelled) as e:
-                self._engine._log_compensation(self._run, name, e)
+        self._execution.compensations.append((name, fn, args))
 
     # -- concurrency -------------------------------------------------------------------
 
@@ -444,15 +252,15 @@ class Ctx:
         replay assigns the same numbers whatever order branches finish in.
         The legs of a fan-out become ready together and share one `fdatasync`.
         """
-        seq, _ = self._next("group", "all")
+        seq, _ = self._execution.next("group", "all")
         tasks, cursors = self._branches(seq, awaitables)
-        self._groups += 1
+        self._execution.groups += 1
         try:
             results = list(await asyncio.gather(*tasks))
             self._check_branches(seq, cursors, whole=True)
             return results
         finally:
-            self._groups -= 1
+            self._execution.groups -= 1
             for t in tasks:
                 t.cancel()
 
@@ -462,20 +270,20 @@ class Ctx:
         The winner is recorded, so replay takes the same one. A run waiting
         inside `all` or `race` keeps its coroutine (it is not parked).
         """
-        seq, _ = self._next("group", "race")
+        seq, _ = self._execution.next("group", "race")
         tasks, cursors = self._branches(seq, awaitables)
         if not tasks:
             raise Rejected("ctx.race() needs at least one awaitable")
-        self._groups += 1
+        self._execution.groups += 1
         try:
             winner = self._run.races.get(seq)
             if winner is None:
                 done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
                 winner = min(tasks.index(t) for t in done)
-                self._check_live()
-                self._engine._append(self._run, [R.RaceWon, self._run.run_id, seq, winner])
+                self._execution.check_live()
+                self._host.append(self._run, [R.RaceWon, self._run.run_id, seq, winner])
             elif winner >= len(tasks):
-                self._stuck(
+                self._execution.stuck(
                     f"replay mismatch at operation #{seq}: the journal holds a race won by "
                     f"awaitable {winner}, the code races {len(tasks)}"
                 )
@@ -488,24 +296,24 @@ class Ctx:
             self._check_branches(seq, cursors, whole=False)
             return winner, tasks[winner].result()
         finally:
-            self._groups -= 1
+            self._execution.groups -= 1
             for t in tasks:
                 t.cancel()
 
     def _branches(
         self, seq: str, awaitables: Iterable[Awaitable[Any]]
-    ) -> tuple[list[asyncio.Task[Any]], list[_Cursor]]:
+    ) -> tuple[list[asyncio.Task[Any]], list[Cursor]]:
         loop = asyncio.get_running_loop()
         tasks, cursors = [], []
         for i, aw in enumerate(awaitables):
-            cursor = _Cursor(f"{seq}.{i}.")
+            cursor = Cursor(f"{seq}.{i}.")
             branch = contextvars.copy_context()
-            branch.run(_cursor_var.set, cursor)
+            branch.run(cursor_var.set, cursor)
             tasks.append(loop.create_task(_awaited(aw), context=branch))
             cursors.append(cursor)
         return tasks, cursors
 
-    def _check_branches(self, seq: str, cursors: list[_Cursor], whole: bool) -> None:
+    def _check_branches(self, seq: str, cursors: list[Cursor], whole: bool) -> None:
         """Stops the run as stuck when the journal holds branch operations the code
         did not ask for: more branches than it made, or (`whole`: every branch ran to
         its end) operations past the end of a branch."""
@@ -515,7 +323,7 @@ class Ctx:
                 continue
             branch, number = (int(p) for p in s[len(prefix) :].split(".")[:2])
             if branch >= len(cursors) or (whole and number > cursors[branch].n):
-                self._stuck(
+                self._execution.stuck(
                     f"replay mismatch in the group at operation #{seq}: the journal holds "
                     f"{op.kind} {op.name!r} at #{s}, the code did not ask for it"
                 )
@@ -525,10 +333,10 @@ class Ctx:
 
         Signals that arrive afterwards go to the new run. Never returns.
         """
-        self._check_live()
-        self._engine._continue_as_new(self._run, input)
-        self._halted = "continued as new"
-        raise Halt(self._halted)
+        self._execution.check_live()
+        self._host.continue_as_new(self._run, input)
+        self._execution.halted = "continued as new"
+        raise Halt(self._execution.halted)
 
     # -- handlers --------------------------------------------------------------
 
@@ -582,10 +390,10 @@ class Ctx:
         operations the journal holds; a line after the last recorded operation
         can appear again after a crash. Lines are not durable (never synced).
         """
-        run_log = self._engine.run_log
+        run_log = self._host.run_log
         if run_log is None:
             raise Rejected("ctx.log needs an engine that runs workflow code")
-        return run_log.logger(self)
+        return run_log.logger(self._execution)
 
     def stream(self, name: str) -> Any:
         """A writer for stream `name` of this run: `append(item)` and `close()` (plain calls).
@@ -595,93 +403,7 @@ class Ctx:
         (`handle.stream(name)`) see an item once it is durable. See
         `fusee_runtime.streams`.
         """
-        from fusee_runtime.streams import StreamWriter
-
-        return StreamWriter(self, name)
-
-    # -- replay ------------------------------------------------------------------
-
-    def _next(self, kind: str, name: str) -> tuple[str, Op | None]:
-        """Takes the next operation number and what the journal holds there."""
-        if _handling_var.get():
-            raise Rejected(
-                f"a query or update handler cannot start operations ({kind} {name!r}): "
-                "it reads or changes the workflow's state, nothing more"
-            )
-        self._check_live()
-        if not isinstance(name, str) or not 0 < len(name) <= NAME_CHARS_MAX:
-            raise Rejected(
-                f"a {kind} name is a string of 1 to {NAME_CHARS_MAX} characters, not {name!r:.60}"
-            )
-        cursor = _cursor_var.get() or self._root
-        cursor.n += 1
-        self._count += 1
-        seq = f"{cursor.prefix}{cursor.n}"
-        run = self._run
-        op = run.ops.get(seq)
-        if op is not None and (op.kind, op.name) != (kind, name):
-            self._stuck(
-                f"replay mismatch at operation #{seq}: the journal holds {op.kind} "
-                f"{op.name!r}, the code asks for {kind} {name!r}"
-            )
-        if cursor is self._root:
-            # Updates applied live after the code asked for this operation apply
-            # here again, before anything else (a cancel) reaches the code.
-            run.position, run.position_kind = cursor.n, kind
-            if cursor.n in run.update_log:
-                self._replay_updates(cursor.n)
-        if op is not None:
-            if op.cancelled and not op.retired and kind == "step":
-                raise self._cancelled()
-            if not op.done and kind != "value" and self._cancel_lands():
-                # A cancel whose request is durable but whose delivery was not
-                # (a crash in between): it lands here, on replay.
-                raise self._deliver_cancel(seq, kind, name)
-        elif seq in run.prefixes and kind != "group":
-            self._stuck(
-                f"replay mismatch at operation #{seq}: the journal holds a group of concurrent "
-                f"operations (ctx.all or ctx.race), the code asks for {kind} {name!r}"
-            )
-        elif kind not in ("value", "group") and self._cancel_lands():
-            raise self._deliver_cancel(seq, kind, name)
-        return seq, op
-
-    def _replay_updates(self, position: int) -> None:
-        """Applies again, in order, the updates recorded after operation #`position`."""
-        for _, name, arg in self._run.update_log[position]:
-            entry = self._run.updates.get(name)
-            if entry is None:
-                self._stuck(
-                    f"replay mismatch after operation #{position}: the journal holds update "
-                    f"{name!r}, the code has no handler for it (ctx.on_update)"
-                )
-            # If it raises, it did live too, and that was recorded.
-            with contextlib.suppress(Exception), handling():
-                entry[0](arg)
-
-    def _check_live(self) -> None:
-        if self._halted is None and not self._run.is_open:
-            self._halted = "the run was closed"
-        if self._halted is None and self._engine._closing:
-            self._halted = "the engine is closing"
-        if self._halted is not None:
-            raise Halt(self._halted)
-
-    def _stuck(self, message: str) -> None:
-        self._halted = message
-        self._engine._mark_stuck(self._run, message)
-        raise Halt(message)
-
-    def _finished(self) -> None:
-        """Called when the code returned: it must have asked for every recorded operation."""
-        later = [s for s in self._run.ops if top(s) > self._root.n]
-        if later:
-            first = min(later, key=top)
-            op = self._run.ops[first]
-            self._stuck(
-                f"replay mismatch at operation #{first}: the journal holds {op.kind} "
-                f"{op.name!r}, the code finished without asking for it"
-            )
+        return StreamWriter(self._execution, name)
 
 
 def _shown(at: float) -> str:
@@ -691,10 +413,3 @@ def _shown(at: float) -> str:
 
 async def _awaited(aw: Awaitable[Any]) -> Any:
     return await aw
-
-
-async def _abandoned() -> None:
-    """Where replay leaves an operation its group gave up on (a race loser, the sibling
-    of a failed `ctx.all` branch): pending, as it was then, until the group gives up on
-    it again. Raising here instead could change which branch the group sees first."""
-    await asyncio.get_running_loop().create_future()

@@ -13,10 +13,11 @@ import functools
 import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
 from fusee_runtime.errors import Failure
+from fusee_runtime.scope import journaling
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -144,16 +145,6 @@ class StepOptions:
         return replace(self, **clean)
 
 
-def _journaling_ctx() -> Any:
-    """`fusee_runtime.context.journaling_ctx`, imported on first use (context imports
-    this module), after which it takes this function's place."""
-    global _journaling_ctx
-    from fusee_runtime.context import journaling_ctx
-
-    _journaling_ctx = journaling_ctx
-    return journaling_ctx()
-
-
 @dataclass
 class StepDef:
     """A registered `@step` function and its options."""
@@ -163,13 +154,13 @@ class StepDef:
     opts: StepOptions = field(default_factory=StepOptions)
 
     def __post_init__(self) -> None:
-        functools.update_wrapper(self, self.fn)  # type: ignore[arg-type]
+        functools.update_wrapper(self, self.fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        ctx = _journaling_ctx()
-        if ctx is None:
+        execution = journaling()
+        if execution is None:
             return self.fn(*args, **kwargs)
-        return ctx._run_step(self.name, self.fn, args, kwargs, self.opts)
+        return execution.run_step(self.name, self.fn, args, kwargs, self.opts)
 
     def options(self, **changes: Any) -> StepDef:
         """A copy of this step with other options (`retry=`, `timeout=`, ...)."""
@@ -179,12 +170,6 @@ class StepDef:
         if obj is None:
             return self
         return functools.partial(self.__call__, obj)
-
-
-# `some_step.options(retry=...)`: a copy with other options. Assigned after the
-# class body so the dataclass field `options` keeps its name.
-def _options(self: StepDef, **changes: Any) -> StepDef:
-    return StepDef(self.name, self.fn, self.options.merged(**changes))
 
 
 @dataclass
@@ -199,7 +184,7 @@ class WorkflowDef:
     catchup: str = "one"
 
     def __post_init__(self) -> None:
-        functools.update_wrapper(self, self.fn)  # type: ignore[arg-type]
+        functools.update_wrapper(self, self.fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -252,8 +237,6 @@ def workflow(
             raise TypeError(f"@workflow {f.__qualname__} must be an async def (ctx, input)")
         wf_name = name or f.__name__
         if cron is not None:
-            from fusee_runtime.engine.schedules import check_cron
-
             check_cron(wf_name, cron, timezone, overlap, catchup)
         elif timezone is not None or overlap != "skip" or catchup != "one":
             raise ValueError(
@@ -308,3 +291,37 @@ def step(
         return StepDef(name or f.__name__, f, opts)
 
     return declare(fn) if fn is not None else declare
+
+
+def check_cron(name: str, cron: str, timezone: str | None, overlap: str, catchup: str) -> None:
+    """Refuses a schedule that could never fire as written, at import time.
+
+    Raises:
+        ValueError: the expression, the timezone, `overlap` or `catchup` is
+            not valid; the message names the workflow and the library's reason.
+    """
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    from cronsim import CronSim, CronSimError
+
+    if overlap not in ("skip", "allow", "buffer_one"):
+        raise ValueError(
+            f"@workflow {name}: overlap is 'skip', 'allow' or 'buffer_one', not {overlap!r}"
+        )
+    if catchup not in ("one", "all", "none"):
+        raise ValueError(f"@workflow {name}: catchup is 'one', 'all' or 'none', not {catchup!r}")
+    try:
+        tz = ZoneInfo("UTC" if timezone is None else timezone)
+    except (ZoneInfoNotFoundError, ValueError) as e:
+        raise ValueError(f"@workflow {name}: unknown timezone {timezone!r}: {e}") from None
+    if not isinstance(cron, str):
+        raise ValueError(f"@workflow {name}: cron is a string such as '*/5 * * * *'")
+    if len(cron.split()) != 5:
+        raise ValueError(
+            f"@workflow {name}: invalid cron expression {cron!r}: a cron expression has five "
+            "fields (minute hour day-of-month month day-of-week)"
+        )
+    try:
+        next(CronSim(cron, datetime.now(tz) - timedelta(days=1)))
+    except (CronSimError, StopIteration, ValueError) as e:
+        raise ValueError(f"@workflow {name}: invalid cron expression {cron!r}: {e}") from None

@@ -18,41 +18,64 @@ The order of a live step is the durability contract made code:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
 import functools
 import inspect
 import random
+import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from fusee_runtime.completions import Completion
 from fusee_runtime.dsl import Exhausted, RetryPolicy, StepOptions
-from fusee_runtime.engine.state import Op, utc
+from fusee_runtime.engine.state import Op, Run, utc
 from fusee_runtime.errors import Failure, StepFailed
 from fusee_runtime.journal.records import R
+from fusee_runtime.scope import Running, step_var
 
 if TYPE_CHECKING:
-    from fusee_runtime.context import Ctx
+    from fusee_runtime.execution import Execution
 
 
-class Running(NamedTuple):
-    """The step whose function runs: its seq (for `ctx.key()`), name and attempt (`ctx.log`)."""
+class StepWorkers:
+    """Where step functions run, and how many run now.
 
-    seq: str
-    name: str
-    attempt: int
+    Async step functions run on the engine's loop; plain ones in this pool
+    of threads (a thread cannot be cancelled, so a process that exits must
+    know whether one still runs: `threads_busy`). A closing engine gives the
+    attempts in flight (`attempts`) a grace period to finish.
+    """
 
+    def __init__(self, threads: int) -> None:
+        self.pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="fusee-step")
+        self.attempts = 0
+        """Step attempts whose function is running now."""
+        self.threads_busy = 0
+        """Plain-def step functions running in the pool now (cut-off ones included)."""
+        self.steps_done = 0
+        """Steps finished (completed, or failed for good) since the engine opened."""
+        self._lock = threading.Lock()
 
-_step_var: contextvars.ContextVar[Running | None] = contextvars.ContextVar(
-    "fusee_step", default=None
-)
+    def in_thread(self, run: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Runs a plain-def step function in the pool, counted while it runs."""
+        with self._lock:
+            self.threads_busy += 1
+        try:
+            return run(*args, **kwargs)
+        finally:
+            with self._lock:
+                self.threads_busy -= 1
+
+    def shutdown(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
 
 async def run_live(
-    ctx: Ctx,
+    execution: Execution,
     seq: str,
     op: Op | None,
     name: str,
@@ -69,60 +92,60 @@ async def run_live(
     durable, then calls `send(Completion)`; a success records that `send`
     returned (the value comes later, from outside) and returns None.
     """
-    engine, run = ctx._engine, ctx._run
-    policy = opts.retry or engine.config.retry
+    host, run = execution.host, execution.run
+    policy = opts.retry or host.config.retry
     # A step that failed before a crash continues with its attempt count,
     # its first failure's time and its recorded backoff.
     attempt = op.attempts_failed + 1 if op else 1
     not_before = op.retry_at if op else None
     first_failed_at = op.first_failed_at if op else None
-    task = asyncio.current_task(engine._loop)
-    ctx._busy += 1
+    task = asyncio.current_task()
+    execution.busy += 1
     if task is not None:
-        ctx._step_tasks[seq] = task
+        execution.step_tasks[seq] = task
     try:
         if op is not None and op.paused:
-            await ctx._paused(seq, op)
+            await execution.paused(seq, op)
             attempt, not_before, first_failed_at = 1, None, None
         while True:
             if not_before is not None:
                 run.current = f"{name}: retry {attempt} at {utc(not_before):%H:%M:%S}"
-                await engine.clock.sleep_until(not_before)
+                await host.clock.sleep_until(not_before)
             if not opts.read_only:
-                await engine._wait_durable(run.last_lsn)
+                await host.wait_durable(run.last_lsn)
                 # An update applied meanwhile changed what the function may see:
                 # that too must be durable first.
-                while run.update_lsn > engine._durable_lsn:
-                    await engine._wait_durable(run.update_lsn)
-            ctx._check_live()
+                while run.update_lsn > host.durable_lsn:
+                    await host.wait_durable(run.update_lsn)
+            execution.check_live()
             if kind == "completion":
                 if _finished(run, seq):
                     return None
-                args = (await _issue(ctx, seq, name, attempt),)
+                args = (await _issue(execution, seq, name, attempt),)
                 if _finished(run, seq):
                     return None
-                ctx._check_live()
+                execution.check_live()
             run.current = f"{name} (attempt {attempt})"
-            started = engine.clock.now()
-            outcome = await _attempt(ctx, seq, name, attempt, fn, args, kwargs, opts)
-            now = engine.clock.now()
+            started = host.clock.now()
+            outcome = await _attempt(execution, seq, name, attempt, fn, args, kwargs, opts)
+            now = host.clock.now()
             if kind == "completion":
                 op = run.ops[seq]
                 if op.done:  # finished from outside while `send` ran
                     return None
                 if isinstance(outcome, bytes):
-                    engine._append(run, [R.CompletionSent, run.run_id, seq, now])
+                    host.append(run, [R.CompletionSent, run.run_id, seq, now])
                     run.current = None
                     return None
             if isinstance(outcome, bytes):
                 head = (run.run_id, seq, name)
-                engine._append(
+                host.append(
                     run,
                     [R.StepCompleted, *head, orjson.loads(outcome), started, now],
                     wire=(int(R.StepCompleted), *head, orjson.Fragment(outcome), started, now),
                 )
                 run.current = None
-                engine._steps += 1
+                host.workers.steps_done += 1
                 return run.ops[seq].value
             failure = outcome
             if first_failed_at is None:
@@ -132,63 +155,63 @@ async def run_live(
             if retry_at is not None:
                 delay = retry_at - now
                 rec = [R.AttemptFailed, run.run_id, seq, name, attempt, recorded, now, retry_at]
-                engine._append(run, [*rec, delay, started])
-                engine._log_attempt(run, name, attempt, failure, retry_at)
+                host.append(run, [*rec, delay, started])
+                host.log_attempt(run, name, attempt, failure, retry_at)
                 attempt += 1
                 not_before = retry_at
                 continue
-            if _pauses(ctx, policy) and policy.retryable(failure, attempt):
+            if _pauses(execution, policy) and policy.retryable(failure, attempt):
                 rec = [R.StepPaused, run.run_id, seq, name, attempt, recorded, started, now]
-                engine._append(run, rec)
-                await ctx._paused(seq, run.ops[seq])
+                host.append(run, rec)
+                await execution.paused(seq, run.ops[seq])
                 attempt, not_before, first_failed_at = 1, None, None
                 continue
-            engine._append(run, [R.StepFailed, run.run_id, seq, name, recorded, started, now])
+            host.append(run, [R.StepFailed, run.run_id, seq, name, recorded, started, now])
             run.current = None
-            engine._steps += 1
+            host.workers.steps_done += 1
             raise StepFailed(name, Failure.from_json(recorded))
     except asyncio.CancelledError:
-        if ctx._cancel_lands():
+        if execution.cancel_lands():
             if task is not None:
                 task.uncancel()
-            raise ctx._deliver_cancel(seq, kind, name) from None
+            raise execution.deliver_cancel(seq, kind, name) from None
         now_op = run.ops.get(seq)
-        if (now_op is None or not now_op.done) and ctx._retires_on_cancel():
+        if (now_op is None or not now_op.done) and execution.retires_on_cancel():
             # A losing race branch or the sibling of a failed ctx.all branch:
             # retire the step, so replay does not run its function again.
-            engine._append(run, [R.OpCancelled, run.run_id, seq, kind, name])
+            host.append(run, [R.OpCancelled, run.run_id, seq, kind, name])
         raise
     finally:
-        ctx._busy -= 1
-        ctx._step_tasks.pop(seq, None)
-        ctx._maybe_schedule_park()
+        execution.busy -= 1
+        execution.step_tasks.pop(seq, None)
+        execution.schedule_park()
 
 
-async def _issue(ctx: Ctx, seq: str, name: str, attempt: int) -> Completion:
+async def _issue(execution: Execution, seq: str, name: str, attempt: int) -> Completion:
     """The token of this attempt of an `await_completion`, durable before anyone sees it."""
-    engine, run = ctx._engine, ctx._run
+    host, run = execution.host, execution.run
     op = run.ops.get(seq)
     if op is None or op.attempt != attempt:
-        now = engine.clock.now()
-        engine._append(run, [R.CompletionIssued, run.run_id, seq, name, attempt, now])
-        await engine._wait_durable(run.last_lsn)
-    return engine._completion(run, seq, run.ops[seq].issued)
+        now = host.clock.now()
+        host.append(run, [R.CompletionIssued, run.run_id, seq, name, attempt, now])
+        await host.wait_durable(run.last_lsn)
+    return host.completion(run, seq, run.ops[seq].issued)
 
 
-def _finished(run: Any, seq: str) -> bool:
+def _finished(run: Run, seq: str) -> bool:
     """Whether an `await_completion` was finished (completed, failed or cancelled)
     while its `send` waited: then no token goes out again."""
     op = run.ops.get(seq)
     return op is not None and op.done
 
 
-def _pauses(ctx: Ctx, policy: RetryPolicy) -> bool:
-    then = policy.on_exhausted or ctx._engine.config.on_exhausted
+def _pauses(execution: Execution, policy: RetryPolicy) -> bool:
+    then = policy.on_exhausted or execution.host.config.on_exhausted
     return then is Exhausted.PAUSE
 
 
 async def _attempt(
-    ctx: Ctx,
+    execution: Execution,
     seq: str,
     name: str,
     attempt: int,
@@ -198,12 +221,13 @@ async def _attempt(
     opts: StepOptions,
 ) -> bytes | Failure:
     """Runs one attempt; returns the encoded result, or the failure."""
-    engine = ctx._engine
+    host = execution.host
+    workers = host.workers
     # Workflow code and async step functions share the run's task, so the
     # step marker is set around the await; a thread gets a copy of it.
-    token = _step_var.set(Running(seq, name, attempt))
+    token = step_var.set(Running(seq, name, attempt))
     # A closing engine gives the attempts in flight a grace period to finish.
-    engine._attempts += 1
+    workers.attempts += 1
     try:
         is_async = _is_async(fn)
         if is_async:
@@ -212,11 +236,13 @@ async def _attempt(
             work = _ready(fn(*args, **kwargs))
         else:
             call = functools.partial(
-                _in_thread, engine, contextvars.copy_context().run, fn, *args, **kwargs
+                workers.in_thread, contextvars.copy_context().run, fn, *args, **kwargs
             )
-            work = asyncio.get_running_loop().run_in_executor(engine._pool, call)
+            work = asyncio.get_running_loop().run_in_executor(workers.pool, call)
         if opts.timeout is not None:
-            value = await _within(ctx, asyncio.ensure_future(work), opts.timeout, name, attempt)
+            value = await _within(
+                execution, asyncio.ensure_future(work), opts.timeout, name, attempt
+            )
         else:
             value = await work
         if not is_async and inspect.isawaitable(value):  # a plain def returned a coroutine
@@ -224,10 +250,10 @@ async def _attempt(
     except Exception as e:
         return Failure.of(e)
     finally:
-        _step_var.reset(token)
-        engine._attempts -= 1
-        if engine._closing:
-            engine._progressed()
+        step_var.reset(token)
+        workers.attempts -= 1
+        if host.closing:
+            host.progressed()
     try:
         encoded = orjson.dumps(value)
     except TypeError as e:
@@ -236,30 +262,20 @@ async def _attempt(
             kind="CodecError",
             retryable=False,
         )
-    if len(encoded) > engine.config.payload_bytes_max:
+    if len(encoded) > host.config.payload_bytes_max:
         return Failure(
             f"the result of step {name!r} is {len(encoded)} bytes, over the limit of "
-            f"{engine.config.payload_bytes_max} (Config.payload_bytes_max)",
+            f"{host.config.payload_bytes_max} (Config.payload_bytes_max)",
             kind="CodecError",
             retryable=False,
         )
     return encoded
 
 
-def _in_thread(engine: Any, run: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Runs a plain-def step function in the pool, counted while it runs: a thread
-    cannot be cancelled, and a process that exits must know whether one still runs."""
-    with engine._threads_lock:
-        engine._threads_busy += 1
-    try:
-        return run(*args, **kwargs)
-    finally:
-        with engine._threads_lock:
-            engine._threads_busy -= 1
-
-
-async def _within(ctx: Ctx, work: asyncio.Future[Any], limit_s: float, name: str, n: int) -> Any:
-    clock = ctx._engine.clock
+async def _within(
+    execution: Execution, work: asyncio.Future[Any], limit_s: float, name: str, n: int
+) -> Any:
+    clock = execution.host.clock
     timer = asyncio.ensure_future(clock.sleep_until(clock.now() + limit_s))
     try:
         done, _ = await asyncio.wait({work, timer}, return_when=asyncio.FIRST_COMPLETED)
@@ -313,3 +329,10 @@ _ASYNC: dict[Callable[..., Any], bool] = {}
 
 async def _ready(value: Any) -> Any:
     return value
+
+
+async def abandoned() -> None:
+    """Where replay leaves an operation its group gave up on (a race loser, the sibling
+    of a failed `ctx.all` branch): pending, as it was then, until the group gives up on
+    it again. Raising here instead could change which branch the group sees first."""
+    await asyncio.get_running_loop().create_future()

@@ -35,38 +35,35 @@ also in the run's records); nothing is kept on a reader's behalf.
 from __future__ import annotations
 
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from fusee_runtime.context import NAME_CHARS_MAX, _ctx_var
 from fusee_runtime.errors import Rejected
 from fusee_runtime.journal.records import R
-from fusee_runtime.steps import _step_var
+from fusee_runtime.scope import check_name, execution_var, step_var
 
 if TYPE_CHECKING:
-    from fusee_runtime.context import Ctx
-    from fusee_runtime.engine.engine import Engine
     from fusee_runtime.engine.state import Run
+    from fusee_runtime.execution import Execution
+    from fusee_runtime.host import RunHost
 
 # Streams each execution of a run's code has closed, in the code's own order,
 # so replay refuses an append after a close exactly where live code did.
-_closed_by: weakref.WeakKeyDictionary[Ctx, set[str]] = weakref.WeakKeyDictionary()
+_closed_by: weakref.WeakKeyDictionary[Execution, set[str]] = weakref.WeakKeyDictionary()
 
 
 def check_stream_name(name: str) -> str:
     """A stream name as given, or `Rejected` saying what is wrong with it."""
-    if not isinstance(name, str) or not 0 < len(name) <= NAME_CHARS_MAX:
-        raise Rejected(f"a stream name is a string of 1 to {NAME_CHARS_MAX} characters")
-    return name
+    return check_name("stream", name)
 
 
 class StreamWriter:
     """Appends items to one stream of a run; made by `ctx.stream(name)`."""
 
-    def __init__(self, ctx: Ctx, name: str) -> None:
-        self._ctx = ctx
+    def __init__(self, execution: Execution, name: str) -> None:
+        self._execution = execution
         self.name = check_stream_name(name)
 
     def append(self, item: Any) -> None:
@@ -80,18 +77,19 @@ class StreamWriter:
             Rejected: the stream was closed, or this is not workflow code.
         """
         self._check_caller("append")
-        if self.name in _closed_by.get(self._ctx, ()):
+        execution = self._execution
+        if self.name in _closed_by.get(execution, ()):
             raise Rejected(f"stream {self.name!r} is closed: it takes no more items")
-        encoded = self._ctx._engine._encode(item, f"an item of stream {self.name!r}")
-        ctx, run = self._ctx, self._ctx._run
-        seq, op = ctx._next("stream.append", self.name)
+        encoded = execution.host.encode(item, f"an item of stream {self.name!r}")
+        run = execution.run
+        seq, op = execution.next("stream.append", self.name)
         if op is not None:
             if op.cancelled:
-                raise ctx._cancelled()
+                raise execution.cancelled()
             return
         rec = [R.StreamAppended, run.run_id, seq, self.name, orjson.loads(encoded)]
         wire = (int(R.StreamAppended), run.run_id, seq, self.name, orjson.Fragment(encoded))
-        ctx._engine._append(run, rec, wire)
+        execution.host.append(run, rec, wire)
 
     def close(self) -> None:
         """Closes the stream: readers end once the close is durable. Closing twice is a no-op.
@@ -100,34 +98,37 @@ class StreamWriter:
             Rejected: this is not workflow code.
         """
         self._check_caller("close")
-        closed = _closed_by.setdefault(self._ctx, set())
+        execution = self._execution
+        closed = _closed_by.setdefault(execution, set())
         if self.name in closed:
             return
-        ctx, run = self._ctx, self._ctx._run
-        seq, op = ctx._next("stream.close", self.name)
+        run = execution.run
+        seq, op = execution.next("stream.close", self.name)
         if op is not None and op.cancelled:
-            raise ctx._cancelled()
+            raise execution.cancelled()
         if op is None:
-            ctx._engine._append(run, [R.StreamClosed, run.run_id, seq, self.name])
+            execution.host.append(run, [R.StreamClosed, run.run_id, seq, self.name])
         closed.add(self.name)
 
     def _check_caller(self, what: str) -> None:
-        if _step_var.get() is not None:
+        if step_var.get() is not None:
             raise Rejected(
                 f"stream {self.name!r}: {what}() is only available in workflow code, not "
                 "inside a step function: return the value from the step and append it there"
             )
-        if _ctx_var.get() is not self._ctx:
+        if execution_var.get() is not self._execution:
             raise Rejected(
                 f"stream {self.name!r}: {what}() is only available in the workflow code "
                 "of the run that made the writer"
             )
 
     def __repr__(self) -> str:
-        return f"StreamWriter({self.name!r}, run={self._ctx.run_id!r})"
+        return f"StreamWriter({self.name!r}, run={self._execution.run.run_id!r})"
 
 
-async def follow(engine: Engine, run: Run, name: str, wait: bool = True) -> AsyncIterator[Any]:
+async def follow(
+    host: RunHost, run: Run, name: str, wait: bool = True
+) -> AsyncGenerator[Any, None]:
     """The durable items of stream `name` of `run`, in order, waiting for more.
 
     Ends once the stream's close, or the run's close, is durable; without
@@ -139,7 +140,7 @@ async def follow(engine: Engine, run: Run, name: str, wait: bool = True) -> Asyn
     """
     i = 0
     while True:
-        durable = engine._durable_lsn
+        durable = host.durable_lsn
         stream = run.streams.get(name)
         if stream is not None and i < len(stream.items) and stream.items[i][0] <= durable:
             yield stream.items[i][1]
@@ -149,16 +150,16 @@ async def follow(engine: Engine, run: Run, name: str, wait: bool = True) -> Asyn
             return
         if run.close_lsn is not None and run.close_lsn <= durable:
             return
-        if engine._failed is not None:
-            raise engine._failed
+        if host.failed is not None:
+            raise host.failed
         if not wait:
             return
-        if engine._closing or not engine._opened:
+        if host.closing:
             raise _engine_closed(run, name)
         # Whatever comes next (an item, a close, the run's end) is durable only
         # after a batch past this one; closing the engine fails the wait.
         try:
-            await engine._durable_future(durable + 1)
+            await host.durable_future(durable + 1)
         except Rejected:
             raise _engine_closed(run, name) from None
 

@@ -27,7 +27,7 @@ def describe(
 
 
 async def _describe(home: Path, app: str, workflow_id: str, as_json: bool) -> None:
-    from fusee_runtime.engine.control import run_json
+    from fusee_runtime.control.api import run_json
 
     # With no owner, opened passively: reading runs no run's code and fires no timer.
     async with session.control(home, app, drive=False) as ctl:

@@ -17,7 +17,8 @@ from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, app_module
 
 if TYPE_CHECKING:
     from fusee_runtime import RunInfo
-    from fusee_runtime.engine.control import Control, ControlClient
+    from fusee_runtime.control.api import Control
+    from fusee_runtime.control.client import ControlClient
 
 Arg = Annotated[
     str | None,

@@ -57,7 +57,7 @@ def list_runs(
         if session.has_journal(home):
             infos = _collect(home, module, status, workflow, limit)
         if as_json:
-            from fusee_runtime.engine.control import run_json
+            from fusee_runtime.control.api import run_json
 
             session.print_json([run_json(info) for info in infos])
         elif not infos:

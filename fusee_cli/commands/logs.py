@@ -22,7 +22,8 @@ from fusee_cli.session import CliError, Code, echo_err
 
 if TYPE_CHECKING:
     from fusee_runtime import RunInfo
-    from fusee_runtime.engine.control import Control, ControlClient
+    from fusee_runtime.control.api import Control
+    from fusee_runtime.control.client import ControlClient
 
 RESCAN_MS = 1000
 """How often a follower rereads the log when no change was reported (a change it

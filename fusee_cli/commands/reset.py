@@ -13,7 +13,8 @@ from fusee_cli.session import CliError, Code
 
 if TYPE_CHECKING:
     from fusee_runtime import RunInfo
-    from fusee_runtime.engine.control import Control, ControlClient
+    from fusee_runtime.control.api import Control
+    from fusee_runtime.control.client import ControlClient
 
 _NUMBER = re.compile(r"[+-]?\d+")
 _STEP_RECORDS = ("StepCompleted", "StepFailed", "AttemptFailed", "StepPaused")
@@ -65,7 +66,7 @@ def reset(
 
         (old, new, origin), owner = session.act(home, module, wid, reset_run)
         if as_json:
-            from fusee_runtime.engine.control import run_json
+            from fusee_runtime.control.api import run_json
 
             session.print_json({**run_json(new), "origin": origin})
         else:

@@ -10,7 +10,8 @@ from fusee_cli.session import CliError, Code
 
 if TYPE_CHECKING:
     from fusee_runtime import RunInfo
-    from fusee_runtime.engine.control import Control, ControlClient
+    from fusee_runtime.control.api import Control
+    from fusee_runtime.control.client import ControlClient
 
 
 def resume(
@@ -48,7 +49,7 @@ def resume(
 
         (before, after), owner = session.act(home, module, wid, resume_run)
         if as_json:
-            from fusee_runtime.engine.control import run_json
+            from fusee_runtime.control.api import run_json
 
             session.print_json(run_json(after))
         else:

@@ -9,7 +9,7 @@ a process drives the home.
 from __future__ import annotations
 
 import enum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, cast
 
 import typer
 
@@ -77,11 +77,12 @@ def schedules(
                 if action == Action.LIST:
                     return await ctl.schedules(), ctl.owner
                 assert workflow is not None
-                return await ctl.schedule(workflow, action.value), ctl.owner
+                verb = cast(Literal["pause", "unpause", "trigger"], action.value)
+                return await ctl.schedule(workflow, verb), ctl.owner
 
         value, owner = asyncio.run(main())
         if action == Action.TRIGGER:
-            from fusee_runtime.engine.control import run_json
+            from fusee_runtime.control.api import run_json
 
             doc = run_json(value)
             if as_json:

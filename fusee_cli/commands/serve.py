@@ -125,7 +125,7 @@ def _address(http: str, token: str | None) -> tuple[str, int]:
         CliError: not HOST:PORT, or a host other than loopback without a token.
     """
     from fusee_runtime import Rejected
-    from fusee_runtime.engine.http import check_bind
+    from fusee_runtime.control.http import check_bind
 
     if "://" in http:
         raise CliError(Code.USAGE, f"--http takes HOST:PORT without a scheme, not {http!r}")
@@ -154,7 +154,8 @@ async def _serve(
     import asyncio
     import signal
 
-    from fusee_runtime.engine.control import SOCKET_NAME, Control
+    from fusee_runtime.control.api import Control
+    from fusee_runtime.control.protocol import SOCKET_NAME
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -173,7 +174,7 @@ async def _serve(
         loop.add_signal_handler(sig, on_signal, sig)
     bound = None
     if address is not None:
-        from fusee_runtime.engine.http import bind
+        from fusee_runtime.control.http import bind
 
         # Bound before the home opens, so the runs it resumes hand out completion URLs.
         bound = bind(*address)  # Rejected (exit 2) if it cannot bind
@@ -186,7 +187,7 @@ async def _serve(
         tasks: list[asyncio.Task[Any]] = []
         try:
             if address is not None and bound is not None:
-                from fusee_runtime.engine.http import HttpServer
+                from fusee_runtime.control.http import HttpServer
 
                 http_server = HttpServer(Control(engine), token=token)
                 await http_server.start(*address, sock=bound[0])
@@ -205,23 +206,26 @@ async def _serve(
             tasks.append(asyncio.create_task(out.report(engine)))
             if reload:
                 tasks.append(asyncio.create_task(_reload(engine, app, out, stop)))
-            failed = asyncio.ensure_future(engine.wait_until(lambda: engine._failed is not None))
+            failed = asyncio.ensure_future(
+                engine.wait_until(lambda: engine.durability.failed is not None)
+            )
             stopped = asyncio.ensure_future(stop.wait())
             try:
                 await asyncio.wait({failed, stopped}, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 failed.cancel()
                 stopped.cancel()
-            if engine._failed is not None:
+            if engine.durability.failed is not None:
                 # Fail-stop: a supervisor should see it and restart on a mended disk.
-                out.event("failed", error=str(engine._failed))
+                out.event("failed", error=str(engine.durability.failed))
                 await engine.close(0)
-                if engine._threads_busy:  # as below: a step's thread would hold the exit
-                    session.error(str(engine._failed))
+                # As below: a step's thread would hold the exit.
+                if engine.driver.workers.threads_busy:
+                    session.error(str(engine.durability.failed))
                     sys.stdout.flush()
                     sys.stderr.flush()
                     os._exit(Code.FAILED)
-                raise CliError(Code.FAILED, str(engine._failed))
+                raise CliError(Code.FAILED, str(engine.durability.failed))
             out.event("stopping", signal=got[0] if got else None, grace=grace)
             # The socket and HTTP keep answering meanwhile: reads as usual, and
             # anything that would start work gets "the owner is stopping".
@@ -234,7 +238,7 @@ async def _serve(
                 await http_server.close()
             out.close()
     out.event("stopped", runs_open=int(engine.counters()["runs_open"]))
-    if engine._threads_busy:
+    if engine.driver.workers.threads_busy:
         # A plain-def step cut off at the end of the grace period cannot be
         # stopped, and the interpreter would wait for its thread at exit. The
         # journal is closed and synced: nothing is lost by not waiting.

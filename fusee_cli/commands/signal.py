@@ -12,7 +12,8 @@ from fusee_cli.session import CliError, Code
 
 if TYPE_CHECKING:
     from fusee_runtime import RunInfo
-    from fusee_runtime.engine.control import Control, ControlClient
+    from fusee_runtime.control.api import Control
+    from fusee_runtime.control.client import ControlClient
 
 SHOWN_CHARS_MAX = 72
 """Longest value echoed on stderr; the journal holds all of it."""

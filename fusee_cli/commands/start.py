@@ -100,7 +100,7 @@ async def _start(
     from fusee_cli.follow import follow_home, report
     from fusee_cli.render import Progress
     from fusee_runtime import NotFound
-    from fusee_runtime.engine.control import run_json
+    from fusee_runtime.control.api import run_json
 
     wid = started.workflow_id
     # --detach only records the start: no run's code runs in this process.

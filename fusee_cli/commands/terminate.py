@@ -11,7 +11,8 @@ from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, app_module
 
 if TYPE_CHECKING:
     from fusee_runtime import RunInfo
-    from fusee_runtime.engine.control import Control, ControlClient
+    from fusee_runtime.control.api import Control
+    from fusee_runtime.control.client import ControlClient
 
 
 def terminate(
@@ -41,7 +42,7 @@ def terminate(
 
         (before, after), _ = session.act(home, module, wid, terminate_run)
         if as_json:
-            from fusee_runtime.engine.control import run_json
+            from fusee_runtime.control.api import run_json
 
             session.print_json(run_json(after))
         else:

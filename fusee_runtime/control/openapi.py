@@ -1,6 +1,6 @@
-"""The OpenAPI 3.1 document of the HTTP API (`fusee_runtime.engine.http`).
+"""The OpenAPI 3.1 document of the HTTP API (`fusee_runtime.control.http`).
 
-Written by hand: tests/http checks that it and `http.ROUTES` name the same
+Written by hand: tests/http checks that it and `routes.ROUTES` name the same
 routes, that it declares every status the tests see, and that every JSON
 body the tests receive matches its schema.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fusee_runtime.engine.http import BODY_BYTES_MAX, RESULT_WAIT_S_MAX
+from fusee_runtime.control.limits import BODY_BYTES_MAX, RESULT_WAIT_S_MAX
 from fusee_runtime.engine.state import Status
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -34,11 +34,11 @@ class RunHandle:
 
     @property
     def run_id(self) -> str:
-        return self._engine._latest_run(self.id).run_id
+        return self._engine.runs.latest(self.id).run_id
 
     async def describe(self) -> RunInfo:
         """The run's state now (closed states only once durable)."""
-        return self._engine._latest_run(self.id).info()
+        return self._engine.runs.latest(self.id).info()
 
     async def history(self) -> list[dict[str, Any]]:
         """Every record of every run of this id, oldest first."""
@@ -73,7 +73,7 @@ class RunHandle:
         result once the update is durable. The same `update_id` is applied once."""
         return await self._engine.update(self.id, name, arg, update_id)
 
-    def stream(self, name: str, follow: bool = True) -> AsyncIterator[Any]:
+    def stream(self, name: str, follow: bool = True) -> AsyncGenerator[Any, None]:
         """Follows stream `name` of the id's newest run: `async for item in handle.stream(name)`.
 
         Yields only durable items, in append order from the first; waits for
@@ -86,8 +86,8 @@ class RunHandle:
             NotFound: no run of this id (raised here, before iterating).
             Rejected: the engine closed while the reader waited.
         """
-        run = self._engine._latest_run(self.id)
-        return follow_stream(self._engine, run, check_stream_name(name), wait=follow)
+        run = self._engine.runs.latest(self.id)
+        return follow_stream(self._engine.driver, run, check_stream_name(name), wait=follow)
 
     async def result(self, timeout: float | timedelta | None = None) -> Any:
         """The run's result, once durable; follows `continue_as_new` and `reset` to the latest run.
@@ -103,12 +103,12 @@ class RunHandle:
         limit = seconds(timeout)
         loop = asyncio.get_running_loop()
         deadline = None if limit is None else loop.time() + limit
-        run = self._engine._latest_run(self.id)
+        run = self._engine.runs.latest(self.id)
         while True:
             if run.status.is_open:
-                if self._engine._failed is not None:
-                    raise self._engine._failed
-                if self._engine._closing:
+                if self._engine.durability.failed is not None:
+                    raise self._engine.durability.failed
+                if self._engine.closing:
                     raise EngineClosed(
                         f"the engine closed before run {self.id!r} finished; "
                         "it resumes when the home is opened again"
@@ -126,7 +126,7 @@ class RunHandle:
                         f"run {self.id!r} did not finish within {limit:g} s (status {run.status})"
                     ) from None
             if run.status in (Status.CONTINUED_AS_NEW, Status.RESET):
-                newer = self._engine._latest_run(self.id)
+                newer = self._engine.runs.latest(self.id)
                 if newer.run_id != run.run_id:  # a stored run is a new object each time
                     run = newer
                     continue

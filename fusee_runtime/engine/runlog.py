@@ -40,14 +40,13 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import orjson
 
-from fusee_runtime import steps
-from fusee_runtime.context import _cursor_var
 from fusee_runtime.engine.state import top
 from fusee_runtime.errors import MESSAGE_CHARS_MAX  # a log message is cut where a failure's is
+from fusee_runtime.scope import cursor_var, step_var
 
 if TYPE_CHECKING:
-    from fusee_runtime.context import Ctx
     from fusee_runtime.engine.state import Run
+    from fusee_runtime.execution import Execution
 
 log = logging.getLogger("fusee")
 
@@ -90,9 +89,9 @@ class RunLog:
         self._closed = False
         self._failing = False
 
-    def logger(self, ctx: Ctx) -> RunLogger:
-        """The `ctx.log` of one run."""
-        return RunLogger(self, ctx)
+    def logger(self, execution: Execution) -> RunLogger:
+        """The `ctx.log` of one run's execution."""
+        return RunLogger(self, execution)
 
     def closed(self, run: Run) -> None:
         """Writes the line that tells followers the run's close is durable."""
@@ -182,11 +181,11 @@ class RunLogger:
     and its attempt. Workflow code that is replaying logs nothing.
     """
 
-    __slots__ = ("_ctx", "_log")
+    __slots__ = ("_execution", "_log")
 
-    def __init__(self, run_log: RunLog, ctx: Ctx) -> None:
+    def __init__(self, run_log: RunLog, execution: Execution) -> None:
         self._log = run_log
-        self._ctx = ctx
+        self._execution = execution
 
     def debug(self, msg: object) -> None:
         self._write("debug", msg)
@@ -205,10 +204,10 @@ class RunLogger:
     def _write(self, level: str, msg: object) -> None:
         if self._log._closed:
             return  # the engine closed: a step function still running in the pool
-        ctx = self._ctx
-        running = steps._step_var.get()
+        execution = self._execution
+        running = step_var.get()
         if running is None:
-            if replaying(ctx):
+            if replaying(execution):
                 return
             step, attempt = None, None
         else:
@@ -217,10 +216,10 @@ class RunLogger:
         text = str(msg)
         if len(text) > MESSAGE_CHARS_MAX:
             text = text[: MESSAGE_CHARS_MAX - 1] + "…"
-        run = ctx._run
+        run = execution.run
         self._log.write(
             {
-                "ts": ctx._engine.clock.now(),
+                "ts": execution.host.clock.now(),
                 "level": level,
                 "id": run.workflow_id,
                 "run_id": run.run_id,
@@ -231,7 +230,7 @@ class RunLogger:
         )
 
 
-def replaying(ctx: Ctx) -> bool:
+def replaying(execution: Execution) -> bool:
     """Whether workflow code is behind its journal: it holds an operation the code has
     not asked for again.
 
@@ -242,13 +241,13 @@ def replaying(ctx: Ctx) -> bool:
     is a dict lookup. A group (`ctx.all`, `ctx.race`) shows in `run.prefixes`
     once a branch recorded something.
     """
-    run = ctx._run
+    run = execution.run
     if not run.ops:
         return False
-    root = ctx._root
+    root = execution.root
     if top(next(reversed(run.ops))) > root.n:
         return True  # the newest recorded operation is past the top-level position
-    cursor = _cursor_var.get() or root
+    cursor = cursor_var.get() or root
     # A prefix "2.0.3.1." says: top-level operation 2 is a group, whose branch 0 is at
     # its operation 3, a group, whose branch 1 this cursor numbers.
     parts = cursor.prefix.split(".")[:-1]

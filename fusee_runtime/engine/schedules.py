@@ -19,10 +19,11 @@ firing does while an earlier run of the schedule is open: "skip" skips it,
 from __future__ import annotations
 
 import asyncio
+import builtins
 import dataclasses
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
@@ -33,7 +34,7 @@ from fusee_runtime.errors import Rejected
 from fusee_runtime.journal.records import R
 
 if TYPE_CHECKING:
-    from fusee_runtime.engine.engine import Engine
+    from fusee_runtime.host import RunHost
 
 log = logging.getLogger("fusee")
 
@@ -91,13 +92,13 @@ def cron_times(wf: WorkflowDef, after: float, *, reverse: bool = False) -> Any:
 class Schedules:
     """The cron schedules of one engine: their durable state and the task that fires them."""
 
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
+    def __init__(self, host: RunHost) -> None:
+        self._host = host
         self._state: dict[str, ScheduleState] = {}
         # What a checkpoint holds: the state as of the last checkpoint, and the
         # records since (with their lsns), of which a checkpoint takes the durable ones.
         self._base: dict[str, ScheduleState] = {}
-        self._since: list[tuple[int, list[Any]]] = []
+        self._since: builtins.list[tuple[int, builtins.list[Any]]] = []
         self._task: asyncio.Task[None] | None = None
         self._changed: asyncio.Event | None = None
         self.ticks = 0
@@ -105,10 +106,10 @@ class Schedules:
 
     # -- state ---------------------------------------------------------------------
 
-    def replay(self, lsn: int, rec: list[Any]) -> None:
+    def replay(self, lsn: int, rec: builtins.list[Any]) -> None:
         """Folds one schedule record into memory (on open, and as they are appended)."""
         _fold(self._state, rec)
-        if self._engine.config.checkpoint_bytes is not None:
+        if self._host.config.checkpoint_bytes is not None:
             self._since.append((lsn, rec))
 
     def restore(self, states: dict[str, dict[str, Any]]) -> None:
@@ -128,28 +129,26 @@ class Schedules:
         self._since = [(at, rec) for at, rec in self._since if at > lsn]
         return {name: dataclasses.asdict(st) for name, st in self._base.items()}
 
-    def _record(self, rec: list[Any]) -> int:
-        lsn = self._engine._writer_append(rec)
+    def _record(self, rec: builtins.list[Any]) -> int:
+        lsn = self._host.append_record(rec)
         self.replay(lsn, rec)
         return lsn
 
-    def _crons(self) -> list[WorkflowDef]:
-        return sorted(
-            (wf for wf in self._engine._workflows.values() if wf.cron), key=lambda w: w.name
-        )
+    def _crons(self) -> builtins.list[WorkflowDef]:
+        return sorted((wf for wf in self._host.workflows.values() if wf.cron), key=lambda w: w.name)
 
     def _open_runs(self, name: str) -> int:
         return sum(
             1
-            for run in self._engine._latest.values()
-            if run.is_open and run.origin is not None and run.origin.get("schedule") == name
+            for run in self._host.open_runs()
+            if run.origin is not None and run.origin.get("schedule") == name
         )
 
     # -- for people and the control API -------------------------------------------------
 
-    def list(self) -> list[dict[str, Any]]:
+    def list(self) -> builtins.list[dict[str, Any]]:
         """Every cron schedule the app declares, with its state."""
-        now = self._engine.clock.now()
+        now = self._host.clock.now()
         out = []
         for wf in self._crons():
             st = self._state.get(wf.name, ScheduleState())
@@ -180,21 +179,21 @@ class Schedules:
             NotFound: no workflow of that name.
             Rejected: the workflow has no cron schedule, or an unknown action.
         """
-        engine = self._engine
-        engine._check_accepting()
-        wf = engine.workflow(name)
+        host = self._host
+        host.check_accepting()
+        wf = host.workflow(name)
         if not wf.cron:
             raise Rejected(f"workflow {wf.name!r} has no cron schedule")
-        now = engine.clock.now()
+        now = host.clock.now()
         if action in ("pause", "unpause"):
             lsn = self._record([R.SchedulePaused, wf.name, action == "pause", now])
             log.info("fusee: schedule %s: %sd", wf.name, action)
             self.poke()
-            await engine._wait_durable(lsn)
+            await host.wait_durable(lsn)
             return next(s for s in self.list() if s["workflow"] == wf.name)
         if action == "trigger":
             run = self._start(wf, now, instant_id(wf.name, now, exact=True), manual=True)
-            await engine._wait_durable(run.last_lsn)
+            await host.wait_durable(run.last_lsn)
             return run.info()
         raise Rejected(f"a schedule action is pause, unpause or trigger, not {action!r}")
 
@@ -216,7 +215,7 @@ class Schedules:
             self._changed.set()
 
     async def _run(self) -> None:
-        clock = self._engine.clock
+        clock = self._host.clock
         assert self._changed is not None
         while True:
             self._changed.clear()
@@ -229,7 +228,9 @@ class Schedules:
                 # changes or a minute has passed, rather than stop firing for good.
                 log.exception("fusee: the cron schedules could not fire")
                 nxt = now + 60
-            waits = [asyncio.ensure_future(self._changed.wait())]
+            waits: builtins.list[asyncio.Future[Any]] = [
+                asyncio.ensure_future(self._changed.wait())
+            ]
             if nxt is not None:
                 waits.append(asyncio.ensure_future(clock.sleep_until(nxt)))
             try:
@@ -250,7 +251,7 @@ class Schedules:
     def fire_due(self, now: float) -> None:
         """Fires what is due at `now` for every schedule (not paused) by its catchup and
         overlap; starts a buffered instant whose blocking run closed."""
-        if self._engine._failed is not None or self._engine._closing:
+        if self._host.failed is not None or self._host.closing:
             return
         for wf in self._crons():
             st = self._state.get(wf.name)
@@ -287,12 +288,12 @@ class Schedules:
             if due[-1] not in firing:
                 self._record([R.ScheduleFired, wf.name, due[-1], "skipped", None, now])
         self.ticks += 1
-        self._engine._progressed()
+        self._host.progressed()
 
     @staticmethod
-    def _due(wf: WorkflowDef, last: float, now: float) -> list[float]:
+    def _due(wf: WorkflowDef, last: float, now: float) -> builtins.list[float]:
         """The instants in (last, now], oldest first, at most `CATCHUP_MAX` of the latest."""
-        due = []
+        due: builtins.list[float] = []
         # Walking back from just past `now` visits only what is due, however long the gap.
         for t in cron_times(wf, now + 1e-3, reverse=True):
             if t <= last or len(due) >= CATCHUP_MAX:
@@ -304,7 +305,7 @@ class Schedules:
         self, wf: WorkflowDef, st: ScheduleState, at: float, now: float, catching_up: bool = False
     ) -> None:
         workflow_id = instant_id(wf.name, at)
-        if self._engine._find_latest(workflow_id) is not None:
+        if self._host.find_latest(workflow_id) is not None:
             outcome = "started"  # started before a crash that came before this record
         elif wf.overlap == "allow" or catching_up or not self._open_runs(wf.name):
             self._start(wf, at, workflow_id)
@@ -317,53 +318,19 @@ class Schedules:
         log.info("fusee: schedule %s: %s %s", wf.name, outcome, workflow_id)
 
     def _start(self, wf: WorkflowDef, at: float, workflow_id: str, *, manual: bool = False) -> Any:
-        engine = self._engine
-        existing = engine._find_latest(workflow_id)
+        host = self._host
+        existing = host.find_latest(workflow_id)
         if existing is not None:
             return existing
         when = utc(at).isoformat().replace("+00:00", "Z")
         origin: dict[str, Any] = {"schedule": wf.name, "instant": at}
         if manual:
             origin["manual"] = True
-        return engine._new_run(workflow_id, wf.name, orjson.dumps(when), None, origin)
+        return host.new_run(workflow_id, wf.name, orjson.dumps(when), None, origin)
 
 
 def _iso(at: float | None) -> str | None:
     return None if at is None else utc(at).isoformat().replace("+00:00", "Z")
-
-
-def check_cron(name: str, cron: str, timezone: str | None, overlap: str, catchup: str) -> None:
-    """Refuses a schedule that could never fire as written, at import time.
-
-    Raises:
-        ValueError: the expression, the timezone, `overlap` or `catchup` is
-            not valid; the message names the workflow and the library's reason.
-    """
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-    from cronsim import CronSim, CronSimError
-
-    if overlap not in ("skip", "allow", "buffer_one"):
-        raise ValueError(
-            f"@workflow {name}: overlap is 'skip', 'allow' or 'buffer_one', not {overlap!r}"
-        )
-    if catchup not in ("one", "all", "none"):
-        raise ValueError(f"@workflow {name}: catchup is 'one', 'all' or 'none', not {catchup!r}")
-    try:
-        tz = ZoneInfo("UTC" if timezone is None else timezone)
-    except (ZoneInfoNotFoundError, ValueError) as e:
-        raise ValueError(f"@workflow {name}: unknown timezone {timezone!r}: {e}") from None
-    if not isinstance(cron, str):
-        raise ValueError(f"@workflow {name}: cron is a string such as '*/5 * * * *'")
-    if len(cron.split()) != 5:
-        raise ValueError(
-            f"@workflow {name}: invalid cron expression {cron!r}: a cron expression has five "
-            "fields (minute hour day-of-month month day-of-week)"
-        )
-    try:
-        next(CronSim(cron, datetime.now(tz) - timedelta(days=1)))
-    except (CronSimError, StopIteration, ValueError) as e:
-        raise ValueError(f"@workflow {name}: invalid cron expression {cron!r}: {e}") from None
 
 
 def _fold(state: dict[str, ScheduleState], rec: list[Any]) -> None:

@@ -13,10 +13,13 @@ import dataclasses
 import enum
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fusee_runtime.errors import Failure
 from fusee_runtime.journal.records import CLOSES, R
+
+if TYPE_CHECKING:
+    from fusee_runtime.execution import Execution
 
 
 class Status(enum.StrEnum):
@@ -150,7 +153,8 @@ class Run:
     # Futures of live code waiting for a pending operation, by seq.
     waiters: dict[str, asyncio.Future[None]] = field(default_factory=dict)
     parked: bool = False
-    ctx: Any = None
+    # The execution of the run's code now (none while parked, or with no code running here).
+    execution: Execution | None = None
     # What the run is doing now, for people (`fusee start` shows it).
     current: str | None = None
     # `ctx.on_query` and `ctx.on_update` handlers ((handle, validate) for updates),
@@ -417,7 +421,7 @@ _CLOSED_AS = {
 
 
 def reset_creation(run: Run) -> dict[str, Any]:
-    """What a reset run inherited (see `Engine._inherit`), as JSON."""
+    """What a reset run inherited (see `RunTable.inherit`), as JSON."""
     return {
         "kind": "reset",
         "ops": {seq: dataclasses.asdict(op) for seq, op in run.ops.items()},

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fusee_runtime.engine import control
+from fusee_runtime.control import protocol
 from fusee_runtime.engine.home import HomeLock
 
 ACTS = (
@@ -92,7 +92,7 @@ def test_a_missing_app_module(cli, home, bad_input):
 def test_a_locked_home_names_the_owner(cli, on, home, journal, used_home, bad_input, monkeypatch):
     # A process holds the lock and serves no control socket: each command
     # tries to reach it for ANSWER_S (5 s; shortened here), then names it.
-    monkeypatch.setattr(control, "ANSWER_S", 0.2)
+    monkeypatch.setattr(protocol, "ANSWER_S", 0.2)
     lock = HomeLock(home)
     lock.acquire()
     try:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from fusee_runtime.engine import control
+from fusee_runtime.control import protocol
 
 
 def _on(tmp_path: Path) -> list[str]:
@@ -158,7 +158,7 @@ def test_an_owner_that_stopped_answering_is_named_by_its_pid(
 ):
     # The owner accepts connections (the kernel does) but its process is
     # stopped: commands wait ANSWER_S (5 s; shortened here), then name it.
-    monkeypatch.setattr(control, "ANSWER_S", 0.3)
+    monkeypatch.setattr(protocol, "ANSWER_S", 0.3)
     on = _on(tmp_path)
     owner = _owner(spawn, on, "ap-1")
     os.kill(owner.pid, signal.SIGSTOP)

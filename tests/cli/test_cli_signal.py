@@ -19,7 +19,7 @@ def waiting(make_engine, home, journal):
     async def park() -> None:
         async with make_engine() as engine:
             await engine.start("cli_wait", None, id="w-1")
-            await engine.wait_until(lambda: engine._latest_run("w-1").status == Status.PARKED)
+            await engine.wait_until(lambda: engine.runs.latest("w-1").status == Status.PARKED)
 
     asyncio.run(park())
     return journal(home)

@@ -49,7 +49,7 @@ def test_no_follow_prints_what_is_durable_and_stops(cli, on, make_engine):
     async def park() -> None:
         async with make_engine() as engine:
             await engine.start("cli_stream", None, id="s-1")
-            await engine.wait_until(lambda: engine._latest_run("s-1").status == Status.PARKED)
+            await engine.wait_until(lambda: engine.runs.latest("s-1").status == Status.PARKED)
 
     asyncio.run(park())
 

@@ -47,7 +47,7 @@ class ReportingClock(SystemClock):
 
     async def sleep_until(self, deadline: float) -> None:
         if os.environ.get("CRASH_AT") == "backoff" and ENGINE is not None:
-            await ENGINE._wait_durable(ENGINE._writer.next_lsn - 1)  # type: ignore[union-attr]
+            await ENGINE.durability.wait(ENGINE.durability.writer.next_lsn - 1)  # type: ignore[union-attr]
             crash_app.emit("AT", "backoff", deadline)
             await asyncio.Event().wait()
         await super().sleep_until(deadline)
@@ -73,7 +73,7 @@ async def run(engine: Engine, workflow_id: str, value: int) -> None:
     if os.environ.get("DESCRIBE"):
         # Let the open run replay until it settles on the journal it has.
         h = engine.handle(workflow_id)
-        task = engine._latest_run(workflow_id).task
+        task = engine.runs.latest(workflow_id).task
         if task is not None:
             await asyncio.wait({task})
         info = await h.describe()

@@ -63,10 +63,10 @@ async def serve(home: Path, start: float) -> None:
                 clock.set(at)
                 wid = instant_id("cron.tick", at)
                 await engine.wait_until(lambda t=ticks: engine.schedules.ticks > t)
-                emit("STARTED", wid if wid in engine._latest else "none")
+                emit("STARTED", wid if wid in engine.runs.newest else "none")
             elif line[0] == "sync":
                 await settled(engine, engine.schedules.ticks)
-                runs = sorted(engine._runs.values(), key=lambda r: r.start_lsn)
+                runs = sorted(engine.runs.by_run_id.values(), key=lambda r: r.start_lsn)
                 ids = [r.workflow_id for r in runs if r.workflow == "cron.tick"]
                 emit("SYNCED", orjson.dumps(ids).decode())
 
@@ -74,7 +74,8 @@ async def serve(home: Path, start: float) -> None:
 async def settled(engine: Engine, ticks: int) -> None:
     await engine.wait_until(
         lambda: (
-            engine.schedules.ticks >= ticks and engine._durable_lsn >= engine._writer.next_lsn - 1
+            engine.schedules.ticks >= ticks
+            and engine.durability.durable_lsn >= engine.durability.writer.next_lsn - 1
         )  # type: ignore[union-attr]
     )
 

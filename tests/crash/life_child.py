@@ -37,7 +37,7 @@ async def main(home: str, command: str, id: str, arg: str | None) -> None:
             wf, _, value = (arg or "").partition(" ")
             await engine.start(wf, orjson.loads(value or "null"), id=id)
             emit("STARTED", id)
-        run = engine._latest_run(id)
+        run = engine.runs.latest(id)
 
         def waiting() -> bool:
             # Parked, closed, or every pending timer or wait awaited by live code.
@@ -46,7 +46,9 @@ async def main(home: str, command: str, id: str, arg: str | None) -> None:
 
         async def settled() -> None:
             # Waiting, with everything it recorded durable.
-            await engine.wait_until(lambda: waiting() and engine._durable_lsn >= run.last_lsn)
+            await engine.wait_until(
+                lambda: waiting() and engine.durability.durable_lsn >= run.last_lsn
+            )
 
         if command == "signal":
             await settled()
@@ -60,7 +62,7 @@ async def main(home: str, command: str, id: str, arg: str | None) -> None:
         elif command == "reset":
             await engine.reset(id, arg or "")
             emit("RESET")
-            run = engine._latest_run(id)
+            run = engine.runs.latest(id)
         elif command == "describe":
             await settled()
             emit("DESCRIBE", orjson.dumps((await engine.handle(id).describe()).status).decode())
@@ -72,7 +74,9 @@ async def main(home: str, command: str, id: str, arg: str | None) -> None:
             emit("AT parked", orjson.dumps(fire_at).decode())
             await asyncio.Event().wait()
         if until == "won":
-            await engine.wait_until(lambda: bool(run.races) and engine._durable_lsn >= run.last_lsn)
+            await engine.wait_until(
+                lambda: bool(run.races) and engine.durability.durable_lsn >= run.last_lsn
+            )
             emit("AT won")
             await asyncio.Event().wait()
         result = await engine.handle(id).result()

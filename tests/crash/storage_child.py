@@ -222,13 +222,13 @@ async def main(home: str, point: str, nth: int, first_run: int) -> None:
     async def settled(workflow_id: str) -> None:
         """Returns once the run waits for its signal with all it recorded durable (so
         its step a's result is durable)."""
-        run = engine._latest_run(workflow_id)
+        run = engine.runs.latest(workflow_id)
 
         def waiting() -> bool:
             live_wait = bool(run.pending) and len(run.waiters) == len(run.pending)
             return run.parked or live_wait
 
-        await engine.wait_until(lambda: waiting() and engine._durable_lsn >= run.last_lsn)
+        await engine.wait_until(lambda: waiting() and engine.durability.durable_lsn >= run.last_lsn)
 
     async def chain(first: int) -> None:
         for n in range(first, first_run + RUNS, CHAINS):

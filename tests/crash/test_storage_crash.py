@@ -235,7 +235,7 @@ async def reopen_and_finish(home: Path, seen: Seen) -> tuple[dict[str, Any], lis
                 wrong.append(f"{workflow_id}: no signal recorded, yet it closed ({e})")
         finals = {w: await engine.handle(w).result() for w in sorted(set(ids))}
         histories = {w: await engine.history(w) for w in finals}
-        await engine._flush_history()
+        await engine.checkpoints.flush_history()
     for workflow_id, (value, _) in sorted(seen.results.items()):
         if finals.get(workflow_id) != value:
             wrong.append(f"{workflow_id}: result {value} read, {finals.get(workflow_id)} now")

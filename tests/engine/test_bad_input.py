@@ -279,7 +279,7 @@ async def test_each_bad_call_gets_its_error_and_the_home_stays_whole(home: Path)
     scan = recover(home / "journal", Storage(), repair=False)
     assert scan.cut is None, "a refused call left damage in the journal"
     async with engine(home) as e:
-        await e.wait_until(lambda: e._latest["waiting"].status == Status.PARKED)
+        await e.wait_until(lambda: e.runs.newest["waiting"].status == Status.PARKED)
         assert await _states(e) == before
         assert await e.handle("done").result() == 5
         await e.signal("waiting", "go", 41)
@@ -342,11 +342,11 @@ async def test_code_that_no_longer_matches_its_journal_stops_the_run_as_stuck(
     SHAPE["v"] = 1
     async with engine(home) as e:
         await e.start("bad_shifty", None, id="shifty")
-        await e.wait_until(lambda: e._latest["shifty"].status == Status.PARKED)
+        await e.wait_until(lambda: e.runs.newest["shifty"].status == Status.PARKED)
     SHAPE["v"] = 2  # the code changed under the open run: its first step is now "a2"
     try:
         async with engine(home) as e:
-            await e.wait_until(lambda: e._latest["shifty"].status == Status.STUCK)
+            await e.wait_until(lambda: e.runs.newest["shifty"].status == Status.STUCK)
             info = await e.handle("shifty").describe()
             assert re.fullmatch(
                 r".*replay mismatch at operation #1: the journal holds step 'a', "

@@ -60,7 +60,7 @@ async def until_sent(engine: Engine, n: int = 1) -> Completion:
 
 
 async def until_parked(engine: Engine, id: str) -> None:
-    await engine.wait_until(lambda: engine._latest_run(id).parked)
+    await engine.wait_until(lambda: engine.runs.latest(id).parked)
 
 
 async def test_complete_finishes_the_step_with_the_value(make_engine: Any) -> None:
@@ -115,8 +115,8 @@ async def test_a_retry_of_send_issues_a_new_token_and_refuses_the_old(
         issued = [r["attempt"] for r in history if r["type"] == "CompletionIssued"]
         assert issued == [1, 2]
         # The token attempt 1 issued (its send failed, but the token was durable).
-        run = engine._latest_run("a-5")
-        first = engine._completion(run, "1", 1).token
+        run = engine.runs.latest("a-5")
+        first = engine.handlers.tokens.issue(run, "1", 1).token
         assert first != c.token
         with pytest.raises(Rejected, match=r"replaced by a later one \(token 1 of 2"):
             await engine.complete(first, "late")
@@ -128,9 +128,9 @@ async def test_the_token_is_durable_before_send_sees_it(make_engine: Any) -> Non
     seen: list[tuple[int, int]] = []
 
     def check(completion: Completion) -> None:
-        run = engine._latest_run("a-6")
+        run = engine.runs.latest("a-6")
         issued = max(lsn for lsn, rec in run.records if rec[0] == R.CompletionIssued)
-        seen.append((issued, engine._durable_lsn))
+        seen.append((issued, engine.durability.durable_lsn))
 
     @workflow(name="completions.durable")
     async def durable(ctx: Ctx, _: None) -> Any:
@@ -141,7 +141,9 @@ async def test_the_token_is_durable_before_send_sees_it(make_engine: Any) -> Non
         await engine.wait_until(lambda: bool(seen))
         issued, durable_then = seen[0]
         assert issued <= durable_then
-        await engine.complete(engine._completion(engine._latest_run("a-6"), "1", 1).token, 5)
+        await engine.complete(
+            engine.handlers.tokens.issue(engine.runs.latest("a-6"), "1", 1).token, 5
+        )
         assert await h.result() == 5
 
 
@@ -154,7 +156,7 @@ async def test_complete_from_a_passive_open_is_taken_on_the_next_drive(
         await until_parked(engine, "a-7")
     async with make_engine(drive=False) as passive:
         await passive.complete(c.token, "from a shell")
-        assert passive._latest_run("a-7").is_open
+        assert passive.runs.latest("a-7").is_open
     async with make_engine() as engine:
         h = engine.handle("a-7")
         assert await h.result() == {"what": "x", "verdict": "from a shell"}
@@ -194,7 +196,7 @@ async def test_cancel_lands_on_a_waiting_completion(make_engine: Any) -> None:
         c = await until_sent(engine)
         await until_parked(engine, "a-9")
         await h.cancel("no longer needed")
-        await engine.wait_until(lambda: engine._latest_run("a-9").status == Status.CANCELLED)
+        await engine.wait_until(lambda: engine.runs.latest("a-9").status == Status.CANCELLED)
         with pytest.raises(Rejected, match="the run is cancelled"):
             await engine.complete(c.token, 1)
 
@@ -237,18 +239,18 @@ async def test_a_step_finished_during_a_send_backoff_sends_nothing_more(
     backoff_calls.clear()
     async with make_engine() as engine:
         h = await engine.start("completions.backoff", None, id="b-1")
-        await engine.wait_until(lambda: failed_once(engine._latest_run("b-1")))
+        await engine.wait_until(lambda: failed_once(engine.runs.latest("b-1")))
         if how == "complete":
             await engine.complete(backoff_calls[0], "approved")  # the mail did go out
             await clock.wait_for_sleepers()
             clock.advance(31)  # the backoff ends
         else:
             await h.cancel("no longer needed")  # lands in the backoff at once
-        await engine.wait_until(lambda: not engine._latest_run("b-1").status.is_open)
+        await engine.wait_until(lambda: not engine.runs.latest("b-1").status.is_open)
         assert len(backoff_calls) == 1
         types = [r["type"] for r in await h.history()]
         assert types.count("CompletionIssued") == 1
-        assert not engine._latest_run("b-1").pending
+        assert not engine.runs.latest("b-1").pending
 
 
 resume_tokens: list[str] = []
@@ -270,7 +272,7 @@ async def test_a_resume_issues_a_token_never_seen_before(make_engine: Any) -> No
     resume_tokens.clear()
     async with make_engine() as engine:
         h = await engine.start("completions.resume", None, id="t-1")
-        await engine.wait_until(lambda: bool(engine._latest_run("t-1").paused_ops()))
+        await engine.wait_until(lambda: bool(engine.runs.latest("t-1").paused_ops()))
         await engine.resume("t-1")
         await engine.wait_until(lambda: len(resume_tokens) == 3)
         assert len(set(resume_tokens)) == 3
@@ -298,4 +300,4 @@ async def test_a_cancel_interrupts_a_send_that_hangs(make_engine: Any) -> None:
         h = await engine.start("completions.hang", None, id="c-1")
         await hanging.wait()
         await h.cancel("enough")
-        await engine.wait_until(lambda: engine._latest_run("c-1").status == Status.CANCELLED)
+        await engine.wait_until(lambda: engine.runs.latest("c-1").status == Status.CANCELLED)

@@ -23,7 +23,8 @@ from fusee_runtime import (
     step,
     workflow,
 )
-from fusee_runtime.engine.control import Control, ControlClient, run_info, run_json
+from fusee_runtime.control.api import Control, run_info, run_json
+from fusee_runtime.control.client import ControlClient
 
 
 @step
@@ -78,7 +79,7 @@ async def test_every_call_answers_as_it_does_in_process(home: Path, make_engine)
         assert (info.id, info.workflow, existed) == ("g-1", "ctl_gate", False)
         again, existed = await client.start("ctl_gate", 21, id="g-1")
         assert (again.run_id, existed) == (info.run_id, True)
-        await engine.wait_until(lambda: engine._latest_run("g-1").status == Status.PARKED)
+        await engine.wait_until(lambda: engine.runs.latest("g-1").status == Status.PARKED)
 
         assert await client.describe("g-1") == await local.describe("g-1")
         assert await client.list() == await local.list()
@@ -210,10 +211,10 @@ async def test_a_call_slower_than_the_clients_patience_is_not_given_up(
     # A slow disk: the signal is recorded but not durable for longer than a
     # client waits on a silent owner. The owner's beats keep the client
     # waiting, so it never reports a failure for a signal that lands.
-    from fusee_runtime.engine import control
+    from fusee_runtime.control import protocol
 
-    monkeypatch.setattr(control, "ANSWER_S", 0.3)
-    monkeypatch.setattr(control, "BEAT_S", 0.05)
+    monkeypatch.setattr(protocol, "ANSWER_S", 0.3)
+    monkeypatch.setattr(protocol, "BEAT_S", 0.05)
     disk = holding_storage
     async with make_engine(storage=disk) as engine:
         await engine.start("ctl_gate", 4, id="g-1")
@@ -221,7 +222,7 @@ async def test_a_call_slower_than_the_clients_patience_is_not_given_up(
         disk.armed.set()
         try:
             sending = asyncio.ensure_future(client.signal("g-1", "go", True))
-            await asyncio.sleep(3 * control.ANSWER_S)  # the disk holds the write this long
+            await asyncio.sleep(3 * protocol.ANSWER_S)  # the disk holds the write this long
             assert not sending.done()
         finally:
             disk.release.set()
@@ -230,9 +231,9 @@ async def test_a_call_slower_than_the_clients_patience_is_not_given_up(
 
 
 async def test_a_request_that_never_ends_is_dropped(home: Path, make_engine, monkeypatch) -> None:
-    from fusee_runtime.engine import control
+    from fusee_runtime.control import protocol
 
-    monkeypatch.setattr(control, "ANSWER_S", 0.2)
+    monkeypatch.setattr(protocol, "ANSWER_S", 0.2)
     async with make_engine():
         reader, writer = await asyncio.open_unix_connection(str(home / "control.sock"))
         writer.write(b'{"op": "ping"')  # and never a newline

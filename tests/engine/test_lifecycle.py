@@ -166,7 +166,7 @@ async def test_cancelling_a_paused_step_inside_ctx_all_closes_the_run(make_engin
 
     async with make_engine() as engine:
         h = await engine.start(wf, None, id="pg")
-        run = engine._latest_run("pg")
+        run = engine.runs.latest("pg")
         await engine.wait_until(lambda: bool(run.paused_ops()))
         await h.cancel("stop")
         with pytest.raises(Cancelled, match="stop"):
@@ -183,14 +183,14 @@ async def test_a_reset_keeps_signals_carried_over_by_continue_as_new(make_engine
 
     async with make_engine() as engine:
         h = await engine.start(wf, 0, id="carry", signal=("x", "hello"))
-        await engine.wait_until(lambda: engine._latest_run("carry").input == 1)
-        successor = engine._latest_run("carry")
+        await engine.wait_until(lambda: engine.runs.latest("carry").input == 1)
+        successor = engine.runs.latest("carry")
         assert [s[2] for s in successor.signals] == ["hello"]
         await h.reset(to=1)
-        reset_run = engine._latest_run("carry")
+        reset_run = engine.runs.latest("carry")
         assert [s[2] for s in reset_run.signals] == ["hello"]
         await h.reset(to=1)
-        assert [s[2] for s in engine._latest_run("carry").signals] == ["hello"]
+        assert [s[2] for s in engine.runs.latest("carry").signals] == ["hello"]
         BLOCK_ONCE.set()
         assert await h.result() == "hello"
 

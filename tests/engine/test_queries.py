@@ -24,7 +24,7 @@ async def counter(ctx: Ctx, _: None) -> int:
 
 
 async def parked(engine: Any, id: str) -> None:
-    await engine.wait_until(lambda: engine._latest_run(id).parked)
+    await engine.wait_until(lambda: engine.runs.latest(id).parked)
 
 
 async def test_a_query_answers_from_the_state_and_records_nothing(make_engine: Any) -> None:
@@ -34,7 +34,7 @@ async def test_a_query_answers_from_the_state_and_records_nothing(make_engine: A
         assert await h.query("count") == 0
         before = len(await h.history())
         await h.signal("add", 5)
-        await engine.wait_until(lambda: engine._latest_run("q-1").signals == [])
+        await engine.wait_until(lambda: engine.runs.latest("q-1").signals == [])
         await parked(engine, "q-1")
         assert await h.query("count") == 5
         assert await h.query("count", 10) == 15
@@ -46,7 +46,7 @@ async def test_a_reopened_home_answers_after_replay(make_engine: Any) -> None:
     async with make_engine() as engine:
         h = await engine.start("queries.counter", None, id="q-2")
         await h.signal("add", 7)
-        await engine.wait_until(lambda: engine._latest_run("q-2").signals == [])
+        await engine.wait_until(lambda: engine.runs.latest("q-2").signals == [])
     async with make_engine() as engine:
         await parked(engine, "q-2")
         assert await engine.handle("q-2").query("count") == 7

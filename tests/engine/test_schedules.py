@@ -72,10 +72,10 @@ async def paris(ctx: Ctx, at: str) -> str:
 def runs_of(engine: Any, name: str) -> list[str]:
     """Ids of the runs the schedule of `name` started, oldest first (in memory, or
     closed and moved to the history store)."""
-    rows = engine.history_store.list(None, name, None)
-    runs = [engine._runs.get(row.run_id) or engine._stored_run(row.run_id) for row in rows]
+    rows = engine.runs.store.list(None, name, None)
+    runs = [engine.runs.by_run_id.get(row.run_id) or engine.runs.stored(row.run_id) for row in rows]
     known = {r.run_id for r in runs}
-    runs += [r for r in engine._runs.values() if r.run_id not in known]
+    runs += [r for r in engine.runs.by_run_id.values() if r.run_id not in known]
     return [
         r.workflow_id
         for r in sorted(runs, key=lambda r: r.start_lsn)
@@ -110,7 +110,9 @@ async def settle(engine: Any, clock: FakeClock, at: float) -> None:
     clock.set(at)
     await asyncio.sleep(0)
     await clock.wait_for_sleepers()
-    await engine.wait_until(lambda: engine._durable_lsn >= engine._writer.next_lsn - 1)
+    await engine.wait_until(
+        lambda: engine.durability.durable_lsn >= engine.durability.writer.next_lsn - 1
+    )
 
 
 async def test_a_schedule_fires_at_each_instant_with_the_instant_as_input(
@@ -166,7 +168,7 @@ async def test_overlap_buffer_one_starts_one_when_the_open_run_closes(
         assert runs_of(engine, "sched.buffer") == [first]
         await engine.signal(first, "go")
         second = instant_id("sched.buffer", FIRST + PERIOD)
-        await engine.wait_until(lambda: second in engine._latest)
+        await engine.wait_until(lambda: second in engine.runs.newest)
         assert runs_of(engine, "sched.buffer") == [first, second]
         assert await engine.handle(first).result() == "2023-11-14T22:15:00Z"
 
@@ -187,7 +189,9 @@ async def test_downtime_of_three_periods_fires_by_catchup(
     clock.set(FIRST + 2 * PERIOD + 2 * LATE_S)  # 22:27: three instants came and went
     async with scheduling() as engine:
         await clock.wait_for_sleepers()
-        await engine.wait_until(lambda: engine._durable_lsn >= engine._writer.next_lsn - 1)
+        await engine.wait_until(
+            lambda: engine.durability.durable_lsn >= engine.durability.writer.next_lsn - 1
+        )
         assert runs_of(engine, name) == ids(name, *fired)
         # Then it fires on time again.
         await settle(engine, clock, FIRST + 3 * PERIOD)
@@ -261,7 +265,9 @@ async def test_a_run_started_before_its_firing_was_recorded_is_not_started_again
     clock.set(FIRST + 1)
     async with scheduling() as engine:
         await clock.wait_for_sleepers()
-        await engine.wait_until(lambda: engine._durable_lsn >= engine._writer.next_lsn - 1)
+        await engine.wait_until(
+            lambda: engine.durability.durable_lsn >= engine.durability.writer.next_lsn - 1
+        )
         assert runs_of(engine, "sched.every5") == ids("sched.every5", FIRST)
         fired = [r for r in schedule_records(home) if r[0] == R.ScheduleFired]
         assert [(r[2], r[3]) for r in fired if r[1] == "sched.every5"] == [(FIRST, "started")]

@@ -82,7 +82,7 @@ SMALL = {"segment_bytes": 64 << 10, "payload_bytes_max": 8 << 10}
 
 async def drain(engine: Any) -> None:
     """Returns once every run closed so far is in the history store and out of memory."""
-    await engine._flush_history()
+    await engine.checkpoints.flush_history()
 
 
 def journal_of(home: Path) -> Path:
@@ -94,7 +94,7 @@ async def test_open_reads_only_the_segments_after_the_checkpoint(make_engine, ho
         for i in range(300):
             await (await engine.start("sl_short", i, id=f"a{i}")).result()
         waiting = [await engine.start("sl_waits", i, id=f"w{i}") for i in range(5)]
-        await engine.wait_until(lambda: all(engine._latest[h.id].parked for h in waiting))
+        await engine.wait_until(lambda: all(engine.runs.newest[h.id].parked for h in waiting))
         await engine.checkpoint()
         for i in range(300, 900):
             await (await engine.start("sl_short", i, id=f"a{i}")).result()
@@ -204,7 +204,7 @@ async def test_a_closed_run_leaves_memory_and_answers_from_the_store(make_engine
         assert await h.result() == 42
         run_id = h.run_id
         await drain(engine)
-        assert run_id not in engine._runs and "s" not in engine._latest
+        assert run_id not in engine.runs.by_run_id and "s" not in engine.runs.newest
         info = await engine.handle("s").describe()
         assert (info.status, info.run_id) == ("completed", run_id)
         assert await engine.handle("s").result() == 42
@@ -230,7 +230,7 @@ async def test_reset_of_a_stored_run_keeps_its_journal_before_the_point(make_eng
         assert await h.result() == [8, "first"]
         first = h.run_id
         await drain(engine)
-        assert "r" not in engine._latest
+        assert "r" not in engine.runs.newest
         calls = list(CALLS)
         # Keeps the step; its wait (op 2) takes the signal again, as a reset does.
         new = await engine.reset("r", to=2)
@@ -247,16 +247,18 @@ async def test_continue_as_new_carries_its_signals_through_a_checkpoint(make_eng
         for value in "abcd":
             await engine.signal("loop", "next", value)
         # The third run waits for "final", holding "d" that it was handed at its start.
-        await engine.wait_until(lambda: engine._latest["loop"].input == 3)
-        await engine.wait_until(lambda: engine._latest["loop"].parked)
+        await engine.wait_until(lambda: engine.runs.newest["loop"].input == 3)
+        await engine.wait_until(lambda: engine.runs.newest["loop"].parked)
         await drain(engine)
-        assert [r.input for r in engine._runs.values()] == [3], "its predecessors are stored"
+        assert [r.input for r in engine.runs.by_run_id.values()] == [3], (
+            "its predecessors are stored"
+        )
         lsn = await engine.checkpoint()
     body = ckpt.read(ckpt.checkpoint_path(journal_of(engine.home), lsn), Storage()).body
     [(creation, _)] = body["runs"]
     assert creation["kind"] == "continued"
     async with make_engine() as engine:
-        run = engine._latest["loop"]
+        run = engine.runs.newest["loop"]
         assert [tuple(s[1:]) for s in run.signals] == [("next", "d")]
         await engine.signal("loop", "final", "f")
         assert await engine.handle("loop").result() == [3, "c", "f", "d"]
@@ -264,7 +266,7 @@ async def test_continue_as_new_carries_its_signals_through_a_checkpoint(make_eng
 
 async def test_list_of_completed_runs_uses_an_index(make_engine) -> None:
     async with make_engine() as engine:
-        store = engine.history_store
+        store = engine.runs.store
         for status in ("completed", "failed"):
             plan = store.query_plan(status, None, 20)
             assert "USING INDEX runs_by_status" in plan, plan
@@ -295,7 +297,7 @@ async def test_retention_prunes_on_open(make_engine, clock) -> None:
         await (await engine.start("sl_short", 1, id="ancient")).result()
     clock.advance(40 * 86400)
     async with make_engine(retention=30 * 86400) as engine:
-        await engine.wait_until(lambda: engine.history_store.pruned_before > 0)
+        await engine.wait_until(lambda: engine.runs.store.pruned_before > 0)
         assert await engine.list() == []
 
 
@@ -346,7 +348,7 @@ async def test_open_after_a_clean_close_decodes_no_frame_the_checkpoint_covers(
 
     monkeypatch.setattr(fmt, "decode_frame", counting)
     async with make_engine(**cfg) as engine:
-        await engine.wait_until(lambda: all(engine._latest[f"p{i}"].parked for i in range(5)))
+        await engine.wait_until(lambda: all(engine.runs.newest[f"p{i}"].parked for i in range(5)))
         assert len(decoded) <= 2, len(decoded)
         assert len(await engine.list(status="completed")) == 300
 
@@ -369,10 +371,10 @@ async def test_an_update_after_a_reset_is_applied_once_after_a_checkpoint(make_e
     update applied after the reset went into the checkpoint twice."""
     async with make_engine() as engine:
         await engine.start("sl_counter", None, id="u")
-        await engine.wait_until(lambda: engine._latest["u"].parked)
+        await engine.wait_until(lambda: engine.runs.newest["u"].parked)
         assert await engine.update("u", "inc", 1, update_id="u1") == 1
         await engine.reset("u", to=2)
-        await engine.wait_until(lambda: engine._latest["u"].parked)
+        await engine.wait_until(lambda: engine.runs.newest["u"].parked)
         assert await engine.update("u", "inc", 1, update_id="u2") == 2
     async with make_engine() as engine:
         await engine.signal("u", "go")
@@ -384,11 +386,11 @@ async def test_result_of_a_stored_run_reset_with_no_successor_returns(make_engin
     result() compared rebuilt runs by identity and spun forever on the loop."""
     async with make_engine() as engine:
         await engine.start("sl_waits", 1, id="orphan")
-        run = engine._latest["orphan"]
-        engine._close_run(run, R.RunReset, "reset to operation #1")
+        run = engine.runs.newest["orphan"]
+        engine.driver.close_run(run, R.RunReset, "reset to operation #1")
         await engine.wait_until(lambda: not run.status.is_open)
         await drain(engine)
-        assert "orphan" not in engine._latest
+        assert "orphan" not in engine.runs.newest
         with pytest.raises(Terminated, match="was reset"):
             await engine.handle("orphan").result(timeout=5)
 
@@ -468,6 +470,6 @@ async def test_a_history_store_that_fails_writes_again_later_and_loses_nothing(
     async with make_engine() as engine:
         for i in range(20):
             await (await engine.start("sl_short", i, id=f"r{i}")).result()
-        await engine.wait_until(lambda: not engine._runs)
+        await engine.wait_until(lambda: not engine.runs.by_run_id)
         assert failures, "the store failed"
         assert len(await engine.list(status="completed")) == 20

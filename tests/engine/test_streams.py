@@ -42,7 +42,7 @@ def follow(engine: Any, id: str, name: str) -> asyncio.Future[list[Any]]:
 
 
 async def until_parked(engine: Any, id: str) -> None:
-    await engine.wait_until(lambda: id in engine._latest and engine._latest_run(id).parked)
+    await engine.wait_until(lambda: id in engine.runs.newest and engine.runs.latest(id).parked)
 
 
 # -- writing and reading ---------------------------------------------------------------
@@ -131,7 +131,7 @@ async def test_a_reader_never_sees_an_item_before_it_is_durable(
     async with make_engine(storage=storage) as engine:
         h = await engine.start(durable, None, id="durable")
         await appended.wait()
-        run = engine._latest_run("durable")
+        run = engine.runs.latest("durable")
         assert [item for _, item in run.streams["out"].items] == [1, 2]
         await asyncio.to_thread(storage.holding.wait)
         items = h.stream("out")
@@ -140,7 +140,7 @@ async def test_a_reader_never_sees_an_item_before_it_is_durable(
         for _ in range(50):
             await asyncio.sleep(0)  # let the loop run: nothing may reach the reader
         assert not second.done()
-        assert engine._durable_lsn < run.streams["out"].items[1][0]
+        assert engine.durability.durable_lsn < run.streams["out"].items[1][0]
         storage.release.set()
         assert await second == 2
         # The run's close (durable with item 2's batch or after it) ends the stream.
@@ -257,7 +257,7 @@ async def test_replay_that_asks_for_another_operation_than_an_append_is_stuck(
     STREAMS_VARIANT["first"] = "step"
     try:
         async with make_engine() as engine:
-            await engine.wait_until(lambda: engine._latest_run("variant").status == Status.STUCK)
+            await engine.wait_until(lambda: engine.runs.latest("variant").status == Status.STUCK)
             info = await engine.handle("variant").describe()
             assert info.error is not None
             assert "the journal holds stream.append 'out'" in info.error
@@ -288,9 +288,9 @@ async def test_a_cancel_that_lands_on_an_append_lands_there_on_replay_too(
         await until_parked(engine, "cancel")
     async with make_engine(drive=False) as engine:
         await engine.signal("cancel", "go", None)
-        run = engine._latest_run("cancel")
-        engine._append(run, [R.CancelRequested, run.run_id, "operator", 0.0])
-        await engine._wait_durable(run.last_lsn)
+        run = engine.runs.latest("cancel")
+        engine.driver.append(run, [R.CancelRequested, run.run_id, "operator", 0.0])
+        await engine.durability.wait(run.last_lsn)
     async with make_engine() as engine:
         h = engine.handle("cancel")
         await until_parked(engine, "cancel")
@@ -391,7 +391,7 @@ async def test_a_stream_belongs_to_its_run_across_continue_as_new(make_engine) -
         await until_parked(engine, "gens")
         await h.signal("next 0")
         assert await first == ["gen 0"]  # ends when its run continues as new
-        await engine.wait_until(lambda: engine._latest_run("gens").parked)
+        await engine.wait_until(lambda: engine.runs.latest("gens").parked)
         second = follow(engine, "gens", "out")
         await h.signal("next 1")
         assert await h.result() == 2
@@ -423,7 +423,7 @@ async def test_a_reset_run_keeps_the_items_of_the_operations_it_keeps(make_engin
         await h.signal("finish")
         assert await h.result() == "done"
         assert await collect(engine, "reset", "out") == ["before", "middle"]
-        new_run = engine._latest_run("reset").run_id
+        new_run = engine.runs.latest("reset").run_id
         appended = await records(engine, "reset", "StreamAppended")
         assert [r["item"] for r in appended if r["run_id"] == new_run] == ["middle"]
     async with make_engine() as engine:

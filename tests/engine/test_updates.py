@@ -51,7 +51,7 @@ async def in_group(ctx: Ctx, _: None) -> Any:
 
 
 async def parked(engine: Any, id: str) -> None:
-    await engine.wait_until(lambda: engine._latest_run(id).parked)
+    await engine.wait_until(lambda: engine.runs.latest(id).parked)
 
 
 async def updates_of(engine: Any, id: str) -> list[dict[str, Any]]:
@@ -63,7 +63,7 @@ async def test_an_update_changes_the_state_and_answers_once_durable(make_engine:
         h = await engine.start("updates.cart", None, id="u-1")
         await parked(engine, "u-1")
         assert await h.update("add", "tea") == 1
-        assert engine._durable_lsn >= engine._latest_run("u-1").last_lsn
+        assert engine.durability.durable_lsn >= engine.runs.latest("u-1").last_lsn
         assert await h.update("add", "milk") == 2
         assert await h.query("items") == ["tea", "milk"]
         await h.signal("checkout")
@@ -87,7 +87,7 @@ async def test_a_replay_applies_the_updates_again_where_they_were(make_engine: A
         assert await h.query("items") == ["tea", "milk"]
         await h.signal("checkout")
         assert await h.result() == {"total": ["milk", "tea"], "n": 2}
-        assert engine._latest_run("u-2").status == Status.COMPLETED  # not stuck
+        assert engine.runs.latest("u-2").status == Status.COMPLETED  # not stuck
 
 
 async def test_the_same_update_id_is_applied_once(make_engine: Any) -> None:
@@ -136,7 +136,7 @@ async def test_refusals(make_engine: Any) -> None:
         with pytest.raises(NotFound):
             await engine.handle("nobody").update("add", "x")
         g = await engine.start("updates.group", None, id="u-7")
-        await engine.wait_until(lambda: len(engine._latest_run("u-7").pending) == 2)
+        await engine.wait_until(lambda: len(engine.runs.latest("u-7").pending) == 2)
         with pytest.raises(Rejected, match=r"inside ctx\.all or ctx\.race"):
             await g.update("poke", 1)
         await h.signal("checkout")
@@ -182,7 +182,7 @@ async def _blocks() -> None:
 async def test_an_update_then_a_cancel_replay_in_that_order(make_engine: Any) -> None:
     async with make_engine() as engine:
         await engine.start("updates.cancelled", None, id="x-1")
-        await engine.wait_until(lambda: "1" in engine._latest_run("x-1").ctx._step_tasks)
+        await engine.wait_until(lambda: "1" in engine.runs.latest("x-1").execution.step_tasks)
         assert await engine.update("x-1", "limit", 500) == 500
         await engine.cancel("x-1")
         await parked(engine, "x-1")
@@ -267,8 +267,8 @@ async def test_code_without_the_handler_of_a_recorded_update_is_stuck(
     cart.fn = without_handler  # as a reload with new code would
     try:
         async with make_engine() as engine:
-            await engine.wait_until(lambda: engine._latest_run("x-4").status == Status.STUCK)
-            assert "the journal holds update 'add'" in (engine._latest_run("x-4").error or "")
+            await engine.wait_until(lambda: engine.runs.latest("x-4").status == Status.STUCK)
+            assert "the journal holds update 'add'" in (engine.runs.latest("x-4").error or "")
     finally:
         cart.fn = original
 
@@ -288,7 +288,7 @@ async def test_an_update_id_holds_across_continue_as_new(make_engine: Any) -> No
         assert await h.update("add", 100, update_id="once") == 100
         first_run = h.run_id
         await h.signal("next")
-        await engine.wait_until(lambda: h.run_id != first_run and engine._latest_run("x-5").parked)
+        await engine.wait_until(lambda: h.run_id != first_run and engine.runs.latest("x-5").parked)
         assert await h.update("add", 100, update_id="once") == 100  # the first answer
         assert await h.update("add", 1) == 101
 

@@ -24,8 +24,8 @@ from processes import fusee_script
 from starlette.applications import Starlette
 
 from fusee_runtime import Engine
-from fusee_runtime.engine.control import Control
-from fusee_runtime.engine.http import build_app
+from fusee_runtime.control.api import Control
+from fusee_runtime.control.http import build_app
 
 REPO = Path(__file__).resolve().parents[2]
 LAST = "test_every_status_the_tests_saw_is_declared"

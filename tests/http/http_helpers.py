@@ -60,7 +60,7 @@ def error_of(answer: httpx.Response, status: int, type: str, *says: str) -> str:
 async def until(engine: Engine, id: str, *statuses: Status) -> None:
     """Waits on the engine's progress until the newest run of `id` has one of `statuses`."""
     await engine.wait_until(
-        lambda: id in engine._latest and engine._latest_run(id).status in statuses
+        lambda: id in engine.runs.newest and engine.runs.latest(id).status in statuses
     )
 
 

@@ -7,8 +7,8 @@ import pytest
 from http_helpers import error_of
 
 from fusee_runtime import Engine, Rejected
-from fusee_runtime.engine.control import Control
-from fusee_runtime.engine.http import build_app, check_bind
+from fusee_runtime.control.api import Control
+from fusee_runtime.control.http import build_app, check_bind
 
 TOKEN = "s3cret-token-of-the-tests"
 

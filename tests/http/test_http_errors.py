@@ -10,9 +10,10 @@ import pytest
 from http_helpers import error_of
 
 from fusee_runtime import Ctx, Engine, EngineClosed, JournalFailed, workflow
-from fusee_runtime.engine import http
-from fusee_runtime.engine.control import Control
-from fusee_runtime.engine.http import BODY_BYTES_MAX, build_app
+from fusee_runtime.control import routes
+from fusee_runtime.control.api import Control
+from fusee_runtime.control.http import build_app
+from fusee_runtime.control.limits import BODY_BYTES_MAX
 
 
 @workflow
@@ -268,7 +269,7 @@ def test_statuses_of_engine_errors() -> None:
         (TimedOut("x"), 409),
         (Cancelled("x"), 409),
     ]
-    assert [http.status_of(error) for error, _ in cases] == [status for _, status in cases]
+    assert [routes.status_of(error) for error, _ in cases] == [status for _, status in cases]
 
 
 async def test_digits_that_are_not_ascii_are_bad_input_not_a_500(api: httpx.AsyncClient) -> None:

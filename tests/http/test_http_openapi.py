@@ -22,9 +22,9 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from fusee_runtime import Engine
-from fusee_runtime.engine.control import Control
-from fusee_runtime.engine.http import build_app
-from fusee_runtime.engine.openapi import OPENAPI
+from fusee_runtime.control.api import Control
+from fusee_runtime.control.http import build_app
+from fusee_runtime.control.openapi import OPENAPI
 
 METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 DOCUMENT_URI = "urn:fusee:openapi"

@@ -11,7 +11,7 @@ import pytest
 from http_helpers import until
 
 from fusee_runtime import Ctx, Engine, Exhausted, Fatal, RetryPolicy, Status, step, workflow
-from fusee_runtime.engine.openapi import OPENAPI
+from fusee_runtime.control.openapi import OPENAPI
 
 FLAKY = {"up": False}
 
@@ -107,7 +107,7 @@ async def test_result_waits_for_the_run_then_answers_its_result(
     assert now.status_code == 202
     assert now.json() == {
         "id": "r-1",
-        "run_id": engine._latest_run("r-1").run_id,
+        "run_id": engine.runs.latest("r-1").run_id,
         "status": "parked",
     }
 
@@ -120,7 +120,7 @@ async def test_result_waits_for_the_run_then_answers_its_result(
     assert answer.status_code == 200
     assert answer.json() == {
         "id": "r-1",
-        "run_id": engine._latest_run("r-1").run_id,
+        "run_id": engine.runs.latest("r-1").run_id,
         "status": "completed",
         "result": {"x": 6, "got": {"ok": True}},
     }

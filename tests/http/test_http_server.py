@@ -11,8 +11,8 @@ import pytest
 from http_helpers import RawRequest, noting
 
 from fusee_runtime import Ctx, Engine, Rejected, workflow
-from fusee_runtime.engine.control import Control
-from fusee_runtime.engine.http import HttpServer
+from fusee_runtime.control.api import Control
+from fusee_runtime.control.http import HttpServer
 
 
 @workflow

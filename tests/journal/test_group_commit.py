@@ -332,7 +332,7 @@ async def test_a_batch_synced_before_a_failed_commit_here_is_acknowledged_first(
     # the failure, and nothing after the failure is ever acknowledged.
     storage = FaultyStorage(fail_sync_at=2)
     async with engine_on(home, storage, clock) as engine:
-        writer = engine._writer
+        writer = engine.durability.writer
         assert writer is not None
         held: list[int] = []
         synced = threading.Event()
@@ -343,10 +343,10 @@ async def test_a_batch_synced_before_a_failed_commit_here_is_acknowledged_first(
             synced.set()
 
         writer._on_durable = hold
-        engine._commit_here = False
+        engine.durability.commit_here = False
         first = asyncio.ensure_future(engine.start("jgc_three_steps", 1, id="a"))
         await asyncio.to_thread(synced.wait)
-        engine._commit_here = True
+        engine.durability.commit_here = True
         # "b" commits on the loop (the thread is idle); its sync fails.
         with pytest.raises(JournalFailed):
             await engine.start("jgc_three_steps", 2, id="b")
@@ -389,7 +389,7 @@ try:
     loop.run_until_complete(main())
 except KeyboardInterrupt:
     engine = engines[0]
-    print(type(engine._failed).__name__, engine.counters()["durable_lsn"])
+    print(type(engine.durability.failed).__name__, engine.counters()["durable_lsn"])
 """
 
 
@@ -502,7 +502,7 @@ async def test_wait_until_raises_once_the_journal_fails(home: Path, clock: FakeC
         await engine.start("jgc_three_steps", 1, id="w")
         with pytest.raises(JournalFailed):
             await engine.wait_until(lambda: False)
-        await engine.wait_until(lambda: engine._failed is not None)  # true: returns
+        await engine.wait_until(lambda: engine.durability.failed is not None)  # true: returns
 
 
 async def test_full_disk_on_append_is_fail_stop(home: Path, clock: FakeClock) -> None:

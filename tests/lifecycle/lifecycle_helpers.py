@@ -10,18 +10,20 @@ T0 = 1_700_000_000.0  # the FakeClock's default start
 
 def latest(engine: Engine, id: str) -> Run:
     """The newest run of `id`, as the engine holds it."""
-    return engine._latest_run(id)
+    return engine.runs.latest(id)
 
 
 async def until_parked(engine: Engine, id: str) -> Run:
     """Waits until the newest run of `id` is parked (its coroutine dropped)."""
-    await engine.wait_until(lambda: id in engine._latest and latest(engine, id).parked)
+    await engine.wait_until(lambda: id in engine.runs.newest and latest(engine, id).parked)
     return latest(engine, id)
 
 
 async def until_status(engine: Engine, id: str, *statuses: str) -> Run:
     """Waits until the newest run of `id` has one of `statuses`."""
-    await engine.wait_until(lambda: id in engine._latest and latest(engine, id).status in statuses)
+    await engine.wait_until(
+        lambda: id in engine.runs.newest and latest(engine, id).status in statuses
+    )
     return latest(engine, id)
 
 
@@ -34,6 +36,6 @@ async def until_waiting(engine: Engine, id: str, *seqs: str) -> Run:
     """Waits until the code of the newest run of `id` awaits each of the operations `seqs`."""
     want = set(seqs)
     await engine.wait_until(
-        lambda: id in engine._latest and want <= set(latest(engine, id).waiters)
+        lambda: id in engine.runs.newest and want <= set(latest(engine, id).waiters)
     )
     return latest(engine, id)

@@ -336,8 +336,10 @@ async def test_a_branch_the_new_code_no_longer_runs_makes_the_run_stuck(make_eng
 
     async with make_engine() as engine:
         await engine.start(v1, None, id="fewer")
-        run = engine._latest_run("fewer")
-        await engine.wait_until(lambda: len(run.ops) == 2 and engine._durable_lsn >= run.last_lsn)
+        run = engine.runs.latest("fewer")
+        await engine.wait_until(
+            lambda: len(run.ops) == 2 and engine.durability.durable_lsn >= run.last_lsn
+        )
 
     @workflow(name="life.fewer_branches")
     async def v2(ctx: Ctx, _: None) -> list[str]:
@@ -346,6 +348,6 @@ async def test_a_branch_the_new_code_no_longer_runs_makes_the_run_stuck(make_eng
         return got
 
     async with make_engine() as engine:
-        run = engine._latest_run("fewer")
+        run = engine.runs.latest("fewer")
         await engine.wait_until(lambda: run.status == "stuck")
         assert "fewer.b" in (run.error or "") and "did not ask for it" in (run.error or "")

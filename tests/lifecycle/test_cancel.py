@@ -241,10 +241,10 @@ async def test_a_cancel_acknowledged_just_before_a_crash_lands_on_reopen(
             await clock.wait_for_sleepers()
         else:
             await until_parked(engine, id)
-        run = engine._latest_run(id)
+        run = engine.runs.latest(id)
         # The journal as a SIGKILL right after the request became durable leaves it.
-        engine._append(run, [R.CancelRequested, run.run_id, "acknowledged", 0.0])
-        await engine._wait_durable(run.last_lsn)
+        engine.driver.append(run, [R.CancelRequested, run.run_id, "acknowledged", 0.0])
+        await engine.durability.wait(run.last_lsn)
     async with make_engine() as engine:
         with pytest.raises(Cancelled, match="acknowledged"):
             await run_clock(engine.handle(id).result())

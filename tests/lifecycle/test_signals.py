@@ -167,8 +167,10 @@ async def test_a_signal_after_a_wait_timed_out_does_not_win_over_the_timeout(
 
     async with make_engine() as engine:
         await engine.start(wf, None, id="late")
-        run = engine._latest_run("late")
-        await engine.wait_until(lambda: run.parked and engine._durable_lsn >= run.last_lsn)
+        run = engine.runs.latest("late")
+        await engine.wait_until(
+            lambda: run.parked and engine.durability.durable_lsn >= run.last_lsn
+        )
     clock.advance(60)
     async with make_engine(drive=False) as engine:
         await engine.signal("late", "go", "late")

@@ -32,7 +32,7 @@ async def test_ten_thousand_sleeping_runs_are_parked_without_frames(make_engine,
             await asyncio.gather(
                 *(engine.start(sleeper, n, id=f"s-{n}") for n in range(first, first + 1000))
             )
-        runs = [engine._latest_run(f"s-{n}") for n in range(RUNS)]
+        runs = [engine.runs.latest(f"s-{n}") for n in range(RUNS)]
         await engine.wait_until(lambda: all(r.parked for r in runs))
         await asyncio.sleep(0)  # one loop turn: the cancelled tasks finish unwinding
         gc.collect()

@@ -15,7 +15,7 @@ from fusee_cli import session
 from fusee_cli.commands import serve
 from fusee_cli.session import CliError, Code
 from fusee_runtime import Ctx, JournalFailed, workflow
-from fusee_runtime.engine.control import ControlClient
+from fusee_runtime.control.client import ControlClient
 from fusee_runtime.journal.storage import Storage
 
 

@@ -1,0 +1,107 @@
+"""The one way into a home's control API: ask its owner, else open it yourself.
+
+One process owns a home at a time. `connect` asks that process on the
+home's socket; when none serves it, it opens the home in this process
+(`open_home`), driving its runs or passively, and offers the same
+operations on that engine. A process can hold the lock without serving
+yet (it is recovering the journal) or without ever serving (a passive
+command, for a moment): `connect` keeps trying both ways for `ANSWER_S`,
+then names the owner's pid.
+
+Errors are the library's: what `Engine.open` raises (`HomeLocked`,
+`JournalCorrupt`, `AppImportError`, an `OSError` for a home that cannot
+be a directory of ours) and `OwnerUnanswered`. Saying them to a person
+(and with which exit code) is the caller's business.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from fusee_runtime import Config, Engine, HomeLocked
+from fusee_runtime.control import protocol
+from fusee_runtime.control.api import Control
+from fusee_runtime.control.client import ControlClient, OwnerUnanswered
+from fusee_runtime.engine.home import HomeLock
+
+RETRY_OPEN_S = 0.05
+"""Pause between two tries to reach the owner or take the home, while another process has it."""
+
+
+@contextlib.asynccontextmanager
+async def open_home(
+    home: Path,
+    app: str | ModuleType | Iterable[str] | None,
+    *,
+    drive: bool = True,
+    grace: float = 0.0,
+    **config: Any,
+) -> AsyncIterator[Engine]:
+    """Opens the home in this process for the duration of the block.
+
+    Opening recovers the journal. With `drive`, the open runs resume while
+    the block runs, and stop, durable, when it ends; the engine serves the
+    control API meanwhile, so commands from other processes reach it.
+    Without `drive` the home is opened passively (`Config(drive=False)`):
+    what the block appends is durable when its call returns, but no run's
+    code runs and no timer fires. `grace` is what step functions running
+    at the end get to finish; `config` goes to `Config`.
+
+    Raises:
+        AppImportError: the app fails to import.
+        HomeLocked: another process owns the home.
+        JournalCorrupt: the journal is damaged before its tail.
+        OSError: the home cannot be a directory of ours (a file, a dangling link...).
+    """
+    engine = Engine(home, app, config=Config(drive=drive, **config))
+    await engine.open()
+    try:
+        yield engine
+    finally:
+        await engine.close(grace)
+
+
+@contextlib.asynccontextmanager
+async def connect(
+    home: Path,
+    app: str | ModuleType | Iterable[str] | None,
+    *,
+    drive: bool,
+    grace: float = 0.0,
+    **config: Any,
+) -> AsyncIterator[Control | ControlClient]:
+    """The home's control API: its owner's, over the socket, or else this process's own.
+
+    With no owner the home is opened here, driving its runs (`drive`) or
+    passively, as `open_home` says (`grace` and `config` go to it). While
+    another process holds the lock without serving, both ways are tried
+    again every `RETRY_OPEN_S` for `ANSWER_S`.
+
+    Raises:
+        OwnerUnanswered: the owner does not answer on its socket, or holds
+            the lock without serving it for `ANSWER_S`.
+        AppImportError, JournalCorrupt, OSError: as `open_home`.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + protocol.ANSWER_S
+    async with contextlib.AsyncExitStack() as stack:
+        while True:
+            client = await ControlClient.connect(home)
+            if client is not None:
+                ctl: Control | ControlClient = client
+                break
+            try:
+                opening = open_home(home, app, drive=drive, grace=grace, **config)
+                ctl = Control(await stack.enter_async_context(opening))
+                break
+            except HomeLocked:
+                if loop.time() >= deadline:
+                    pid = HomeLock(home).owner()
+                    raise OwnerUnanswered(home, pid, "does not answer") from None
+            await asyncio.sleep(RETRY_OPEN_S)
+        yield ctl

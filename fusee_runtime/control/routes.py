@@ -1,0 +1,436 @@
+"""The endpoints of the HTTP API: what each route parses, calls and answers.
+
+Each endpoint reads its request (path, query string, JSON body) strictly,
+calls one operation of `Control`, and answers JSON once what it did is
+durable. Every error is a JSON answer too, `{"error": {"type": NAME,
+"message": TEXT}}`: `status_of` maps the engine's errors to statuses, a
+request refused before it reached the engine carries its own, and a bug
+is a 500 whose body is one line (the "fusee" logger gets the rest).
+`ROUTES` lists every route; `http.build_app` serves them and
+`openapi.OPENAPI` documents each one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+
+from fusee_runtime.control.api import Control, run_json
+from fusee_runtime.control.limits import BODY_BYTES_MAX, RESULT_WAIT_S_MAX
+from fusee_runtime.control.openapi import OPENAPI
+from fusee_runtime.engine.state import RunInfo, Status
+from fusee_runtime.errors import (
+    CodecError,
+    EngineClosed,
+    FuseeError,
+    JournalFailed,
+    NotFound,
+    Rejected,
+    RunFailed,
+    TimedOut,
+)
+
+log = logging.getLogger("fusee")
+
+
+class _Problem(Exception):
+    """A request refused before it reached the engine: its status, type and message."""
+
+    def __init__(
+        self, status: int, type: str, message: str, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.type = type
+        self.message = message
+        self.headers = headers
+
+
+def _bad(message: str) -> _Problem:
+    return _Problem(400, "BadRequest", message)
+
+
+def _json(doc: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(doc), status, headers, media_type="application/json")
+
+
+def error_response(
+    status: int, type: str, message: str, headers: dict[str, str] | None = None
+) -> Response:
+    """An error answer: `{"error": {"type": type, "message": message}}` with `status`."""
+    return _json({"error": {"type": type, "message": message}}, status, headers)
+
+
+def status_of(error: FuseeError) -> int:
+    """The HTTP status that answers `error`."""
+    if isinstance(error, EngineClosed | JournalFailed):
+        return 503
+    if isinstance(error, NotFound):
+        return 404
+    if isinstance(error, Rejected | CodecError):
+        return 400
+    # The run ended under the call: Cancelled, Terminated, RunFailed, TimedOut (its
+    # deadline: no call but `result` waits with a timeout, and it answers for itself).
+    return 409
+
+
+# -- requests -----------------------------------------------------------------------
+
+
+@dataclass
+class Api:
+    """What every endpoint serves from."""
+
+    control: Control
+    closing: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when the server closes: long polls answer at once."""
+
+
+Endpoint = Callable[[Request, Api], Awaitable[Response]]
+
+
+def as_endpoint(fn: Endpoint, api: Api) -> Callable[[Request], Awaitable[Response]]:
+    """`fn` as a Starlette endpoint whose every error is a JSON answer."""
+
+    @functools.wraps(fn)
+    async def endpoint(request: Request) -> Response:
+        try:
+            return await fn(request, api)
+        except _Problem as p:
+            return error_response(p.status, p.type, p.message, p.headers)
+        except FuseeError as e:
+            return error_response(status_of(e), type(e).__name__, str(e))
+        except ClientDisconnect:
+            return error_response(
+                400, "BadRequest", "the client went away before sending the whole body"
+            )
+        except Exception as e:  # a bug: the client gets one line, the log the rest
+            log.exception("fusee: HTTP %s %s failed", request.method, request.url.path)
+            line = (str(e).splitlines() or [""])[0][:200]
+            return error_response(
+                500, "InternalError", f"the server failed to answer: {type(e).__name__}: {line}"
+            )
+
+    return endpoint
+
+
+async def _body(request: Request) -> Any:
+    """The request's body as JSON; None when it is empty.
+
+    Raises:
+        _Problem: 413 past `BODY_BYTES_MAX`, 400 when it is not JSON.
+    """
+    declared = request.headers.get("content-length", "")
+    too_large = _Problem(413, "PayloadTooLarge", f"the body is over {BODY_BYTES_MAX} bytes")
+    if declared.isascii() and declared.isdigit() and int(declared) > BODY_BYTES_MAX:
+        raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > BODY_BYTES_MAX:
+            raise too_large
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw.strip():
+        return None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise _bad(f"the body is not JSON: {e}") from None
+
+
+async def _fields(
+    request: Request, allowed: tuple[str, ...], required: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """The body as a JSON object of the `allowed` fields (an empty body is `{}`)."""
+    doc = await _body(request)
+    names = ", ".join(allowed) or "no fields"
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise _bad(f"the body is a JSON object ({names}), not {_kind(doc)}")
+    unknown = sorted(set(doc) - set(allowed))
+    if unknown:
+        raise _bad(f"the body has an unknown field {unknown[0]!r}; fields: {names}")
+    missing = [name for name in required if name not in doc]
+    if missing:
+        raise _bad(f"the body has no {missing[0]!r} field")
+    return doc
+
+
+def _text(doc: dict[str, Any], name: str, default: str | None = None) -> str | None:
+    """Field `name` of the body, a string (or null, or absent: `default`)."""
+    value = doc.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise _bad(f"the field {name!r} is a string, not {_kind(value)}")
+    return value
+
+
+def _kind(value: Any) -> str:
+    kinds = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+    if value is None:
+        return "null"
+    return kinds.get(type(value), "a number")
+
+
+def _params(request: Request, allowed: tuple[str, ...]) -> dict[str, str]:
+    """The query string's parameters, each at most once and each one of `allowed`."""
+    params = request.query_params
+    for name in params:
+        if name not in allowed:
+            known = ", ".join(allowed) or "none"
+            raise _bad(f"unknown query parameter {name!r}; parameters: {known}")
+        if len(params.getlist(name)) > 1:
+            raise _bad(f"the query parameter {name!r} is given more than once")
+    return dict(params)
+
+
+# -- endpoints ----------------------------------------------------------------------
+
+
+async def _start(request: Request, api: Api) -> Response:
+    doc = await _fields(request, ("workflow", "input", "id", "on_conflict"), ("workflow",))
+    workflow = _text(doc, "workflow")
+    if workflow is None:
+        raise _bad("the field 'workflow' is a string, not null")
+    id = _text(doc, "id")
+    on_conflict = _text(doc, "on_conflict", "return")
+    # The engine refuses a start with on_conflict "fail" on an id that has a run
+    # with a plain Rejected, as it refuses other things. The id having a run just
+    # before the call tells the conflict apart: the engine looks for it before its
+    # first await, so nothing can start one in between.
+    conflict = on_conflict == "fail" and id is not None and await _exists(api.control, id)
+    try:
+        info, existed = await api.control.start(
+            workflow,
+            doc.get("input"),
+            id=id,
+            on_conflict=on_conflict,  # type: ignore[arg-type]
+        )
+    except Rejected as e:
+        if conflict and not isinstance(e, EngineClosed):
+            raise _Problem(409, type(e).__name__, str(e)) from None
+        raise
+    created = not existed or on_conflict == "new_run"
+    return _json({**run_json(info), "existed": existed}, 201 if created else 200)
+
+
+async def _exists(control: Control, id: str) -> bool:
+    try:
+        await control.describe(id)
+    except NotFound:
+        return False
+    return True
+
+
+async def _list(request: Request, api: Api) -> Response:
+    params = _params(request, ("status", "workflow", "limit"))
+    limit = None
+    if "limit" in params:
+        text = params["limit"]
+        if not (text.isascii() and text.isdigit()) or int(text) < 1:
+            raise _bad(f"limit is a positive whole number, not {text!r}")
+        limit = int(text)
+    runs = await api.control.list(params.get("status"), params.get("workflow"), limit)
+    return _json([run_json(info) for info in runs])
+
+
+async def _describe(request: Request, api: Api) -> Response:
+    _params(request, ())
+    return _json(run_json(await api.control.describe(request.path_params["id"])))
+
+
+async def _history(request: Request, api: Api) -> Response:
+    _params(request, ())
+    return _json(await api.control.history(request.path_params["id"]))
+
+
+async def _result(request: Request, api: Api) -> Response:
+    params = _params(request, ("wait",))
+    text = params.get("wait", "0")
+    try:
+        wait_s = float(text)
+    except ValueError:
+        wait_s = math.nan
+    if not math.isfinite(wait_s) or wait_s < 0:
+        raise _bad(f"wait is a number of seconds, 0 or more, not {text!r}")
+    id = request.path_params["id"]
+    answer = asyncio.ensure_future(_outcome(api.control, id, min(wait_s, RESULT_WAIT_S_MAX)))
+    closing = asyncio.ensure_future(api.closing.wait())
+    try:
+        await asyncio.wait({answer, closing}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (answer, closing):
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(answer, closing, return_exceptions=True)
+    if answer.cancelled():  # the server closes: the run has not finished as far as we know
+        return _json(_pending(await api.control.describe(id)), 202)
+    status, doc = answer.result()
+    return _json(doc, status)
+
+
+async def _outcome(control: Control, id: str, wait_s: float, again: bool = True) -> tuple[int, Any]:
+    """The status and body that answer the result of run `id` within `wait_s` seconds."""
+    stopping = control.engine.closing
+    try:
+        value = await control.engine.handle(id).result(timeout=wait_s)
+    except EngineClosed:
+        if stopping:
+            raise
+        # The engine stopped during the wait, before the run finished: it goes on
+        # when the home is opened again.
+        return 202, _pending(await control.describe(id))
+    except RunFailed as e:
+        info = await control.describe(id)
+        return 200, {**_closed(info, str(e.failure)), "failure": e.failure.to_json()}
+    except TimedOut as e:
+        info = await control.describe(id)
+        if info.status.is_open:
+            return 202, _pending(info)
+        if info.status != Status.TIMED_OUT and again:
+            # The wait ran out as the run closed: ask the closed run.
+            return await _outcome(control, id, 0, again=False)
+        return 200, _closed(info, str(e))
+    except FuseeError as e:
+        if isinstance(e, JournalFailed | NotFound):
+            raise
+        info = await control.describe(id)
+        if info.status.is_open:  # not a way a run closes: the caller gets the error
+            raise
+        return 200, _closed(info, str(e))
+    info = await control.describe(id)
+    return 200, {"id": id, "run_id": info.run_id, "status": "completed", "result": value}
+
+
+def _closed(info: RunInfo, error: str) -> dict[str, Any]:
+    return {"id": info.id, "run_id": info.run_id, "status": str(info.status), "error": error}
+
+
+def _pending(info: RunInfo) -> dict[str, Any]:
+    doc = {"id": info.id, "run_id": info.run_id, "status": str(info.status)}
+    return {**doc, "error": info.error} if info.error else doc
+
+
+async def _signal(request: Request, api: Api) -> Response:
+    id, name = request.path_params["id"], request.path_params["name"]
+    await api.control.signal(id, name, await _body(request))
+    return _json(run_json(await api.control.describe(id)))
+
+
+async def _cancel(request: Request, api: Api) -> Response:
+    id = request.path_params["id"]
+    reason = _text(await _fields(request, ("reason",)), "reason", "cancelled")
+    await api.control.cancel(id, reason or "cancelled")
+    return _json(run_json(await api.control.describe(id)))
+
+
+async def _terminate(request: Request, api: Api) -> Response:
+    id = request.path_params["id"]
+    reason = _text(await _fields(request, ("reason",)), "reason", "terminated")
+    await api.control.terminate(id, reason or "terminated")
+    return _json(run_json(await api.control.describe(id)))
+
+
+async def _resume(request: Request, api: Api) -> Response:
+    id = request.path_params["id"]
+    await _fields(request, ())
+    await api.control.resume(id)
+    return _json(run_json(await api.control.describe(id)))
+
+
+async def _reset(request: Request, api: Api) -> Response:
+    to = (await _fields(request, ("to",), ("to",)))["to"]
+    if isinstance(to, bool) or not isinstance(to, int | str):
+        raise _bad(f"the field 'to' is an operation number or a step name, not {_kind(to)}")
+    return _json(run_json(await api.control.reset(request.path_params["id"], to)))
+
+
+async def _query(request: Request, api: Api) -> Response:
+    id, name = request.path_params["id"], request.path_params["name"]
+    return _json({"result": await api.control.query(id, name, await _body(request))})
+
+
+async def _update(request: Request, api: Api) -> Response:
+    id, name = request.path_params["id"], request.path_params["name"]
+    doc = await _fields(request, ("arg", "update_id"))
+    value = await api.control.update(id, name, doc.get("arg"), _text(doc, "update_id"))
+    return _json({"result": value})
+
+
+async def _complete(request: Request, api: Api) -> Response:
+    await api.control.complete(request.path_params["token"], await _body(request))
+    return _json({"ok": True})
+
+
+async def _fail(request: Request, api: Api) -> Response:
+    doc = await _body(request)
+    if isinstance(doc, dict):
+        if set(doc) != {"message"}:
+            raise _bad('the body is {"message": TEXT} or a JSON string')
+        doc = doc["message"]
+    if not isinstance(doc, str):
+        raise _bad(f'the body is {{"message": TEXT}} or a JSON string, not {_kind(doc)}')
+    await api.control.fail(request.path_params["token"], doc)
+    return _json({"ok": True})
+
+
+async def _schedules(request: Request, api: Api) -> Response:
+    _params(request, ())
+    return _json(await api.control.schedules())
+
+
+def _acting(action: Literal["pause", "unpause", "trigger"]) -> Endpoint:
+    async def act(request: Request, api: Api) -> Response:
+        await _fields(request, ())
+        value = await api.control.schedule(request.path_params["name"], action)
+        if isinstance(value, RunInfo):
+            return _json(run_json(value), 201)
+        return _json(value)
+
+    return act
+
+
+async def _health(request: Request, api: Api) -> Response:
+    return _json({"ok": True, **await api.control.ping()})
+
+
+async def _openapi(request: Request, api: Api) -> Response:
+    return _json(OPENAPI)
+
+
+ROUTES: list[tuple[str, str, Endpoint]] = [
+    ("POST", "/v1/runs", _start),
+    ("GET", "/v1/runs", _list),
+    ("GET", "/v1/runs/{id}", _describe),
+    ("GET", "/v1/runs/{id}/history", _history),
+    ("GET", "/v1/runs/{id}/result", _result),
+    ("POST", "/v1/runs/{id}/signals/{name}", _signal),
+    ("POST", "/v1/runs/{id}/cancel", _cancel),
+    ("POST", "/v1/runs/{id}/terminate", _terminate),
+    ("POST", "/v1/runs/{id}/resume", _resume),
+    ("POST", "/v1/runs/{id}/reset", _reset),
+    ("POST", "/v1/runs/{id}/queries/{name}", _query),
+    ("POST", "/v1/runs/{id}/updates/{name}", _update),
+    ("POST", "/v1/complete/{token}", _complete),
+    ("POST", "/v1/fail/{token}", _fail),
+    ("GET", "/v1/schedules", _schedules),
+    ("POST", "/v1/schedules/{name}/pause", _acting("pause")),
+    ("POST", "/v1/schedules/{name}/unpause", _acting("unpause")),
+    ("POST", "/v1/schedules/{name}/trigger", _acting("trigger")),
+    ("GET", "/v1/openapi.json", _openapi),
+    ("GET", "/v1/health", _health),
+]
+"""Every route: method, path, endpoint. `openapi.OPENAPI` documents each one."""

@@ -1,0 +1,174 @@
+"""The owner's side of the control socket: `ControlServer`.
+
+While its engine is open, the process that owns a home serves `Control`
+on `<home>/control.sock` (mode 0600), so commands from other processes
+reach the runs it drives. `protocol` says what goes over the wire. Every
+answer is one line, errors included; a bug in a call costs the client one
+line and the owner a log entry, never the connection of another call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from fusee_runtime.control import protocol
+from fusee_runtime.control.api import Control, run_json
+from fusee_runtime.engine.state import RunInfo
+from fusee_runtime.errors import FuseeError, Rejected
+
+if TYPE_CHECKING:
+    from fusee_runtime.engine.engine import Engine
+
+log = logging.getLogger("fusee")
+
+_CALLS = frozenset(
+    {"ping", "start", "describe", "list", "history", "signal"}
+    | {"cancel", "terminate", "resume", "reset", "complete", "fail", "query", "update"}
+    | {"schedules", "schedule", "prune"}
+)
+_ITERATORS = frozenset({"watch", "stream"})
+
+
+def _to_json(value: Any) -> Any:
+    if isinstance(value, RunInfo):
+        return run_json(value)
+    raise TypeError(f"cannot send a {type(value).__name__}")
+
+
+def _line(doc: dict[str, Any]) -> bytes:
+    return orjson.dumps(doc, default=_to_json, option=orjson.OPT_APPEND_NEWLINE)
+
+
+def _error_line(e: Exception) -> bytes:
+    return _line({"error": {"type": type(e).__name__, "message": str(e)}})
+
+
+class ControlServer:
+    """Serves `Control` on the home's socket while the engine is open."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._control = Control(engine)
+        self._path = engine.home / protocol.SOCKET_NAME
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        """Binds the socket; the caller holds the home's lock, so a socket left there is stale."""
+        with contextlib.suppress(FileNotFoundError):
+            self._path.unlink()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            # Created 0600 (the umask is process-wide, but only for this call).
+            umask = os.umask(0o177)
+            try:
+                with protocol.socket_address(self._path) as address:
+                    sock.bind(address)
+            finally:
+                os.umask(umask)
+            os.chmod(self._path, 0o600)
+            self._server = await asyncio.start_unix_server(
+                self._accept, sock=sock, limit=protocol.LINE_BYTES_MAX
+            )
+        except BaseException:
+            sock.close()
+            raise
+
+    def stop_accepting(self) -> None:
+        """Refuses new connections; calls in progress go on."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+            with contextlib.suppress(FileNotFoundError):
+                self._path.unlink()
+
+    async def close(self) -> None:
+        """Lets calls in progress write their last line for up to `CLOSE_GRACE_S`, then cuts them.
+
+        The engine calls it once it failed its result waiters, so a watch
+        from another process ends with the reason rather than a cut.
+        """
+        self.stop_accepting()
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=protocol.CLOSE_GRACE_S)
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            await self._serve(reader, writer)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            self._tasks.discard(task)
+            writer.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            async with asyncio.timeout(protocol.ANSWER_S):
+                line = await reader.readline()
+            request = orjson.loads(line)
+            op, args = request["op"], request.get("args") or {}
+            if op not in _CALLS | _ITERATORS or not isinstance(args, dict):
+                raise Rejected(f"the control API has no operation {op!r}")
+            method: Callable[..., Any] = getattr(self._control, op)
+            if op in _ITERATORS:
+                async with contextlib.aclosing(method(**args)) as events:
+                    await _pump(events, writer)
+                value = None
+            else:
+                value = await _beating(asyncio.ensure_future(method(**args)), writer)
+            writer.write(_line({"ok": value}))
+        except FuseeError as e:
+            writer.write(_error_line(e))
+        except TimeoutError:
+            return  # no whole request in time: drop the connection
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+            writer.write(_error_line(Rejected(f"a malformed control request: {e}")))
+        except Exception as e:  # a bug: the client gets one line, the owner's log the rest
+            log.exception("fusee: control request failed")
+            writer.write(_error_line(FuseeError(f"the owner failed to answer: {e!r}")))
+        await writer.drain()
+
+
+async def _beating(call: asyncio.Future[Any], writer: asyncio.StreamWriter) -> Any:
+    """The call's value; a beat line every `BEAT_S` until it comes.
+
+    A call waits for its records to be durable; on a slow disk that can
+    take longer than a client waits for a silent owner, and a client that
+    gave up would have the user retry what was already recorded.
+    """
+    try:
+        while True:
+            done, _ = await asyncio.wait({call}, timeout=protocol.BEAT_S)
+            if done:
+                return call.result()
+            writer.write(protocol.BEAT_LINE)
+            await writer.drain()
+    finally:
+        if not call.done():
+            call.cancel()
+            await asyncio.gather(call, return_exceptions=True)
+
+
+async def _pump(events: AsyncIterator[Any], writer: asyncio.StreamWriter) -> None:
+    """Writes each event as a line, and a beat line after `BEAT_S` without one."""
+    while True:
+        try:
+            event = await _beating(asyncio.ensure_future(anext(events)), writer)
+        except StopAsyncIteration:
+            return
+        writer.write(_line({"event": event}))
+        await writer.drain()

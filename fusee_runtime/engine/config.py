@@ -1,0 +1,86 @@
+"""`Config`: an engine's settings, and the limits they are checked against."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Literal
+
+from fusee_runtime.clock import Clock, SystemClock
+from fusee_runtime.dsl import Exhausted, RetryPolicy, seconds
+from fusee_runtime.journal import format as fmt
+from fusee_runtime.journal.storage import Storage
+
+log = logging.getLogger("fusee")
+
+RECORD_FIELDS_BYTES_MAX = 4096
+"""Room in a record for its fields (ids, names, times) beside a payload at its limit."""
+
+
+@dataclass
+class Config:
+    """Engine settings. The defaults are what production wants.
+
+    `durability="none"` skips `fdatasync` altogether: it is UNSAFE, for
+    measuring the engine's own cost only, and a crash loses acknowledged work.
+    """
+
+    clock: Clock = field(default_factory=SystemClock)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    on_exhausted: Exhausted = Exhausted.FAIL
+    durability: Literal["fdatasync", "none"] = "fdatasync"
+    storage: Storage = field(default_factory=Storage)
+    segment_bytes: int = 16 << 20
+    payload_bytes_max: int = 4 << 20
+    checkpoint_bytes: int | None = 4 << 20
+    """A checkpoint is written once the journal has grown this much since the last
+    one (or by the last checkpoint's own size, if larger), and on a clean close.
+    None writes none: the journal is kept whole and replayed whole on open (for
+    looking at a home's full past, and for tests of the journal alone)."""
+    retention: float | timedelta | None = None
+    """Closed runs older than this (by when they closed) are deleted from the history
+    store, checked on open and then hourly; None keeps them. Open runs are never pruned."""
+    step_threads: int = 32
+    drive: bool = True
+    """False opens the home passively: records are read and appended (start,
+    signal, cancel, resume, ...) but no run's code runs and no timer fires, so
+    a command can act on a home without executing anyone's steps."""
+    control: bool = True
+    """Serve the control API on `<home>/control.sock` while open (an engine
+    that drives runs only), so `fusee` commands from other processes reach
+    the runs this engine drives."""
+    schedules: bool = False
+    """Fire the cron schedules of `@workflow(cron=...)` (an engine that drives
+    runs only; `fusee serve` turns it on)."""
+    http_url: str | None = None
+    """Where the HTTP API is reached (`fusee serve --http`): `Completion.url` of
+    `ctx.await_completion` points there; None gives no URL."""
+
+    def __post_init__(self) -> None:
+        if self.durability not in ("fdatasync", "none"):
+            raise ValueError("Config.durability is 'fdatasync' or 'none'")
+        if self.payload_bytes_max < 1 or self.record_bytes_max > fmt.RECORD_BYTES_MAX:
+            raise ValueError(
+                "Config.payload_bytes_max is between 1 and "
+                f"{fmt.RECORD_BYTES_MAX - RECORD_FIELDS_BYTES_MAX} (a journal record is at "
+                f"most {fmt.RECORD_BYTES_MAX} bytes)"
+            )
+        need = fmt.HEADER_BYTES + fmt.frame_size(self.record_bytes_max)
+        if self.segment_bytes < need:
+            raise ValueError(
+                f"Config.segment_bytes ({self.segment_bytes}) must hold the largest record, "
+                f"{need} bytes with Config.payload_bytes_max={self.payload_bytes_max}: "
+                "raise segment_bytes or lower payload_bytes_max"
+            )
+        if self.checkpoint_bytes is not None and self.checkpoint_bytes < 1:
+            raise ValueError("Config.checkpoint_bytes is at least 1, or None")
+        if self.retention is not None and not (seconds(self.retention) or 0) > 0:
+            raise ValueError("Config.retention is a positive duration, or None")
+        if self.durability == "none":
+            log.warning("fusee: durability='none' is UNSAFE: a crash loses acknowledged work")
+
+    @property
+    def record_bytes_max(self) -> int:
+        """The largest journal record: a payload at its limit, with its record's fields."""
+        return self.payload_bytes_max + RECORD_FIELDS_BYTES_MAX

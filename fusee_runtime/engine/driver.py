@@ -1,0 +1,411 @@
+"""Driving runs: run their code, park and wake them, fire their timers, close them.
+
+The driver is the engine as a run sees it (it implements
+`fusee_runtime.host.RunHost`). It appends a run's records and reacts to
+each (`append`): a timer to arm, a signal to hand to a wait, an operation
+resolved that wakes the code. It runs a run's code as a task
+(`spawn`, through `execution.run_code`), parks it when the code only waits
+(its coroutine is dropped; a wake-up replays it to the same point), and
+records how it closed once the code returns or fails.
+
+A run's close turns final (`status`, result waiters, the history store)
+only once its record is durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from fusee_runtime.clock import Clock
+from fusee_runtime.completions import Completion, Tokens
+from fusee_runtime.dsl import WorkflowDef, registry
+from fusee_runtime.engine.config import Config
+from fusee_runtime.engine.durability import Durability
+from fusee_runtime.engine.runlog import RunLog
+from fusee_runtime.engine.runs import RunTable
+from fusee_runtime.engine.state import Run, Status
+from fusee_runtime.engine.timers import TimerQueue
+from fusee_runtime.errors import (
+    CodecError,
+    EngineClosed,
+    Failure,
+    JournalFailed,
+    NotFound,
+    Rejected,
+)
+from fusee_runtime.execution import run_code
+from fusee_runtime.journal.records import R
+from fusee_runtime.scope import check_name
+from fusee_runtime.steps import StepWorkers
+
+log = logging.getLogger("fusee")
+
+_RESOLVING = (R.TimerFired, R.WaitCompleted, R.OpCancelled, R.StepResumed, R.CompletionDone)
+
+
+class Driver:
+    """Runs the code of the runs in memory, and appends their records.
+
+    Args:
+        home: the engine's home.
+        config: the engine's settings.
+        durability: the commit path.
+        runs: the table of runs.
+        tokens: issues completion tokens.
+        app: what the engine loaded its workflows from (named when one is missing).
+        on_closed: called once a run's close is durable (the history store,
+            the schedules).
+    """
+
+    def __init__(
+        self,
+        home: Path,
+        config: Config,
+        durability: Durability,
+        runs: RunTable,
+        tokens: Tokens,
+        app: Any,
+        on_closed: Callable[[Run], None],
+    ) -> None:
+        self.home = home
+        self.app = app
+        self.config = config
+        self.clock: Clock = config.clock
+        self.durability = durability
+        self.runs = runs
+        self.tokens = tokens
+        self.workflows: dict[str, WorkflowDef] = registry()
+        self.workers = StepWorkers(config.step_threads)
+        self.run_log: RunLog | None = None
+        """`ctx.log` lines; only an engine that runs code writes them."""
+        self.timers = TimerQueue(self.clock, self._fire)
+        self.opened = False
+        self._closing = False
+        self._on_closed = on_closed
+        self._wakes: set[str] = set()
+
+    # -- the engine's state, as runs see it ------------------------------------------------
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    def stop(self) -> None:
+        """The engine is closing: it takes no more work, and running code halts."""
+        self._closing = True
+
+    @property
+    def durable_lsn(self) -> int:
+        return self.durability.durable_lsn
+
+    @property
+    def failed(self) -> JournalFailed | None:
+        return self.durability.failed
+
+    def check_accepting(self) -> None:
+        if not self.opened:
+            raise Rejected("the engine is not open: use `async with Engine(...)`")
+        if self.durability.failed is not None:
+            raise self.durability.failed
+        if self._closing:
+            raise EngineClosed(
+                f"the engine of {self.home} is stopping (pid {os.getpid()}): it takes no more "
+                "work; run the command again once it has stopped"
+            )
+
+    def encode(self, value: Any, what: str) -> bytes:
+        try:
+            encoded = orjson.dumps(value)
+        except TypeError as e:
+            raise CodecError(f"{what} cannot be encoded as JSON: {e}") from None
+        if len(encoded) > self.config.payload_bytes_max:
+            raise CodecError(
+                f"{what} is {len(encoded)} bytes, over the limit of "
+                f"{self.config.payload_bytes_max} (Config.payload_bytes_max)"
+            )
+        return encoded
+
+    async def wait_durable(self, lsn: int) -> None:
+        await self.durability.wait(lsn)
+
+    def durable_future(self, lsn: int) -> asyncio.Future[None]:
+        return self.durability.future(lsn)
+
+    def progressed(self) -> None:
+        self.durability.progressed()
+
+    def workflow(self, name: str) -> WorkflowDef:
+        wf = self.workflows.get(name) if isinstance(name, str) else None
+        if wf is None:
+            known = ", ".join(sorted(self.workflows)) or "none"
+            raise NotFound(f"unknown workflow {name!r}; known workflows: {known}")
+        return wf
+
+    def find_latest(self, id: str) -> Run | None:
+        return self.runs.find_latest(id)
+
+    def open_runs(self) -> list[Run]:
+        return self.runs.open_runs()
+
+    def completion(self, run: Run, seq: str, issued: int) -> Completion:
+        return self.tokens.issue(run, seq, issued)
+
+    def log_compensation(self, run: Run, name: str, error: Exception) -> None:
+        log.error("fusee: %s compensation %r failed: %s", run.workflow_id, name, error)
+
+    def log_attempt(
+        self, run: Run, name: str, attempt: int, failure: Failure, retry_at: float
+    ) -> None:
+        log.info(
+            "fusee: %s step %r attempt %d failed (%s); retry in %.3fs",
+            run.workflow_id,
+            name,
+            attempt,
+            failure,
+            retry_at - self.clock.now(),
+        )
+
+    # -- appending -------------------------------------------------------------------------
+
+    def append(self, run: Run, rec: list[Any], wire: tuple[Any, ...] | None = None) -> int:
+        """Appends a record of `run` (not yet durable), folds it into memory and reacts."""
+        lsn = self.durability.append(wire if wire is not None else rec)
+        op = run.apply(lsn, rec)
+        kind = rec[0]
+        if kind == R.TimerStarted or (kind == R.WaitStarted and rec[4] is not None):
+            self.timers.add(rec[4], run.run_id, rec[2])
+        if kind in (R.WaitStarted, R.SignalReceived):
+            self.match_signals(run)
+        elif kind == R.StepPaused and run.is_open:
+            run.status = Status.PAUSED
+        elif op is not None and kind in _RESOLVING:
+            if kind == R.StepResumed and run.status == Status.PAUSED and not run.paused_ops():
+                run.status = Status.RUNNING
+            self._resolved(run, rec[2])
+        return lsn
+
+    def append_record(self, wire: Any) -> int:
+        return self.durability.append(wire)
+
+    def new_run(
+        self,
+        workflow_id: str,
+        workflow: str,
+        encoded_input: bytes,
+        deadline: float | None,
+        origin: dict[str, Any] | None,
+    ) -> Run:
+        run_id = uuid.uuid4().hex
+        now = self.clock.now()
+        head = (run_id, workflow_id, workflow)
+        tail = (now, deadline, origin)
+        rec = [R.RunStarted, *head, orjson.loads(encoded_input), *tail]
+        wire = (int(R.RunStarted), *head, orjson.Fragment(encoded_input), *tail)
+        lsn = self.durability.append(wire)
+        run, _ = self.runs.fold(lsn, rec, durable=False)
+        self.arm(run)
+        self.spawn(run)
+        return run
+
+    def signal(self, run: Run, name: str, value: Any) -> int:
+        """Appends a signal for `run`; returns its lsn."""
+        check_name("signal", name)
+        encoded = self.encode(value, f"signal {name!r}")
+        rec = [
+            R.SignalReceived,
+            run.run_id,
+            run.next_signal_id,
+            name,
+            orjson.loads(encoded),
+            self.clock.now(),
+        ]
+        return self.append(run, rec)
+
+    def continue_as_new(self, run: Run, input: Any) -> None:
+        encoded = self.encode(input, f"the input of workflow {run.workflow!r}")
+        new_run_id = uuid.uuid4().hex
+        now = self.clock.now()
+        rec = [R.RunContinuedAsNew, run.run_id, new_run_id, orjson.loads(encoded), now]
+        wire = (int(R.RunContinuedAsNew), run.run_id, new_run_id, orjson.Fragment(encoded), now)
+        lsn = self.durability.append(wire)
+        self.runs.fold(lsn, rec, durable=False)
+        self._after_close(run)
+        new = self.runs.by_run_id[new_run_id]
+        self.arm(new)
+        self.spawn(new)
+
+    # -- driving -------------------------------------------------------------------------
+
+    def spawn(self, run: Run) -> None:
+        """Runs the run's code (again) from the top as a task; in an engine that runs no
+        code, shows it as it would be there."""
+        if not self.config.drive:
+            # Its code runs when a driving engine opens the home; meanwhile a run
+            # with a pending timer or wait shows as parked, as it would there.
+            run.parked = True
+            if run.status in (Status.RUNNING, Status.PARKED, Status.PAUSED):
+                waits = Status.PARKED if run.pending else Status.RUNNING
+                run.status = Status.PAUSED if run.paused_ops() else waits
+            return
+        run.parked = False
+        if run.status in (Status.RUNNING, Status.PARKED, Status.PAUSED):
+            run.status = Status.PAUSED if run.paused_ops() else Status.RUNNING
+        run.task = asyncio.get_running_loop().create_task(
+            self._drive(run), name=f"fusee:{run.workflow_id}"
+        )
+
+    def arm(self, run: Run) -> None:
+        """Schedules a run's deadline and pending timers; matches buffered signals."""
+        if run.deadline is not None:
+            self.timers.add(run.deadline, run.run_id, None)
+        for seq, op in run.pending.items():
+            if op.fire_at is not None:
+                self.timers.add(op.fire_at, run.run_id, seq)
+        self.match_signals(run)
+
+    def _fire(self, run_id: str, seq: str | None, at: float) -> None:
+        """A timer entry came due: record what it means, if it still means anything."""
+        run = self.runs.by_run_id.get(run_id)
+        if run is None or not run.is_open or self.durability.failed is not None:
+            return
+        if seq is None:
+            if run.deadline == at:
+                self.close_run(run, R.RunTimedOut, "the run passed its deadline")
+            return
+        op = run.pending.get(seq)
+        if op is None or op.fire_at != at:
+            return
+        if op.kind == "timer":
+            self.append(run, [R.TimerFired, run.run_id, seq, self.clock.now()])
+        elif op.kind == "wait":
+            self.append(run, [R.WaitCompleted, run.run_id, seq, None, None, self.clock.now()])
+
+    def match_signals(self, run: Run) -> None:
+        """Hands buffered signals to pending waits, oldest signal to earliest wait."""
+        if not run.signals:
+            return
+        now = self.clock.now()
+        for seq, op in list(run.pending.items()):
+            if op.kind != "wait" or op.done:
+                continue
+            if op.fire_at is not None and op.fire_at <= now:
+                continue  # timed out before this signal came: its timer records None
+            for signal_id, name, value in run.signals:
+                if name == op.name:
+                    self.append(run, [R.WaitCompleted, run.run_id, seq, signal_id, value, now])
+                    break
+
+    def park(self, run: Run) -> None:
+        task = run.task
+        assert task is not None
+        run.parked = True
+        run.task = None
+        run.execution = None
+        run.waiters.clear()
+        if run.status in (Status.RUNNING, Status.PAUSED):
+            run.status = Status.PAUSED if run.paused_ops() else Status.PARKED
+        task.cancel()
+        self.progressed()
+
+    def _resolved(self, run: Run, seq: str) -> None:
+        """An op the run's code may wait on was resolved: wake the code."""
+        fut = run.waiters.pop(seq, None)
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+        if run.parked and run.run_id not in self._wakes:
+            self._wakes.add(run.run_id)
+            asyncio.get_running_loop().call_soon(self._wake, run)
+
+    def _wake(self, run: Run) -> None:
+        self._wakes.discard(run.run_id)
+        if run.parked and run.is_open and not self._closing:
+            self.spawn(run)
+
+    async def _drive(self, run: Run) -> None:
+        """Runs a run's code (again) from the top, and records how it ended."""
+        wf = self.workflows.get(run.workflow)
+        if wf is None:
+            self.mark_stuck(
+                run, f"workflow {run.workflow!r} is not registered by the app {self.app!r}"
+            )
+            return
+        ended = await run_code(self, run, wf.fn)
+        if ended is None:
+            return
+        if ended.error is not None:
+            if ended.cancelled:
+                self.close_run(run, R.RunCancelled, run.cancel_reason)
+            else:
+                self.close_run(run, R.RunFailed, Failure.of(ended.error).to_json())
+            return
+        try:
+            encoded = self.encode(ended.value, f"the result of workflow {run.workflow!r}")
+        except CodecError as e:
+            failure = Failure(str(e), kind="CodecError", retryable=False)
+            self.close_run(run, R.RunFailed, failure.to_json())
+            return
+        self.close_run(run, R.RunCompleted, orjson.loads(encoded), orjson.Fragment(encoded))
+
+    def interrupt(self, run: Run) -> None:
+        """Delivers a requested cancel wherever the run's code is waiting."""
+        execution = run.execution
+        running = execution.step_tasks if execution is not None else {}
+        resolved = set()
+        for seq, op in list(run.pending.items()):
+            if op.kind == "completion" and not op.sent and seq in running:
+                continue  # its `send` runs: the task's cancel delivers it, as for a step
+            self.append(run, [R.OpCancelled, run.run_id, seq, op.kind, op.name])
+            resolved.add(seq)
+        # A paused step just resolved above raises Cancelled by itself; a task
+        # cancel on top would arrive as a bare CancelledError.
+        for seq, task in list(running.items()):
+            if seq not in resolved:
+                task.cancel()
+
+    def mark_stuck(self, run: Run, message: str) -> None:
+        run.status = Status.STUCK
+        run.error = message
+        run.current = None
+        self.progressed()
+        log.error("fusee: run %s (%s) is stuck: %s", run.workflow_id, run.run_id, message)
+
+    # -- closing a run ---------------------------------------------------------------------
+
+    def close_run(self, run: Run, kind: R, value: Any, wire_value: Any = None) -> None:
+        """Appends how the run closed; it turns final once that is durable."""
+        now = self.clock.now()
+        rec = [kind, run.run_id, value, now]
+        wire = (int(kind), run.run_id, value if wire_value is None else wire_value, now)
+        self.append(run, rec, wire)
+        self._after_close(run)
+
+    def _after_close(self, run: Run) -> None:
+        run.current = None
+        run.parked = False
+        # Its code is done: no handler answers for it any more (the same after a restart).
+        run.queries.clear()
+        run.updates.clear()
+        if run.task is not None and run.task is not asyncio.current_task():
+            run.task.cancel()
+        closed = self.durability.future(run.close_lsn or 0)
+        closed.add_done_callback(lambda f: self._closed_durable(run, f))
+
+    def _closed_durable(self, run: Run, fut: asyncio.Future[None]) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        if run.closing is not None:
+            run.status = run.closing
+        if run.closed is not None and not run.closed.done():
+            run.closed.set_result(None)
+        if self.run_log is not None:
+            self.run_log.closed(run)
+        self._on_closed(run)
+        self.progressed()

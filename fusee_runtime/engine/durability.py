@@ -1,0 +1,310 @@
+"""The commit path: the engine's one way to the journal, and the storage seam.
+
+Every record the engine writes goes through `Durability.append`, and every
+wait for the disk through `wait` or `future`. Nothing else in the engine
+touches the journal writer, so a second store (PostgreSQL, say) plugs in
+here, beside the local journal, without touching workflow code, steps or
+the control API. What a store behind this seam must give:
+
+- **Appended.** `append(record)` returns the record's lsn at once: one more
+  than the last appended, with no gap. The record is in the batch being
+  written, not on disk: a crash may take it (and every record after it)
+  back. The engine folds it into memory right away, and never lets an
+  effect that depends on it out (a step's input, an acknowledgement) until
+  it is durable.
+- **Durable.** `durable_lsn` only grows; once it reaches an lsn, that
+  record and every one before it survive any crash (on the local journal:
+  written and `fdatasync`ed, as `journal/writer.py` says). Waiters are woken
+  in lsn order, on the engine's loop.
+- **Failed.** A write or sync that fails stops the store for good
+  (fail-stop): `failed` is set, every waiter for a record not yet durable
+  gets `JournalFailed`, and nothing is appended or acknowledged after. What
+  was durable before stays so; the home is opened again once the disk is
+  fixed.
+
+Group commit. Records appended while the loop runs are committed together.
+When the loop has nothing else to run and the disk is fast, the commit
+happens on the loop itself (see `_kick`); otherwise the writer thread
+commits while the loop runs on, and reports back through
+`call_soon_threadsafe`.
+
+Progress. The same room keeps the engine's pulse: `progressed()` wakes the
+callers of `wait_until`, after each durable batch and each change of a
+run's state that people or tests may wait for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from fusee_runtime.engine.config import Config
+from fusee_runtime.errors import JournalFailed, Rejected
+from fusee_runtime.journal.reader import Tail
+from fusee_runtime.journal.writer import JournalWriter
+
+log = logging.getLogger("fusee")
+
+COMMIT_HERE_SYNC_S_MAX = 0.002
+"""Above this `fdatasync` time (a moving average), commits stay on the writer thread
+even when the loop is idle, so a slow disk never holds up the loop for long."""
+KICK_WAITS_FOR_READY = 4
+"""A commit waits for this many callbacks ready on the loop (a few rounds at most) to
+run first and then commits on the loop; with more ready it goes to the writer thread."""
+
+
+class Durability:
+    """The journal as the engine sees it: append, durable position, waiters, fail-stop.
+
+    Args:
+        home: the engine's home (named in the failure message).
+        config: the engine's settings (storage, segment size, durability).
+        on_durable: called on the loop after each durable batch (checkpoints).
+        on_failed: called on the loop once the journal failed, with the error.
+    """
+
+    def __init__(
+        self,
+        home: Path,
+        config: Config,
+        on_durable: Callable[[], None],
+        on_failed: Callable[[JournalFailed], None],
+    ) -> None:
+        self.home = home
+        self.config = config
+        self.durable_lsn = 0
+        """Every record up to here is durable."""
+        self.failed: JournalFailed | None = None
+        """Why the journal stopped accepting work, once it did."""
+        self.writer: JournalWriter | None = None
+        self.commit_here = config.storage.loop_safe
+        """Whether commits may run on the loop (a storage that is not loop-safe: never)."""
+        self._on_durable = on_durable
+        self._on_failed = on_failed
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._ticket = itertools.count()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._kick_handle: asyncio.Handle | None = None  # `_kick` scheduled for the batch
+        self._kick_rounds = 0  # times it waited for the loop's last few ready callbacks
+        self._progress: asyncio.Event | None = None
+
+    def start(self, journal: Path, tail: Tail) -> None:
+        """Starts writing after `tail` (what recovery found), on the running loop."""
+        loop = self._loop = asyncio.get_running_loop()
+        self.durable_lsn = tail.next_lsn - 1
+        self.writer = JournalWriter(
+            journal,
+            self.config.storage,
+            tail,
+            self.config.segment_bytes,
+            on_durable=lambda lsn: soon(loop, self._durable_to, lsn),
+            on_failed=lambda e: soon(loop, self._journal_failed, e),
+            sync=self.config.durability == "fdatasync",
+            record_bytes_max=self.config.record_bytes_max,
+            commit_on_append=False,
+        )
+
+    async def close(self) -> None:
+        """Commits what is appended and stops the writer."""
+        if self.writer is not None:
+            await asyncio.to_thread(self.writer.close)
+
+    def reject_waiters(self) -> None:
+        """The engine closed: waiters for records that never became durable get `Rejected`."""
+        for _, _, fut in self._waiters:
+            if not fut.done():
+                fut.set_exception(Rejected("the engine closed"))
+        self._waiters.clear()
+
+    # -- appending ---------------------------------------------------------------------
+
+    def append(self, wire: Any) -> int:
+        """Appends one record (encoded here); returns its lsn. Not durable yet.
+
+        Raises:
+            JournalFailed: the journal failed before.
+            Rejected: the journal is not open.
+        """
+        if self.failed is not None:
+            raise self.failed
+        if self.writer is None:
+            raise Rejected("the engine is not open")
+        lsn = self.writer.append(orjson.dumps(wire))
+        if self._kick_handle is None:
+            self._kick_handle = self._loop.call_soon(self._kick)  # type: ignore[union-attr]
+        return lsn
+
+    def _kick(self) -> None:
+        """Commits the pending batch, once every run that was ready has added to it.
+
+        If the loop has nothing else to run and the disk is fast, the commit
+        happens right here: no run could add to the batch meanwhile, and the
+        hand-off to the writer thread and back would cost two cross-thread
+        wake-ups, which on a virtual machine take about as long as the
+        `fdatasync`. With a little left to run (a run just started, say), the
+        commit waits for it, a few rounds at most; with more, the writer
+        thread commits while the loop runs on.
+        """
+        ready = getattr(self._loop, "_ready", None)  # asyncio's run queue; uvloop has none
+        here = ready is not None and self._may_commit_here()
+        if here and ready and len(ready) <= KICK_WAITS_FOR_READY and self._kick_rounds < 3:
+            self._kick_rounds += 1
+            self._kick_handle = self._loop.call_soon(self._kick)  # type: ignore[union-attr]
+            return
+        self._kick_handle = None
+        self._kick_rounds = 0
+        if self.writer is None or self.failed is not None:
+            return
+        if here and not ready:
+            self._commit_on_loop()
+        else:
+            self.writer.ask()
+
+    def _commit_if_alone(self) -> bool:
+        """Commits now if nothing but the pending `_kick` is ready to run: for a task
+        about to wait for durability, this saves a round of the loop."""
+        handle = self._kick_handle
+        if handle is None:
+            return False
+        ready = getattr(self._loop, "_ready", None)
+        if ready is None or not self._may_commit_here():
+            return False
+        alone = len(ready) == 1 and ready[0] is handle
+        if not alone and (
+            len(ready) > KICK_WAITS_FOR_READY
+            or not all(h is handle or h.cancelled() for h in tuple(ready))
+        ):
+            return False
+        handle.cancel()
+        self._kick_handle = None
+        self._kick_rounds = 0
+        if self.writer is not None and self.failed is None:
+            self._commit_on_loop()
+        return True
+
+    def _may_commit_here(self) -> bool:
+        writer = self.writer
+        return (
+            self.commit_here
+            and writer is not None
+            and writer.sync_s_recent < COMMIT_HERE_SYNC_S_MAX
+        )
+
+    def _commit_on_loop(self) -> None:
+        writer = self.writer
+        assert writer is not None
+        try:
+            lsn = writer.commit_here()
+        except BaseException as e:
+            # A batch the thread synced just before may not be published yet:
+            # it is durable, so it is acknowledged before the failure is.
+            self._durable_to(writer.synced_lsn)
+            self._journal_failed(e)
+            if not isinstance(e, Exception):
+                raise  # Ctrl-C in the middle of a commit: fail-stop, and still interrupt
+            return
+        if lsn is not None:
+            self._durable_to(lsn)
+
+    # -- durable -----------------------------------------------------------------------
+
+    def _durable_to(self, lsn: int) -> None:
+        """Called on the loop when a commit made everything up to `lsn` durable."""
+        if lsn <= self.durable_lsn or self.failed is not None:
+            # A thread's commit published after a later one here, or after a
+            # failure here (which published it first).
+            return
+        self.durable_lsn = lsn
+        self.progressed()
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= lsn:
+            _, _, fut = heapq.heappop(waiters)
+            if not fut.done():
+                fut.set_result(None)
+        self._on_durable()
+
+    def future(self, lsn: int) -> asyncio.Future[None]:
+        """A future done once every record up to `lsn` is durable."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if lsn <= self.durable_lsn:
+            fut.set_result(None)
+        elif self.failed is not None:
+            fut.set_exception(self.failed)
+        else:
+            heapq.heappush(self._waiters, (lsn, next(self._ticket), fut))
+        return fut
+
+    async def wait(self, lsn: int) -> None:
+        """Returns once every record up to `lsn` is durable.
+
+        Raises:
+            JournalFailed: the journal failed first.
+            Rejected: the engine closed first.
+        """
+        if lsn <= self.durable_lsn:
+            return
+        if self._commit_if_alone() and lsn <= self.durable_lsn:
+            # Still one round of the loop, so it polls for I/O and a run that
+            # never waits otherwise cannot keep every other run from going on.
+            await asyncio.sleep(0)
+            return
+        await self.future(lsn)
+
+    def _journal_failed(self, error: BaseException) -> None:
+        self.failed = JournalFailed(
+            f"the journal in {self.home} stopped accepting work after a failed write or "
+            f"fdatasync ({error}); nothing after the last durable record was acknowledged. "
+            "Fix the disk and reopen the home."
+        )
+        log.error("fusee: %s", self.failed)
+        for _, _, fut in self._waiters:
+            if not fut.done():
+                fut.set_exception(self.failed)
+        self._waiters.clear()
+        self._on_failed(self.failed)
+        self.progressed()
+
+    # -- progress ----------------------------------------------------------------------
+
+    def progressed(self) -> None:
+        """Wakes the callers of `wait_until`: something may have changed."""
+        if self._progress is not None:
+            self._progress.set()
+            self._progress = None
+
+    async def wait_until(self, predicate: Callable[[], bool]) -> None:
+        """Returns once `predicate()` holds, checking it after each durable batch and each
+        change of a run's state.
+
+        Raises:
+            JournalFailed: the journal failed first; nothing progresses after that.
+        """
+        while not predicate():
+            if self.failed is not None:
+                raise self.failed
+            if self._progress is None:
+                self._progress = asyncio.Event()
+            await self._progress.wait()
+
+    def counters(self) -> dict[str, float]:
+        """The writer's counters (records, syncs, bytes, ...) and the durable lsn."""
+        c = self.writer.counters.snapshot() if self.writer else {}
+        c["durable_lsn"] = self.durable_lsn
+        return c
+
+    @property
+    def bytes_written(self) -> int:
+        """Journal bytes written since open."""
+        return self.writer.counters.bytes if self.writer is not None else 0
+
+
+def soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: Any) -> None:
+    """Calls `fn(*args)` on `loop`, from any thread: how threads report to the engine."""
+    loop.call_soon_threadsafe(fn, *args)

@@ -1,0 +1,253 @@
+"""Talking to a running workflow: queries, updates and completion tokens.
+
+A query reads a run's state through its `ctx.on_query` handler and records
+nothing. An update changes it through its `ctx.on_update` handler and is
+recorded (with its id, its result and where the code was), so a replay
+applies it again at the same point; the caller gets the result once that
+is durable. A completion token finishes an `await_completion` from outside
+the workflow; tokens are signed with the home's secret
+(`fusee_runtime.completions`), made when the first one is issued.
+
+Handlers run on the engine's loop, in the engine that drives the run's code:
+an engine that runs no code (a passive command) answers neither.
+"""
+
+from __future__ import annotations
+
+import inspect
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from fusee_runtime.completions import Tokens, read_token
+from fusee_runtime.engine.runs import RunTable
+from fusee_runtime.engine.state import Run, Status, top
+from fusee_runtime.errors import CodecError, Failure, FuseeError, NotFound, Rejected
+from fusee_runtime.journal.records import R
+from fusee_runtime.scope import NAME_CHARS_MAX, Halt, handling
+
+if TYPE_CHECKING:
+    from fusee_runtime.engine.driver import Driver
+
+
+class Handlers:
+    """Queries, updates and completions of the runs an engine holds."""
+
+    def __init__(self, driver: Driver, runs: RunTable, tokens: Tokens) -> None:
+        self.driver = driver
+        self.runs = runs
+        self.tokens = tokens
+        self.config = driver.config
+
+    async def query(self, id: str, name: str, arg: Any = None) -> Any:
+        """The answer of the newest run of `id` to query `name` (its `ctx.on_query`).
+
+        Raises:
+            NotFound: no run of that id.
+            Rejected: no handler of that name (the message lists the run's
+                handlers), no code running here to answer, or the handler
+                raised (its message).
+            CodecError: the answer cannot be encoded as JSON.
+        """
+        if not self.driver.opened:
+            self.driver.check_accepting()
+        run = self.runs.latest(id)  # a read: it answers while the engine stops, too
+        if not run.is_open:
+            raise Rejected(f"run {id!r} is {run.closing}: only open runs answer queries")
+        fn = self._handler(run, run.queries, "query", name, "answer queries")
+        try:
+            with handling():
+                value = fn(arg)
+            if inspect.isawaitable(value):
+                if inspect.iscoroutine(value):
+                    value.close()
+                raise Rejected(f"query handler {name!r} must be a plain function, not async")
+        except FuseeError:
+            raise
+        except Halt as e:  # a handler that asked the run's ctx for an operation
+            raise Rejected(f"query {name!r} of run {id!r} failed: {e}") from None
+        except Exception as e:
+            raise Rejected(f"query {name!r} of run {id!r} failed: {type(e).__name__}: {e}") from e
+        return orjson.loads(self.driver.encode(value, f"the answer to query {name!r}"))
+
+    async def update(
+        self, id: str, name: str, arg: Any = None, update_id: str | None = None
+    ) -> Any:
+        """Applies update `name` to the newest run of `id` (its `ctx.on_update` handler);
+        returns the handler's result once the update is durable.
+
+        An update sent again with the same `update_id` is not applied again:
+        the caller gets the first one's result.
+
+        Raises:
+            NotFound: no run of that id.
+            Rejected: the run is closed, has no such handler, no code runs here
+                to apply it, its code is inside `ctx.all`/`ctx.race` or still
+                replaying, the validator refused it, or the handler raised
+                (with its message).
+            CodecError: the argument or the result cannot be encoded as JSON.
+        """
+        self.driver.check_accepting()
+        run = self.runs.latest(id)
+        if update_id is not None:
+            if not isinstance(update_id, str) or not 0 < len(update_id) <= NAME_CHARS_MAX:
+                raise Rejected(f"an update id is a string of 1 to {NAME_CHARS_MAX} characters")
+            done = run.updates_done.get(update_id)
+            if done is not None:
+                done_lsn, done_result, done_failure = done
+                await self.driver.wait_durable(done_lsn)
+                if done_failure is not None:
+                    raise Rejected(
+                        f"update {name!r} of run {id!r} failed: {Failure.from_json(done_failure)}"
+                    )
+                return done_result
+        if not run.is_open:
+            raise Rejected(f"run {id!r} is {run.closing}: it takes no more updates")
+        if self.config.drive:
+            # First: while the code replays, its handlers are not registered yet.
+            self._check_update_point(run, id)
+        entry = self._handler(run, run.updates, "update", name, "apply updates")
+        encoded_arg = self.driver.encode(arg, f"the argument of update {name!r}")
+        handle, validate = entry
+        if validate is not None:
+            try:
+                validate(arg)
+            except Exception as e:
+                raise Rejected(f"update {name!r} of run {id!r} was refused: {e}") from e
+        failure: Failure | None = None
+        result: Any = None
+        try:
+            with handling():
+                result = handle(arg)
+        except (Exception, Halt) as e:
+            # Recorded all the same, whatever it raised: the handler may have changed
+            # the state before it raised, and a replay must do the same.
+            failure = Failure.of(e if isinstance(e, Exception) else Rejected(str(e)))
+        if failure is None and inspect.isawaitable(result):
+            # Its body never ran: nothing changed, nothing to record.
+            if inspect.iscoroutine(result):
+                result.close()
+            raise Rejected(f"update handler {name!r} must be a plain function, not async")
+        if failure is None:
+            try:
+                encoded = self.driver.encode(result, f"the result of update {name!r}")
+                if len(encoded) + len(encoded_arg) > self.config.payload_bytes_max:
+                    raise CodecError(
+                        f"update {name!r}: its argument and result are {len(encoded_arg)} + "
+                        f"{len(encoded)} bytes, over the limit of "
+                        f"{self.config.payload_bytes_max} (Config.payload_bytes_max)"
+                    )
+                result = orjson.loads(encoded)
+            except CodecError as e:
+                failure = Failure.of(e)
+        if failure is not None:
+            result = None
+        at = self.driver.clock.now()
+        uid = update_id or uuid.uuid4().hex
+        arg_value = orjson.loads(encoded_arg)
+        wire_failure = self._update_failure(failure, len(encoded_arg))
+        rec = [R.UpdateApplied, run.run_id, uid, name, arg_value, run.position]
+        await self.driver.wait_durable(self.driver.append(run, [*rec, result, wire_failure, at]))
+        if failure is not None:
+            raise Rejected(f"update {name!r} of run {id!r} failed: {failure}")
+        return result
+
+    def _update_failure(self, failure: Failure | None, arg_bytes: int) -> Any:
+        """A failure as the update's record carries it: cut to what fits beside the argument."""
+        if failure is None:
+            return None
+        wire = failure.to_json()
+        if arg_bytes + len(orjson.dumps(wire)) > self.config.payload_bytes_max:
+            short = Failure(f"{failure.kind}: {failure.message[:200]}", kind=failure.kind)
+            wire = short.to_json()
+        return wire
+
+    def _handler(self, run: Run, handlers: dict[str, Any], kind: str, name: str, to: str) -> Any:
+        """The run's `kind` handler `name`, or `Rejected` saying why there is none."""
+        found = handlers.get(name)
+        if found is not None:
+            return found
+        if not self.config.drive:
+            raise Rejected(
+                f"no process runs the code of {run.workflow_id!r} to {to}: "
+                "start `fusee serve` (or the command that drives it) first"
+            )
+        known = ", ".join(sorted(handlers)) or "none"
+        raise Rejected(
+            f"run {run.workflow_id!r} has no {kind} handler {name!r}; its handlers: {known}"
+        )
+
+    @staticmethod
+    def _check_update_point(run: Run, id: str) -> None:
+        """Refuses an update where a replay could not apply it at the same point."""
+        if run.status == Status.STUCK:
+            raise Rejected(f"run {id!r} is stuck: it takes no updates until it is resumed")
+        execution = run.execution
+        if not run.parked and execution is None:
+            raise Rejected(f"run {id!r} is not running its code yet; send the update again")
+        inside = run.position_kind == "group" or (execution is not None and execution.groups)
+        if inside:
+            raise Rejected(
+                f"run {id!r} is inside ctx.all or ctx.race; send the update again once it is past"
+            )
+        frontier = max((top(s) for s in run.ops), default=0)
+        if run.position < frontier or run.position == 0:
+            raise Rejected(f"run {id!r} is replaying its journal; send the update again")
+
+    async def complete(self, token: str, value: Any = None) -> None:
+        """Finishes the `await_completion` that issued `token` with `value`; returns once
+        that is durable.
+
+        Raises:
+            NotFound: not a token of this home, or its run is gone.
+            Rejected: the run is closed, the step already finished, or a later
+                attempt superseded the token.
+            CodecError: the value cannot be encoded as JSON.
+        """
+        await self.finish(token, value, None)
+
+    async def fail(self, token: str, error: str | Failure) -> None:
+        """Fails the `await_completion` that issued `token`: it raises `StepFailed` in the
+        workflow, with `error` (a message, or a `Failure`). Raises as `complete` does."""
+        await self.finish(token, None, error)
+
+    async def finish(self, token: str, value: Any, error: str | Failure | None) -> tuple[Run, str]:
+        """Records how the `await_completion` of `token` ended (`error` None: with `value`);
+        returns its run and seq once that is durable."""
+        self.driver.check_accepting()
+        run, seq = self._completing(token)
+        now = self.driver.clock.now()
+        if error is None:
+            encoded = self.driver.encode(value, f"the completion of {run.ops[seq].name!r}")
+            rec = [R.CompletionDone, run.run_id, seq, orjson.loads(encoded), None, now]
+            wire = (int(R.CompletionDone), run.run_id, seq, orjson.Fragment(encoded), None, now)
+            lsn = self.driver.append(run, rec, wire)
+        else:
+            failure = error if isinstance(error, Failure) else Failure(str(error), kind="Failed")
+            lsn = self.driver.append(
+                run, [R.CompletionDone, run.run_id, seq, None, failure.to_json(), now]
+            )
+        await self.driver.wait_durable(lsn)
+        return run, seq
+
+    def _completing(self, token: str) -> tuple[Run, str]:
+        secret = self.tokens.secret(create=False)
+        if secret is None:  # this home never issued a token
+            raise NotFound(f"{str(token)[:80]!r} is not a completion token of this home")
+        run_id, seq, issued = read_token(secret, token)
+        run = self.runs.by_id(run_id)
+        op = run.ops.get(seq) if run is not None else None
+        if run is None or op is None or op.kind != "completion":
+            raise NotFound("the run that issued this completion token is not in this home")
+        what = f"completion {op.name!r} of run {run.workflow_id!r}"
+        if not run.is_open:
+            raise Rejected(f"the {what} cannot finish: the run is {run.closing}")
+        if op.done:
+            raise Rejected(f"the {what} has already finished")
+        if op.issued != issued:
+            raise Rejected(
+                f"this token of the {what} was replaced by a later one "
+                f"(token {issued} of {op.issued}: `send` ran again)"
+            )
+        return run, seq

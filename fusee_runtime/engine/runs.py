@@ -1,0 +1,297 @@
+"""The table of runs: every run in memory, folded from the journal; recovery; lookups.
+
+Memory holds the open runs and the closed runs the history store has not
+taken yet, by run id (`by_run_id`, in the order they began) and the newest
+run of each workflow id (`newest`). Closed runs that left memory are read
+back from the history store (`store`) when asked for.
+
+Recovery, the one story. Opening a home rebuilds this table in two steps:
+
+1. `read_journal`: cut the leftovers of an interrupted checkpoint; take the
+   newest checkpoint that reads whole (a damaged one is passed over for the
+   one before, and set aside later); scan the journal after it, from where
+   the checkpoint says the next record went, cutting a torn tail.
+2. `rebuild` (the history store is open by then): restore the checkpoint's
+   runs and schedules, then fold every record scanned after it, in lsn
+   order, exactly as `fold` folds a record appended live.
+
+Invariants this keeps:
+
+- memory after recovery equals memory just before the crash, minus what was
+  not durable: the same `fold` builds both, from the same records;
+- every record read is durable (it was synced on open), so a run whose
+  close record was read is closed, not closing;
+- a record this version cannot read, in a frame whose checksum holds, is
+  `JournalCorrupt` naming its file and offset: nothing is guessed;
+- a run made by a reset or a continue-as-new carries its `creation`, so a
+  checkpoint or a stored run never needs the run it came from.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from fusee_runtime.engine.history import HistoryStore
+from fusee_runtime.engine.schedules import Schedules
+from fusee_runtime.engine.state import (
+    Op,
+    Run,
+    continued_creation,
+    created,
+    rebuilt,
+    reset_creation,
+    top,
+)
+from fusee_runtime.errors import JournalCorrupt, NotFound, Rejected
+from fusee_runtime.journal import checkpoint as ckpt
+from fusee_runtime.journal import records
+from fusee_runtime.journal.reader import Scan, locate, recover
+from fusee_runtime.journal.records import CLOSES, SCHEDULES, R
+from fusee_runtime.journal.storage import Storage
+
+log = logging.getLogger("fusee")
+
+
+@dataclass
+class JournalRead:
+    """What step 1 of recovery found: the checkpoint to start from, the damaged ones
+    passed over, and the journal after it."""
+
+    base: ckpt.Checkpoint | None
+    damaged: list[Path]
+    scan: Scan
+
+    @property
+    def checkpoint_lsn(self) -> int:
+        return self.base.lsn if self.base is not None else 0
+
+
+def read_journal(journal: Path, storage: Storage) -> JournalRead:
+    """Step 1 of recovery: the newest whole checkpoint and the journal after it."""
+    ckpt.remove_leftovers(journal, storage)
+    # A damaged newest one is passed over for the one before (compaction keeps
+    # the journal that one needs).
+    base, passed = ckpt.newest(journal, storage)
+    for e in passed:
+        log.error("fusee: passing over a damaged checkpoint: %s", e)
+    after = base.lsn if base is not None else 0
+    at = base.body.get("at") if base is not None else None
+    scan = recover(journal, storage, after=after, at=at)
+    return JournalRead(base, [e.path for e in passed], scan)
+
+
+class RunTable:
+    """Every run in memory, and the way to the closed ones the history store keeps."""
+
+    def __init__(self) -> None:
+        self.by_run_id: dict[str, Run] = {}
+        """Runs in memory by run id, in the order they began."""
+        self.newest: dict[str, Run] = {}
+        """The newest run in memory of each workflow id."""
+        self.store: HistoryStore | None = None
+        """Where closed runs go once they leave memory (open while the engine is)."""
+
+    # -- recovery ------------------------------------------------------------------------
+
+    def rebuild(
+        self, read: JournalRead, journal: Path, storage: Storage, schedules: Schedules
+    ) -> None:
+        """Step 2 of recovery: the checkpoint's runs and schedules, then every record after.
+
+        Raises:
+            JournalCorrupt: a whole record (or checkpoint) this version cannot read.
+        """
+        if read.base is not None:
+            self._restore(read.base, schedules)
+        for lsn, payload in read.scan.records:
+            try:
+                rec = records.decode(payload)
+                if rec[0] in SCHEDULES:
+                    schedules.replay(lsn, rec)
+                else:
+                    self.fold(lsn, rec, durable=True)
+            except (ValueError, KeyError, IndexError, TypeError) as e:
+                # A whole frame (its checksum holds) that this version cannot read.
+                path, offset = locate(journal, storage, lsn)
+                raise JournalCorrupt(
+                    path, offset, f"record {lsn} cannot be read by this version ({e!r})"
+                ) from None
+
+    def _restore(self, base: ckpt.Checkpoint, schedules: Schedules) -> None:
+        """Rebuilds memory from a checkpoint, as replaying its records would."""
+        body = base.body
+        try:
+            schedules.restore(body["schedules"])
+            for creation, recs in body["runs"]:
+                first = 0
+                if creation is None or creation["kind"] == "reset":
+                    run = created(creation, recs[0])
+                else:
+                    run = self.by_run_id.get(creation["run_id"]) or created(creation, None)
+                if run.run_id not in self.by_run_id:
+                    self.by_run_id[run.run_id] = run
+                    self.newest[run.workflow_id] = run
+                    if recs and recs[0][1][0] == R.RunStarted:
+                        run.apply(*recs[0])
+                        first = 1
+                for lsn, rec in recs[first:]:
+                    self.fold(lsn, rec, durable=True)
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
+            raise JournalCorrupt(
+                str(base.path), 0, f"checkpoint cannot be read by this version ({e!r})"
+            ) from None
+
+    # -- folding records -----------------------------------------------------------------
+
+    def fold(self, lsn: int, rec: list[Any], durable: bool) -> tuple[Run, Op | None]:
+        """Folds one record into memory; returns its run and the op it resolved.
+
+        `durable`: the record is known durable (read on open), so a close it
+        records is final at once; a close appended live turns final when its
+        record is durable.
+        """
+        kind = rec[0]
+        if kind == R.RunStarted:
+            run = created(None, (lsn, rec))
+            origin = run.origin
+            if origin and "reset" in origin:
+                old = self.by_id(origin["reset"])
+                if old is None:
+                    raise KeyError(f"run {origin['reset']!r} (reset) is neither open nor stored")
+                self.inherit(run, old, origin["before"])
+                run.creation = reset_creation(run)
+            self.by_run_id[run.run_id] = run
+            self.newest[run.workflow_id] = run
+            run.apply(lsn, rec)
+            return run, None
+        run = self.by_run_id[rec[1]]
+        op = run.apply(lsn, rec)
+        if kind in CLOSES:
+            if durable:
+                run.status = run.closing or run.status
+            if kind == R.RunContinuedAsNew:
+                new = Run(rec[2], run.workflow_id, run.workflow, rec[3], rec[4], lsn, run.deadline)
+                new.carried_signals = list(run.signals)
+                new.signals = list(run.signals)
+                new.next_signal_id = run.next_signal_id
+                # An update sent again with its id after the run continued is not applied again.
+                new.updates_done = dict(run.updates_done)
+                new.last_lsn = lsn
+                new.creation = continued_creation(new)
+                self.by_run_id[new.run_id] = new
+                self.newest[run.workflow_id] = new
+        return run, op
+
+    @staticmethod
+    def inherit(run: Run, old: Run, before: int) -> None:
+        """A reset run keeps the operations of `old` numbered below `before`."""
+        # An `await_completion` still open gets new tokens: the old ones name the old run.
+        kept = {
+            seq: replace(op)
+            for seq, op in old.ops.items()
+            if top(seq) < before and (op.kind != "completion" or op.done)
+        }
+        run.ops = kept
+        run.prefixes = {p for p in old.prefixes if top(p) < before}
+        run.races = {s: i for s, i in old.races.items() if top(s) < before}
+        run.pending = {s: op for s, op in kept.items() if not op.done and op.kind != "value"}
+        run.pending = {s: op for s, op in run.pending.items() if op.kind != "step" or op.paused}
+        taken = {op.signal_id for op in kept.values() if op.signal_id is not None}
+        received = [(r[2], r[3], r[4]) for _, r in old.records if r[0] == R.SignalReceived]
+        run.carried_signals = [s for s in old.carried_signals + received if s[0] not in taken]
+        run.signals = list(run.carried_signals)
+        run.next_signal_id = old.next_signal_id
+        # Updates applied before the reset point are part of the journal it keeps.
+        run.update_log = {p: list(u) for p, u in old.update_log.items() if p < before}
+        kept_ids = {u[0] for u in itertools.chain.from_iterable(run.update_log.values())}
+        run.updates_done = {i: d for i, d in old.updates_done.items() if i in kept_ids}
+
+    # -- lookups -------------------------------------------------------------------------
+
+    def latest(self, id: str) -> Run:
+        """The newest run of workflow id `id`, from memory or (closed) from the store.
+
+        Raises:
+            NotFound: no run of that id.
+        """
+        run = self.find_latest(id)
+        if run is None:
+            raise NotFound(f"no run with id {id!r}")
+        return run
+
+    def find_latest(self, id: str) -> Run | None:
+        """The newest run of `id`, from memory or (closed) from the history store."""
+        run = self.newest.get(id)
+        if run is not None or self.store is None:
+            return run
+        row = self.store.latest(id)
+        return self.stored(row.run_id) if row is not None else None
+
+    def by_id(self, run_id: str) -> Run | None:
+        """The run of `run_id`, from memory or (closed) from the history store."""
+        run = self.by_run_id.get(run_id)
+        if run is not None or self.store is None:
+            return run
+        return self.stored(run_id)
+
+    def stored(self, run_id: str) -> Run | None:
+        """A closed run rebuilt from the history store (a new object on each call)."""
+        assert self.store is not None
+        got = self.store.full(run_id)
+        return rebuilt(*got) if got is not None else None
+
+    def open_runs(self) -> list[Run]:
+        """The newest run in memory of every workflow id, where it is open."""
+        return [run for run in self.newest.values() if run.is_open]
+
+    def open_count(self) -> int:
+        return sum(1 for run in self.newest.values() if run.is_open)
+
+    # -- leaving memory ------------------------------------------------------------------
+
+    def evict(self, run_ids: list[str]) -> None:
+        """These closed runs are in the history store: memory lets them go."""
+        for run_id in run_ids:
+            run = self.by_run_id.get(run_id)
+            if run is None or run.status.is_open:
+                continue
+            del self.by_run_id[run_id]
+            if self.newest.get(run.workflow_id) is run:
+                del self.newest[run.workflow_id]
+
+    def fail_result_waiters(self, error: Callable[[Run], Exception]) -> None:
+        """Tells every caller of `result()` on an open run that no result will come here
+        (`error(run)` says why)."""
+        for run in self.by_run_id.values():
+            if run.closed is not None and not run.closed.done():
+                run.closed.set_exception(error(run))
+                # A caller whose own wait timed out is gone: nobody else reads it.
+                run.closed.exception()
+
+
+def reset_point(run: Run, to: int | str) -> int:
+    """The operation number a reset of `run` keeps the journal before: `to` itself, or
+    the first occurrence of the step named `to`."""
+    if isinstance(to, bool) or not isinstance(to, int | str):
+        raise Rejected("reset(to=) takes an operation number or a step name")
+    if isinstance(to, int) or (to.isascii() and to.isdigit()):
+        n = int(to)
+        if n < 1:
+            raise Rejected("operation numbers start at 1")
+        # Up to one past the last operation: keep them all, run what follows anew.
+        last = max((top(s) for s in run.ops), default=0)
+        if n > last + 1:
+            raise Rejected(
+                f"operation #{n} is past the end of run {run.workflow_id!r}: "
+                f"it has {last} operation(s), so --to takes 1 to {last + 1}"
+            )
+        return n
+    steps = sorted((top(s), s) for s, op in run.ops.items() if op.kind == "step" and op.name == to)
+    if not steps:
+        raise NotFound(f"run {run.workflow_id!r} has no step named {to!r}")
+    return steps[0][0]

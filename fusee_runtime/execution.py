@@ -1,0 +1,357 @@
+"""One execution of a run's code: replay, parking, cancellation and compensation.
+
+A run's code runs from the top each time it is driven: on open, after a
+wake-up from parking, after `resume`. Each time is an `Execution`. It
+numbers the operations the code asks for (`next`), matches each against
+what the run's journal holds at that number, and decides:
+
+- the journal holds the same operation: its recorded outcome is returned
+  and nothing runs (replay);
+- the journal holds another operation: the run stops as `stuck`, with a
+  message naming both (`stuck`); it never continues on a journal it does
+  not match;
+- the journal holds nothing there: the operation runs live.
+
+The code also stops, without recording anything, when the run closed or the
+engine is closing (`Halt`, which `except Exception` cannot swallow). When
+all the code waits on timers, signals or a resume and nothing else runs,
+the execution parks: the engine drops its coroutine and a later execution
+replays up to the same point when something wakes it.
+
+`Ctx` is the face of an execution that workflow code sees; the step runner,
+streams, the run log and the engine talk to the execution itself, through
+its public members.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from fusee_runtime.context import Ctx
+from fusee_runtime.dsl import StepDef, StepOptions
+from fusee_runtime.engine.state import Op, Run, top
+from fusee_runtime.errors import Cancelled, Failure, JournalFailed, Rejected, StepFailed
+from fusee_runtime.journal.records import R
+from fusee_runtime.scope import (
+    NAME_CHARS_MAX,
+    Cursor,
+    Halt,
+    cursor_var,
+    execution_var,
+    handling,
+    handling_var,
+    step_var,
+)
+from fusee_runtime.steps import abandoned, run_live
+
+if TYPE_CHECKING:
+    from fusee_runtime.host import RunHost
+
+
+@dataclass
+class Ended:
+    """How a run's code ended, for the engine to record: it returned `value`, or
+    raised `error` (its compensations have run; `cancelled` when the error is the
+    run's own cancel arriving)."""
+
+    value: Any = None
+    error: Exception | None = None
+    cancelled: bool = False
+
+
+class Execution:
+    """One run of a run's code from the top, against the run's journal."""
+
+    def __init__(self, host: RunHost, run: Run) -> None:
+        self.host = host
+        self.run = run
+        self.root = Cursor("")
+        self.count = 0
+        """Operations asked for so far (deterministic: the same on every replay)."""
+        run.position, run.position_kind = 0, ""  # the code starts again from the top
+        # and registers its handlers again: those of the code that ran before are gone.
+        run.queries.clear()
+        run.updates.clear()
+        self.halted: str | None = None
+        self.parking = False
+        self.park_scheduled = False
+        # Live steps in flight (a run with one is not parked) and their tasks.
+        self.busy = 0
+        self.step_tasks: dict[str, asyncio.Task[Any]] = {}
+        # Futures of timers, waits and paused steps the code is blocked on.
+        self.awaiting: set[asyncio.Future[None]] = set()
+        self.compensations: list[tuple[str, Callable[..., Any], tuple[Any, ...]]] = []
+        # Concurrent groups in progress: a run inside one is never parked, since
+        # a branch that finished may not have been seen by its group yet.
+        self.groups = 0
+        self.ctx: Ctx = Ctx(self)
+
+    # -- replay --------------------------------------------------------------------
+
+    def next(self, kind: str, name: str) -> tuple[str, Op | None]:
+        """Takes the next operation number and what the journal holds there."""
+        if handling_var.get():
+            raise Rejected(
+                f"a query or update handler cannot start operations ({kind} {name!r}): "
+                "it reads or changes the workflow's state, nothing more"
+            )
+        self.check_live()
+        if not isinstance(name, str) or not 0 < len(name) <= NAME_CHARS_MAX:
+            raise Rejected(
+                f"a {kind} name is a string of 1 to {NAME_CHARS_MAX} characters, not {name!r:.60}"
+            )
+        cursor = cursor_var.get() or self.root
+        cursor.n += 1
+        self.count += 1
+        seq = f"{cursor.prefix}{cursor.n}"
+        run = self.run
+        op = run.ops.get(seq)
+        if op is not None and (op.kind, op.name) != (kind, name):
+            self.stuck(
+                f"replay mismatch at operation #{seq}: the journal holds {op.kind} "
+                f"{op.name!r}, the code asks for {kind} {name!r}"
+            )
+        if cursor is self.root:
+            # Updates applied live after the code asked for this operation apply
+            # here again, before anything else (a cancel) reaches the code.
+            run.position, run.position_kind = cursor.n, kind
+            if cursor.n in run.update_log:
+                self._replay_updates(cursor.n)
+        if op is not None:
+            if op.cancelled and not op.retired and kind == "step":
+                raise self.cancelled()
+            if not op.done and kind != "value" and self.cancel_lands():
+                # A cancel whose request is durable but whose delivery was not
+                # (a crash in between): it lands here, on replay.
+                raise self.deliver_cancel(seq, kind, name)
+        elif seq in run.prefixes and kind != "group":
+            self.stuck(
+                f"replay mismatch at operation #{seq}: the journal holds a group of concurrent "
+                f"operations (ctx.all or ctx.race), the code asks for {kind} {name!r}"
+            )
+        elif kind not in ("value", "group") and self.cancel_lands():
+            raise self.deliver_cancel(seq, kind, name)
+        return seq, op
+
+    def _replay_updates(self, position: int) -> None:
+        """Applies again, in order, the updates recorded after operation #`position`."""
+        for _, name, arg in self.run.update_log[position]:
+            entry = self.run.updates.get(name)
+            if entry is None:
+                self.stuck(
+                    f"replay mismatch after operation #{position}: the journal holds update "
+                    f"{name!r}, the code has no handler for it (ctx.on_update)"
+                )
+            # If it raises, it did live too, and that was recorded.
+            with contextlib.suppress(Exception), handling():
+                entry[0](arg)
+
+    def check_live(self) -> None:
+        """Raises `Halt` once the run closed or the engine is closing."""
+        if self.halted is None and not self.run.is_open:
+            self.halted = "the run was closed"
+        if self.halted is None and self.host.closing:
+            self.halted = "the engine is closing"
+        if self.halted is not None:
+            raise Halt(self.halted)
+
+    def stuck(self, message: str) -> NoReturn:
+        """Stops the run as `stuck` (its code does not match its journal)."""
+        self.halted = message
+        self.host.mark_stuck(self.run, message)
+        raise Halt(message)
+
+    def finished(self) -> None:
+        """Called when the code returned: it must have asked for every recorded operation."""
+        later = [s for s in self.run.ops if top(s) > self.root.n]
+        if later:
+            first = min(later, key=top)
+            op = self.run.ops[first]
+            self.stuck(
+                f"replay mismatch at operation #{first}: the journal holds {op.kind} "
+                f"{op.name!r}, the code finished without asking for it"
+            )
+
+    # -- operations --------------------------------------------------------------------
+
+    def value(self, name: str, make: Callable[[], Any]) -> Any:
+        """A value made by `make()`, recorded: replay returns the recorded one."""
+        if step_var.get() is not None or handling_var.get():
+            # In a step function (maybe on another thread) or a query or update
+            # handler: not workflow code; what gets recorded is the step's result,
+            # or the update.
+            return make()
+        seq, op = self.next("value", name)
+        if op is not None:
+            return op.value
+        value = make()
+        self.host.append(self.run, [R.ValueRecorded, self.run.run_id, seq, name, value])
+        return value
+
+    async def run_step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        opts: StepOptions,
+    ) -> Any:
+        """A step: its recorded outcome on replay, else it runs live."""
+        if isinstance(fn, StepDef):
+            fn = fn.fn
+        if opts.heartbeat_timeout is not None or opts.limit is not None:
+            raise Rejected(
+                f"step {name!r}: heartbeat_timeout and limit are not available in this version"
+            )
+        seq, op = self.next("step", name)
+        if op is not None and op.retired:
+            await abandoned()
+        if op is not None and op.done:
+            if op.ok:
+                return op.value
+            raise StepFailed(name, Failure.from_json(op.failure or {}))
+        return await run_live(self, seq, op, name, fn, args, kwargs, opts)
+
+    async def paused(self, seq: str, op: Op) -> None:
+        """Waits until a paused step is resumed (the run is parked meanwhile)."""
+        self.busy -= 1
+        try:
+            await self.await_op(seq, op, f"paused in step {op.name!r}: run `fusee resume`")
+        finally:
+            self.busy += 1
+
+    async def await_op(self, seq: str, op: Op, doing: str) -> None:
+        """Waits until the engine resolves a timer, wait or paused step."""
+        run = self.run
+        if not op.done and not (op.kind == "step" and not op.paused):
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            run.waiters[seq] = fut
+            self.awaiting.add(fut)
+            run.current = doing
+            self.schedule_park()
+            self.host.progressed()
+            try:
+                await fut
+            except asyncio.CancelledError:
+                if not op.done and self.retires_on_cancel():
+                    # A losing race branch or an abandoned wait: retire it, so it
+                    # neither fires later nor takes a signal meant for another.
+                    self.host.append(run, [R.OpCancelled, run.run_id, seq, op.kind, op.name])
+                raise
+            finally:
+                self.awaiting.discard(fut)
+                if run.waiters.get(seq) is fut:
+                    del run.waiters[seq]
+            run.current = None
+        if op.retired:
+            await abandoned()
+        if op.cancelled:
+            raise self.cancelled()
+
+    # -- parking ---------------------------------------------------------------------
+
+    def schedule_park(self) -> None:
+        """Looks, once the loop has run what is ready, whether the run can park."""
+        if self.awaiting and not self.park_scheduled:
+            self.park_scheduled = True
+            asyncio.get_running_loop().call_soon(self._maybe_park)
+
+    def _maybe_park(self) -> None:
+        """Parks the run when all its code waits on timers, signals or a resume."""
+        self.park_scheduled = False
+        if self.busy or self.groups or not self.awaiting or self.halted is not None:
+            return
+        if any(f.done() for f in self.awaiting):
+            return
+        run = self.run
+        if run.task is None or run.execution is not self or not run.is_open:
+            return
+        self.parking = True
+        self.halted = "parked"
+        self.host.park(run)
+
+    # -- cancellation ----------------------------------------------------------------
+
+    def cancelled(self) -> Cancelled:
+        """The error the run's cancel raises in its code."""
+        return Cancelled(f"run {self.run.workflow_id!r} was cancelled: {self.run.cancel_reason}")
+
+    def cancel_lands(self) -> bool:
+        """Whether a task cancellation is the run's cancel arriving (not parking or closing)."""
+        run = self.run
+        return (
+            run.cancel_reason is not None
+            and not run.cancel_delivered
+            and self.halted is None
+            and run.is_open
+            and not self.host.closing
+        )
+
+    def retires_on_cancel(self) -> bool:
+        """Whether an operation cut off now is given up on (a race loser, say), rather
+        than cut off by parking, a close or the engine closing."""
+        return self.halted is None and self.run.is_open and not self.host.closing
+
+    def deliver_cancel(self, seq: str, kind: str, name: str) -> Cancelled:
+        """Records that the run's cancel interrupted the operation at `seq`."""
+        run = self.run
+        self.host.append(run, [R.OpCancelled, run.run_id, seq, kind, name])
+        return self.cancelled()
+
+    async def run_compensations(self) -> None:
+        """Runs the registered compensations as steps, newest first."""
+        while self.compensations:
+            name, fn, args = self.compensations.pop()
+            try:
+                await self.run_step(name, fn, args, {}, StepOptions())
+            except (StepFailed, Cancelled) as e:
+                self.host.log_compensation(self.run, name, e)
+
+
+async def run_code(host: RunHost, run: Run, fn: Callable[..., Any]) -> Ended | None:
+    """Runs a run's code (again) from the top until it returns, fails, parks or halts.
+
+    Returns how it ended, for the engine to record, or None when there is
+    nothing to record: it parked, halted (stuck, closed, engine closing) or
+    the journal failed.
+    """
+    execution = Execution(host, run)
+    run.execution = execution
+    execution_var.set(execution)
+    try:
+        result = await fn(execution.ctx, run.input)
+        if execution.halted is not None or not run.is_open:
+            return None  # the code swallowed the cancellation of a park, close or terminate
+        execution.finished()
+    except (Halt, JournalFailed):
+        return None
+    except asyncio.CancelledError:
+        if execution.parking or host.closing or not run.is_open:
+            return None
+        raise
+    except Exception as e:
+        if execution.halted is None and run.is_open:
+            return await _settled(execution, e)
+        return None
+    return Ended(value=result)
+
+
+async def _settled(execution: Execution, error: Exception) -> Ended | None:
+    """The code raised: run the compensations, then say how it ended."""
+    run = execution.run
+    cancelled = isinstance(error, Cancelled) and run.cancel_reason is not None
+    try:
+        await execution.run_compensations()
+    except (Halt, JournalFailed):
+        return None
+    except asyncio.CancelledError:
+        if execution.parking or execution.host.closing or not run.is_open:
+            return None
+        raise
+    if not run.is_open:
+        return None
+    return Ended(error=error, cancelled=cancelled)

@@ -1,0 +1,138 @@
+"""`RunHost`: the engine as a run's code, its steps, its streams and the schedules see it.
+
+The engine is made of rooms (`fusee_runtime/engine/`, see
+docs/architecture.md). The modules that run a run's code (`execution`,
+`context`, `steps`, `streams`, the run log) and the cron schedules do not
+reach into them: they use the members named here, and nothing else. The
+engine's driver (`fusee_runtime.engine.driver.Driver`) is the one
+implementation; a test can stand in its own.
+
+Two words recur. A record is *appended* once `append` returns its lsn: it
+is in memory and in the batch being written, not yet on disk, and a crash
+may take it back. It is *durable* once `durable_lsn` reaches its lsn (wait
+with `wait_durable`): from then on no crash loses it. Once the journal
+failed (`failed`), nothing more is appended or acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from fusee_runtime.clock import Clock
+    from fusee_runtime.completions import Completion
+    from fusee_runtime.dsl import WorkflowDef
+    from fusee_runtime.engine.config import Config
+    from fusee_runtime.engine.runlog import RunLog
+    from fusee_runtime.engine.state import Run
+    from fusee_runtime.errors import Failure, JournalFailed
+    from fusee_runtime.steps import StepWorkers
+
+
+class RunHost(Protocol):
+    """What runs need of the engine that hosts them."""
+
+    clock: Clock
+    config: Config
+    workflows: dict[str, WorkflowDef]
+    """The workflows registered in this process, by name."""
+    workers: StepWorkers
+    """Where step functions run."""
+    run_log: RunLog | None
+    """The `ctx.log` file; None in an engine that runs no code."""
+
+    @property
+    def closing(self) -> bool:
+        """The engine is closing (or closed): no new work starts, running code halts."""
+        ...
+
+    @property
+    def durable_lsn(self) -> int:
+        """Every record up to this lsn is durable."""
+        ...
+
+    @property
+    def failed(self) -> JournalFailed | None:
+        """Why the journal stopped accepting work, once it did."""
+        ...
+
+    def check_accepting(self) -> None:
+        """Raises unless the engine is open and takes work (`Rejected`, `EngineClosed`,
+        `JournalFailed`)."""
+        ...
+
+    def append(self, run: Run, rec: list[Any], wire: tuple[Any, ...] | None = None) -> int:
+        """Appends a record of `run` (`wire`: its encoding, when it embeds an encoded
+        payload), folds it into the run's state and reacts (timers, signals, wake-ups);
+        returns its lsn. Not durable yet."""
+        ...
+
+    def append_record(self, wire: Any) -> int:
+        """Appends a record that belongs to no run (a schedule's); returns its lsn."""
+        ...
+
+    def encode(self, value: Any, what: str) -> bytes:
+        """`value` as JSON, or `CodecError` naming `what` (not JSON, or over the limit)."""
+        ...
+
+    async def wait_durable(self, lsn: int) -> None:
+        """Returns once every record up to `lsn` is durable (`JournalFailed` if never)."""
+        ...
+
+    def durable_future(self, lsn: int) -> asyncio.Future[None]:
+        """A future done once every record up to `lsn` is durable."""
+        ...
+
+    def progressed(self) -> None:
+        """Something changed that `Engine.wait_until` callers may be waiting for."""
+        ...
+
+    def park(self, run: Run) -> None:
+        """Drops the run's coroutine while it only waits; replay rebuilds it on wake."""
+        ...
+
+    def mark_stuck(self, run: Run, message: str) -> None:
+        """The run's code does not match its journal: it stops as `stuck`."""
+        ...
+
+    def continue_as_new(self, run: Run, input: Any) -> None:
+        """Closes `run` and starts its successor with `input`, in one record."""
+        ...
+
+    def new_run(
+        self,
+        workflow_id: str,
+        workflow: str,
+        encoded_input: bytes,
+        deadline: float | None,
+        origin: dict[str, Any] | None,
+    ) -> Run:
+        """Appends a RunStarted and starts driving the run (not yet durable)."""
+        ...
+
+    def workflow(self, name: str) -> WorkflowDef:
+        """The registered workflow of that name, or `NotFound` listing the known ones."""
+        ...
+
+    def find_latest(self, id: str) -> Run | None:
+        """The newest run of workflow id `id` (open, or closed and stored), or None."""
+        ...
+
+    def open_runs(self) -> list[Run]:
+        """The newest run of every workflow id held in memory that is still open."""
+        ...
+
+    def completion(self, run: Run, seq: str, issued: int) -> Completion:
+        """What `send` gets for the `issued`-th token of an `await_completion`."""
+        ...
+
+    def log_attempt(
+        self, run: Run, name: str, attempt: int, failure: Failure, retry_at: float
+    ) -> None:
+        """Says that an attempt of a step failed and when the next one runs."""
+        ...
+
+    def log_compensation(self, run: Run, name: str, error: Exception) -> None:
+        """Says that a compensation failed (the others still run)."""
+        ...

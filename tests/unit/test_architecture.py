@@ -1,0 +1,206 @@
+"""The shape of the code, kept by tests: rooms talk through public members, imports
+point one way, modules stay small. See docs/architecture.md."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("fusee_runtime", "fusee_cli")
+MODULE_LINES_MAX = 600
+
+# Private names of another module that a module may still read, with the reason.
+ALLOWED_PRIVATE_READS = {
+    ("fusee_cli.commands.serve", "_exit"): "os._exit: leave at once with a thread stuck in a step",
+}
+
+
+def _modules(package: str) -> dict[str, Path]:
+    found = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+MODULES = {name: path for package in PACKAGES for name, path in _modules(package).items()}
+RUNTIME = _modules("fusee_runtime")
+
+
+def _imports(tree: ast.Module, local: bool) -> Iterator[str]:
+    """The fusee_runtime modules a module imports: at module level only (not under
+    `if TYPE_CHECKING:`), or (`local`) inside functions too."""
+
+    def walk(node: ast.AST, in_function: bool, type_checking: bool) -> Iterator[str]:
+        for child in ast.iter_child_nodes(node):
+            function = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+            checking = type_checking or (
+                isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test)
+            )
+            counted = not checking and (local or not function)
+            if counted and isinstance(child, ast.Import):
+                yield from (_module_of(a.name) for a in child.names)
+            elif counted and isinstance(child, ast.ImportFrom) and child.module:
+                subs = [f"{child.module}.{a.name}" for a in child.names]
+                if all(s in RUNTIME for s in subs):
+                    yield from subs  # `from fusee_runtime.journal import records`
+                else:
+                    yield _module_of(child.module)
+            yield from walk(child, function, checking)
+
+    return (m for m in walk(tree, False, False) if m)
+
+
+def _module_of(name: str) -> str:
+    while name and name not in RUNTIME:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def _cycles(local: bool) -> list[list[str]]:
+    """Import cycles among fusee_runtime's modules (Tarjan's strongly connected components).
+
+    A package's `__init__` only re-exports (trio's rule): it is where an import of the
+    package starts, not a module the others depend on, so importing `a.b` is an edge to
+    `a.b` alone.
+    """
+    graph = {
+        name: {m for m in _imports(ast.parse(path.read_text()), local) if m != name}
+        for name, path in RUNTIME.items()
+    }
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_module_level_imports_form_no_cycle() -> None:
+    assert _cycles(local=False) == []
+
+
+def test_function_local_imports_close_no_cycle_either() -> None:
+    assert _cycles(local=True) == []
+
+
+def test_the_cycle_check_finds_a_cycle(tmp_path: Path) -> None:
+    """The check itself: two modules importing each other are found."""
+    a = ast.parse("from fusee_runtime.engine import state\n")
+    b = ast.parse("def f():\n    from fusee_runtime import scope\n")
+    assert list(_imports(a, local=False)) == ["fusee_runtime.engine.state"]
+    assert list(_imports(b, local=False)) == []
+    assert list(_imports(b, local=True)) == ["fusee_runtime.scope"]
+
+
+def _private_reads(tree: ast.Module) -> Iterator[tuple[int, str, str]]:
+    """`x._name` where x is not `self` or `cls`: (line, the expression, the name)."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        name = node.attr
+        if not name.startswith("_") or (name.startswith("__") and name.endswith("__")):
+            continue
+        if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+            continue
+        yield node.lineno, ast.unparse(node), name
+
+
+def _defined_privates(tree: ast.Module) -> set[str]:
+    """Private names a module defines: its functions, classes, and attributes it assigns."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return {n for n in names if n.startswith("_")}
+
+
+def _foreign_private_reads() -> list[str]:
+    found = []
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text())
+        own = _defined_privates(tree)
+        for line, expr, name in _private_reads(tree):
+            if name in own or (module, name) in ALLOWED_PRIVATE_READS:
+                continue
+            found.append(f"{path.relative_to(ROOT)}:{line}: {expr}")
+    return found
+
+
+def test_no_module_reads_another_modules_private_members() -> None:
+    """The engine's rooms, `Ctx` and the control API talk through public members only:
+    no module reads `obj._name` of an object whose class another module defines."""
+    assert _foreign_private_reads() == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "def f(engine):\n    return engine._latest\n",
+        "def f(run):\n    return run.ctx._step_tasks\n",
+    ],
+)
+def test_the_private_check_finds_a_private_read(source: str) -> None:
+    tree = ast.parse(source)
+    own = _defined_privates(tree)
+    assert [expr for _, expr, name in _private_reads(tree) if name not in own]
+
+
+def test_no_module_is_over_600_lines() -> None:
+    long = {
+        str(path.relative_to(ROOT)): n
+        for path in RUNTIME.values()
+        if (n := len(path.read_text().splitlines())) > MODULE_LINES_MAX
+    }
+    assert long == {}
+
+
+def test_the_engine_module_holds_the_lifecycle_and_the_public_api() -> None:
+    """engine.py defines the `Engine` class (and a helper to show stored runs); its
+    private methods are a few lines of glue, not rooms of their own."""
+    tree = ast.parse((ROOT / "fusee_runtime/engine/engine.py").read_text())
+    top = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+    assert top == {"Engine", "_row_info"}
+    engine = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Engine")
+    private = {
+        n.name: (n.end_lineno or n.lineno) - n.lineno
+        for n in engine.body
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+        and n.name.startswith("_")
+        and not n.name.startswith("__")
+    }
+    assert all(lines <= 15 for lines in private.values()), private
