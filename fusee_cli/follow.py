@@ -73,6 +73,7 @@ async def follow_home(
     timeout_s: float | None,
     progress: Callable[[str | None], None] | None = None,
     first: Control | ControlClient | None = None,
+    say: Callable[[str], None] = echo_err,
 ) -> Outcome:
     """Follows a run through whoever owns the home, taking over when that owner goes away.
 
@@ -80,6 +81,8 @@ async def follow_home(
     opens the home: this one, unless another got there first. A watch
     records nothing, so following again is safe. `first` is a control
     already open to start with; `timeout_s` counts from the first try.
+    `say` prints the line that tells of a takeover: a live progress line
+    (`render.Progress.say`) must print it above itself, not over itself.
 
     Raises:
         CliError: no run of that id (exit 3), or what `session.control` raises.
@@ -106,7 +109,7 @@ async def follow_home(
         except (OwnerGone, OwnerLost, EngineClosed):
             if owner is None:
                 raise  # this process's own engine closed under it: nobody to hand over to
-            echo_err(
+            say(
                 f"the process that owned the home (pid {owner}) went away; "
                 f"following {workflow_id} on"
             )

@@ -186,7 +186,8 @@ def _detail(rec: dict[str, Any]) -> str:
     if kind == "RunTerminated":
         return short(rec["reason"])
     if kind == "TimerStarted":
-        return f"fires at {when(rec['fire_at'])}"
+        at = rec["fire_at"]
+        return f"fires at {when(at)}" if at is not None else "never fires (a sleep forever)"
     if kind == "WaitStarted":
         deadline = rec["deadline"]
         return f"until {when(deadline)}" if deadline is not None else "no timeout"
@@ -212,6 +213,10 @@ def _detail(rec: dict[str, Any]) -> str:
         return short(rec["item"])
     if kind == "StreamClosed":
         return "stream closed"
+    if kind == "RunStuck":
+        return short(rec["message"])
+    if kind == "RunUnstuck":
+        return "goes on: resumed, or its code now matches its journal"
     for field in ("value", "result", "reason"):
         if field in rec:
             return short(rec[field])
@@ -254,3 +259,16 @@ class Progress:
             echo_err(f"{self.workflow_id}: {current}")
         if current is not None:
             self._last = current
+
+    def say(self, message: str) -> None:
+        """Prints a status line on stderr while the progress shows.
+
+        On a terminal it goes through the live line's console, which prints
+        it on a line of its own above the live line; written to stderr
+        behind the console's back (`echo_err`), it would land at the end of
+        the live line, and the next refresh would draw over it.
+        """
+        if self._status is not None:
+            self._console.print(Text(message), soft_wrap=True)
+        else:
+            echo_err(message)

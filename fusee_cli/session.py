@@ -102,8 +102,11 @@ def _code_of(e: Exception) -> Code | None:
         TimedOut,
     )
     from fusee_runtime.engine.registry import AppImportError
+    from fusee_runtime.errors import HistoryDamaged
 
-    if isinstance(e, AppImportError | CodecError | HomeLocked | JournalCorrupt | Rejected):
+    if isinstance(
+        e, AppImportError | CodecError | HistoryDamaged | HomeLocked | JournalCorrupt | Rejected
+    ):
         return Code.USAGE
     if isinstance(e, NotFound):
         return Code.NOT_FOUND
@@ -164,17 +167,59 @@ def json_or_string(value: str | None) -> tuple[Any, bool]:
         return value, True
 
 
+def check_depth(value: Any, what: str = "the input") -> None:
+    """Refuses a value (`what`) nested deeper than the engine records
+    (`fusee_runtime.journal.records.PAYLOAD_DEPTH_MAX`), saying how deep it is.
+
+    It walks the value with a stack of its own, not by recursion (Python's
+    recursion limit is what a deep value must not reach), holding one
+    iterator per level it is in.
+
+    Raises:
+        CliError: the value is nested too deeply.
+    """
+    from fusee_runtime.journal.records import PAYLOAD_DEPTH_MAX
+
+    stack, depth = [iter([value])], 0
+    while stack:
+        for item in stack[-1]:
+            if isinstance(item, dict | list):
+                stack.append(iter(item.values() if isinstance(item, dict) else item))
+                depth = max(depth, len(stack) - 1)
+                break
+        else:
+            stack.pop()
+    if depth > PAYLOAD_DEPTH_MAX:
+        raise CliError(
+            Code.USAGE,
+            f"{what} is nested {depth} levels deep (arrays and objects within each other), "
+            f"over the limit of {PAYLOAD_DEPTH_MAX}",
+        )
+
+
 def check_payload(value: Any, what: str = "the input") -> None:
     """Refuses an input the engine would refuse, before any home is opened.
 
     Raises:
-        CliError: the input (`what`) is over the engine's payload limit.
+        CliError: the input (`what`) is nested too deeply (`check_depth`), or
+            over the engine's payload limit.
     """
     import orjson
 
     from fusee_runtime import Config
+    from fusee_runtime.journal.records import PAYLOAD_DEPTH_MAX
 
-    size = len(orjson.dumps(value))
+    try:
+        encoded: bytes | None = orjson.dumps(value)
+    except TypeError:  # orjson writes at most 254 levels
+        encoded = None
+    # Only a value with that many arrays and objects can be that deep: a big flat
+    # one is not walked.
+    if encoded is None or encoded.count(b"[") + encoded.count(b"{") > PAYLOAD_DEPTH_MAX:
+        check_depth(value, what)
+    if encoded is None:  # not expected of a value parsed from JSON, but said, not raised
+        raise CliError(Code.USAGE, f"{what} cannot be encoded as JSON")
+    size = len(encoded)
     if size > Config.payload_bytes_max:
         raise CliError(
             Code.USAGE,
@@ -281,16 +326,21 @@ async def control(home: Path, app: str, *, drive: bool) -> AsyncIterator[Control
     """The home's control API: its owner's, over the socket, or else this process's own.
 
     It is `fusee_runtime.control.connect.connect` (which says how it tries
-    both ways, for how long) with the errors said for people.
+    both ways, for how long) with the errors said for people, and a line on
+    stderr when it has waited a second for another process to let go of the home.
 
     Raises:
         CliError: the owner does not answer, or what `open_engine` raises.
     """
     from fusee_runtime.control.connect import connect
 
+    def waiting(pid: int | None) -> None:
+        who = f"pid {pid}" if pid else "another process"
+        echo_err(f"waiting for {who} to let go of {home} (a command, or an owner still opening it)")
+
     async with contextlib.AsyncExitStack() as stack:
         try:
-            ctl = await stack.enter_async_context(connect(home, app, drive=drive))
+            ctl = await stack.enter_async_context(connect(home, app, drive=drive, waiting=waiting))
         except Exception as e:
             mapped = opening_error(home, e)
             if mapped is None:

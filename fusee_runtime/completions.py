@@ -20,13 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fusee_runtime.errors import NotFound
+from fusee_runtime.errors import NotFound, Rejected
 from fusee_runtime.journal.storage import Storage
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.state import Run
 
 SECRET_NAME = "secret"
+SECRET_BYTES = 32
 _TOKEN = re.compile(r"([0-9a-f]{32})-([0-9.]{1,200})-([0-9]{1,9})-([0-9a-f]{32})")
 
 
@@ -42,14 +43,19 @@ class Completion:
 
 
 def home_secret(home: Path, storage: Storage) -> bytes:
-    """The home's token secret, created (0600, synced) the first time."""
+    """The home's token secret, created (0600, synced) the first time.
+
+    Raises:
+        Rejected: the secret cannot be read, or is not one (a directory, a
+            file of another size): the message names it and what to do.
+    """
     path = home / SECRET_NAME
     with contextlib.suppress(FileNotFoundError):
-        return path.read_bytes()
+        return _read_secret(path)
     fresh = home / f".{SECRET_NAME}.{os.getpid()}"
-    fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o600)
     try:
-        storage.write(fd, 0, secrets.token_bytes(32))
+        storage.write(fd, 0, secrets.token_bytes(SECRET_BYTES))
         storage.sync(fd)
     finally:
         storage.close(fd)
@@ -60,7 +66,31 @@ def home_secret(home: Path, storage: Storage) -> bytes:
     finally:
         os.unlink(fresh)
     storage.sync_dir(home)
-    return path.read_bytes()
+    return _read_secret(path)
+
+
+def _read_secret(path: Path) -> bytes:
+    """The secret in `path` (FileNotFoundError when there is none yet)."""
+    try:
+        secret = path.read_bytes()
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        reason = "it is a directory" if isinstance(e, IsADirectoryError) else e.strerror or e
+        raise _unusable(path, str(reason)) from None
+    # It is written whole before it is linked in place: another size is damage, and a
+    # short key would make tokens easy to forge.
+    if len(secret) != SECRET_BYTES:
+        raise _unusable(path, f"it holds {len(secret)} bytes, not {SECRET_BYTES}")
+    return secret
+
+
+def _unusable(path: Path, reason: str) -> Rejected:
+    return Rejected(
+        f"the home's token secret {path} cannot be used ({reason}): completion tokens "
+        "cannot be issued or checked. With the home closed, move it aside: the next token "
+        "makes a new one, and tokens issued with the old one no longer work"
+    )
 
 
 def make_token(secret: bytes, run_id: str, seq: str, issued: int) -> str:

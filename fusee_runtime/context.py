@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from fusee_runtime.completions import Completion
 from fusee_runtime.dsl import RetryPolicy, StepDef, StepOptions, seconds
-from fusee_runtime.engine.state import utc
+from fusee_runtime.engine.state import utc, wake_at
 from fusee_runtime.errors import Failure, Rejected, StepFailed
 from fusee_runtime.journal.records import R
 from fusee_runtime.scope import NAME_CHARS_MAX, Cursor, Halt, cursor_var, step_var
@@ -163,7 +163,7 @@ class Ctx:
         rebuilt by replay when the timer fires.
         """
         d = seconds(duration)
-        if d is None or d < 0:
+        if d is None or not d >= 0:  # NaN is neither
             raise Rejected(f"ctx.sleep({name!r}): the duration must not be negative")
         await self._timer(name, lambda now: now + d)
 
@@ -175,15 +175,17 @@ class Ctx:
             at = instant.timestamp()
         else:
             at = float(instant)
+        if at != at:
+            raise Rejected(f"ctx.sleep_until({name!r}): the instant is not a number")
         await self._timer(name, lambda now: at)
 
     async def _timer(self, name: str, fire_at: Callable[[float], float]) -> None:
         seq, op = self._execution.next("timer", name)
         if op is None:
-            at = fire_at(self._host.clock.now())
+            at = wake_at(fire_at(self._host.clock.now()))
             self._host.append(self._run, [R.TimerStarted, self._run.run_id, seq, name, at])
             op = self._run.ops[seq]
-        await self._execution.await_op(seq, op, f"sleeping until {_shown(op.fire_at or 0)}")
+        await self._execution.await_op(seq, op, f"sleeping {_until(op.fire_at)}")
 
     async def wait_for(self, signal: str, timeout: float | timedelta | None = None) -> Any:
         """The value of the next signal named `signal`, or None when `timeout` passes.
@@ -195,10 +197,10 @@ class Ctx:
         t = seconds(timeout)
         seq, op = self._execution.next("wait", signal)
         if op is None:
-            deadline = None if t is None else self._host.clock.now() + t
+            deadline = None if t is None else wake_at(self._host.clock.now() + t)
             self._host.append(self._run, [R.WaitStarted, self._run.run_id, seq, signal, deadline])
             op = self._run.ops[seq]
-        until = "" if op.fire_at is None else f" until {_shown(op.fire_at)}"
+        until = "" if op.fire_at is None else f" {_until(op.fire_at)}"
         await self._execution.await_op(seq, op, f"waiting for signal {signal!r}{until}")
         return op.value
 
@@ -406,9 +408,11 @@ class Ctx:
         return StreamWriter(self._execution, name)
 
 
-def _shown(at: float) -> str:
-    """An instant for people, in what a run says it is doing."""
-    return f"{utc(at):%Y-%m-%d %H:%M:%S} UTC"
+def _until(at: float | None) -> str:
+    """Until when a run waits, for people, in what it says it is doing."""
+    if at is None or wake_at(at) is None:
+        return "forever"
+    return f"until {utc(at):%Y-%m-%d %H:%M:%S} UTC"
 
 
 async def _awaited(aw: Awaitable[Any]) -> Any:

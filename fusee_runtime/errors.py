@@ -201,6 +201,11 @@ class Rejected(FuseeError):
     """The call is not allowed in this state; the message says why."""
 
 
+class IdConflict(Rejected):
+    """The workflow id has a run that the call conflicts with: it exists and the call
+    said `on_conflict="fail"`, or it is a run of another workflow (HTTP 409)."""
+
+
 class EngineClosed(Rejected):
     """The engine closed while the caller waited; the run goes on when the home opens again."""
 
@@ -217,6 +222,22 @@ class JournalCorrupt(FuseeError):
         self.path = path
         self.offset = offset
         self.reason = reason
+
+
+class HistoryDamaged(FuseeError):
+    """The history store (`<home>/history.db`) cannot be read; the message names it and
+    says what to do.
+
+    The home opens all the same: open runs live in the journal and go on, and
+    closed runs that cannot be moved to the store stay in memory and in the
+    checkpoints. Only what needs the closed runs the store holds raises it:
+    `list` and `history` (closed runs included), `prune`, and a lookup of an
+    id that is not in memory (`describe`, `result`, `start` with an `id`).
+    """
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class JournalFailed(FuseeError):

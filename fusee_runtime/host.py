@@ -93,7 +93,13 @@ class RunHost(Protocol):
         ...
 
     def mark_stuck(self, run: Run, message: str) -> None:
-        """The run's code does not match its journal: it stops as `stuck`."""
+        """The run's code does not match its journal: it stops as `stuck`, and the reason
+        is recorded (once) so every process sees it."""
+        ...
+
+    def carried_on(self, run: Run) -> None:
+        """The code of a run recorded as stuck replayed past its journal's end (or parked
+        on its waits): it matches, and that is recorded."""
         ...
 
     def continue_as_new(self, run: Run, input: Any) -> None:

@@ -13,6 +13,18 @@ The order of a live step is the durability contract made code:
    `StepCompleted`, or `AttemptFailed` with the retry instant (jitter drawn
    here, then recorded), or `StepPaused` when retries run out under
    `Exhausted.PAUSE`, or `StepFailed`.
+
+Attempts never overlap. An attempt given up on (timed out, or cut off when
+the run stopped waiting) is cancelled; a thread cannot be, so its function
+runs on until it returns, and its result is dropped. Until then it stays in
+`_RUNNING_ON`, and the step's next attempt (after the backoff, a resume, or
+an engine reopened in this process) starts only once it has returned,
+with a log line while it lags: `ctx.key()` is used by one attempt at a time.
+It also still counts in `StepWorkers.attempts`, so a closing engine gives it
+its grace period as any attempt in flight; if it runs past that, the engine
+closes without it (nothing can stop it) and the next attempt runs at the
+next open, after it in this process, and in another process where it no
+longer runs.
 """
 
 from __future__ import annotations
@@ -23,6 +35,7 @@ import contextlib
 import contextvars
 import functools
 import inspect
+import logging
 import random
 import threading
 from collections.abc import Callable
@@ -34,11 +47,19 @@ from fusee_runtime.completions import Completion
 from fusee_runtime.dsl import Exhausted, RetryPolicy, StepOptions
 from fusee_runtime.engine.state import Op, Run, utc
 from fusee_runtime.errors import Failure, StepFailed
-from fusee_runtime.journal.records import R
+from fusee_runtime.journal.records import PAYLOAD_DEPTH_MAX, R, too_deep
 from fusee_runtime.scope import Running, step_var
 
 if TYPE_CHECKING:
     from fusee_runtime.execution import Execution
+    from fusee_runtime.host import RunHost
+
+log = logging.getLogger("fusee")
+
+_RUNNING_ON: dict[tuple[str, str], tuple[int, concurrent.futures.Future[Any]]] = {}
+"""Attempts given up on whose function has not returned yet, by (run id, seq): the
+attempt's number and a future done when it returns. Process-wide, as threads are."""
+_RUNNING_ON_LOCK = threading.Lock()
 
 
 class StepWorkers:
@@ -53,7 +74,7 @@ class StepWorkers:
     def __init__(self, threads: int) -> None:
         self.pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="fusee-step")
         self.attempts = 0
-        """Step attempts whose function is running now."""
+        """Step attempts whose function is running now, those given up on included."""
         self.threads_busy = 0
         """Plain-def step functions running in the pool now (cut-off ones included)."""
         self.steps_done = 0
@@ -111,6 +132,9 @@ async def run_live(
             if not_before is not None:
                 run.current = f"{name}: retry {attempt} at {utc(not_before):%H:%M:%S}"
                 await host.clock.sleep_until(not_before)
+            if _RUNNING_ON:
+                # Before the gate, which then covers whatever was appended meanwhile.
+                await _after_abandoned(execution, seq, name, attempt)
             if not opts.read_only:
                 await host.wait_durable(run.last_lsn)
                 # An update applied meanwhile changed what the function may see:
@@ -228,6 +252,8 @@ async def _attempt(
     token = step_var.set(Running(seq, name, attempt))
     # A closing engine gives the attempts in flight a grace period to finish.
     workers.attempts += 1
+    thread: concurrent.futures.Future[Any] | None = None
+    task: asyncio.Future[Any] | None = None  # an attempt with a timeout, apart from the run's
     try:
         is_async = _is_async(fn)
         if is_async:
@@ -238,11 +264,11 @@ async def _attempt(
             call = functools.partial(
                 workers.in_thread, contextvars.copy_context().run, fn, *args, **kwargs
             )
-            work = asyncio.get_running_loop().run_in_executor(workers.pool, call)
+            thread = workers.pool.submit(call)
+            work = asyncio.wrap_future(thread, loop=asyncio.get_running_loop())
         if opts.timeout is not None:
-            value = await _within(
-                execution, asyncio.ensure_future(work), opts.timeout, name, attempt
-            )
+            task = asyncio.ensure_future(work)
+            value = await _within(execution, task, opts.timeout, name, attempt)
         else:
             value = await work
         if not is_async and inspect.isawaitable(value):  # a plain def returned a coroutine
@@ -252,6 +278,13 @@ async def _attempt(
     finally:
         step_var.reset(token)
         workers.attempts -= 1
+        if thread is not None:
+            # Given up on (timed out, cut off): a thread not started yet is cancelled;
+            # one running cannot be, and the next attempt waits for it.
+            if not thread.done() and not thread.cancel():
+                _runs_on(host, execution.run.run_id, seq, attempt, thread)
+        elif task is not None and not task.done():
+            _runs_on(host, execution.run.run_id, seq, attempt, _returns(task))
         if host.closing:
             host.progressed()
     try:
@@ -266,6 +299,13 @@ async def _attempt(
         return Failure(
             f"the result of step {name!r} is {len(encoded)} bytes, over the limit of "
             f"{host.config.payload_bytes_max} (Config.payload_bytes_max)",
+            kind="CodecError",
+            retryable=False,
+        )
+    if too_deep(value, encoded):
+        return Failure(
+            f"the result of step {name!r} nests arrays and objects over "
+            f"{PAYLOAD_DEPTH_MAX} levels deep",
             kind="CodecError",
             retryable=False,
         )
@@ -290,6 +330,83 @@ async def _within(
         return work.result()
     work.cancel()
     raise Failure(f"step {name!r} attempt {n} timed out after {limit_s:g} s", kind="TimedOut")
+
+
+def _runs_on(
+    host: RunHost, run_id: str, seq: str, attempt: int, done: concurrent.futures.Future[Any]
+) -> None:
+    """Keeps an attempt given up on whose function runs on, until `done`: the step's
+    next attempt waits for it, and it still counts as an attempt in flight."""
+    key = (run_id, seq)
+    with _RUNNING_ON_LOCK:
+        _RUNNING_ON[key] = (attempt, done)
+    host.workers.attempts += 1
+    loop = asyncio.get_running_loop()
+
+    def settled() -> None:
+        host.workers.attempts -= 1
+        host.progressed()  # a closing engine may be waiting for it
+
+    def returned(_: concurrent.futures.Future[Any]) -> None:  # on the thread that ran it
+        with _RUNNING_ON_LOCK:
+            if _RUNNING_ON.get(key, (0, None))[1] is done:
+                del _RUNNING_ON[key]
+        with contextlib.suppress(RuntimeError):  # the engine's loop is closed: nothing to tell
+            loop.call_soon_threadsafe(settled)
+
+    done.add_done_callback(returned)
+
+
+def _returns(task: asyncio.Future[Any]) -> concurrent.futures.Future[Any]:
+    """A future done once a cancelled attempt's task has unwound; its outcome is dropped."""
+    done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+    def unwound(t: asyncio.Future[Any]) -> None:
+        if not t.cancelled():
+            t.exception()  # retrieved, so asyncio does not report it: it is dropped
+        done.set_result(None)
+
+    task.add_done_callback(unwound)
+    return done
+
+
+async def _after_abandoned(execution: Execution, seq: str, name: str, attempt: int) -> None:
+    """Returns once no earlier attempt of this step runs: attempts never overlap."""
+    run = execution.run
+    lag = _RUNNING_ON.get((run.run_id, seq))
+    if lag is None or lag[1].done():
+        return
+    given_up, done = lag
+    log.warning(
+        "fusee: %s step %r: attempt %d was given up on but its function has not returned "
+        "(a thread cannot be stopped); attempt %d starts once it returns",
+        run.workflow_id,
+        name,
+        given_up,
+        attempt,
+    )
+    run.current = f"{name}: attempt {attempt} waits for attempt {given_up} to return"
+    loop = asyncio.get_running_loop()
+    returned: asyncio.Future[None] = loop.create_future()
+
+    def wake(_: concurrent.futures.Future[Any]) -> None:  # on the thread that ran it
+        with contextlib.suppress(RuntimeError):  # the loop is closed
+            loop.call_soon_threadsafe(_set_none, returned)
+
+    done.add_done_callback(wake)
+    await returned  # cancelled with the run's task (a close, a cancel), `done` left alone
+    log.info(
+        "fusee: %s step %r: attempt %d returned, its result dropped; attempt %d starts",
+        run.workflow_id,
+        name,
+        given_up,
+        attempt,
+    )
+
+
+def _set_none(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 def _retry_at(

@@ -20,6 +20,7 @@ WHAT = {
     "journal": "journal corrupt in",
     "checkpoint": "checkpoint damaged:",
     "history": "history store damaged:",
+    "home": "home damaged:",
 }
 
 

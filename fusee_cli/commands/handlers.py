@@ -54,6 +54,7 @@ def query(
     """
     with session.reporting():
         payload, _ = session.json_or_string(arg)
+        session.check_depth(payload, "the query's argument")  # not recorded: no size limit
         module = app_module(app)
         wid = session.check_id(workflow_id)
 

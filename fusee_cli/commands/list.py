@@ -44,8 +44,13 @@ def list_runs(
     Example: fusee list --status running --json
     """
     from fusee_runtime import Status
+    from fusee_runtime.engine.engine import LIST_LIMIT_MAX
 
     with session.reporting():
+        if limit is not None and limit > LIST_LIMIT_MAX:
+            given = str(limit)  # typer's int() took it: at most 4,300 digits
+            shown = given if len(given) <= 40 else given[:39] + "…"
+            raise CliError(Code.USAGE, f"--limit takes at most {LIST_LIMIT_MAX}, not {shown}")
         if status is not None and status not in {s.value for s in Status}:
             known = ", ".join(s.value for s in Status)
             raise CliError(Code.USAGE, f"unknown status {status!r}; statuses: {known}")

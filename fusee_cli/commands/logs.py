@@ -147,7 +147,7 @@ async def _follow(
         if missing is not None and not show.printed:
             raise missing
         # Made by the owner on its first line; made here so there is something to watch.
-        directory.mkdir(exist_ok=True)
+        directory.mkdir(mode=0o700, exist_ok=True)
         watcher = awatch(
             directory, watch_filter=None, rust_timeout=RESCAN_MS, yield_on_timeout=True
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -81,9 +82,29 @@ def reset(
 
 
 async def _steps(ctl: Control | ControlClient, info: RunInfo) -> list[str]:
-    """The names of the steps `info`'s run called, in the order it first called them."""
+    """The names of the steps `info`'s run called, in the order it first called them.
+
+    These are the names `--to` takes. A run that is itself a reset called
+    the steps it ran and also those its journal kept from the run it reset
+    (the operations before its `origin["before"]`), recorded under that
+    older run's id: the chain of resets is followed back.
+    """
+    records = await ctl.history(info.id)
+    calls: list[tuple[int, str]] = []
+    run_id: str | None = info.run_id
+    before: float = math.inf
+    while run_id is not None:
+        mine = [rec for rec in records if rec["run_id"] == run_id]
+        calls += [
+            (top, rec["name"])
+            for rec in mine
+            if rec["type"] in _STEP_RECORDS and (top := int(rec["seq"].split(".")[0])) < before
+        ]
+        origin = next((rec["origin"] for rec in mine if rec["type"] == "RunStarted"), None)
+        run_id = None
+        if origin and "reset" in origin:
+            run_id, before = origin["reset"], min(before, origin["before"])
     names: dict[str, None] = {}
-    for rec in await ctl.history(info.id):
-        if rec["run_id"] == info.run_id and rec["type"] in _STEP_RECORDS:
-            names.setdefault(rec["name"], None)
+    for _, name in sorted(calls, key=lambda call: call[0]):  # sort is stable
+        names.setdefault(name, None)
     return list(names)

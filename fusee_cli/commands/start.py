@@ -126,7 +126,9 @@ async def _start(
                 typer.echo(wid)
             return
         with Progress(wid) as progress:
-            outcome = await follow_home(home, app, wid, timeout_s, progress, first=ctl)
+            outcome = await follow_home(
+                home, app, wid, timeout_s, progress, first=ctl, say=progress.say
+            )
         code = report(outcome, as_json)
     if code != Code.OK:
         raise typer.Exit(code)

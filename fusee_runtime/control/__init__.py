@@ -13,7 +13,11 @@ exceptions:
 - `connect`: `connect`, the one entry point: ask the home's owner on its
   socket, else open the home yourself.
 - `http`, `routes`, `limits`, `openapi`: the operations over HTTP
-  (`fusee serve --http`), its limits and its OpenAPI document.
+  (`fusee serve --http`), its limits and its OpenAPI document;
+  `connections`: how many HTTP connections, and how long each may take
+  to send its request.
+- `listening`: listening sockets (the control socket's and HTTP's) that
+  run out of descriptors without flooding the log.
 
 The arrows point one way: `connect` imports the engine, and the engine
 imports only `server` (which imports `api` and `protocol`). So this package

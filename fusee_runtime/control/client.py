@@ -54,6 +54,8 @@ _RAISED: dict[str, type[FuseeError]] = {
     for cls in (
         errors.NotFound,
         errors.Rejected,
+        errors.IdConflict,
+        errors.HistoryDamaged,
         errors.CodecError,
         errors.TimedOut,
         errors.Cancelled,

@@ -5,8 +5,11 @@ home's socket; when none serves it, it opens the home in this process
 (`open_home`), driving its runs or passively, and offers the same
 operations on that engine. A process can hold the lock without serving
 yet (it is recovering the journal) or without ever serving (a passive
-command, for a moment): `connect` keeps trying both ways for `ANSWER_S`,
-then names the owner's pid.
+command, for a moment; twenty shells sending signals at once queue up
+behind one another): `connect` keeps trying both ways, and waits its turn
+for up to `LOCK_WAIT_S`, then names the holder's pid. An owner that serves
+the socket but does not answer on it is named after `ANSWER_S`: that one
+is stuck, not busy.
 
 Errors are the library's: what `Engine.open` raises (`HomeLocked`,
 `JournalCorrupt`, `AppImportError`, an `OSError` for a home that cannot
@@ -18,19 +21,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable
+import random
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from fusee_runtime import Config, Engine, HomeLocked
-from fusee_runtime.control import protocol
 from fusee_runtime.control.api import Control
 from fusee_runtime.control.client import ControlClient, OwnerUnanswered
 from fusee_runtime.engine.home import HomeLock
 
 RETRY_OPEN_S = 0.05
-"""Pause between two tries to reach the owner or take the home, while another process has it."""
+"""Pause between two tries to reach the owner or take the home, while another process has it
+(give or take half, so that commands waiting together do not try in step)."""
+LOCK_WAIT_S = 60.0
+"""How long a command waits for a process that holds the home without serving it: a passive
+command holds it for well under a second, but a queue of them, or an owner recovering a long
+journal, takes longer."""
+SAY_WAITING_S = 1.0
+"""After how long of waiting `connect` calls its `waiting` callback (once)."""
 
 
 @contextlib.asynccontextmanager
@@ -73,22 +83,27 @@ async def connect(
     *,
     drive: bool,
     grace: float = 0.0,
+    waiting: Callable[[int | None], None] | None = None,
     **config: Any,
 ) -> AsyncIterator[Control | ControlClient]:
     """The home's control API: its owner's, over the socket, or else this process's own.
 
     With no owner the home is opened here, driving its runs (`drive`) or
     passively, as `open_home` says (`grace` and `config` go to it). While
-    another process holds the lock without serving, both ways are tried
-    again every `RETRY_OPEN_S` for `ANSWER_S`.
+    another process holds the lock without serving (another command, or an
+    owner still opening the home), both ways are tried again about every
+    `RETRY_OPEN_S`, for up to `LOCK_WAIT_S`. Once it has waited
+    `SAY_WAITING_S`, it calls `waiting(pid)` (once, with the holder's pid),
+    so that the caller can say why it waits.
 
     Raises:
-        OwnerUnanswered: the owner does not answer on its socket, or holds
-            the lock without serving it for `ANSWER_S`.
+        OwnerUnanswered: the owner does not answer on its socket within
+            `ANSWER_S`, or the lock's holder has not served it for `LOCK_WAIT_S`.
         AppImportError, JournalCorrupt, OSError: as `open_home`.
     """
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + protocol.ANSWER_S
+    began = loop.time()
+    said = False
     async with contextlib.AsyncExitStack() as stack:
         while True:
             client = await ControlClient.connect(home)
@@ -100,8 +115,12 @@ async def connect(
                 ctl = Control(await stack.enter_async_context(opening))
                 break
             except HomeLocked:
-                if loop.time() >= deadline:
-                    pid = HomeLock(home).owner()
-                    raise OwnerUnanswered(home, pid, "does not answer") from None
-            await asyncio.sleep(RETRY_OPEN_S)
+                waited = loop.time() - began
+                if waited >= LOCK_WAIT_S:
+                    why = f"has held it for {LOCK_WAIT_S:g} s without serving it"
+                    raise OwnerUnanswered(home, HomeLock(home).owner(), why) from None
+                if waiting is not None and not said and waited >= SAY_WAITING_S:
+                    said = True
+                    waiting(HomeLock(home).owner())
+            await asyncio.sleep(RETRY_OPEN_S * random.uniform(0.5, 1.5))
         yield ctl

@@ -21,6 +21,12 @@ one line. `openapi.OPENAPI` (served at `/v1/openapi.json`) describes every route
 The API starts and ends runs, so it is never open to a network without a
 token: `check_bind` refuses a non-loopback address when none is given.
 
+Nor can a client hold the server: `connections` bounds how many connections
+are open (past the bound, the one that waited longest for its client makes
+room; 503 when all are serving) and how long a request's headers and body
+may take to arrive (408), and the listening socket (`listening.Listener`)
+logs running out of descriptors once a second, not once per attempt.
+
 The endpoints are in `routes`, the limits in `limits`. starlette and
 uvicorn are imported by these modules only, and they only by what serves
 HTTP, so `fusee --help` starts without them.
@@ -46,8 +52,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from fusee_runtime.control import limits
 from fusee_runtime.control.api import Control
+from fusee_runtime.control.connections import Connections, connections_max
 from fusee_runtime.control.limits import CLOSE_GRACE_S, TOKEN_CHARS_MIN
+from fusee_runtime.control.listening import Listener
 from fusee_runtime.control.routes import ROUTES, Api, Endpoint, as_endpoint, error_response
 from fusee_runtime.errors import Rejected
 
@@ -255,6 +264,40 @@ class HttpServer:
     def __init__(self, control: Control, token: str | None = None) -> None:
         self.app = build_app(control, token)
         self._api: Api = self.app.state.api
+        self._served = AsgiServer(self.app)
+
+    @property
+    def url(self) -> str:
+        """Where it serves, with the port actually bound: `http://127.0.0.1:43121`."""
+        return self._served.url
+
+    async def start(self, host: str, port: int, sock: socket.socket | None = None) -> None:
+        """Binds `host:port` (port 0 takes a free one), or takes `sock` that `bind` bound
+        already, and serves; returns once it accepts.
+
+        Raises:
+            Rejected: the address cannot be bound (the message says why), or it serves already.
+        """
+        self._served.check_idle()
+        self._api.closing.clear()
+        await self._served.start(host, port, sock)
+
+    async def close(self) -> None:
+        """Stops serving: long polls answer at once, other requests get `CLOSE_GRACE_S`."""
+        self._api.closing.set()
+        await self._served.close()
+
+
+class AsgiServer:
+    """Serves an ASGI app with uvicorn on the running event loop, as `HttpServer` serves
+    the API: without uvicorn's signal handlers, and with `connections`' bounds.
+
+    Args:
+        app: what it serves.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
         self._server: _Server | None = None
         self._task: asyncio.Task[None] | None = None
         self._url: str | None = None
@@ -266,22 +309,33 @@ class HttpServer:
             raise Rejected("the HTTP server is not serving")
         return self._url
 
-    async def start(self, host: str, port: int, sock: socket.socket | None = None) -> None:
-        """Binds `host:port` (port 0 takes a free one), or takes `sock` that `bind` bound
-        already, and serves; returns once it accepts.
-
-        Raises:
-            Rejected: the address cannot be bound (the message says why), or it serves already.
-        """
+    def check_idle(self) -> None:
+        """Raises `Rejected` if it serves already."""
         if self._task is not None:
             raise Rejected("the HTTP server is already serving")
-        if sock is None:
-            sock = _bind(host, port)
-        self._api.closing.clear()
+
+    async def start(self, host: str, port: int, sock: socket.socket | None = None) -> None:
+        """As `HttpServer.start`."""
+        self.check_idle()
+        sock = _bind(host, port) if sock is None else Listener.adopt(sock)
+        # A client holds a connection only so long (see `connections`); the rest is uvicorn's.
+        connections = Connections(connections_max())
+        turnover = min(limits.CONNECTIONS_TURNOVER_MAX, connections.connections_max)
+        sock.open_max = connections.connections_max + turnover
         config = uvicorn.Config(
-            self.app,
+            connections.app(self.app),
+            http=connections.protocol(),
+            ws="none",
+            # The client's address is the socket's peer: it is how a request finds its
+            # connection's deadline, and nothing here trusts X-Forwarded-For.
+            proxy_headers=False,
+            backlog=limits.BACKLOG,
+            timeout_keep_alive=limits.KEEP_ALIVE_S,
+            h11_max_incomplete_event_size=limits.HEAD_BYTES_MAX,
             lifespan="off",
-            log_level="warning",
+            # uvicorn's warnings are about clients (a malformed request, an unknown
+            # upgrade), one line each: a hostile client would write the log.
+            log_level="error",
             access_log=False,
             # An embedding process keeps its logging as it set it up.
             log_config=None,
@@ -305,10 +359,9 @@ class HttpServer:
         self._url = f"http://{shown}:{address[1]}"
 
     async def close(self) -> None:
-        """Stops serving: long polls answer at once, other requests get `CLOSE_GRACE_S`."""
+        """Stops serving; requests in progress get `CLOSE_GRACE_S`."""
         if self._server is None or self._task is None:
             return
-        self._api.closing.set()
         self._server.should_exit = True
         await asyncio.gather(self._task, return_exceptions=True)
         self._server, self._task, self._url = None, None, None
@@ -327,7 +380,7 @@ def bind(host: str, port: int) -> tuple[socket.socket, str]:
     return sock, f"http://{shown}:{address[1]}"
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _bind(host: str, port: int) -> Listener:
     """A TCP socket bound to `host:port`, not yet listening."""
     name = host.strip("[]") or None
     try:
@@ -336,7 +389,7 @@ def _bind(host: str, port: int) -> socket.socket:
         )[0]
     except socket.gaierror as e:
         raise Rejected(f"cannot serve HTTP on {host}:{port}: {e.strerror}") from None
-    sock = socket.socket(family, kind, proto)
+    sock = Listener(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)

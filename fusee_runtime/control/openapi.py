@@ -216,7 +216,8 @@ _ERROR_WHY = {
     403: "From a web page of another origin, or (without a token) to a host name that is "
     "not loopback.",
     404: "No such run, workflow, completion token or schedule (NotFound).",
-    409: 'The id has a run already (on_conflict "fail"), or the run ended under the call.',
+    409: 'The id has a run already (on_conflict "fail"), its run is one of another '
+    "workflow (IdConflict), or the run ended under the call.",
     413: f"The body is over {BODY_BYTES_MAX} bytes.",
     500: "A bug in the server: one line here, the traceback in the server's log.",
     503: "The engine stopped taking work (EngineClosed, JournalFailed).",

@@ -27,11 +27,14 @@ from starlette.responses import Response
 from fusee_runtime.control.api import Control, run_json
 from fusee_runtime.control.limits import BODY_BYTES_MAX, RESULT_WAIT_S_MAX
 from fusee_runtime.control.openapi import OPENAPI
+from fusee_runtime.engine.engine import LIST_LIMIT_MAX
 from fusee_runtime.engine.state import RunInfo, Status
 from fusee_runtime.errors import (
     CodecError,
     EngineClosed,
     FuseeError,
+    HistoryDamaged,
+    IdConflict,
     JournalFailed,
     NotFound,
     Rejected,
@@ -72,10 +75,12 @@ def error_response(
 
 def status_of(error: FuseeError) -> int:
     """The HTTP status that answers `error`."""
-    if isinstance(error, EngineClosed | JournalFailed):
+    if isinstance(error, EngineClosed | JournalFailed | HistoryDamaged):
         return 503
     if isinstance(error, NotFound):
         return 404
+    if isinstance(error, IdConflict):
+        return 409
     if isinstance(error, Rejected | CodecError):
         return 400
     # The run ended under the call: Cancelled, Terminated, RunFailed, TimedOut (its
@@ -240,9 +245,14 @@ async def _list(request: Request, api: Api) -> Response:
     limit = None
     if "limit" in params:
         text = params["limit"]
-        if not (text.isascii() and text.isdigit()) or int(text) < 1:
-            raise _bad(f"limit is a positive whole number, not {text!r}")
-        limit = int(text)
+        # Only digits that can fit go to int(), which refuses over 4,300 of them.
+        digits = text.lstrip("0") if text.isascii() and text.isdigit() else ""
+        shown = text if len(text) <= 40 else text[:39] + "…"
+        if not digits:
+            raise _bad(f"limit is a positive whole number, not {shown!r}")
+        if len(digits) > len(str(LIST_LIMIT_MAX)) or int(digits) > LIST_LIMIT_MAX:
+            raise _bad(f"limit is at most {LIST_LIMIT_MAX}, not {shown!r}")
+        limit = int(digits)
     runs = await api.control.list(params.get("status"), params.get("workflow"), limit)
     return _json([run_json(info) for info in runs])
 

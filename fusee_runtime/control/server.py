@@ -21,6 +21,7 @@ import orjson
 
 from fusee_runtime.control import protocol
 from fusee_runtime.control.api import Control, run_json
+from fusee_runtime.control.listening import Listener
 from fusee_runtime.engine.state import RunInfo
 from fusee_runtime.errors import FuseeError, Rejected
 
@@ -64,7 +65,7 @@ class ControlServer:
         """Binds the socket; the caller holds the home's lock, so a socket left there is stale."""
         with contextlib.suppress(FileNotFoundError):
             self._path.unlink()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock = Listener(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             # Created 0600 (the umask is process-wide, but only for this call).
             umask = os.umask(0o177)
@@ -103,6 +104,11 @@ class ControlServer:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
+    async def idle(self) -> None:
+        """Returns once no call is in progress (one that starts meanwhile included)."""
+        while self._tasks:
+            await asyncio.wait(set(self._tasks))
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
@@ -137,6 +143,10 @@ class ControlServer:
             return  # no whole request in time: drop the connection
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
             writer.write(_error_line(Rejected(f"a malformed control request: {e}")))
+        except ConnectionError:
+            # The reader went away (a follower stopped with Ctrl-C) while a line was
+            # on its way: not an error, and nobody is left to answer.
+            raise
         except Exception as e:  # a bug: the client gets one line, the owner's log the rest
             log.exception("fusee: control request failed")
             writer.write(_error_line(FuseeError(f"the owner failed to answer: {e!r}")))

@@ -39,7 +39,7 @@ from fusee_runtime.engine.history import Closed, Row
 from fusee_runtime.engine.runs import JournalRead, RunTable
 from fusee_runtime.engine.schedules import Schedules
 from fusee_runtime.engine.state import Run
-from fusee_runtime.errors import Rejected
+from fusee_runtime.errors import HistoryDamaged, Rejected
 from fusee_runtime.journal import checkpoint as ckpt
 from fusee_runtime.journal.reader import first_lsns
 
@@ -211,7 +211,8 @@ class Checkpoints:
         try:
             await self.flush_history()
         except Exception as e:
-            log.error("fusee: the history store could not take the closed runs: %s", e)
+            if store.damage is None:  # else it was said when the store was found damaged
+                log.error("fusee: the history store could not take the closed runs: %s", e)
         try:
             if self.durability.writer is not None:
                 await self.checkpoint()  # it holds what the store did not take
@@ -290,6 +291,8 @@ class Checkpoints:
                 progressed()
                 if n:
                     log.info("fusee: retention deleted %d closed run(s) from the history", n)
+            except HistoryDamaged:
+                pass  # the store said so once, when it found it
             except Exception as e:
                 log.error("fusee: retention could not prune the history store: %s", e)
             await asyncio.sleep(min(age, RETENTION_EVERY_S))

@@ -42,7 +42,7 @@ from fusee_runtime.errors import (
     Rejected,
 )
 from fusee_runtime.execution import run_code
-from fusee_runtime.journal.records import R
+from fusee_runtime.journal.records import PAYLOAD_DEPTH_MAX, R, too_deep
 from fusee_runtime.scope import check_name
 from fusee_runtime.steps import StepWorkers
 
@@ -131,6 +131,10 @@ class Driver:
                 f"{what} is {len(encoded)} bytes, over the limit of "
                 f"{self.config.payload_bytes_max} (Config.payload_bytes_max)"
             )
+        if too_deep(value, encoded):
+            raise CodecError(
+                f"{what} nests arrays and objects over {PAYLOAD_DEPTH_MAX} levels deep"
+            )
         return encoded
 
     async def wait_durable(self, lsn: int) -> None:
@@ -180,7 +184,7 @@ class Driver:
         lsn = self.durability.append(wire if wire is not None else rec)
         op = run.apply(lsn, rec)
         kind = rec[0]
-        if kind == R.TimerStarted or (kind == R.WaitStarted and rec[4] is not None):
+        if kind in (R.TimerStarted, R.WaitStarted) and rec[4] is not None:
             self.timers.add(rec[4], run.run_id, rec[2])
         if kind in (R.WaitStarted, R.SignalReceived):
             self.match_signals(run)
@@ -303,9 +307,14 @@ class Driver:
                     self.append(run, [R.WaitCompleted, run.run_id, seq, signal_id, value, now])
                     break
 
+    def carried_on(self, run: Run) -> None:
+        if run.stuck is not None and run.is_open:
+            self.append(run, [R.RunUnstuck, run.run_id, self.clock.now()])
+
     def park(self, run: Run) -> None:
         task = run.task
         assert task is not None
+        self.carried_on(run)  # it replayed up to its waits: its code matches its journal
         run.parked = True
         run.task = None
         run.execution = None
@@ -371,6 +380,10 @@ class Driver:
                 task.cancel()
 
     def mark_stuck(self, run: Run, message: str) -> None:
+        if run.stuck != message and run.is_open and self.durability.failed is None:
+            # Recorded, so every process sees why it stopped (once per reason: a
+            # replay that stops at the same point again records nothing).
+            self.append(run, [R.RunStuck, run.run_id, message, self.clock.now()])
         run.status = Status.STUCK
         run.error = message
         run.current = None

@@ -41,14 +41,14 @@ from fusee_runtime.engine.driver import Driver
 from fusee_runtime.engine.durability import Durability, soon
 from fusee_runtime.engine.handle import RunHandle
 from fusee_runtime.engine.handlers import Handlers
-from fusee_runtime.engine.history import HistoryStore, Row
-from fusee_runtime.engine.home import HomeLock
+from fusee_runtime.engine.history import HistoryStore
+from fusee_runtime.engine.home import HomeLock, private_dir
 from fusee_runtime.engine.registry import load_app
 from fusee_runtime.engine.runlog import RunLog
 from fusee_runtime.engine.runs import RunTable, read_journal, reset_point
 from fusee_runtime.engine.schedules import Schedules
-from fusee_runtime.engine.state import Run, RunInfo, Status, utc
-from fusee_runtime.errors import EngineClosed, Failure, NotFound, Rejected
+from fusee_runtime.engine.state import Run, RunInfo, Status, wake_at
+from fusee_runtime.errors import EngineClosed, Failure, IdConflict, Rejected
 from fusee_runtime.journal import records
 from fusee_runtime.journal.records import R
 from fusee_runtime.scope import check_id, check_name
@@ -56,6 +56,9 @@ from fusee_runtime.scope import check_id, check_name
 __all__ = ["Config", "Engine", "RunHandle", "check_id"]
 
 log = logging.getLogger("fusee")
+
+LIST_LIMIT_MAX = 2**31 - 1
+"""The largest `limit` of `Engine.list`; SQLite's 64-bit integers take it with room to spare."""
 
 
 class Engine:
@@ -150,13 +153,13 @@ class Engine:
             raise Rejected("the engine is already open")
         loop = asyncio.get_running_loop()
         load_app(self.app)
-        self.home.mkdir(parents=True, exist_ok=True)
+        private_dir(self.home, parents=True)
         self._lock = HomeLock(self.home)
         self._lock.acquire()
         storage = self.config.storage
         try:
             journal = self.home / "journal"
-            journal.mkdir(exist_ok=True)
+            private_dir(journal)
             read = read_journal(journal, storage)
             self.runs.store = HistoryStore(self.home, lambda ids: soon(loop, self._stored, ids))
             self.runs.store.open()
@@ -278,8 +281,9 @@ class Engine:
         """Starts a run of `workflow`; returns once the start is durable.
 
         Idempotent on `id`: with `on_conflict="return"` an existing run of the
-        id (open or closed) is returned; `"fail"` raises `Rejected` if one
+        id (open or closed) is returned; `"fail"` raises `IdConflict` if one
         exists; `"new_run"` terminates an open run of the id and starts anew.
+        The handle is pinned to the run it returns (see `RunHandle`).
         `timeout` is the run's deadline: past it the run closes as
         `timed_out`. `signal=(name, value)` delivers a signal with the start
         (to the existing run when there is an open one); the call returns once
@@ -288,7 +292,9 @@ class Engine:
         Raises:
             NotFound: no workflow of that name (the message lists the known ones).
             CodecError: the input cannot be encoded as JSON, or is too large.
-            Rejected: a bad id or `on_conflict`, or a conflict with `"fail"`.
+            Rejected: a bad id or `on_conflict`.
+            IdConflict: the id has a run and `on_conflict` is `"fail"`, or its run
+                is one of another workflow (and `on_conflict` is not `"new_run"`).
         """
         self.driver.check_accepting()
         wf = self.workflow(workflow)
@@ -302,15 +308,20 @@ class Engine:
         workflow_id = check_id(id) if id is not None else uuid.uuid4().hex
         existing = self.runs.find_latest(workflow_id) if id is not None else None
         if existing is not None:
+            if existing.workflow != wf.name and on_conflict != "new_run":
+                raise IdConflict(
+                    f"id {workflow_id!r} belongs to a run of workflow {existing.workflow!r}, "
+                    f"not {wf.name!r}: choose another id"
+                )
             if on_conflict == "return":
                 if signal is not None:
                     # Refused when the run is closed, rather than dropped silently.
                     await self.signal(workflow_id, *signal)
                 if existing.run_id in self.runs.by_run_id:  # a stored run is durable
                     await self.durability.wait(existing.start_lsn)
-                return RunHandle(self, workflow_id)
+                return RunHandle(self, workflow_id, existing.run_id)
             if on_conflict == "fail":
-                raise Rejected(
+                raise IdConflict(
                     f"a run of id {workflow_id!r} already exists (status {existing.status})"
                 )
             if existing.is_open:
@@ -318,15 +329,19 @@ class Engine:
                     existing, R.RunTerminated, "replaced by a new run (on_conflict='new_run')"
                 )
         now = self.clock.now()
-        deadline = None if limit is None else now + limit
+        deadline = None if limit is None else wake_at(now + limit)
         run = self.driver.new_run(workflow_id, wf.name, encoded, deadline, None)
         if signal is not None:
             self.driver.signal(run, *signal)
         await self.durability.wait(run.last_lsn)
-        return RunHandle(self, workflow_id)
+        return RunHandle(self, workflow_id, run.run_id)
 
-    async def signal(self, id: str, name: str, value: Any = None) -> None:
-        """Delivers signal `name` to the newest run of `id`; returns once it is durable.
+    async def signal(
+        self, id: str, name: str, value: Any = None, *, run_id: str | None = None
+    ) -> None:
+        """Delivers signal `name` to the newest run of `id` (or to run `run_id` of it, as a
+        pinned handle does); returns once it is durable. The other calls on a run take
+        `run_id` the same way.
 
         Raises:
             NotFound: no run of that id.
@@ -334,13 +349,15 @@ class Engine:
             CodecError: the value cannot be encoded as JSON.
         """
         self.driver.check_accepting()
-        run = self.runs.latest(id)
+        run = self.runs.get(id, run_id)
         if not run.is_open:
             raise Rejected(f"run {id!r} is {run.closing}: it takes no more signals")
         lsn = self.driver.signal(run, name, value)
         await self.durability.wait(lsn)
 
-    async def cancel(self, id: str, reason: str = "cancelled") -> None:
+    async def cancel(
+        self, id: str, reason: str = "cancelled", *, run_id: str | None = None
+    ) -> None:
         """Cancels the newest run of `id`; returns once the request is durable.
 
         `Cancelled` is raised in the run's code at its current await (the code
@@ -348,7 +365,7 @@ class Engine:
         first; the run closes as `cancelled`.
         """
         self.driver.check_accepting()
-        run = self.runs.latest(id)
+        run = self.runs.get(id, run_id)
         if not run.is_open:
             raise Rejected(f"run {id!r} is already closed ({run.closing})")
         if run.cancel_reason is None:
@@ -360,20 +377,22 @@ class Engine:
                 self.driver.interrupt(run)
         await self.durability.wait(run.last_lsn)
 
-    async def terminate(self, id: str, reason: str = "terminated") -> None:
+    async def terminate(
+        self, id: str, reason: str = "terminated", *, run_id: str | None = None
+    ) -> None:
         """Closes the newest run of `id` at once, running nothing more; returns once durable."""
         self.driver.check_accepting()
-        run = self.runs.latest(id)
+        run = self.runs.get(id, run_id)
         if not run.is_open:
             raise Rejected(f"run {id!r} is already closed ({run.closing})")
         self.driver.close_run(run, R.RunTerminated, reason)
         await self.durability.wait(run.close_lsn or 0)
 
-    async def resume(self, id: str) -> None:
+    async def resume(self, id: str, *, run_id: str | None = None) -> None:
         """Resumes a paused run (its paused step runs again with a fresh budget, on
         the code loaded now) or retries a stuck run's replay with the code loaded now."""
         self.driver.check_accepting()
-        run = self.runs.latest(id)
+        run = self.runs.get(id, run_id)
         if not run.is_open:
             raise Rejected(f"run {id!r} is closed ({run.closing}): nothing to resume")
         paused = run.paused_ops()
@@ -381,19 +400,26 @@ class Engine:
         for seq in paused:
             self.driver.append(run, [R.StepResumed, run.run_id, seq, self.clock.now()])
         if stuck:
-            run.status = Status.RUNNING
+            self.driver.append(run, [R.RunUnstuck, run.run_id, self.clock.now()])
+            run.status = Status.RUNNING  # also when it was stuck in memory only
             run.error = None
             self.driver.spawn(run)
         elif not paused:
             raise Rejected(f"run {id!r} is {run.status}: only a paused or stuck run resumes")
         await self.durability.wait(run.last_lsn)
 
-    async def reset(self, id: str, to: int | str) -> RunHandle:
+    async def reset(self, id: str, to: int | str, *, run_id: str | None = None) -> RunHandle:
         """Closes the newest run of `id` as `reset` and starts a new run of the same id
         whose journal keeps the operations before `to` (an operation number, or the
-        name of a step: its first occurrence); the steps from there on run again."""
+        name of a step: its first occurrence); the steps from there on run again.
+        Returns a handle pinned to the new run. With `run_id`, that run must be the
+        id's newest."""
         self.driver.check_accepting()
-        run = self.runs.latest(id)
+        run = self.runs.get(id, run_id)
+        if run_id is not None and self.runs.latest(id).run_id != run_id:
+            raise Rejected(
+                f"run {run_id!r} is not the newest run of {id!r}: only the newest run resets"
+            )
         before = reset_point(run, to)
         if run.is_open:
             self.driver.close_run(run, R.RunReset, f"reset to operation #{before}")
@@ -401,11 +427,12 @@ class Engine:
         encoded = self.driver.encode(run.input, f"the input of workflow {run.workflow!r}")
         new = self.driver.new_run(run.workflow_id, run.workflow, encoded, run.deadline, origin)
         await self.durability.wait(new.last_lsn)
-        return RunHandle(self, id)
+        return RunHandle(self, id, new.run_id)
 
-    def handle(self, id: str) -> RunHandle:
-        """A handle on the newest run of `id`; its methods raise `NotFound` if there is none."""
-        return RunHandle(self, id)
+    def handle(self, id: str, run_id: str | None = None) -> RunHandle:
+        """A handle on the newest run of `id`, looked up at each call (or, with `run_id`,
+        pinned to that run); its methods raise `NotFound` if there is none."""
+        return RunHandle(self, id, run_id)
 
     async def list(
         self,
@@ -414,45 +441,23 @@ class Engine:
         where: dict[str, Any] | None = None,
         limit: int | None = None,
     ) -> builtins.list[RunInfo]:
-        """Runs, open and closed, newest first."""
+        """Runs, open and closed, newest first; at most `limit` (1 to `LIST_LIMIT_MAX`)."""
         if where:
             raise Rejected("search attributes (where=) are not available in this version")
+        if limit is not None and (type(limit) is not int or not 1 <= limit <= LIST_LIMIT_MAX):
+            # int's repr refuses a number of over 4,300 digits.
+            shown = "a larger number" if type(limit) is int and limit > 2**64 else repr(limit)
+            raise Rejected(f"limit is a whole number from 1 to {LIST_LIMIT_MAX}, not {shown}")
         try:
             want = Status(status) if status is not None else None
         except ValueError:
             known = ", ".join(s.value for s in Status)
             raise Rejected(f"unknown status {status!r}; statuses: {known}") from None
-        # Memory holds the open runs and the closed ones not yet stored; the store the
-        # rest. Both are ordered by where each run began in the journal.
-        mine = [
-            run
-            for run in self.runs.by_run_id.values()
-            if (want is None or run.status == want)
-            and (workflow is None or run.workflow == workflow)
-        ]
-        found: builtins.list[tuple[int, RunInfo]] = [(run.start_lsn, run.info()) for run in mine]
-        if self.runs.store is not None and (want is None or not want.is_open):
-            more = None if limit is None else limit + len(mine)
-            for row in self.runs.store.list(want and want.value, workflow, more):
-                if row.run_id not in self.runs.by_run_id:
-                    found.append((row.start_lsn, _row_info(row)))
-        found.sort(key=lambda f: f[0], reverse=True)
-        return [info for _, info in found[:limit]]
+        return self.runs.listed(want, workflow, limit)
 
     async def history(self, id: str) -> builtins.list[dict[str, Any]]:
         """Every record of every run of `id`, oldest first, as mappings."""
-        mine = [r for r in self.runs.by_run_id.values() if r.workflow_id == id]
-        recs = [rec for r in mine for rec in r.records]
-        known = {r.run_id for r in mine}
-        if self.runs.store is not None:
-            for run_id, stored in self.runs.store.records_of(id):
-                if run_id not in known:
-                    known.add(run_id)
-                    recs.extend((lsn, rec) for lsn, rec in stored)
-        if not known:
-            raise NotFound(f"no run with id {id!r}")
-        recs.sort(key=lambda r: r[0])
-        return [records.as_dict(lsn, rec) for lsn, rec in recs]
+        return [records.as_dict(lsn, rec) for lsn, rec in self.runs.records_of(id)]
 
     def workflow(self, workflow: str | WorkflowDef) -> WorkflowDef:
         """The registered workflow of that name.
@@ -476,7 +481,7 @@ class Engine:
 
     # -- handlers and completions ----------------------------------------------------
 
-    async def query(self, id: str, name: str, arg: Any = None) -> Any:
+    async def query(self, id: str, name: str, arg: Any = None, *, run_id: str | None = None) -> Any:
         """The answer of the newest run of `id` to query `name` (its `ctx.on_query`).
 
         Raises:
@@ -486,10 +491,16 @@ class Engine:
                 raised (its message).
             CodecError: the answer cannot be encoded as JSON.
         """
-        return await self.handlers.query(id, name, arg)
+        return await self.handlers.query(id, name, arg, run_id)
 
     async def update(
-        self, id: str, name: str, arg: Any = None, update_id: str | None = None
+        self,
+        id: str,
+        name: str,
+        arg: Any = None,
+        update_id: str | None = None,
+        *,
+        run_id: str | None = None,
     ) -> Any:
         """Applies update `name` to the newest run of `id` (its `ctx.on_update` handler);
         returns the handler's result once the update is durable.
@@ -505,7 +516,7 @@ class Engine:
                 (with its message).
             CodecError: the argument or the result cannot be encoded as JSON.
         """
-        return await self.handlers.update(id, name, arg, update_id)
+        return await self.handlers.update(id, name, arg, update_id, run_id)
 
     async def complete(self, token: str, value: Any = None) -> None:
         """Finishes the `await_completion` that issued `token` with `value`; returns once
@@ -553,16 +564,3 @@ class Engine:
         self.checkpoints.to_history(run)
         if run.origin is not None and "schedule" in run.origin:
             self.schedules.poke()
-
-
-def _row_info(row: Row) -> RunInfo:
-    return RunInfo(
-        id=row.workflow_id,
-        run_id=row.run_id,
-        workflow=row.workflow,
-        status=Status(row.status),
-        started_at=utc(row.started_at),
-        closed_at=utc(row.closed_at),
-        error=row.error,
-        attributes=row.attributes,
-    )

@@ -1,4 +1,12 @@
-"""`RunHandle`: the newest run of a workflow id, as a caller sees it."""
+"""`RunHandle`: one run of a workflow id, or its newest, as a caller sees it.
+
+A handle that `Engine.start` or `reset` returns is pinned to the run it
+started (or found): its `run_id` never changes, and `result()` follows that
+run's `continue_as_new` chain, never a later run that `on_conflict="new_run"`
+or a reset started. `engine.handle(id)` is not pinned: each call looks up
+the id's newest run (and `result()` follows resets too);
+`engine.handle(id, run_id=...)` pins one.
+"""
 
 from __future__ import annotations
 
@@ -26,19 +34,39 @@ if TYPE_CHECKING:
 
 
 class RunHandle:
-    """The newest run of a workflow id. Methods raise `NotFound` when there is none."""
+    """One run of a workflow id (`pinned`), or its newest. Methods raise `NotFound`
+    when there is none."""
 
-    def __init__(self, engine: Engine, id: str) -> None:
+    def __init__(self, engine: Engine, id: str, run_id: str | None = None) -> None:
         self._engine = engine
         self.id = id
+        self._pinned = run_id
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the handle names one run (else the id's newest, at each call)."""
+        return self._pinned is not None
 
     @property
     def run_id(self) -> str:
-        return self._engine.runs.latest(self.id).run_id
+        return self._pinned or self._engine.runs.latest(self.id).run_id
+
+    def _run(self) -> Run:
+        return self._engine.runs.get(self.id, self._pinned)
+
+    def _target(self) -> str | None:
+        """The run a call acts on: the pinned run, or the run its `continue_as_new`
+        chain has reached (None: the id's newest run)."""
+        if self._pinned is None:
+            return None
+        run = self._run()
+        while (successor := self._successor(run)) is not None:
+            run = successor
+        return run.run_id
 
     async def describe(self) -> RunInfo:
         """The run's state now (closed states only once durable)."""
-        return self._engine.runs.latest(self.id).info()
+        return self._run().info()
 
     async def history(self) -> list[dict[str, Any]]:
         """Every record of every run of this id, oldest first."""
@@ -46,32 +74,32 @@ class RunHandle:
 
     async def signal(self, name: str, value: Any = None) -> None:
         """Delivers a signal; returns once it is durable."""
-        await self._engine.signal(self.id, name, value)
+        await self._engine.signal(self.id, name, value, run_id=self._target())
 
     async def cancel(self, reason: str = "cancelled") -> None:
         """Cancels the run: `Cancelled` is raised in its code, compensations run."""
-        await self._engine.cancel(self.id, reason)
+        await self._engine.cancel(self.id, reason, run_id=self._target())
 
     async def terminate(self, reason: str = "terminated") -> None:
         """Closes the open run at once, running nothing more; returns once durable."""
-        await self._engine.terminate(self.id, reason)
+        await self._engine.terminate(self.id, reason, run_id=self._target())
 
     async def resume(self) -> None:
         """Runs a paused step again with a fresh budget, or retries a stuck replay."""
-        await self._engine.resume(self.id)
+        await self._engine.resume(self.id, run_id=self._target())
 
     async def reset(self, to: int | str) -> RunHandle:
         """Closes the run as `reset` and starts a new run that keeps the journal before `to`."""
-        return await self._engine.reset(self.id, to)
+        return await self._engine.reset(self.id, to, run_id=self._target())
 
     async def query(self, name: str, arg: Any = None) -> Any:
         """What the run's `ctx.on_query(name, fn)` handler answers for `arg`; records nothing."""
-        return await self._engine.query(self.id, name, arg)
+        return await self._engine.query(self.id, name, arg, run_id=self._target())
 
     async def update(self, name: str, arg: Any = None, update_id: str | None = None) -> Any:
         """Applies update `name` with `arg` (the run's `ctx.on_update` handler); returns its
         result once the update is durable. The same `update_id` is applied once."""
-        return await self._engine.update(self.id, name, arg, update_id)
+        return await self._engine.update(self.id, name, arg, update_id, run_id=self._target())
 
     def stream(self, name: str, follow: bool = True) -> AsyncGenerator[Any, None]:
         """Follows stream `name` of the id's newest run: `async for item in handle.stream(name)`.
@@ -86,11 +114,12 @@ class RunHandle:
             NotFound: no run of this id (raised here, before iterating).
             Rejected: the engine closed while the reader waited.
         """
-        run = self._engine.runs.latest(self.id)
+        run = self._engine.runs.get(self.id, self._target())
         return follow_stream(self._engine.driver, run, check_stream_name(name), wait=follow)
 
     async def result(self, timeout: float | timedelta | None = None) -> Any:
-        """The run's result, once durable; follows `continue_as_new` and `reset` to the latest run.
+        """The run's result, once durable; follows `continue_as_new` (a pinned handle: its
+        run's chain; otherwise `reset` too, to the id's newest run).
 
         A `stuck` or `paused` run is still open: this keeps waiting for it.
 
@@ -103,7 +132,7 @@ class RunHandle:
         limit = seconds(timeout)
         loop = asyncio.get_running_loop()
         deadline = None if limit is None else loop.time() + limit
-        run = self._engine.runs.latest(self.id)
+        run = self._run()
         while True:
             if run.status.is_open:
                 if self._engine.durability.failed is not None:
@@ -125,12 +154,23 @@ class RunHandle:
                     raise TimedOut(
                         f"run {self.id!r} did not finish within {limit:g} s (status {run.status})"
                     ) from None
-            if run.status in (Status.CONTINUED_AS_NEW, Status.RESET):
+            if self._pinned is not None:
+                successor = self._successor(run)
+                if successor is not None:
+                    run = successor
+                    continue
+            elif run.status in (Status.CONTINUED_AS_NEW, Status.RESET):
                 newer = self._engine.runs.latest(self.id)
                 if newer.run_id != run.run_id:  # a stored run is a new object each time
                     run = newer
                     continue
             return outcome(run)
+
+    def _successor(self, run: Run) -> Run | None:
+        """The run that `run` continued as, if it did and that run is known."""
+        if run.successor is None:  # set once the continue-as-new is recorded
+            return None
+        return self._engine.runs.by_id(run.successor)
 
 
 def outcome(run: Run) -> Any:

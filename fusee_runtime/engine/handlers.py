@@ -40,19 +40,11 @@ class Handlers:
         self.tokens = tokens
         self.config = driver.config
 
-    async def query(self, id: str, name: str, arg: Any = None) -> Any:
-        """The answer of the newest run of `id` to query `name` (its `ctx.on_query`).
-
-        Raises:
-            NotFound: no run of that id.
-            Rejected: no handler of that name (the message lists the run's
-                handlers), no code running here to answer, or the handler
-                raised (its message).
-            CodecError: the answer cannot be encoded as JSON.
-        """
+    async def query(self, id: str, name: str, arg: Any = None, run_id: str | None = None) -> Any:
+        """The answer of a run to a query: `Engine.query` says what it raises."""
         if not self.driver.opened:
             self.driver.check_accepting()
-        run = self.runs.latest(id)  # a read: it answers while the engine stops, too
+        run = self.runs.get(id, run_id)  # a read: it answers while the engine stops, too
         if not run.is_open:
             raise Rejected(f"run {id!r} is {run.closing}: only open runs answer queries")
         fn = self._handler(run, run.queries, "query", name, "answer queries")
@@ -72,24 +64,16 @@ class Handlers:
         return orjson.loads(self.driver.encode(value, f"the answer to query {name!r}"))
 
     async def update(
-        self, id: str, name: str, arg: Any = None, update_id: str | None = None
+        self,
+        id: str,
+        name: str,
+        arg: Any = None,
+        update_id: str | None = None,
+        run_id: str | None = None,
     ) -> Any:
-        """Applies update `name` to the newest run of `id` (its `ctx.on_update` handler);
-        returns the handler's result once the update is durable.
-
-        An update sent again with the same `update_id` is not applied again:
-        the caller gets the first one's result.
-
-        Raises:
-            NotFound: no run of that id.
-            Rejected: the run is closed, has no such handler, no code runs here
-                to apply it, its code is inside `ctx.all`/`ctx.race` or still
-                replaying, the validator refused it, or the handler raised
-                (with its message).
-            CodecError: the argument or the result cannot be encoded as JSON.
-        """
+        """Applies an update to a run; its result once durable: see `Engine.update`."""
         self.driver.check_accepting()
-        run = self.runs.latest(id)
+        run = self.runs.get(id, run_id)
         if update_id is not None:
             if not isinstance(update_id, str) or not 0 < len(update_id) <= NAME_CHARS_MAX:
                 raise Rejected(f"an update id is a string of 1 to {NAME_CHARS_MAX} characters")
@@ -194,23 +178,6 @@ class Handlers:
         frontier = max((top(s) for s in run.ops), default=0)
         if run.position < frontier or run.position == 0:
             raise Rejected(f"run {id!r} is replaying its journal; send the update again")
-
-    async def complete(self, token: str, value: Any = None) -> None:
-        """Finishes the `await_completion` that issued `token` with `value`; returns once
-        that is durable.
-
-        Raises:
-            NotFound: not a token of this home, or its run is gone.
-            Rejected: the run is closed, the step already finished, or a later
-                attempt superseded the token.
-            CodecError: the value cannot be encoded as JSON.
-        """
-        await self.finish(token, value, None)
-
-    async def fail(self, token: str, error: str | Failure) -> None:
-        """Fails the `await_completion` that issued `token`: it raises `StepFailed` in the
-        workflow, with `error` (a message, or a `Failure`). Raises as `complete` does."""
-        await self.finish(token, None, error)
 
     async def finish(self, token: str, value: Any, error: str | Failure | None) -> tuple[Run, str]:
         """Records how the `await_completion` of `token` ended (`error` None: with `value`);

@@ -18,20 +18,45 @@ closed run's `result()` are answered.
 
 The loop reads through its own connection; WAL lets it read while the
 thread writes.
+
+When the store fails. The store holds nothing the engine needs to keep the
+open runs going, so its failures never stop the home:
+
+- *It cannot be read* (not a database, truncated, a directory where the
+  file should be, a damaged page): the home opens all the same (`damage`
+  says why, once, in the log). Open runs go on; a closed run stays in
+  memory and in the checkpoints, as it does until the store takes it. What
+  needs the closed runs it holds raises `HistoryDamaged`, whose message
+  names the file and what to do. Damage that a read or a write finds later
+  stops the store's use, reads and writes, until the next open. (Opening
+  itself needs the store only to replay a reset, after the checkpoint, of
+  a run that only the store holds: that raises `HistoryDamaged` too.)
+- *It cannot be written* (a full disk): the batch is kept and written again
+  every `RETRY_S`; the log says once what failed, and once that it writes
+  again. SQLite ends the transaction itself on such an error, so the
+  failure path rolls back only a transaction that is still open (a
+  `ROLLBACK` after SQLite's own would fail and hide why).
+
+The file and SQLite's `-wal` and `-shm` beside it are created 0600
+(SQLite gives those two the mode of the database file).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+from fusee_runtime.errors import HistoryDamaged
 
 log = logging.getLogger("fusee")
 
@@ -111,12 +136,61 @@ _STOP = object()
 
 def connect(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
-    conn.execute("PRAGMA journal_mode=WAL")
-    # Every committed batch is durable: compaction may delete the journal that held it.
-    conn.execute("PRAGMA synchronous=FULL")
-    # Run ids are random: with a big store, each insert lands on another index page.
-    conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        # Every committed batch is durable: compaction may delete the journal that held it.
+        conn.execute("PRAGMA synchronous=FULL")
+        # Run ids are random: with a big store, each insert lands on another index page.
+        conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+    except BaseException:
+        conn.close()
+        raise
     return conn
+
+
+def create_private(path: Path) -> None:
+    """Creates the store's file 0600 (whatever the umask) if it is not there, before
+    SQLite does (SQLite would make it 0644, and its `-wal` and `-shm` like it)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+    os.close(fd)
+
+
+def is_damage(e: BaseException) -> bool:
+    """Whether SQLite says the file is damaged (or not a database at all)."""
+    code = getattr(e, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+
+
+def damaged(path: Path, why: BaseException | str) -> HistoryDamaged:
+    """The error for a store that cannot be read (`why`: what SQLite or the system
+    raised, or what is wrong with a row): names the file, and what to do."""
+    name = path.name
+    if isinstance(why, IsADirectoryError):
+        reason, fix = "it is a directory", "move it aside"
+    elif isinstance(why, OSError):
+        reason, fix = why.strerror or str(why), "fix that"
+    elif isinstance(why, sqlite3.Error) and not is_damage(why):
+        reason, fix = str(why), "fix that"  # a full disk, an I/O error, no permission
+    else:
+        reason = str(why)
+        fix = (
+            f"move {name}, {name}-wal and {name}-shm aside "
+            f"(`sqlite3 {name} .recover` may get their rows back)"
+        )
+    return HistoryDamaged(
+        f"the history store {path} cannot be read ({reason}): open runs go on, but the "
+        f"closed runs it holds cannot be listed or looked up. With the home closed, {fix}; "
+        "the next open " + ("starts an empty store" if fix.startswith("move") else "uses it"),
+        str(path),
+    )
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    """Ends a failed transaction, unless SQLite already did (on a full disk or an I/O
+    error it rolls back by itself, and a ROLLBACK then fails and hides why)."""
+    if db.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("ROLLBACK")
 
 
 class HistoryStore:
@@ -131,31 +205,81 @@ class HistoryStore:
         self._thread: threading.Thread | None = None
         self._db: sqlite3.Connection | None = None
         self.failed: BaseException | None = None
+        """Why the last batch failed (None once one is written)."""
+        self.damage: HistoryDamaged | None = None
+        """Why the store cannot be used (found on open, by a read or by a write): reads
+        raise it, and nothing more is written to it until the next open."""
         self.pruned_before = 0.0
         """The latest cutoff this store pruned at (0: none since open)."""
         self.rows_written = 0
         self.batches = 0
 
     def open(self) -> None:
-        db = connect(self.path)
-        db.executescript(SCHEMA)
+        """Opens the store (made 0600 if there is none) and starts its writer thread.
+
+        A store that cannot be opened does not stop the home: `damage` says
+        why (logged once), and the store takes no runs.
+        """
+        try:
+            create_private(self.path)
+            db = connect(self.path)
+        except (sqlite3.Error, OSError) as e:
+            self._found_damaged(e)
+            return
+        try:
+            db.executescript(SCHEMA)
+        except sqlite3.Error as e:
+            db.close()
+            self._found_damaged(e)
+            return
         self._db = db
         self._thread = threading.Thread(target=self._run, name="fusee-history", daemon=True)
         self._thread.start()
+
+    def _found_damaged(self, e: BaseException) -> HistoryDamaged:
+        """The store is damaged: it is not used again until the next open (reads raise,
+        writes stop). Says so once in the log; returns the error to raise."""
+        if self.damage is None:
+            self.damage = damaged(self.path, e)
+            log.error(
+                "fusee: %s (closed runs stay in memory and in checkpoints meanwhile)",
+                self.damage,
+            )
+        return HistoryDamaged(str(self.damage), self.damage.path)
+
+    def _usable(self) -> None:
+        """Raises `HistoryDamaged` if the store was found damaged."""
+        if self.damage is not None:
+            raise HistoryDamaged(str(self.damage), self.damage.path)
 
     @property
     def db(self) -> sqlite3.Connection:
         assert self._db is not None, "the history store is not open"
         return self._db
 
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        """The loop's connection; what SQLite (or a row that does not decode) raises
+        becomes `HistoryDamaged`, and damage SQLite finds stops the store's use."""
+        self._usable()
+        try:
+            yield self.db
+        except (sqlite3.Error, orjson.JSONDecodeError) as e:
+            if is_damage(e):
+                raise self._found_damaged(e) from None
+            raise damaged(self.path, e) from None
+
     # -- writes (the thread) -------------------------------------------------------
 
     def put(self, closed: Closed) -> None:
-        """Queues a closed run; it is written with the next batch."""
-        self._queue.put(closed)
+        """Queues a closed run; it is written with the next batch. A store that cannot be
+        used takes nothing: memory and the checkpoints keep the run."""
+        if self.damage is None:
+            self._queue.put(closed)
 
     def flush(self) -> None:
         """Returns once everything queued before is committed (raises what failed)."""
+        self._usable()
         if self._thread is None or not self._thread.is_alive():
             if self.failed is not None:
                 raise self.failed
@@ -179,7 +303,7 @@ class HistoryStore:
             self._db = None
 
     def _run(self) -> None:
-        db = connect(self.path)
+        db: sqlite3.Connection | None = None
         try:
             while True:
                 first = self._queue.get()
@@ -192,33 +316,52 @@ class HistoryStore:
                         items.append(self._queue.get_nowait())
                     except queue.Empty:
                         break
-                closed = [i for i in items if isinstance(i, Closed)]
+                # A damaged store takes nothing more: memory and the checkpoints keep them.
+                closed = [i for i in items if isinstance(i, Closed) and self.damage is None]
                 retry = False
                 if closed:
                     try:
+                        if db is None:
+                            db = connect(self.path)
                         self._write(db, closed)
                     except Exception as e:
-                        # Memory and the checkpoints keep them (nothing is dropped before
-                        # it is stored); written again once the store takes writes.
-                        if self.failed is None:
-                            log.error("fusee: the history store failed to write: %s", e)
-                        self.failed, retry = e, True
-                        for c in closed:
-                            self._queue.put(c)
+                        if db is not None:
+                            db.close()  # the next batch starts on a fresh connection
+                            db = None
+                        retry = self._failed(e, closed)
                     else:
                         if self.failed is not None:
-                            log.warning("fusee: the history store writes again")
+                            log.warning("fusee: the history store %s writes again", self.path)
                         self.failed = None
                 for item in items:
                     if isinstance(item, _Flush):
-                        item.error = self.failed
+                        item.error = self.damage or self.failed
                         item.done.set()
                 if any(i is _STOP for i in items):
                     return
                 if retry:
                     self._hurry.wait(RETRY_S)
         finally:
-            db.close()
+            if db is not None:
+                db.close()
+
+    def _failed(self, e: Exception, closed: list[Closed]) -> bool:
+        """A batch failed: says what failed, once; returns whether to write it again."""
+        # Memory and the checkpoints keep the runs (nothing is dropped before it is stored).
+        if is_damage(e):
+            self.failed = self._found_damaged(e)
+            return False
+        if self.failed is None:
+            log.error(
+                "fusee: the history store %s cannot take closed runs (%s); they stay in "
+                "memory and in checkpoints, and are written again once it can",
+                self.path,
+                e,
+            )
+        self.failed = e
+        for c in closed:
+            self._queue.put(c)
+        return True
 
     def _write(self, db: sqlite3.Connection, closed: list[Closed]) -> None:
         gone: set[str] = set()
@@ -242,44 +385,50 @@ class HistoryStore:
             )
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            _rollback(db)
             raise
         self.rows_written += len(rows)
         self.batches += 1
         self._on_stored([c.row.run_id for c in closed])
 
     # -- reads (the loop) ----------------------------------------------------------
+    #
+    # Each raises `HistoryDamaged` when the store cannot be read.
 
     def latest(self, workflow_id: str) -> Row | None:
         """The newest stored run of `workflow_id`."""
-        got = self.db.execute(
-            f"SELECT {COLUMNS} FROM runs WHERE workflow_id = ? ORDER BY start_lsn DESC LIMIT 1",
-            (workflow_id,),
-        ).fetchone()
-        return _row(got) if got else None
+        with self._reading() as db:
+            got = db.execute(
+                f"SELECT {COLUMNS} FROM runs WHERE workflow_id = ? ORDER BY start_lsn DESC LIMIT 1",
+                (workflow_id,),
+            ).fetchone()
+            return _row(got) if got else None
 
     def exists(self, run_id: str) -> bool:
-        return (
-            self.db.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is not None
-        )
+        with self._reading() as db:
+            return (
+                db.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is not None
+            )
 
     def full(self, run_id: str) -> tuple[dict[str, Any] | None, list[list[Any]]] | None:
         """(creation, records) of a stored run."""
-        got = self.db.execute(
-            "SELECT creation, records FROM runs WHERE run_id = ?", (run_id,)
-        ).fetchone()
-        if got is None:
-            return None
-        creation = orjson.loads(got[0]) if got[0] is not None else None
-        return creation, orjson.loads(got[1])
+        with self._reading() as db:
+            got = db.execute(
+                "SELECT creation, records FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            if got is None:
+                return None
+            creation = orjson.loads(got[0]) if got[0] is not None else None
+            return creation, orjson.loads(got[1])
 
     def records_of(self, workflow_id: str) -> list[tuple[str, list[list[Any]]]]:
         """(run_id, records) of every stored run of `workflow_id`, oldest first."""
-        got = self.db.execute(
-            "SELECT run_id, records FROM runs WHERE workflow_id = ? ORDER BY start_lsn",
-            (workflow_id,),
-        ).fetchall()
-        return [(run_id, orjson.loads(recs)) for run_id, recs in got]
+        with self._reading() as db:
+            got = db.execute(
+                "SELECT run_id, records FROM runs WHERE workflow_id = ? ORDER BY start_lsn",
+                (workflow_id,),
+            ).fetchall()
+            return [(run_id, orjson.loads(recs)) for run_id, recs in got]
 
     def list_sql(
         self, status: str | None, workflow: str | None, limit: int | None
@@ -304,15 +453,18 @@ class HistoryStore:
 
     def list(self, status: str | None, workflow: str | None, limit: int | None) -> list[Row]:
         sql, args = self.list_sql(status, workflow, limit)
-        return [_row(r) for r in self.db.execute(sql, args)]
+        with self._reading() as db:
+            return [_row(r) for r in db.execute(sql, args)]
 
     def query_plan(self, status: str | None, workflow: str | None, limit: int | None) -> str:
         """SQLite's plan for `list` with these filters, one step per line."""
         sql, args = self.list_sql(status, workflow, limit)
-        return "\n".join(r[-1] for r in self.db.execute("EXPLAIN QUERY PLAN " + sql, args))
+        with self._reading() as db:
+            return "\n".join(r[-1] for r in db.execute("EXPLAIN QUERY PLAN " + sql, args))
 
     def counts(self) -> dict[str, int]:
-        return dict(self.db.execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall())
+        with self._reading() as db:
+            return dict(db.execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall())
 
     def prune(self, before: float, floor: int = 0, keep: Iterable[str] = ()) -> int:
         """Deletes runs closed before `before` (Unix seconds); returns how many.
@@ -322,7 +474,23 @@ class HistoryStore:
         found closed again on open, and is remembered so it is not stored
         again. The runs in `keep`, and those a reset that began after `floor`
         started from, stay: replaying that reset needs them.
+
+        Raises:
+            HistoryDamaged: the store cannot be read.
         """
+        self._usable()
+        try:
+            n = self._prune(before, floor, keep)
+        except (sqlite3.Error, orjson.JSONDecodeError) as e:
+            if is_damage(e):
+                raise self._found_damaged(e) from None
+            if isinstance(e, sqlite3.Error):
+                raise  # a full disk, say: nothing is damaged
+            raise damaged(self.path, e) from None
+        self.pruned_before = max(self.pruned_before, before)
+        return n
+
+    def _prune(self, before: float, floor: int, keep: Iterable[str]) -> int:
         db = connect(self.path)  # its own: this runs on a thread, beside the loop's reads
         try:
             db.execute("BEGIN IMMEDIATE")
@@ -350,11 +518,10 @@ class HistoryStore:
                 n = db.execute(f"DELETE FROM runs WHERE {doomed}", (before,)).rowcount
                 db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                _rollback(db)
                 raise
         finally:
             db.close()
-        self.pruned_before = max(self.pruned_before, before)
         return n
 
 

@@ -1,12 +1,42 @@
-"""Ownership of a home: one process at a time holds `<home>/LOCK`."""
+"""Ownership of a home (one process at a time holds `<home>/LOCK`), and its privacy.
+
+A home holds every workflow's inputs, results and signals, so it is private
+to the account that runs fusee, as PostgreSQL keeps its data directory:
+the home and its directories 0700, its files 0600, whatever the umask.
+What fusee creates is created so (`private_dir`, and each writer passes
+0600 to `open`); opening a home also tightens what an older version made
+0755 and 0644 (`make_private`), rather than refusing it as PostgreSQL does:
+taking rights away from other accounts is always safe, and it is what the
+person would be told to do. What is not fusee's is never touched.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import logging
 import os
+import stat
 from pathlib import Path
 
+from fusee_runtime.completions import SECRET_NAME
+from fusee_runtime.control.protocol import SOCKET_NAME
+from fusee_runtime.engine.history import NAME as HISTORY
 from fusee_runtime.errors import HomeLocked
+
+log = logging.getLogger("fusee")
+
+LOCK_NAME = "LOCK"
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+SUBDIRS = ("journal", "logs")
+"""The home's directories: everything in them is fusee's."""
+FILES = frozenset(
+    {LOCK_NAME, SECRET_NAME, SOCKET_NAME, HISTORY, f"{HISTORY}-wal", f"{HISTORY}-shm"}
+)
+"""Fusee's files in the home itself."""
+TEMP_PREFIXES = (f".{SECRET_NAME}.",)
+"""A file fusee writes, then links in place (a crash may leave it)."""
 
 
 class HomeLock:
@@ -17,11 +47,18 @@ class HomeLock:
     """
 
     def __init__(self, home: Path) -> None:
-        self.path = home / "LOCK"
+        self.path = home / LOCK_NAME
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        """Takes the home, and makes what fusee keeps in it private (`make_private`).
+
+        Raises:
+            HomeLocked: another process holds it.
+            OSError: `LOCK` cannot be opened (a directory, say).
+        """
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+        fd = os.open(self.path, flags, FILE_MODE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -30,6 +67,7 @@ class HomeLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
+        make_private(self.path.parent)
 
     def owner(self) -> int | None:
         """The pid written by the process holding (or last holding) the lock."""
@@ -43,3 +81,68 @@ class HomeLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+
+
+def private_dir(path: Path, parents: bool = False) -> None:
+    """Makes directory `path` 0700 (whatever the umask) if it is not there.
+
+    Raises:
+        OSError: it cannot be made, or something else than a directory is there.
+    """
+    try:
+        path.mkdir(mode=DIR_MODE, parents=parents)
+    except FileExistsError:
+        if not path.is_dir():
+            raise
+        return
+    os.chmod(path, DIR_MODE)  # the umask may have taken bits away, never added any
+
+
+def make_private(home: Path) -> int:
+    """Takes every right of other accounts away from what fusee keeps in the home (the
+    owner's own rights stay as they are); returns how many files and directories it changed.
+
+    That is `journal/` and `logs/` and everything in them, and fusee's files
+    in the home itself (`FILES`). Other files there are not fusee's, and not
+    touched; the home directory itself is made 0700 only when it holds
+    nothing else (a home pointed at a shared directory keeps that
+    directory's mode: what fusee keeps in it is private all the same). Only
+    what this account owns is changed, symbolic links are not followed
+    inside, and what cannot be changed is left as it is.
+    """
+    uid = os.geteuid()
+    try:
+        names = os.listdir(home)
+    except OSError:
+        return 0
+    ours = [n for n in names if n in FILES or n in SUBDIRS or n.startswith(TEMP_PREFIXES)]
+    changed = 0
+    if len(ours) == len(names):
+        changed += _tighten(home, uid, follow=True)
+    for name in ours:
+        path = home / name
+        changed += _tighten(path, uid, follow=name in SUBDIRS)
+        if name in SUBDIRS:
+            with contextlib.suppress(OSError):  # not a directory: opening says so
+                for entry in os.scandir(path):
+                    changed += _tighten(Path(entry.path), uid, follow=False)
+    if changed:
+        log.warning(
+            "fusee: other accounts had rights on %d file(s) or directories of the home %s: "
+            "took them away (directories 0700, files 0600)",
+            changed,
+            home,
+        )
+    return changed
+
+
+def _tighten(path: Path, uid: int, follow: bool) -> int:
+    """Takes away the rights of group and others on `path`; 1 if it changed it."""
+    try:
+        st = os.stat(path, follow_symlinks=follow)
+        if stat.S_ISLNK(st.st_mode) or st.st_uid != uid or not st.st_mode & 0o077:
+            return 0
+        os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o077)
+    except OSError:
+        return 0
+    return 1

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import orjson
 
+from fusee_runtime.engine.home import private_dir
 from fusee_runtime.engine.state import top
 from fusee_runtime.errors import MESSAGE_CHARS_MAX  # a log message is cut where a failure's is
 from fusee_runtime.scope import cursor_var, step_var
@@ -144,7 +145,7 @@ class RunLog:
                 self._close_file()
 
     def _open(self) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        private_dir(self.directory, parents=True)
         torn = False
         try:
             with open(self.path, "rb") as f:
@@ -152,7 +153,9 @@ class RunLog:
                 torn = f.read(1) != b"\n"
         except OSError:
             pass  # no file yet, or an empty one: nothing to end
-        self._file = open(self.path, "ab")  # noqa: SIM115 (held open across writes)
+        # 0600: the lines hold what the runs' code chose to log (its data, often).
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+        self._file = os.fdopen(os.open(self.path, flags, 0o600), "ab")
         if torn:
             # The last line was cut (a power loss): end it, so the next line stays whole.
             self._file.write(b"\n")

@@ -36,16 +36,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from fusee_runtime.engine.history import HistoryStore
+from fusee_runtime.engine.history import HistoryStore, Row, damaged
 from fusee_runtime.engine.schedules import Schedules
 from fusee_runtime.engine.state import (
     Op,
     Run,
+    RunInfo,
+    Status,
     continued_creation,
     created,
     rebuilt,
     reset_creation,
     top,
+    utc,
 )
 from fusee_runtime.errors import JournalCorrupt, NotFound, Rejected
 from fusee_runtime.journal import checkpoint as ckpt
@@ -224,8 +227,28 @@ class RunTable:
             raise NotFound(f"no run with id {id!r}")
         return run
 
+    def get(self, id: str, run_id: str | None = None) -> Run:
+        """Run `run_id` of workflow id `id`, or (`run_id` None) its newest run.
+
+        Raises:
+            NotFound: no such run.
+        """
+        if run_id is None:
+            return self.latest(id)
+        run = self.by_id(run_id)
+        if run is None or run.workflow_id != id:
+            raise NotFound(f"no run {run_id!r} of id {id!r}")
+        return run
+
     def find_latest(self, id: str) -> Run | None:
-        """The newest run of `id`, from memory or (closed) from the history store."""
+        """The newest run of `id`, from memory or (closed) from the history store.
+
+        Memory answers for an id it holds (its newest run is newer than any
+        stored one), so open runs are found whatever the store's state.
+
+        Raises:
+            HistoryDamaged: the id is not in memory and the store cannot be read.
+        """
         run = self.newest.get(id)
         if run is not None or self.store is None:
             return run
@@ -233,7 +256,11 @@ class RunTable:
         return self.stored(row.run_id) if row is not None else None
 
     def by_id(self, run_id: str) -> Run | None:
-        """The run of `run_id`, from memory or (closed) from the history store."""
+        """The run of `run_id`, from memory or (closed) from the history store.
+
+        Raises:
+            HistoryDamaged: the run is not in memory and the store cannot be read.
+        """
         run = self.by_run_id.get(run_id)
         if run is not None or self.store is None:
             return run
@@ -243,7 +270,52 @@ class RunTable:
         """A closed run rebuilt from the history store (a new object on each call)."""
         assert self.store is not None
         got = self.store.full(run_id)
-        return rebuilt(*got) if got is not None else None
+        if got is None:
+            return None
+        try:
+            return rebuilt(*got)
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
+            # A row SQLite reads whole but whose records make no sense.
+            raise damaged(self.store.path, f"run {run_id} cannot be rebuilt: {e!r}") from None
+
+    def listed(self, want: Status | None, workflow: str | None, limit: int | None) -> list[RunInfo]:
+        """Runs of status `want` and `workflow` (None: any), open and closed, newest
+        first, at most `limit`."""
+        # Memory holds the open runs and the closed ones not yet stored; the store the
+        # rest. Both are ordered by where each run began in the journal.
+        mine = [
+            run
+            for run in self.by_run_id.values()
+            if (want is None or run.status == want)
+            and (workflow is None or run.workflow == workflow)
+        ]
+        found: list[tuple[int, RunInfo]] = [(run.start_lsn, run.info()) for run in mine]
+        if self.store is not None and (want is None or not want.is_open):
+            more = None if limit is None else limit + len(mine)
+            for row in self.store.list(want and want.value, workflow, more):
+                if row.run_id not in self.by_run_id:
+                    found.append((row.start_lsn, _row_info(row)))
+        found.sort(key=lambda f: f[0], reverse=True)
+        return [info for _, info in found[:limit]]
+
+    def records_of(self, id: str) -> list[tuple[int, list[Any]]]:
+        """Every record of every run of `id`, memory's and the store's, by lsn.
+
+        Raises:
+            NotFound: no run of that id.
+        """
+        mine = [r for r in self.by_run_id.values() if r.workflow_id == id]
+        recs = [rec for r in mine for rec in r.records]
+        known = {r.run_id for r in mine}
+        if self.store is not None:
+            for run_id, stored in self.store.records_of(id):
+                if run_id not in known:
+                    known.add(run_id)
+                    recs.extend((lsn, rec) for lsn, rec in stored)
+        if not known:
+            raise NotFound(f"no run with id {id!r}")
+        recs.sort(key=lambda r: r[0])
+        return recs
 
     def open_runs(self) -> list[Run]:
         """The newest run in memory of every workflow id, where it is open."""
@@ -295,3 +367,16 @@ def reset_point(run: Run, to: int | str) -> int:
     if not steps:
         raise NotFound(f"run {run.workflow_id!r} has no step named {to!r}")
     return steps[0][0]
+
+
+def _row_info(row: Row) -> RunInfo:
+    return RunInfo(
+        id=row.workflow_id,
+        run_id=row.run_id,
+        workflow=row.workflow,
+        status=Status(row.status),
+        started_at=utc(row.started_at),
+        closed_at=utc(row.closed_at),
+        error=row.error,
+        attributes=row.attributes,
+    )

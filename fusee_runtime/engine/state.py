@@ -99,8 +99,18 @@ class Stream:
     closed_lsn: int | None = None
 
 
+INSTANT_MAX = 253402300799.0
+"""The last second a `datetime` holds (9999-12-31 23:59:59 UTC). A wake-up past it
+(`timedelta.max`, say) means "never": the run waits with no timer."""
+
+
 def utc(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
+
+
+def wake_at(at: float) -> float | None:
+    """A wake-up instant as it is recorded: None ("never") past `INSTANT_MAX`."""
+    return at if at < INSTANT_MAX else None
 
 
 def top(seq: str) -> int:
@@ -136,6 +146,8 @@ class Run:
     carried_signals: list[tuple[int, str, Any]] = field(default_factory=list)
     cancel_reason: str | None = None
     cancel_delivered: bool = False
+    # Why the run's code stopped, as recorded (`RunStuck`), until it went on (`RunUnstuck`).
+    stuck: str | None = None
     records: list[tuple[int, list[Any]]] = field(default_factory=list)
     last_lsn: int = 0
     # How it closed, as recorded; `status` turns closed once that is durable.
@@ -188,6 +200,14 @@ class Run:
             self.next_signal_id = signal_id + 1
         elif kind == R.CancelRequested:
             self.cancel_reason = rec[2]
+        elif kind == R.RunStuck:
+            self.stuck = rec[2]
+            if self.is_open:
+                self.status, self.error, self.current = Status.STUCK, rec[2], None
+        elif kind == R.RunUnstuck:
+            self.stuck = None
+            if self.status == Status.STUCK:
+                self.status, self.error = Status.RUNNING, None
         elif kind == R.RaceWon:
             self.races[rec[2]] = rec[3]
         elif kind == R.UpdateApplied:

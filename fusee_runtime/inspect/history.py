@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,9 @@ def inspect_history(path: Path, closed: set[str]) -> dict[str, Any] | None:
     """
     wal = path.with_name(path.name + "-wal")
     try:
-        size = path.stat().st_size
+        st = path.stat()
+        mode = st.st_mode
+        size = st.st_size if stat.S_ISREG(mode) else 0
         if wal.exists():
             size += wal.stat().st_size
     except FileNotFoundError:
@@ -57,6 +60,9 @@ def inspect_history(path: Path, closed: set[str]) -> dict[str, Any] | None:
         "unread": None,
         "damage": None,
     }
+    if not stat.S_ISREG(mode):
+        report["damage"] = _not_a_file(path, mode)
+        return report
     # See the module's docstring: neither way writes a byte, not even the -shm.
     how = "mode=ro&readonly_shm=1" if wal.exists() else "immutable=1"
     try:
@@ -73,6 +79,17 @@ def inspect_history(path: Path, closed: set[str]) -> dict[str, Any] | None:
     if rows["quick_check"] != ["ok"]:
         report["damage"] = _quick_check_damage(path, page_bytes, rows["quick_check"])
     return report
+
+
+def _not_a_file(path: Path, mode: int) -> dict[str, Any]:
+    """The damage of something else than a file where the store goes (a directory, say):
+    opening the home goes on without a store, and reads of closed runs fail."""
+    what = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+    reason = (
+        f"it is {what}: the home opens without its store (open runs go on), but closed "
+        "runs cannot be listed or looked up until it is moved aside"
+    )
+    return {"kind": "history", "file": str(path), "offset": None, "reason": reason}
 
 
 def _history_rows(db: sqlite3.Connection, closed: set[str]) -> tuple[dict[str, Any], int]:

@@ -18,6 +18,10 @@ reports what opening would make of it (`fusee check` prints the report):
 - **History store** (`<home>/history.db`): SQLite's `quick_check`, and its
   rows by status. Closed runs are those rows plus the closed runs the
   checkpoint and the journal after it still hold, counted once by run id.
+  Something else than a file there (a directory) is damage too: opening
+  goes on without the store, but closed runs cannot be read.
+- **The home's other files** (`LOCK`, `secret`, `control.sock`): each must
+  be what fusee makes there, or absent (`entries` says what each breaks).
 
 Read only and lock-free, so safe while another process owns the home:
 segments and checkpoints are read through a storage that refuses every
@@ -40,6 +44,7 @@ from typing import Any
 
 from fusee_runtime.engine.history import NAME
 from fusee_runtime.inspect.checkpoints import checkpoint_damages, inspect_checkpoints
+from fusee_runtime.inspect.entries import entry_damages
 from fusee_runtime.inspect.history import inspect_history
 from fusee_runtime.inspect.journal import inspect_journal
 from fusee_runtime.inspect.reading import Changed, HomeUnreadable
@@ -102,6 +107,7 @@ def _look(home: Path) -> dict[str, Any]:
     damages = [*report.pop("journal_damages"), *checkpoint_damages(checkpoints)]
     if history is not None and history["damage"] is not None:
         damages.append(history["damage"])
+    damages.extend(entry_damages(home))
     ckpt_bytes = sum(c["bytes"] for c in checkpoints)
     report.update(
         healthy=not damages,

@@ -49,6 +49,8 @@ class R(enum.IntEnum):
     ScheduleFired = 29
     SchedulePaused = 30
     UpdateApplied = 31
+    RunStuck = 32
+    RunUnstuck = 33
 
 
 FIELDS: dict[R, tuple[str, ...]] = {
@@ -116,6 +118,10 @@ FIELDS: dict[R, tuple[str, ...]] = {
         "failure",
         "applied_at",
     ),
+    # Why a run's code stopped (its code does not match its journal), so every
+    # process sees it `stuck`; and that it went on (`resume`, or code that matches).
+    R.RunStuck: ("run_id", "message", "stuck_at"),
+    R.RunUnstuck: ("run_id", "at"),
 }
 
 SCHEDULES = {R.ScheduleArmed, R.ScheduleFired, R.SchedulePaused}
@@ -133,6 +139,33 @@ CLOSES = {
 """Record types that close a run."""
 
 _TYPES = {int(r): r for r in R}
+
+PAYLOAD_DEPTH_MAX = 200
+"""Deepest nesting of arrays and objects in a value the engine records. orjson writes
+at most `ENCODE_DEPTH_MAX` levels, and a recorded value sits a few levels deeper in a
+checkpoint, a history-store row and an HTTP answer: a value accepted deeper than this
+would be recorded, then fail there."""
+ENCODE_DEPTH_MAX = 254
+"""orjson's own limit: deeper values raise `TypeError: Recursion limit reached`."""
+
+
+def too_deep(value: Any, encoded: bytes) -> bool:
+    """Whether `value` (encoded as `encoded`) nests over `PAYLOAD_DEPTH_MAX` levels.
+
+    Counting brackets first keeps it free for most values; only one with more
+    brackets than the limit is encoded again, wrapped in as many levels as the
+    limit leaves to orjson's, which fails exactly when the value is too deep.
+    """
+    if encoded.count(b"[") + encoded.count(b"{") <= PAYLOAD_DEPTH_MAX:
+        return False
+    wrapped = value
+    for _ in range(ENCODE_DEPTH_MAX - PAYLOAD_DEPTH_MAX):
+        wrapped = [wrapped]
+    try:
+        orjson.dumps(wrapped)
+    except TypeError:
+        return True
+    return False
 
 
 def encode(kind: R, *fields: Any) -> bytes:

@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 
 ZERO_CHUNK_BYTES = 1 << 20
+FILE_MODE = 0o600
+"""Segments and checkpoints are the owner's alone: they hold every input, result and signal."""
 
 
 class Storage:
@@ -47,7 +49,9 @@ class Storage:
         no extent or size metadata to flush.
         """
         tmp = path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+        fd = os.open(
+            tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), FILE_MODE
+        )
         try:
             zeros = bytes(min(ZERO_CHUNK_BYTES, size_bytes))
             offset = 0
@@ -103,7 +107,7 @@ class Storage:
     def write_file(self, path: Path, data: bytes) -> None:
         """Creates (or truncates) `path` holding `data`, durably (`fsync`: its size changes)."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
-        fd = os.open(path, flags, 0o644)
+        fd = os.open(path, flags, FILE_MODE)
         try:
             self._write_all(fd, 0, data)
             os.fsync(fd)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fusee_runtime.control import protocol
+from fusee_runtime.control import connect
 from fusee_runtime.engine.home import HomeLock
 
 ACTS = (
@@ -91,14 +91,15 @@ def test_a_missing_app_module(cli, home, bad_input):
 
 def test_a_locked_home_names_the_owner(cli, on, home, journal, used_home, bad_input, monkeypatch):
     # A process holds the lock and serves no control socket: each command
-    # tries to reach it for ANSWER_S (5 s; shortened here), then names it.
-    monkeypatch.setattr(protocol, "ANSWER_S", 0.2)
+    # waits for it for LOCK_WAIT_S (a minute; shortened here), then names it.
+    monkeypatch.setattr(connect, "LOCK_WAIT_S", 0.2)
     lock = HomeLock(home)
     lock.acquire()
     try:
         for command in (["start", "cli_echo"], ["describe", "h-1"], ["result", "h-1"], *ACTS):
             r = cli(*command, *on)
-            bad_input(r, 2, f"home {home} is owned by pid {lock.owner()}", "does not answer")
+            owned = f"home {home} is owned by pid {lock.owner()}"
+            bad_input(r, 2, owned, "has held it for 0.2 s without serving it")
     finally:
         lock.release()
     assert journal(home) == used_home

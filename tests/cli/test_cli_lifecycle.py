@@ -88,19 +88,19 @@ def test_resume_of_a_closed_run_exits_2(cli, on, home, done, journal, bad_input)
     assert journal(home) == done
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="stuck is not recorded in the journal: a passively opened home shows a stuck "
-    "run as running, so `fusee resume` refuses it (a driving open retries it anyway)",
-)
 def test_resume_retries_a_stuck_run(cli, on, testapp, monkeypatch, make_stuck):
     make_stuck()
     assert cli("result", "s-1", "--wait", *on).exit_code == 1  # stuck: replay mismatch
+    # Why it stopped is recorded: a command that opens the home passively sees it too.
+    info = doc(cli("describe", "s-1", "--json", *on))
+    assert info["status"] == "stuck" and "replay mismatch" in info["error"]
     monkeypatch.setattr(testapp, "SHAPE", "a")  # the fix is deployed
     r = cli("resume", "s-1", *on)
     assert r.exit_code == 0, r.output
-    r = cli("result", "s-1", "--wait", *on)
-    assert r.exit_code == 0, r.output
+    info = doc(cli("describe", "s-1", "--json", *on))
+    assert (info["status"], info["error"]) == ("running", None)
+    kinds = [rec["type"] for rec in records(cli, on, "s-1")]
+    assert kinds[-2:] == ["RunStuck", "RunUnstuck"]
 
 
 # -- cancel ----------------------------------------------------------------------

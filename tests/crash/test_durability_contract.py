@@ -157,7 +157,11 @@ def test_replay_mismatch_after_a_kill_stops_the_run_as_stuck(paths: tuple[Path, 
     info = orjson.loads(line.removeprefix("DESCRIBE "))
     assert info["status"] == "stuck"
     assert "'a'" in info["error"] and "'a2'" in info["error"]
-    assert journal(home) == before  # the stuck run wrote nothing
+    # The stuck run ran nothing and wrote nothing but why it stopped (issue 16).
+    after = journal(home)
+    assert after[: len(before)] == before
+    [stuck] = after[len(before) :]
+    assert stuck[0] == R.RunStuck and stuck[2] == info["error"]
     assert len(calls(ledger, "a")) == 1
 
 

@@ -242,3 +242,28 @@ async def test_a_request_that_never_ends_is_dropped(home: Path, make_engine, mon
         writer.close()
         await writer.wait_closed()
         assert (await _connect(home)).owner == os.getpid()
+
+
+async def test_a_reader_that_goes_away_is_no_error_of_the_owner(
+    home: Path, make_engine, monkeypatch, caplog
+) -> None:
+    # A follower (`fusee start`, `result --wait`) stopped with Ctrl-C: its end of a
+    # watch closes, and the owner's next beat finds nobody. Nothing to log.
+    from fusee_runtime.control import protocol
+    from fusee_runtime.control.server import ControlServer
+
+    monkeypatch.setattr(protocol, "BEAT_S", 0.01)
+    async with make_engine(control=False) as engine:
+        server = ControlServer(engine)
+        await server.start()
+        try:
+            await engine.start("ctl_gate", 1, id="g-1")
+            reader, writer = await asyncio.open_unix_connection(str(home / "control.sock"))
+            writer.write(b'{"op": "watch", "args": {"id": "g-1"}}\n')
+            await writer.drain()
+            assert await reader.readline()  # the watch is on: an event or a beat
+            writer.transport.abort()  # the follower's process ends, its beats unread
+            await server.idle()  # the owner has met the closed connection
+        finally:
+            await server.close()
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []

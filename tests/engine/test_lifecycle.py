@@ -186,10 +186,10 @@ async def test_a_reset_keeps_signals_carried_over_by_continue_as_new(make_engine
         await engine.wait_until(lambda: engine.runs.latest("carry").input == 1)
         successor = engine.runs.latest("carry")
         assert [s[2] for s in successor.signals] == ["hello"]
-        await h.reset(to=1)
+        h = await h.reset(to=1)
         reset_run = engine.runs.latest("carry")
         assert [s[2] for s in reset_run.signals] == ["hello"]
-        await h.reset(to=1)
+        h = await h.reset(to=1)
         assert [s[2] for s in engine.runs.latest("carry").signals] == ["hello"]
         BLOCK_ONCE.set()
         assert await h.result() == "hello"

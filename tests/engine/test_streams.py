@@ -417,7 +417,7 @@ async def test_a_reset_run_keeps_the_items_of_the_operations_it_keeps(make_engin
         h = await engine.start(reset, None, id="reset")
         await until_parked(engine, "reset")
         old = follow(engine, "reset", "out")
-        await h.reset("streams_middle")
+        h = await h.reset("streams_middle")
         assert await old == ["before", "middle"]  # ends with the reset run
         await until_parked(engine, "reset")
         await h.signal("finish")

@@ -288,7 +288,10 @@ async def test_an_update_id_holds_across_continue_as_new(make_engine: Any) -> No
         assert await h.update("add", 100, update_id="once") == 100
         first_run = h.run_id
         await h.signal("next")
-        await engine.wait_until(lambda: h.run_id != first_run and engine.runs.latest("x-5").parked)
+        newest = engine.handle("x-5")  # the id's newest run (`h` stays on the first)
+        await engine.wait_until(
+            lambda: newest.run_id != first_run and engine.runs.latest("x-5").parked
+        )
         assert await h.update("add", 100, update_id="once") == 100  # the first answer
         assert await h.update("add", 1) == 101
 

@@ -21,6 +21,11 @@ async def http_err_gate(ctx: Ctx, _: None) -> Any:
     return await ctx.wait_for("go")
 
 
+@workflow
+async def http_err_other(ctx: Ctx, _: None) -> None:
+    return None
+
+
 @pytest.mark.parametrize(
     ("body", "says"),
     [
@@ -76,7 +81,21 @@ async def test_a_bad_on_conflict_is_400(api: httpx.AsyncClient) -> None:
 async def test_a_start_that_fails_on_a_conflict_is_409(api: httpx.AsyncClient) -> None:
     body = {"workflow": "http_err_gate", "id": "x-1", "on_conflict": "fail"}
     assert (await api.post("/v1/runs", json=body)).status_code == 201
-    error_of(await api.post("/v1/runs", json=body), 409, "Rejected", "'x-1' already exists")
+    error_of(await api.post("/v1/runs", json=body), 409, "IdConflict", "'x-1' already exists")
+
+
+async def test_a_start_on_an_id_of_another_workflow_is_409_naming_both(
+    api: httpx.AsyncClient,
+) -> None:
+    body = {"workflow": "http_err_gate", "id": "x-2"}
+    assert (await api.post("/v1/runs", json=body)).status_code == 201
+    other = {"workflow": "http_err_other", "id": "x-2"}
+    error_of(
+        await api.post("/v1/runs", json=other),
+        409,
+        "IdConflict",
+        "id 'x-2' belongs to a run of workflow 'http_err_gate', not 'http_err_other'",
+    )
 
 
 @pytest.mark.parametrize(

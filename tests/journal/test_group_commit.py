@@ -79,7 +79,8 @@ class FaultyStorage(Storage):
     a fault strikes: the batch (or batches) nothing of which may be acknowledged.
 
     After the fault, every further call is recorded in `after_failure`;
-    `failed` is set just before the fault is raised.
+    `failed` is set just before the fault is raised, and `failed_on` names the
+    thread that met it (the engine's loop, or the journal's thread).
     """
 
     def __init__(
@@ -104,10 +105,12 @@ class FaultyStorage(Storage):
         self.failed_data: list[bytes] = []
         self.after_failure: list[str] = []
         self.failed = threading.Event()
+        self.failed_on: str | None = None
         self._creating = False
 
     def _fault(self, error: int, what: str) -> OSError:
         self.failed_data = list(self.unsynced)
+        self.failed_on = threading.current_thread().name
         self.failed.set()
         return OSError(error, os.strerror(error), what)
 
@@ -330,31 +333,45 @@ async def test_a_batch_synced_before_a_failed_commit_here_is_acknowledged_first(
     # The thread synced batch A but had not yet published it when a commit on
     # the loop failed: A is durable and must be acknowledged as such, before
     # the failure, and nothing after the failure is ever acknowledged.
+    #
+    # The thread stays in `hold` until the end, as a thread preempted before it
+    # publishes would: if it went on, it could take "b"'s batch itself (the loop
+    # finding the commit lock taken for an instant), and this test would check
+    # the thread's failure, not the loop's, with A's publication swallowed.
     storage = FaultyStorage(fail_sync_at=2)
     async with engine_on(home, storage, clock) as engine:
         writer = engine.durability.writer
         assert writer is not None
         held: list[int] = []
         synced = threading.Event()
+        release = threading.Event()
         publish = writer._on_durable
 
         def hold(lsn: int) -> None:  # the thread, preempted before it publishes
             held.append(lsn)
             synced.set()
+            release.wait(60)  # bounded only so that a regression fails instead of hanging
 
         writer._on_durable = hold
-        engine.durability.commit_here = False
-        first = asyncio.ensure_future(engine.start("jgc_three_steps", 1, id="a"))
-        await asyncio.to_thread(synced.wait)
-        engine.durability.commit_here = True
-        # "b" commits on the loop (the thread is idle); its sync fails.
-        with pytest.raises(JournalFailed):
-            await engine.start("jgc_three_steps", 2, id="b")
-        handle = await first  # acknowledged: its sync had returned
-        assert handle.id == "a"
-        publish(held[0])  # the thread's late publication changes nothing
-        await asyncio.sleep(0)
-        assert engine.counters()["durable_lsn"] == held[0]
+        try:
+            engine.durability.commit_here = False
+            first = asyncio.ensure_future(engine.start("jgc_three_steps", 1, id="a"))
+            await asyncio.to_thread(synced.wait)
+            engine.durability.commit_here = True
+            # A fast disk, whatever the first sync took on a busy machine (over 2 ms,
+            # the engine leaves commits to the thread).
+            writer.sync_s_recent = 0.0
+            # "b" commits on the loop (the thread is held); its sync fails.
+            with pytest.raises(JournalFailed):
+                await engine.start("jgc_three_steps", 2, id="b")
+            assert storage.failed_on == threading.current_thread().name, "not on the loop"
+            handle = await first  # acknowledged: its sync had returned
+            assert handle.id == "a"
+            publish(held[0])  # the thread's late publication changes nothing
+            await asyncio.sleep(0)
+            assert engine.counters()["durable_lsn"] == held[0]
+        finally:
+            release.set()
     assert storage.after_failure == []
 
 

@@ -219,7 +219,12 @@ async def test_a_replay_mismatch_inside_a_branch_makes_the_run_stuck(make_engine
             if run.task is not None:
                 await run.task  # the run's code stops; it does not go on past the mismatch
             assert (await engine.handle("branch-stuck").describe()).status == "stuck"
-            assert await engine.history("branch-stuck") == history
+            # Nothing ran past the mismatch: the one record more says why it stopped.
+            after = await engine.history("branch-stuck")
+            assert after[: len(history)] == history
+            assert [(r["type"], r["message"]) for r in after[len(history) :]] == [
+                ("RunStuck", info.error)
+            ]
     finally:
         BRANCH_CODE["second"] = "sleep"
 

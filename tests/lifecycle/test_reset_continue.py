@@ -3,7 +3,8 @@
 `reset(to=)` closes the run as "reset" and starts a new run of the same id
 that keeps the journal before that point, so only the later steps run
 again. `continue_as_new(input)` closes the run and starts its successor in
-one record; signals and `result()` follow the id to its newest run. A run
+one record; `engine.handle(id)` follows the id to its newest run, while a
+handle from `start` stays on its run (and that run's continue-as-new chain). A run
 started with `timeout=` closes as "timed_out" at its deadline.
 """
 
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 from lifecycle_helpers import T0, latest, until_parked
 
-from fusee_runtime import Ctx, NotFound, Rejected, TimedOut, step, workflow
+from fusee_runtime import Ctx, NotFound, Rejected, Terminated, TimedOut, step, workflow
 
 CALLS: Counter[str] = Counter()
 
@@ -62,7 +63,10 @@ async def _reset_and_finish(engine: Any, id: str, to: int | str) -> list[Any]:
     assert (await engine.handle(id).describe()).run_id == again.run_id
     await until_parked(engine, id)
     await again.signal("finish", "done")
-    result = await h.result()  # the old handle follows the id to the new run
+    result = await engine.handle(id).result()  # the id's newest run: the reset one
+    assert result == await again.result()
+    with pytest.raises(Terminated, match="was reset"):
+        await h.result()  # the first handle stays on its run, which was reset
     assert old.status == "reset"
     return result
 
@@ -245,7 +249,7 @@ async def test_a_signal_taken_after_the_reset_point_is_offered_again(make_engine
         run = await until_parked(engine, "reset-signals")
         await h.signal("x", "first x")
         await engine.wait_until(lambda: "3" in run.pending)
-        await h.reset(to=2)
+        h = await h.reset(to=2)
         # The new run's wait at #2 takes the same signal again; #3 waits for a new one.
         new = await until_parked(engine, "reset-signals")
         assert list(new.pending) == ["3"]
