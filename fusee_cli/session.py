@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import typer
 
 if TYPE_CHECKING:
+    from json import JSONDecodeError
+
     from fusee_runtime import Engine, RunInfo
     from fusee_runtime.control.api import Control
     from fusee_runtime.control.client import ControlClient
@@ -129,11 +131,19 @@ def print_json(value: Any) -> None:
     typer.echo(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode())
 
 
-def load_input(path: str | None) -> Any:
-    """The workflow input: the JSON in `path` (`-` is stdin), or None without one.
+SHOWN_ARG_CHARS_MAX = 240
+"""Longest argument quoted in an error line."""
+
+
+def load_input(path: str | None, *, inline: bool = False) -> Any:
+    """The input: the JSON in file `path` (`-` is stdin), or None without one.
+
+    With `inline`, a `path` that names no file is read as JSON text itself
+    (`--input '{"id": "o-2"}'`); an existing file always wins.
 
     Raises:
-        CliError: the file is missing or unreadable, or not JSON (with line and column).
+        CliError: the file is missing (with `inline`: and the text is not JSON
+            either) or unreadable, or not JSON (with line and column).
     """
     import orjson
 
@@ -142,28 +152,83 @@ def load_input(path: str | None) -> Any:
     where = "on stdin" if path == "-" else f"file {path}"
     try:
         data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-    except FileNotFoundError:
-        raise CliError(Code.USAGE, f"input file {path} does not exist") from None
-    except OSError as e:
-        raise CliError(Code.USAGE, f"cannot read input {where}: {e.strerror or e}") from None
+    except (OSError, ValueError) as e:
+        if inline and path != "-" and _names_no_file(e):
+            return _inline_json(path)
+        if isinstance(e, FileNotFoundError):
+            raise CliError(Code.USAGE, f"input file {path} does not exist") from None
+        strerror = e.strerror if isinstance(e, OSError) else None
+        raise CliError(Code.USAGE, f"cannot read input {where}: {strerror or e}") from None
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as e:
+        raise CliError(Code.USAGE, f"input {where} is not JSON: {_position(e)}") from None
+
+
+def _names_no_file(e: OSError | ValueError) -> bool:
+    """Whether reading failed because the argument names no file at all, so it may be
+    JSON text: no such path, too long for a name, a component that is a file, a NUL byte."""
+    import errno
+
+    if isinstance(e, ValueError):  # "embedded null byte"
+        return True
+    return e.errno in (errno.ENOENT, errno.ENAMETOOLONG, errno.ENOTDIR)
+
+
+def _inline_json(text: str) -> Any:
+    """`--input` given as JSON text, once it names no file.
+
+    Raises:
+        CliError: not JSON either; the line says both.
+    """
+    import orjson
+
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as e:
         raise CliError(
             Code.USAGE,
-            f"input {where} is not JSON: {e.msg} (line {e.lineno}, column {e.colno})",
+            f"input {_cut(text)!r} names no file (it does not exist) "
+            f"and is not JSON text either: {_position(e)}",
         ) from None
 
 
+def _cut(text: str) -> str:
+    """An argument as an error line shows it: at most `SHOWN_ARG_CHARS_MAX` characters."""
+    return text if len(text) <= SHOWN_ARG_CHARS_MAX else text[: SHOWN_ARG_CHARS_MAX - 1] + "…"
+
+
+def _position(e: JSONDecodeError) -> str:
+    """A JSON parser's complaint and where it is."""
+    return f"{e.msg} (line {e.lineno}, column {e.colno})"
+
+
+LOOKS_LIKE_JSON = ("{", "[", '"')
+"""How a VALUE meant as JSON starts: one that then does not parse is a mistake, not a string."""
+
+
 def json_or_string(value: str | None) -> tuple[Any, bool]:
-    """A VALUE argument parsed as JSON, else taken as a string (then the flag is True)."""
+    """A VALUE argument parsed as JSON, else taken as a string (then the flag is True).
+
+    A plain word (`approve`) is a string; a value that starts like JSON (an
+    object, an array or a string) but does not parse is an error, not a string.
+
+    Raises:
+        CliError: VALUE starts like JSON but is not JSON (with line and column).
+    """
     import orjson
 
     if value is None:
         return None, False
     try:
         return orjson.loads(value), False
-    except orjson.JSONDecodeError:
+    except orjson.JSONDecodeError as e:
+        if value.lstrip().startswith(LOOKS_LIKE_JSON):
+            raise CliError(
+                Code.USAGE,
+                f"{_cut(value)!r} starts like JSON but is not JSON: {_position(e)}; "
+                "to send it as text, give it as a JSON string",
+            ) from None
         return value, True
 
 

@@ -32,7 +32,8 @@ def complete(
         str | None,
         typer.Argument(
             metavar="VALUE",
-            help="The step's result: JSON, else taken as a string; default: null. "
+            help="The step's result: JSON; a plain word that is not JSON is taken as a "
+            'string, but one that starts like JSON ({, [, ") must parse; default: null. '
             "Put -- before a value that starts with a dash.",
             show_default=False,
         ),

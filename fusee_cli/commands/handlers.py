@@ -24,7 +24,8 @@ Arg = Annotated[
     str | None,
     typer.Argument(
         metavar="ARG",
-        help="The handler's argument: JSON, else taken as a string; default: null. "
+        help="The handler's argument: JSON, else taken as a string (one that starts like "
+        'JSON, with { [ or ", must parse); default: null. '
         "Put -- before an argument that starts with a dash.",
         show_default=False,
     ),

@@ -11,12 +11,19 @@ from fusee_cli import session
 from fusee_cli.options import DEFAULT_HOME, App, Home, Json, app_module
 from fusee_cli.session import CliError, Code
 
+DEFAULT_LIMIT = 20
+"""How many runs `fusee list` shows when --limit is not given."""
+OPEN = "open"
+"""The --status that stands for every status not closed (the engine takes it too)."""
+
 
 def list_runs(
     status: Annotated[
         str | None,
         typer.Option(
-            "--status", help="Only runs in this status, e.g. running; default: every status."
+            "--status",
+            help="Only runs in this status, e.g. running, or open for every run not closed "
+            "(running, parked, paused, stuck); default: every status.",
         ),
     ] = None,
     workflow: Annotated[
@@ -24,8 +31,13 @@ def list_runs(
         typer.Option("--workflow", help="Only runs of this workflow; default: every workflow."),
     ] = None,
     limit: Annotated[
-        int | None, typer.Option("--limit", min=1, help="At most this many; default: no limit.")
-    ] = None,
+        int,
+        typer.Option(
+            "--limit",
+            min=0,
+            help=f"At most this many, the newest; 0 for every run; default: {DEFAULT_LIMIT}.",
+        ),
+    ] = DEFAULT_LIMIT,
     where: Annotated[
         list[str] | None,
         typer.Option(
@@ -39,20 +51,22 @@ def list_runs(
     home: Home = DEFAULT_HOME,
     app: App = None,
 ) -> None:
-    """List runs, newest first.
+    """List runs, newest first: the newest 20 unless --limit says otherwise.
 
-    Example: fusee list --status running --json
+    When more runs match, a line on stderr says so and how to see them.
+
+    Example: fusee list --status open --limit 50 --json
     """
     from fusee_runtime import Status
     from fusee_runtime.engine.engine import LIST_LIMIT_MAX
 
     with session.reporting():
-        if limit is not None and limit > LIST_LIMIT_MAX:
+        if limit > LIST_LIMIT_MAX:
             given = str(limit)  # typer's int() took it: at most 4,300 digits
             shown = given if len(given) <= 40 else given[:39] + "…"
             raise CliError(Code.USAGE, f"--limit takes at most {LIST_LIMIT_MAX}, not {shown}")
-        if status is not None and status not in {s.value for s in Status}:
-            known = ", ".join(s.value for s in Status)
+        if status is not None and status != OPEN and status not in {s.value for s in Status}:
+            known = ", ".join([OPEN, *(s.value for s in Status)])
             raise CliError(Code.USAGE, f"unknown status {status!r}; statuses: {known}")
         if where:
             missing = "set search attributes (ctx.set_attributes)"
@@ -60,7 +74,12 @@ def list_runs(
         module = app_module(app)
         infos: list[Any] = []
         if session.has_journal(home):
-            infos = _collect(home, module, status, workflow, limit)
+            # One more than shown tells whether there are more, without counting them.
+            wanted = None if limit == 0 else min(limit + 1, LIST_LIMIT_MAX)
+            infos = _collect(home, module, status, workflow, wanted)
+        more = 0 < limit < len(infos)
+        if more:
+            infos = infos[:limit]
         if as_json:
             from fusee_runtime.control.api import run_json
 
@@ -71,6 +90,11 @@ def list_runs(
             from fusee_cli import render
 
             render.runs_table(infos)
+        if more:
+            session.echo_err(
+                f"showing the newest {limit} runs; there are more: "
+                "--limit N shows the newest N, --limit 0 shows all"
+            )
 
 
 def _collect(

@@ -33,7 +33,8 @@ def signal(
         str | None,
         typer.Argument(
             metavar="VALUE",
-            help="The signal's value: JSON, else taken as a string; default: null. "
+            help="The signal's value: JSON; a plain word that is not JSON is taken as a "
+            'string, but one that starts like JSON ({, [, ") must parse; default: null. '
             "Put -- before a value that starts with a dash.",
             show_default=False,
         ),

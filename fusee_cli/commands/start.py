@@ -30,7 +30,9 @@ def start(
     input_file: Annotated[
         str | None,
         typer.Option(
-            "--input", "-i", help="JSON file holding the input; - reads stdin; default: null."
+            "--input",
+            "-i",
+            help="The input: a JSON file, - to read stdin, or JSON text; default: null.",
         ),
     ] = None,
     workflow_id: Annotated[
@@ -58,9 +60,11 @@ def start(
     """Start a run of WORKFLOW, show its progress and print its result.
 
     Example: fusee start order --input workflows/order.json --id o-1
+
+    Example: fusee start approval --input '{"id": "ex-7", "cents": 4200}' --detach
     """
     with session.reporting():
-        value = session.load_input(input_file)
+        value = session.load_input(input_file, inline=True)
         session.check_payload(value)
         module = app_module(app)
         session.check_workflow(module, workflow)

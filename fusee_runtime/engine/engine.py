@@ -441,18 +441,31 @@ class Engine:
         where: dict[str, Any] | None = None,
         limit: int | None = None,
     ) -> builtins.list[RunInfo]:
-        """Runs, open and closed, newest first; at most `limit` (1 to `LIST_LIMIT_MAX`)."""
+        """Runs, open and closed, newest first; at most `limit` (1 to `LIST_LIMIT_MAX`).
+
+        `status` is a `Status` (or its value), or "open" for every run not closed
+        (running, parked, paused or stuck); None for every status.
+
+        Raises:
+            Rejected: an unknown status, a limit out of range, or `where`.
+        """
         if where:
             raise Rejected("search attributes (where=) are not available in this version")
         if limit is not None and (type(limit) is not int or not 1 <= limit <= LIST_LIMIT_MAX):
             # int's repr refuses a number of over 4,300 digits.
             shown = "a larger number" if type(limit) is int and limit > 2**64 else repr(limit)
             raise Rejected(f"limit is a whole number from 1 to {LIST_LIMIT_MAX}, not {shown}")
-        try:
-            want = Status(status) if status is not None else None
-        except ValueError:
-            known = ", ".join(s.value for s in Status)
-            raise Rejected(f"unknown status {status!r}; statuses: {known}") from None
+        want: Status | Literal["open"] | None
+        if status is None:
+            want = None
+        elif status == "open":
+            want = "open"
+        else:
+            try:
+                want = Status(status)
+            except ValueError:
+                known = ", ".join(["open", *(s.value for s in Status)])
+                raise Rejected(f"unknown status {status!r}; statuses: {known}") from None
         return self.runs.listed(want, workflow, limit)
 
     async def history(self, id: str) -> builtins.list[dict[str, Any]]:

@@ -34,7 +34,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from fusee_runtime.engine.history import HistoryStore, Row, damaged
 from fusee_runtime.engine.schedules import Schedules
@@ -278,21 +278,28 @@ class RunTable:
             # A row SQLite reads whole but whose records make no sense.
             raise damaged(self.store.path, f"run {run_id} cannot be rebuilt: {e!r}") from None
 
-    def listed(self, want: Status | None, workflow: str | None, limit: int | None) -> list[RunInfo]:
-        """Runs of status `want` and `workflow` (None: any), open and closed, newest
-        first, at most `limit`."""
+    def listed(
+        self, want: Status | Literal["open"] | None, workflow: str | None, limit: int | None
+    ) -> list[RunInfo]:
+        """Runs of status `want` ("open": every status not closed; None: any) and
+        `workflow` (None: any), open and closed, newest first, at most `limit`."""
+
         # Memory holds the open runs and the closed ones not yet stored; the store the
-        # rest. Both are ordered by where each run began in the journal.
+        # rest (closed runs only). Both are ordered by where each run began in the journal.
+        def wanted(status: Status) -> bool:
+            return want is None or (status.is_open if want == "open" else status == want)
+
         mine = [
             run
             for run in self.by_run_id.values()
-            if (want is None or run.status == want)
-            and (workflow is None or run.workflow == workflow)
+            if wanted(run.status) and (workflow is None or run.workflow == workflow)
         ]
         found: list[tuple[int, RunInfo]] = [(run.start_lsn, run.info()) for run in mine]
-        if self.store is not None and (want is None or not want.is_open):
+        closed = want is None or (isinstance(want, Status) and not want.is_open)
+        if self.store is not None and closed:
             more = None if limit is None else limit + len(mine)
-            for row in self.store.list(want and want.value, workflow, more):
+            stored = want.value if isinstance(want, Status) else None
+            for row in self.store.list(stored, workflow, more):
                 if row.run_id not in self.by_run_id:
                     found.append((row.start_lsn, _row_info(row)))
         found.sort(key=lambda f: f[0], reverse=True)
