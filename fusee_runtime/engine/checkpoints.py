@@ -144,7 +144,7 @@ class Checkpoints:
                     return self.lsn
                 writer = durability.writer
                 if writer is not None:
-                    self._at_bytes = writer.counters.bytes
+                    self._at_bytes = durability.bytes_written
                 body = self._snapshot(lsn)
                 if writer is not None:
                     synced, segment, offset = writer.synced_at

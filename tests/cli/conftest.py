@@ -15,6 +15,7 @@ from processes import fusee_script
 from typer.testing import CliRunner, Result
 
 from fusee_cli.app import app
+from fusee_runtime import Status
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -106,6 +107,20 @@ def _child_env(env: dict[str, str]) -> dict[str, str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("FUSEE_")}
     clean["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), clean.get("PYTHONPATH")]))
     return {**clean, **env}
+
+
+@pytest.fixture
+def waiting(make_engine, home, journal):
+    """A home holding run w-1 (`cli_wait`), parked on its wait for signal `go`; returns the
+    journal."""
+
+    async def park() -> None:
+        async with make_engine() as engine:
+            await engine.start("cli_wait", None, id="w-1")
+            await engine.wait_until(lambda: engine.runs.latest("w-1").status == Status.PARKED)
+
+    asyncio.run(park())
+    return journal(home)
 
 
 @pytest.fixture

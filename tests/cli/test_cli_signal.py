@@ -2,27 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
 import pytest
-
-from fusee_runtime import Status
-
-
-@pytest.fixture
-def waiting(make_engine, home, journal):
-    """A home holding run w-1 (`cli_wait`), parked on its wait for signal `go`; returns the
-    journal."""
-
-    async def park() -> None:
-        async with make_engine() as engine:
-            await engine.start("cli_wait", None, id="w-1")
-            await engine.wait_until(lambda: engine.runs.latest("w-1").status == Status.PARKED)
-
-    asyncio.run(park())
-    return journal(home)
 
 
 def types(cli, on, workflow_id: str) -> list[str]:
