@@ -33,6 +33,7 @@ from fusee_cli.commands import (
     start,
     tail_stream,
     terminate,
+    workflows,
 )
 from fusee_cli.commands import list as list_cmd
 
@@ -65,6 +66,7 @@ app.command("prune")(prune.prune)
 app.command("serve")(serve.serve)
 app.command("schedules")(schedules.schedules)
 app.command("bench")(bench.bench)
+app.command("workflows")(workflows.workflows)
 
 
 def _print_version(value: bool) -> None:

@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from fusee_cli import suggest
 from fusee_cli.session import CliError, Code
 
 DEFAULT_HOME = Path(".fusee")
@@ -42,6 +43,10 @@ App = Annotated[
     ),
 ]
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+Verbose = Annotated[
+    bool,
+    typer.Option("--verbose", "-v", help="Show failures' whole tracebacks and values uncut."),
+]
 ValueFile = Annotated[
     str | None,
     typer.Option(
@@ -51,7 +56,13 @@ ValueFile = Annotated[
     ),
 ]
 Id = Annotated[
-    str, typer.Argument(metavar="ID", help="The workflow id of the run.", show_default=False)
+    str,
+    typer.Argument(
+        metavar="ID",
+        help="The workflow id of the run.",
+        show_default=False,
+        autocompletion=suggest.run_ids,
+    ),
 ]
 
 

@@ -1,6 +1,6 @@
-"""What the CLI shows people: run details, tables, live progress.
+"""What the CLI shows people: statuses, instants, live progress (tables: `tables`).
 
-The one module that imports rich at module level; commands import it when
+With `tables`, the modules that import rich at module level; commands import them when
 they run, so `fusee --help` does not pay for it. rich honours `NO_COLOR`
 and prints no escape codes when the stream is not a terminal. JSON output
 does not come through here: it is data, printed as is.
@@ -8,20 +8,17 @@ does not come through here: it is data, printed as is.
 
 from __future__ import annotations
 
+import sys
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any
+from typing import TextIO
 
-import orjson
 from rich.console import Console
+from rich.file_proxy import FileProxy
 from rich.status import Status
-from rich.table import Table
 from rich.text import Text
 
 from fusee_cli.session import echo_err
-
-DETAIL_CHARS_MAX = 72
-"""Longest value shown in a table cell; `--json` shows all of it."""
 
 STATUS_STYLES = {
     "completed": "green",
@@ -55,179 +52,29 @@ def _stderr() -> Console:
     return Console(stderr=True, highlight=False)
 
 
-def when(value: datetime | float | None) -> str:
+def when(value: datetime | float | str | None) -> str:
     """An instant for people, in UTC."""
     if value is None:
         return "-"
-    if not isinstance(value, datetime):
+    return instant(value).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def instant(value: datetime | float | str) -> datetime:
+    """An instant as JSON gives it (ISO 8601, or Unix seconds) as a UTC datetime."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    elif not isinstance(value, datetime):
         value = datetime.fromtimestamp(value, UTC)
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
-
-
-def short(value: Any) -> str:
-    """A JSON value on one line, cut to `DETAIL_CHARS_MAX`."""
-    text = value if isinstance(value, str) else orjson.dumps(value).decode()
-    text = " ".join(text.splitlines())
-    return text if len(text) <= DETAIL_CHARS_MAX else text[: DETAIL_CHARS_MAX - 1] + "…"
-
-
-def run_details(info: Any) -> None:
-    """One run's state, as `fusee describe` shows it."""
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold")
-    grid.add_column()
-    rows: list[tuple[str, str | Text]] = [
-        ("id", info.id),
-        ("run", info.run_id),
-        ("workflow", info.workflow),
-        ("status", status_text(info.status)),
-        ("started", when(info.started_at)),
-        ("closed", when(info.closed_at)),
-    ]
-    if info.error:
-        rows.append(("error", info.error))
-    for name, value in rows:
-        grid.add_row(name, value if isinstance(value, Text) else Text(value))
-    stdout().print(grid)
-
-
-def runs_table(infos: list[Any]) -> None:
-    """Runs, one a row, as `fusee list` shows them."""
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("id", "workflow", "status", "started", "closed"):
-        table.add_column(column, no_wrap=column != "id")
-    for info in infos:
-        table.add_row(
-            Text(info.id),
-            Text(info.workflow),
-            status_text(info.status),
-            when(info.started_at),
-            when(info.closed_at),
-        )
-    stdout().print(table)
-
-
-def history_table(records: list[dict[str, Any]]) -> None:
-    """A run's journal as a timeline, as `fusee history` shows it."""
-    runs = {r["run_id"] for r in records}
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("lsn", "time", "took", "record", "seq", "name", "detail"):
-        table.add_column(
-            column, no_wrap=column != "detail", justify="right" if column == "took" else "left"
-        )
-    if len(runs) > 1:
-        table.add_column("run", no_wrap=True)
-    for rec in records:
-        at = next((rec[f] for f in _AT_FIELDS if rec.get(f) is not None), None)
-        row = [
-            str(rec["lsn"]),
-            when(at) if at is not None else "",
-            _took(rec),
-            rec["type"],
-            str(rec.get("seq", "")),
-            Text(str(rec.get("name", rec.get("workflow", "")))),
-            Text(_detail(rec)),
-        ]
-        if len(runs) > 1:
-            row.append(rec["run_id"][:8])
-        table.add_row(*row)
-    stdout().print(table)
-
-
-# The instant a record tells of, by the first of these fields it has.
-_AT_FIELDS = (
-    "ended_at",
-    "paused_at",
-    "failed_at",
-    "fired_at",
-    "received_at",
-    "resumed_at",
-    "requested_at",
-    "issued_at",
-    "sent_at",
-    "done_at",
-    "at",
-    "closed_at",
-    "started_at",
-)
-
-
-def _took(rec: dict[str, Any]) -> str:
-    """How long a step's attempt ran, for the records that say."""
-    start = rec.get("started_at")
-    end = rec.get("ended_at", rec.get("failed_at", rec.get("paused_at")))
-    if start is None or end is None or rec["type"] == "RunStarted":
-        return ""
-    seconds = max(end - start, 0.0)
-    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
-
-
-def _detail(rec: dict[str, Any]) -> str:
-    kind = rec["type"]
-    if kind == "RunStarted":
-        origin = rec.get("origin") or {}
-        reset = (
-            f" (reset of run {origin['reset'][:8]}, from operation #{origin['before']})"
-            if "reset" in origin
-            else ""
-        )
-        if "schedule" in origin:
-            how = "triggered by hand" if origin.get("manual") else "fired by its cron schedule"
-            reset = f" ({how})"
-        return f"id {rec['workflow_id']}, input {short(rec['input'])}{reset}"
-    if kind == "AttemptFailed":
-        f = rec["failure"]
-        return (
-            f"attempt {rec['attempt']}: {f['kind']}: {f['message']}; retry in {rec['delay']:.3g} s"
-        )
-    if kind in ("StepFailed", "RunFailed"):
-        f = rec["failure"]
-        return short(f"{f['kind']}: {f['message']}")
-    if kind == "RunTerminated":
-        return short(rec["reason"])
-    if kind == "TimerStarted":
-        at = rec["fire_at"]
-        return f"fires at {when(at)}" if at is not None else "never fires (a sleep forever)"
-    if kind == "WaitStarted":
-        deadline = rec["deadline"]
-        return f"until {when(deadline)}" if deadline is not None else "no timeout"
-    if kind == "WaitCompleted" and rec["signal_id"] is None:
-        return "timed out"
-    if kind == "SignalReceived":
-        return f"#{rec['signal_id']}: {short(rec['value'])}"
-    if kind == "StepPaused":
-        f = rec["failure"]
-        return short(f"attempt {rec['attempt']}: {f['kind']}: {f['message']}; waits for resume")
-    if kind == "UpdateApplied":
-        f = rec["failure"]
-        outcome = f"failed: {f['message']}" if f else f"-> {short(rec['result'])}"
-        return short(f"{short(rec['arg'])} {outcome} (after #{rec['position']})")
-    if kind == "CompletionIssued":
-        return f"attempt {rec['attempt']}: token issued"
-    if kind == "CompletionSent":
-        return "token sent; waits for its completion"
-    if kind == "CompletionDone":
-        f = rec["failure"]
-        return short(f"failed: {f['message']}") if f else short(rec["value"])
-    if kind == "StreamAppended":
-        return short(rec["item"])
-    if kind == "StreamClosed":
-        return "stream closed"
-    if kind == "RunStuck":
-        return short(rec["message"])
-    if kind == "RunUnstuck":
-        return "goes on: resumed, or its code now matches its journal"
-    for field in ("value", "result", "reason"):
-        if field in rec:
-            return short(rec[field])
-    return ""
+    return value.astimezone(UTC)
 
 
 class Progress:
     """A run's current step, live on stderr.
 
-    On a terminal it is a rich status line, updated in place; otherwise
-    (a pipe, a log file, a test) a plain line each time the step changes.
+    On a terminal it is a rich status line, updated in place and cut to
+    the terminal's width; otherwise (a pipe, a log file, a test) a plain
+    line each time the step changes, cut to `WIDE`. Either way it is one
+    line: a failure's message in it (a retry) may hold several.
     """
 
     def __init__(self, workflow_id: str) -> None:
@@ -235,10 +82,16 @@ class Progress:
         self._console = _stderr()
         self._status: Status | None = None
         self._last: str | None = None
+        self._stderr: TextIO | None = None
 
     def __enter__(self) -> Progress:
         if self._console.is_terminal:
-            self._status = self._console.status(Text(f"{self.workflow_id}: running"))
+            # Whatever is written to stderr while the live line shows (a notice
+            # that the command waits for the home's owner, a warning) goes above
+            # it, on a line of its own: see `_AboveLive`.
+            self._stderr = sys.stderr
+            sys.stderr = _AboveLive(self._console, sys.stderr)
+            self._status = self._console.status(self._live_line(None))
             self._status.start()
         return self
 
@@ -250,15 +103,27 @@ class Progress:
     ) -> None:
         if self._status is not None:
             self._status.stop()
+        if self._stderr is not None:
+            sys.stderr = self._stderr
 
     def __call__(self, current: str | None) -> None:
         """Shows `current`, the step the run is in (None between steps)."""
         if self._status is not None:
-            self._status.update(Text(f"{self.workflow_id}: {current or 'running'}"))
+            self._status.update(self._live_line(current))
         elif current is not None and current != self._last:
-            echo_err(f"{self.workflow_id}: {current}")
+            echo_err(_one_line(f"{self.workflow_id}: {current}", WIDE))
         if current is not None:
             self._last = current
+
+    @property
+    def live(self) -> bool:
+        """Whether it is a live line on a terminal (else plain lines)."""
+        return self._console.is_terminal
+
+    def _live_line(self, current: str | None) -> Text:
+        # The spinner and a space take two cells before the text.
+        width = max(self._console.width - 2, 1)
+        return Text(_one_line(f"{self.workflow_id}: {current or 'running'}", width))
 
     def say(self, message: str) -> None:
         """Prints a status line on stderr while the progress shows.
@@ -272,3 +137,34 @@ class Progress:
             self._console.print(Text(message), soft_wrap=True)
         else:
             echo_err(message)
+
+
+def _one_line(text: str, width: int) -> str:
+    """`text` on one line, cut to `width` cells."""
+    line = Text(" ".join(text.splitlines()))
+    line.truncate(width, overflow="ellipsis")
+    return line.plain
+
+
+class _AboveLive(FileProxy):
+    """Stands for stderr while a live line shows: each line written goes above it.
+
+    rich's `Live` puts a `FileProxy` there for this, but click (`echo_err`)
+    writes past it to the stream's binary buffer, at the end of the live
+    line, where the next refresh draws over it: click takes a text stream
+    without an `encoding` for a misconfigured one. This proxy says the
+    encoding of the stream it stands for.
+    """
+
+    def __init__(self, console: Console, file: TextIO) -> None:
+        super().__init__(console, file)
+        self._stream = file
+
+    # typeshed declares these writable; on a text stream they are read-only properties.
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return self._stream.encoding
+
+    @property
+    def errors(self) -> str | None:  # type: ignore[override]
+        return self._stream.errors

@@ -32,6 +32,7 @@ KEYS = (
     "cpu_step_us",
     "recover_s",
     "cli_start_ms",
+    "cli_read_ms",
 )
 """What a run of the bench reports, in order."""
 
@@ -95,7 +96,7 @@ async def _measure(scratch: Path, quick: bool) -> dict[str, Any]:
         **latencies,
         "ratio": round(latencies["median"] / base["median"], 2),
     }
-    out["cli_start_ms"] = _cli(scratch / "cli", 1 if quick else 5)
+    out["cli_start_ms"], out["cli_read_ms"] = _cli(scratch / "cli", 1 if quick else 5)
     return {key: out[key] for key in KEYS}
 
 
@@ -192,25 +193,42 @@ async def _recover(home: Path, runs: int) -> float:
         return round(time.perf_counter() - t, 3)
 
 
-def _cli(home: Path, repeat: int) -> dict[str, float]:
-    """Whole processes: `fusee --help`, a `fusee start` of a one-step workflow, and
-    `python -c "import typer"` for scale; the best of `repeat` tries, in milliseconds."""
+def _cli(home: Path, repeat: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Whole processes, the best of `repeat` tries of each, in milliseconds.
+
+    `cli_start_ms`: `fusee --help`, a `fusee start` of a one-step workflow, and
+    `python -c "import typer"` for scale. `cli_read_ms`: then, on the home those
+    starts wrote (`repeat` + 1 completed runs, no process owning it, so each
+    command opens it passively: lock, recovery, history store), `fusee list` (the
+    table, into a pipe) and `fusee describe ID`; `ratio_to_help` is the slower
+    of the two over `fusee --help`.
+    """
     fusee = shutil.which("fusee") or str(Path(sys.executable).with_name("fusee"))
+    where = ["--home", str(home), "--app", __name__]
     commands = {
         "import_typer": [sys.executable, "-c", "import typer"],
         "help": [fusee, "--help"],
-        "start": [fusee, "start", "fusee.bench.one", "--home", str(home), "--app", __name__],
+        "start": [fusee, "start", "fusee.bench.one", *where],
     }
-    out = {}
-    for name, command in commands.items():
-        best = float("inf")
-        for _ in range(repeat):
-            t = time.perf_counter()
-            subprocess.run(command, capture_output=True, check=True)
-            best = min(best, time.perf_counter() - t)
-        out[name] = round(best * 1000, 1)
-    out["help_ratio"] = round(out["help"] / out["import_typer"], 2)
-    return out
+    start = {name: _best(command, repeat) for name, command in commands.items()}
+    start["help_ratio"] = round(start["help"] / start["import_typer"], 2)
+    subprocess.run([*commands["start"], "--id", "bench-read"], capture_output=True, check=True)
+    read = {
+        "list": _best([fusee, "list", *where], repeat),
+        "describe": _best([fusee, "describe", "bench-read", *where], repeat),
+    }
+    read["ratio_to_help"] = round(max(read.values()) / start["help"], 2)
+    return start, read
+
+
+def _best(command: list[str], repeat: int) -> float:
+    """The fastest of `repeat` runs of `command` (which must succeed), in milliseconds."""
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        subprocess.run(command, capture_output=True, check=True)
+        best = min(best, time.perf_counter() - t)
+    return round(best * 1000, 1)
 
 
 class _Warm:

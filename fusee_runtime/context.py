@@ -34,6 +34,7 @@ from fusee_runtime.journal.records import R
 from fusee_runtime.scope import NAME_CHARS_MAX, Cursor, Halt, cursor_var, step_var
 from fusee_runtime.steps import abandoned, run_live
 from fusee_runtime.streams import StreamWriter
+from fusee_runtime.typed import decode, shape_of
 
 if TYPE_CHECKING:
     from fusee_runtime.execution import Execution
@@ -187,12 +188,18 @@ class Ctx:
             op = self._run.ops[seq]
         await self._execution.await_op(seq, op, f"sleeping {_until(op.fire_at)}")
 
-    async def wait_for(self, signal: str, timeout: float | timedelta | None = None) -> Any:
+    async def wait_for(
+        self, signal: str, timeout: float | timedelta | None = None, *, type: Any = None
+    ) -> Any:
         """The value of the next signal named `signal`, or None when `timeout` passes.
 
         Signals are buffered per run in arrival order; this takes the oldest
         of that name. Which signal was taken (or that the wait timed out) is
         recorded, so replay returns the same. While it waits the run is parked.
+        With `type` (`datetime`, a dataclass, `list[Item]`, ...: see
+        `fusee_runtime.typed`) the value is read back into that type, live and
+        on replay alike; one that does not decode raises `CodecError` here,
+        naming the signal and the type.
         """
         t = seconds(timeout)
         seq, op = self._execution.next("wait", signal)
@@ -202,7 +209,9 @@ class Ctx:
             op = self._run.ops[seq]
         until = "" if op.fire_at is None else f" {_until(op.fire_at)}"
         await self._execution.await_op(seq, op, f"waiting for signal {signal!r}{until}")
-        return op.value
+        if type is None or op.value is None:  # None: also a wait that timed out
+            return op.value
+        return decode(shape_of(type), op.value, f"the value of signal {signal!r}")
 
     async def await_completion(
         self,
@@ -364,6 +373,9 @@ class Ctx:
     ) -> None:
         """Applies `handle.update(name, arg)` (`fusee update`) as `handle(arg)`.
 
+        When `handle`'s first parameter is annotated (a dataclass, `Decimal`,
+        ...: see `fusee_runtime.typed`), `arg` is decoded into that type from
+        its JSON, for the validator and the handler, live and on replay alike.
         `validate(arg)`, when given, runs first: if it raises, the caller gets
         `Rejected` with its message and nothing is recorded. Then `handle(arg)`
         runs on the engine's loop (a plain function: it must not block or

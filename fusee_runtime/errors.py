@@ -9,6 +9,10 @@ step can `raise Failure(...)` to choose exactly what is recorded.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import os
+import traceback
 from typing import Any
 
 import orjson
@@ -16,12 +20,44 @@ import orjson
 MESSAGE_CHARS_MAX = 16_384
 DETAILS_BYTES_MAX = 65_536
 CAUSES_MAX = 8
+TRACEBACK_CHARS_MAX = 8_192
+"""The longest traceback a failure keeps: its end, where the error was raised."""
 
 
 def _cut(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+def _tail(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"({len(text) - limit} characters cut)...{text[-limit:]}"
+
+
+_OWN_FILES = (
+    os.path.dirname(os.path.abspath(__file__)) + os.sep,
+    # The machinery a step runs through: the thread pool and the event loop.
+    os.path.dirname(concurrent.futures.__file__) + os.sep,
+    os.path.dirname(asyncio.__file__) + os.sep,
+)
+
+
+def _traceback(exc: BaseException) -> str:
+    """The traceback of `exc` (and the exceptions chained to it) as text, without
+    the frames of fusee, its thread pool and its event loop: the user's code raised
+    it, through the engine."""
+    shown = traceback.TracebackException.from_exception(exc)
+    seen: set[int] = set()
+    te: traceback.TracebackException | None = shown
+    while te is not None and id(te) not in seen:
+        seen.add(id(te))
+        theirs = [f for f in te.stack if not f.filename.startswith(_OWN_FILES)]
+        if theirs:
+            te.stack = traceback.StackSummary.from_list(theirs)
+        te = te.__cause__ or te.__context__
+    return "".join(shown.format())
 
 
 class FuseeError(Exception):
@@ -37,6 +73,8 @@ class Failure(FuseeError):
         retryable: `False` makes it final whatever the retry policy says.
         details: any JSON value that helps the caller.
         cause: the failure that caused this one.
+        traceback: the Python traceback where it was raised, as text; `Failure.of`
+            fills it in (bounded by `TRACEBACK_CHARS_MAX`, keeping the end).
     """
 
     def __init__(
@@ -46,6 +84,7 @@ class Failure(FuseeError):
         retryable: bool = True,
         details: Any = None,
         cause: Failure | None = None,
+        traceback: str | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -53,6 +92,7 @@ class Failure(FuseeError):
         self.retryable = retryable
         self.details = details
         self.cause = cause
+        self.traceback = traceback
         # The live exception it was made from; never recorded, so only the
         # attempt that raised it can match classes against it.
         self.exception: BaseException | None = None
@@ -88,13 +128,16 @@ class Failure(FuseeError):
             if size > DETAILS_BYTES_MAX or isinstance(details, str):
                 details = _cut(str(details), DETAILS_BYTES_MAX // 4)
         cause = self.cause if depth < CAUSES_MAX else None
-        return {
+        out = {
             "kind": _cut(str(self.kind), 200),
             "message": _cut(str(self.message), MESSAGE_CHARS_MAX),
             "retryable": self.retryable,
             "details": details,
             "cause": cause.to_json(depth + 1) if cause is not None else None,
         }
+        if self.traceback:
+            out["traceback"] = _tail(str(self.traceback), TRACEBACK_CHARS_MAX)
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Failure:
@@ -105,11 +148,20 @@ class Failure(FuseeError):
             retryable=bool(data.get("retryable", True)),
             details=data.get("details"),
             cause=cls.from_json(cause) if cause else None,
+            traceback=data.get("traceback"),
         )
 
     @classmethod
     def of(cls, exc: BaseException) -> Failure:
-        """The failure that records `exc`, following its cause chain."""
+        """The failure that records `exc`, following its cause chain, with its
+        traceback (which shows the chained exceptions too)."""
+        f = cls._of(exc)
+        if f.traceback is None and exc.__traceback__ is not None:
+            f.traceback = _traceback(exc)
+        return f
+
+    @classmethod
+    def _of(cls, exc: BaseException) -> Failure:
         if isinstance(exc, Failure):
             if exc.exception is None:
                 exc.exception = exc
@@ -120,7 +172,7 @@ class Failure(FuseeError):
         else:
             inner = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
             if inner is not None and inner is not exc:
-                cause = cls.of(inner)
+                cause = cls._of(inner)
         f = cls(str(exc) or type(exc).__name__, kind=type(exc).__name__, cause=cause)
         if isinstance(exc, FuseeError) and not isinstance(exc, StepFailed):
             f.retryable = not isinstance(exc, CodecError | Rejected | NonDeterminism)

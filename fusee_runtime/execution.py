@@ -34,7 +34,14 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from fusee_runtime.context import Ctx
 from fusee_runtime.dsl import StepDef, StepOptions
 from fusee_runtime.engine.state import Op, Run, top
-from fusee_runtime.errors import Cancelled, Failure, JournalFailed, Rejected, StepFailed
+from fusee_runtime.errors import (
+    Cancelled,
+    CodecError,
+    Failure,
+    JournalFailed,
+    Rejected,
+    StepFailed,
+)
 from fusee_runtime.journal.records import R
 from fusee_runtime.scope import (
     NAME_CHARS_MAX,
@@ -47,6 +54,7 @@ from fusee_runtime.scope import (
     step_var,
 )
 from fusee_runtime.steps import abandoned, run_live
+from fusee_runtime.typed import decode, parameter, returns, step_result
 
 if TYPE_CHECKING:
     from fusee_runtime.host import RunHost
@@ -148,9 +156,13 @@ class Execution:
                     f"replay mismatch after operation #{position}: the journal holds update "
                     f"{name!r}, the code has no handler for it (ctx.on_update)"
                 )
+            try:
+                value = decode(parameter(entry[0], 0), arg, f"the argument of update {name!r}")
+            except CodecError as e:
+                self.stuck(f"replay of an update after operation #{position}: {e}")
             # If it raises, it did live too, and that was recorded.
             with contextlib.suppress(Exception), handling():
-                entry[0](arg)
+                entry[0](value)
 
     def check_live(self) -> None:
         """Raises `Halt` once the run closed or the engine is closing."""
@@ -210,9 +222,21 @@ class Execution:
             await abandoned()
         if op is not None and op.done:
             if op.ok:
-                return op.value
+                return op.value if returns(fn) is None else self._typed(seq, fn, op.value, name)
             raise StepFailed(name, Failure.from_json(op.failure or {}))
-        return await run_live(self, seq, op, name, fn, args, kwargs, opts)
+        # Live too, the step's result is read back from its JSON, as a replay reads it.
+        value = await run_live(self, seq, op, name, fn, args, kwargs, opts)
+        return value if returns(fn) is None else self._typed(seq, fn, value, name)
+
+    def _typed(self, seq: str, fn: Callable[..., Any], data: Any, name: str) -> Any:
+        """A step's recorded result read back into its type. One that was recorded
+        decoded then: if it no longer does, the annotation changed, and the run stops
+        as `stuck` (as for any code that no longer matches its journal) until the code
+        is fixed and the run resumed."""
+        try:
+            return step_result(fn, data, name)
+        except CodecError as e:
+            self.stuck(f"replay mismatch at operation #{seq}: {e}")
 
     async def paused(self, seq: str, op: Op) -> None:
         """Waits until a paused step is resumed (the run is parked meanwhile)."""
@@ -321,7 +345,11 @@ async def run_code(host: RunHost, run: Run, fn: Callable[..., Any]) -> Ended | N
     run.execution = execution
     execution_var.set(execution)
     try:
-        result = await fn(execution.ctx, run.input)
+        try:
+            input = decode(parameter(fn, 1), run.input, f"the input of workflow {run.workflow!r}")
+        except CodecError as e:  # checked at the start: the annotation changed since
+            execution.stuck(f"replay mismatch: {e}")
+        result = await fn(execution.ctx, input)
         if execution.halted is not None or not run.is_open:
             return None  # the code swallowed the cancellation of a park, close or terminate
         execution.finished()

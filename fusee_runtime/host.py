@@ -133,10 +133,9 @@ class RunHost(Protocol):
         """What `send` gets for the `issued`-th token of an `await_completion`."""
         ...
 
-    def log_attempt(
-        self, run: Run, name: str, attempt: int, failure: Failure, retry_at: float
-    ) -> None:
-        """Says that an attempt of a step failed and when the next one runs."""
+    def log_attempt(self, run: Run, name: str, attempt: int, failure: Failure, then: str) -> None:
+        """Says that an attempt of a step failed (with its traceback, in the run log)
+        and what `then` happens: its retry, its pause, or the step's failure."""
         ...
 
     def log_compensation(self, run: Run, name: str, error: Exception) -> None:

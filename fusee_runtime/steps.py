@@ -46,9 +46,10 @@ import orjson
 from fusee_runtime.completions import Completion
 from fusee_runtime.dsl import Exhausted, RetryPolicy, StepOptions
 from fusee_runtime.engine.state import Op, Run, utc
-from fusee_runtime.errors import Failure, StepFailed
+from fusee_runtime.errors import CodecError, Failure, StepFailed
 from fusee_runtime.journal.records import PAYLOAD_DEPTH_MAX, R, too_deep
 from fusee_runtime.scope import Running, step_var
+from fusee_runtime.typed import check, dumps, returns
 
 if TYPE_CHECKING:
     from fusee_runtime.execution import Execution
@@ -130,7 +131,10 @@ async def run_live(
             attempt, not_before, first_failed_at = 1, None, None
         while True:
             if not_before is not None:
-                run.current = f"{name}: retry {attempt} at {utc(not_before):%H:%M:%S}"
+                # The last failure's message, so a follower sees why it retries.
+                last = run.ops[seq].failure if seq in run.ops else None
+                why = f"; attempt {attempt - 1} failed: {Failure.from_json(last)}" if last else ""
+                run.current = f"{name}: retry {attempt} at {utc(not_before):%H:%M:%S}{why}"
                 await host.clock.sleep_until(not_before)
             if _RUNNING_ON:
                 # Before the gate, which then covers whatever was appended meanwhile.
@@ -180,17 +184,19 @@ async def run_live(
                 delay = retry_at - now
                 rec = [R.AttemptFailed, run.run_id, seq, name, attempt, recorded, now, retry_at]
                 host.append(run, [*rec, delay, started])
-                host.log_attempt(run, name, attempt, failure, retry_at)
+                host.log_attempt(run, name, attempt, failure, f"retry in {delay:.3g} s")
                 attempt += 1
                 not_before = retry_at
                 continue
             if _pauses(execution, policy) and policy.retryable(failure, attempt):
                 rec = [R.StepPaused, run.run_id, seq, name, attempt, recorded, started, now]
                 host.append(run, rec)
+                host.log_attempt(run, name, attempt, failure, "paused: waits for resume")
                 await execution.paused(seq, run.ops[seq])
                 attempt, not_before, first_failed_at = 1, None, None
                 continue
             host.append(run, [R.StepFailed, run.run_id, seq, name, recorded, started, now])
+            host.log_attempt(run, name, attempt, failure, "the step failed")
             run.current = None
             host.workers.steps_done += 1
             raise StepFailed(name, Failure.from_json(recorded))
@@ -287,8 +293,9 @@ async def _attempt(
             _runs_on(host, execution.run.run_id, seq, attempt, _returns(task))
         if host.closing:
             host.progressed()
+    shape = returns(fn)  # None for a result that is plain JSON: the usual path
     try:
-        encoded = orjson.dumps(value)
+        encoded = orjson.dumps(value) if shape is None else dumps(value, shape)
     except TypeError as e:
         return Failure(
             f"the result of step {name!r} cannot be encoded as JSON: {e}",
@@ -302,6 +309,11 @@ async def _attempt(
             kind="CodecError",
             retryable=False,
         )
+    if shape is not None:  # typed: checked to read back into its type before it is recorded
+        try:
+            value = check(shape, encoded, f"the result of step {name!r}")
+        except CodecError as e:
+            return Failure(str(e), kind="CodecError", retryable=False)
     if too_deep(value, encoded):
         return Failure(
             f"the result of step {name!r} nests arrays and objects over "

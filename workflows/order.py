@@ -1,6 +1,8 @@
 """`order`: reserve stock, charge the card, ship. A complete first run.
 
-    fusee start order --input workflows/order.json
+    fusee start order --input workflows/order.json --id o-1
+    fusee logs o-1                                  # the lines the run logged
+    fusee history o-1                               # its journal, step by step
 
 It needs no signal and no timer, so it runs straight to completion. Each
 step's result is journaled: after a crash the workflow runs again from the

@@ -63,7 +63,7 @@ def bench(
 
 def _table(report: dict[str, Any]) -> None:
     f, s, c = report["fdatasync_us"], report["seq_step_us"], report["conc_steps_per_s"]
-    r, cli = report["start_to_result_us"], report["cli_start_ms"]
+    r, cli, read = report["start_to_result_us"], report["cli_start_ms"], report["cli_read_ms"]
     _print(
         [
             ("fdatasync (100 B write)", f"{f['median']:.0f} µs", f"p99 {f['p99']:.0f} µs"),
@@ -79,6 +79,11 @@ def _table(report: dict[str, Any]) -> None:
             ("recover interrupted runs", f"{report['recover_s']:.3f} s", ""),
             ("fusee --help", f"{cli['help']:.0f} ms", f"{cli['help_ratio']} x import typer"),
             ("fusee start (one step)", f"{cli['start']:.0f} ms", ""),
+            (
+                "fusee list / describe",
+                f"{read['list']:.0f} / {read['describe']:.0f} ms",
+                f"{read['ratio_to_help']} x fusee --help",
+            ),
         ]
     )
 

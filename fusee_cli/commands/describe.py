@@ -5,16 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from fusee_cli import session
-from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, app_module
+from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, Verbose, app_module
 
 
 def describe(
     workflow_id: Id,
     as_json: Json = False,
+    verbose: Verbose = False,
     home: Home = DEFAULT_HOME,
     app: App = None,
 ) -> None:
-    """Show the state of run ID, and why it stopped if it did.
+    """Show the state of run ID: what it waits for if it is open, and why it
+    stopped if it did (the line that raised; --verbose: the whole traceback).
 
     Example: fusee describe o-1 --json
     """
@@ -23,10 +25,10 @@ def describe(
         session.check_id(workflow_id)
         if not session.has_journal(home):
             raise session.no_run(workflow_id)
-        session.run(_describe(home, module, workflow_id, as_json))
+        session.run(_describe(home, module, workflow_id, as_json, verbose))
 
 
-async def _describe(home: Path, app: str, workflow_id: str, as_json: bool) -> None:
+async def _describe(home: Path, app: str, workflow_id: str, as_json: bool, verbose: bool) -> None:
     from fusee_runtime.control.api import run_json
 
     # With no owner, opened passively: reading runs no run's code and fires no timer.
@@ -35,6 +37,6 @@ async def _describe(home: Path, app: str, workflow_id: str, as_json: bool) -> No
     if as_json:
         session.print_json(run_json(info))
     else:
-        from fusee_cli import render
+        from fusee_cli import tables
 
-        render.run_details(info)
+        tables.run_details(info, verbose)

@@ -3,7 +3,9 @@
 Handlers are the run's code, so both need a process that drives the run
 (`fusee serve`, or the `fusee start` that follows it); with none, they
 exit 2 saying so. A query records nothing; an update is recorded, and
-answered once that is durable.
+answered once that is durable. The help's examples run on the example
+workflow `expenses` (workflows/expenses.py), started with
+`fusee start expenses --id trip-9 --detach` beside a `fusee serve`.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def query(
 
     The process that drives the run answers (fusee serve); with none, it exits 2.
 
-    Example: fusee query expense-7 total
+    Example: fusee query trip-9 total
     """
     with session.reporting():
         payload, _ = session.json_or_string(arg)
@@ -96,7 +98,7 @@ def update(
     The process that drives the run applies it (fusee serve); with none, it
     exits 2, as it does when the workflow's validator refuses the update.
 
-    Example: fusee update expense-7 set-limit 500 --update-id raise-1
+    Example: fusee update trip-9 set-limit 50000 --update-id raise-1
     """
     with session.reporting():
         payload, _ = session.json_or_string(arg)

@@ -6,18 +6,22 @@ from pathlib import Path
 from typing import Any
 
 from fusee_cli import session
-from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, app_module
+from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, Verbose, app_module
 
 
 def history(
     workflow_id: Id,
     as_json: Json = False,
+    verbose: Verbose = False,
     home: Home = DEFAULT_HOME,
     app: App = None,
 ) -> None:
     """Show the journal of run ID as a timeline of steps and attempts.
 
-    Example: fusee history o-1
+    A failure shows the line of code that raised it; --verbose shows its
+    whole traceback (and values uncut), as --json always does.
+
+    Example: fusee history o-1 --verbose
     """
     with session.reporting():
         module = app_module(app)
@@ -29,9 +33,9 @@ def history(
         if as_json:
             session.print_json(records)
         else:
-            from fusee_cli import render
+            from fusee_cli import tables
 
-            render.history_table(records)
+            tables.history_table(records, verbose)
 
 
 async def _history(home: Path, app: str, workflow_id: str, out: list[dict[str, Any]]) -> None:

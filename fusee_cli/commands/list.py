@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from fusee_cli import session
+from fusee_cli import session, suggest
 from fusee_cli.options import DEFAULT_HOME, App, Home, Json, app_module
 from fusee_cli.session import CliError, Code
 
@@ -24,11 +24,16 @@ def list_runs(
             "--status",
             help="Only runs in this status, e.g. running, or open for every run not closed "
             "(running, parked, paused, stuck); default: every status.",
+            autocompletion=suggest.statuses,
         ),
     ] = None,
     workflow: Annotated[
         str | None,
-        typer.Option("--workflow", help="Only runs of this workflow; default: every workflow."),
+        typer.Option(
+            "--workflow",
+            help="Only runs of this workflow; default: every workflow.",
+            autocompletion=suggest.workflow_names,
+        ),
     ] = None,
     limit: Annotated[
         int,
@@ -87,9 +92,9 @@ def list_runs(
         elif not infos:
             session.echo_err("no runs")
         else:
-            from fusee_cli import render
+            from fusee_cli import tables
 
-            render.runs_table(infos)
+            tables.runs_table(infos)
         if more:
             session.echo_err(
                 f"showing the newest {limit} runs; there are more: "

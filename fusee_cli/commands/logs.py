@@ -5,12 +5,17 @@ not through the engine, so they can be read and followed while another
 process owns the home. The journal is asked only what the files cannot
 say: whether an id without lines has a run at all, and which of its runs
 is the newest (a follower stops when that one closes for good).
+
+Output. Readable lines by default, following or not; `--json` prints one
+JSON object per line, the stored line with `ts` as an ISO 8601 instant
+(docs/cli-json.md gives the shape).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -37,16 +42,18 @@ def logs(
         typer.Option(
             "--follow",
             "-f",
-            help="Keep printing new lines, as JSON lines, until the newest run of ID "
-            "closes for good; default: print the lines there are and stop.",
+            help="Keep printing new lines until the newest run of ID closes for good; "
+            "default: print the lines there are and stop.",
         ),
     ] = False,
     as_json: Annotated[
         bool,
         typer.Option(
             "--json",
-            help="Print each line as stored, one JSON object per line; default: "
-            "readable lines (time in UTC, level, step#attempt, message).",
+            help='One JSON object per line, with or without -f: {"ts": ISO 8601 instant, '
+            '"level", "id", "run_id", "step", "attempt", "msg"}, and "event": "closed" '
+            'with the run\'s "status" on the line of its close (see docs/cli-json.md); '
+            "default: readable lines (time in UTC, level, step#attempt, message).",
         ),
     ] = False,
     home: Home = DEFAULT_HOME,
@@ -55,6 +62,8 @@ def logs(
     """Print the ctx.log lines of every run of ID, oldest first.
 
     Example: fusee logs o-1 -f
+
+    Example: fusee logs o-1 --json | jq -r .msg
     """
     with session.reporting():
         module = app_module(app)
@@ -66,14 +75,14 @@ def logs(
             missing = session.no_run(workflow_id)
             if session.has_journal(home):
                 try:
-                    session.run(_follow_driven(home, module, workflow_id))
+                    session.run(_follow_driven(home, module, workflow_id, as_json))
                     return
                 except CliError as e:
                     if e.code != Code.NOT_FOUND:
                         raise
             # Lines may outlive the journal's record of the id: show those. A run the
             # journal does not know is not driven (and no home is made for it).
-            session.run(_follow(home / "logs", workflow_id, None, missing))
+            session.run(_follow(home / "logs", workflow_id, None, missing, as_json))
         except KeyboardInterrupt:
             echo_err(f"stopped following the logs of {workflow_id}")
             raise typer.Exit(130) from None
@@ -97,7 +106,7 @@ async def _found(ctl: Control | ControlClient, info: RunInfo) -> None:
     """Nothing more to do: `session.act` found the run."""
 
 
-async def _follow_driven(home: Path, app: str, workflow_id: str) -> None:
+async def _follow_driven(home: Path, app: str, workflow_id: str, as_json: bool) -> None:
     """Looks the runs up and follows their lines in one open of the home: through its
     owner, else driving it here, so the run goes on and writes the lines being followed.
 
@@ -106,7 +115,7 @@ async def _follow_driven(home: Path, app: str, workflow_id: str) -> None:
     """
     async with session.control(home, app, drive=True) as ctl:
         runs = await _look(ctl, await session.find_run(ctl, workflow_id))
-        await _follow(home / "logs", workflow_id, runs, None)
+        await _follow(home / "logs", workflow_id, runs, None, as_json)
 
 
 def _print_kept(home: Path, app: str, workflow_id: str, as_json: bool) -> None:
@@ -121,7 +130,11 @@ def _print_kept(home: Path, app: str, workflow_id: str, as_json: bool) -> None:
 
 
 async def _follow(
-    directory: Path, workflow_id: str, runs: _Runs | None, missing: CliError | None
+    directory: Path,
+    workflow_id: str,
+    runs: _Runs | None,
+    missing: CliError | None,
+    as_json: bool,
 ) -> None:
     import asyncio
     import contextlib
@@ -131,7 +144,7 @@ async def _follow(
     from fusee_runtime.engine.runlog import LogTail
 
     tail = LogTail(directory)
-    show = _Printer(as_json=True)
+    show = _Printer(as_json)
     until = _Until(runs)
 
     def pump() -> bool:
@@ -205,7 +218,7 @@ class _Until:
 
 
 class _Printer:
-    """Prints the lines of one id: as stored, or one readable line each."""
+    """Prints the lines of one id: as JSON lines (`_json_line`), or one readable line each."""
 
     def __init__(self, as_json: bool) -> None:
         self.as_json = as_json
@@ -224,7 +237,7 @@ class _Printer:
             return None
         self.printed += 1
         if self.as_json:
-            typer.echo(raw.decode("utf-8", "replace"))
+            typer.echo(_json_line(doc))
             return doc
         if doc.get("run_id") != self._run:
             self._run = doc.get("run_id")
@@ -233,11 +246,32 @@ class _Printer:
         return doc
 
 
+def _json_line(doc: dict[str, Any]) -> str:
+    """A stored line as `--json` prints it: every field as stored, but `ts` in ISO 8601
+    (null if the file holds no instant there), as every `--json` output gives instants."""
+    import orjson
+
+    at = _at(doc)
+    return orjson.dumps({**doc, "ts": at.isoformat() if at else None}).decode()
+
+
+def _at(doc: dict[str, Any]) -> datetime | None:
+    """The instant of a stored line: its `ts`, Unix seconds."""
+    from fusee_runtime.engine.state import utc
+
+    ts = doc.get("ts")
+    if not isinstance(ts, int | float) or isinstance(ts, bool):
+        return None
+    try:
+        return utc(ts)
+    except (OverflowError, OSError, ValueError):  # a line edited by hand: out of range
+        return None
+
+
 def _readable(doc: dict[str, Any]) -> str:
     from fusee_cli.render import when
 
-    ts = doc.get("ts")
-    at = when(ts) if isinstance(ts, int | float) else "-"
+    at = when(_at(doc))  # "-" for none
     if doc.get("event") == "closed":
         return f"{at} run closed: {doc.get('status')}"
     step, attempt = doc.get("step"), doc.get("attempt")

@@ -98,7 +98,7 @@ async def _steps(ctl: Control | ControlClient, info: RunInfo) -> list[str]:
         calls += [
             (top, rec["name"])
             for rec in mine
-            if rec["type"] in _STEP_RECORDS and (top := int(rec["seq"].split(".")[0])) < before
+            if rec["type"] in _STEP_RECORDS and (top := rec["seq"]) < before
         ]
         origin = next((rec["origin"] for rec in mine if rec["type"] == "RunStarted"), None)
         run_id = None

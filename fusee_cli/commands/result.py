@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -10,6 +11,13 @@ import typer
 from fusee_cli import session
 from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, app_module
 from fusee_cli.session import Code
+
+
+@dataclass
+class _Waited:
+    """What the interrupt handler says: who runs the run while this command waits."""
+
+    owner: int | None = None
 
 
 def result(
@@ -32,6 +40,10 @@ def result(
 ) -> None:
     """Print the result of run ID, once it is durable.
 
+    With --wait on a terminal, the run's current step shows on a live line
+    on stderr, as `fusee start` shows it. Ctrl-C stops waiting and exits 0,
+    as it does for `start`: the run stays durable and goes on.
+
     Example: fusee result o-1 --wait
     """
     with session.reporting():
@@ -39,20 +51,32 @@ def result(
         session.check_id(workflow_id)
         if not session.has_journal(home):
             raise session.no_run(workflow_id)
+        waited = _Waited()
         try:
-            session.run(_result(home, module, workflow_id, timeout if wait else 0, as_json))
+            session.run(_result(home, module, workflow_id, timeout if wait else 0, as_json, waited))
         except KeyboardInterrupt:
+            where = (
+                f"goes on in the process that owns the home (pid {waited.owner})"
+                if waited.owner is not None
+                else "resumes when the home is next opened"
+            )
             session.echo_err(
-                f"stopped waiting; run {workflow_id} stays durable: "
+                f"stopped waiting: run {workflow_id} is durable and {where}; "
                 f"`fusee result {workflow_id} --wait` picks it up again"
             )
-            raise typer.Exit(130) from None
+            raise typer.Exit(Code.OK) from None
 
 
 async def _result(
-    home: Path, app: str, workflow_id: str, timeout_s: float | None, as_json: bool
+    home: Path,
+    app: str,
+    workflow_id: str,
+    timeout_s: float | None,
+    as_json: bool,
+    waited: _Waited,
 ) -> None:
     from fusee_cli.follow import follow, follow_home, report
+    from fusee_cli.render import Progress
 
     if timeout_s == 0:
         # No --wait: look, passively; no run's code runs in this process.
@@ -61,7 +85,20 @@ async def _result(
             outcome = await follow(ctl, workflow_id, 0)
     else:
         # With no owner serving the home, this process runs the run while it waits.
-        outcome = await follow_home(home, app, workflow_id, timeout_s)
+        async with session.control(home, app, drive=True) as ctl:
+            waited.owner = ctl.owner
+            await session.find_run(ctl, workflow_id)
+            with Progress(workflow_id) as progress:
+                # The live line on a terminal only: into a pipe, nothing but the result.
+                outcome = await follow_home(
+                    home,
+                    app,
+                    workflow_id,
+                    timeout_s,
+                    progress if progress.live else None,
+                    first=ctl,
+                    say=progress.say,
+                )
     code = report(outcome, as_json)
     if code != Code.OK:
         raise typer.Exit(code)

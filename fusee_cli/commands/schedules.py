@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, cast
 
 import typer
 
-from fusee_cli import session
+from fusee_cli import session, suggest
 from fusee_cli.options import DEFAULT_HOME, App, Home, Json, app_module
 from fusee_cli.session import CliError, Code
 
@@ -36,6 +36,7 @@ def schedules(
             metavar="WORKFLOW",
             help="The scheduled workflow (for pause, unpause and trigger).",
             show_default=False,
+            autocompletion=suggest.workflow_names,
         ),
     ] = None,
     as_json: Json = False,

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from fusee_cli import session
+from fusee_cli import session, suggest
 from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, ValueFile, app_module
 from fusee_cli.session import CliError, Code
 
@@ -27,6 +27,7 @@ def signal(
             metavar="NAME",
             help="The signal's name, as the workflow waits for it (ctx.wait_for).",
             show_default=False,
+            autocompletion=suggest.signal_names,
         ),
     ],
     value: Annotated[

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from fusee_cli import session
+from fusee_cli import session, suggest
 from fusee_cli.options import DEFAULT_HOME, App, Home, Json, app_module
 from fusee_cli.session import CliError, Code, echo_err
 
@@ -25,7 +25,12 @@ class _Started:
 
 def start(
     workflow: Annotated[
-        str, typer.Argument(metavar="WORKFLOW", help="Name of a workflow the app registers.")
+        str,
+        typer.Argument(
+            metavar="WORKFLOW",
+            help="Name of a workflow the app registers.",
+            autocompletion=suggest.workflow_names,
+        ),
     ],
     input_file: Annotated[
         str | None,

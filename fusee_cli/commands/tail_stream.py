@@ -31,6 +31,14 @@ def tail_stream(
             "or the run closes.",
         ),
     ] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help='Print each item as {"index": its position in the stream, from 0, "item": '
+            "the item} (see docs/cli-json.md); default: the item alone.",
+        ),
+    ] = False,
     home: Home = DEFAULT_HOME,
     app: App = None,
 ) -> None:
@@ -40,6 +48,8 @@ def tail_stream(
     following runs the run here until the stream closes.
 
     Example: fusee tail-stream dg-1 entries
+
+    Example: fusee tail-stream dg-1 entries --json --no-follow | jq .index
     """
     from fusee_runtime import Rejected
     from fusee_runtime.streams import check_stream_name
@@ -54,13 +64,15 @@ def tail_stream(
         if not session.has_journal(home):
             raise session.no_run(wid)
         try:
-            session.run(_tail(home, module, wid, name, not no_follow))
+            session.run(_tail(home, module, wid, name, not no_follow, as_json))
         except KeyboardInterrupt:
             session.echo_err(f"stopped following stream {name!r} of {wid}")
             raise typer.Exit(130) from None
 
 
-async def _tail(home: Path, app: str, workflow_id: str, name: str, follow: bool) -> None:
+async def _tail(
+    home: Path, app: str, workflow_id: str, name: str, follow: bool, as_json: bool
+) -> None:
     import contextlib
 
     import orjson
@@ -69,6 +81,9 @@ async def _tail(home: Path, app: str, workflow_id: str, name: str, follow: bool)
     async with session.control(home, app, drive=follow) as ctl:
         await session.find_run(ctl, workflow_id)
         async with contextlib.aclosing(ctl.stream(workflow_id, name, follow)) as items:
+            index = 0
             async for item in items:
-                sys.stdout.write(orjson.dumps(item).decode() + "\n")
+                line = {"index": index, "item": item} if as_json else item
+                sys.stdout.write(orjson.dumps(line).decode() + "\n")
                 sys.stdout.flush()
+                index += 1

@@ -9,7 +9,8 @@ another process. Either way the caller sees the same values and the same
 exceptions.
 
 `run_json` and `run_info` turn a run into the JSON that the socket and
-HTTP send, and back.
+HTTP send, and back; `history` sends records as `records.as_json` shapes
+them (ISO 8601 instants, integer operation numbers).
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from collections.abc import AsyncGenerator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from fusee_runtime.engine.state import RunInfo, Status
+from fusee_runtime.engine.state import RunInfo, Status, Waiting
 from fusee_runtime.errors import Cancelled, RunFailed, Terminated, TimedOut
+from fusee_runtime.journal import records
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.engine import Engine
@@ -33,7 +35,7 @@ POLL_S = 0.1
 
 
 def run_json(info: RunInfo) -> dict[str, Any]:
-    """A `RunInfo` as a JSON object."""
+    """A `RunInfo` as a JSON object (instants in ISO 8601)."""
     return {
         "id": info.id,
         "run_id": info.run_id,
@@ -43,6 +45,16 @@ def run_json(info: RunInfo) -> dict[str, Any]:
         "closed_at": info.closed_at.isoformat() if info.closed_at else None,
         "error": info.error,
         "attributes": info.attributes,
+        "failure": info.failure,
+        "waiting": [
+            {
+                "kind": w.kind,
+                "name": w.name,
+                "until": w.until.isoformat() if w.until else None,
+                "detail": w.detail,
+            }
+            for w in info.waiting
+        ],
     }
 
 
@@ -58,6 +70,16 @@ def run_info(doc: dict[str, Any]) -> RunInfo:
         closed_at=datetime.fromisoformat(closed) if closed else None,
         error=doc["error"],
         attributes=doc["attributes"],
+        failure=doc.get("failure"),
+        waiting=tuple(
+            Waiting(
+                w["kind"],
+                w["name"],
+                datetime.fromisoformat(w["until"]) if w["until"] else None,
+                w["detail"],
+            )
+            for w in doc.get("waiting", ())
+        ),
     )
 
 
@@ -100,7 +122,8 @@ class Control:
         return await self.engine.list(status=status, workflow=workflow, limit=limit)
 
     async def history(self, id: str) -> builtins.list[dict[str, Any]]:
-        return await self.engine.history(id)
+        """The records of every run of `id` as JSON (`records.as_json`)."""
+        return [records.as_json(r) for r in await self.engine.history(id)]
 
     async def signal(self, id: str, name: str, value: Any = None) -> None:
         await self.engine.signal(id, name, value)

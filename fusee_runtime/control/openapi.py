@@ -250,8 +250,32 @@ _SCHEMAS: dict[str, dict[str, Any]] = {
             "closed_at": {"type": ["string", "null"], "format": "date-time"},
             "error": _str("Why it stopped or how it ended.", nullable=True),
             "attributes": {"type": "object"},
+            "failure": {
+                "oneOf": [_ref("Failure"), {"type": "null"}],
+                "description": "A failed run's recorded failure, with its traceback.",
+            },
+            "waiting": _array("Waiting"),
         },
         *("id", "run_id", "workflow", "status", "started_at", "closed_at", "error", "attributes"),
+        "failure",
+        "waiting",
+    ),
+    "Waiting": _obj(
+        {
+            "kind": {
+                "type": "string",
+                "enum": ["signal", "timer", "retry", "resume", "completion", "cancel"],
+                "description": "A signal (until its timeout), a timer (firing at `until`), "
+                "a step's next attempt (at `until`), a paused step's resume, a completion "
+                "from outside, or a cancel the code has not acted on yet.",
+            },
+            "name": _str("The signal's, timer's or step's name.", nullable=True),
+            "until": {"type": ["string", "null"], "format": "date-time"},
+            "detail": _str(
+                "The last failure (retry, resume), or the cancel's reason.", nullable=True
+            ),
+        },
+        *("kind", "name", "until", "detail"),
     ),
     "StartedRun": {
         "allOf": [
@@ -309,12 +333,19 @@ _SCHEMAS: dict[str, dict[str, Any]] = {
             "retryable": {"type": "boolean"},
             "details": _any("Any JSON value."),
             "cause": {"oneOf": [_ref("Failure"), {"type": "null"}]},
+            "traceback": _str(
+                "Where it was raised (Python's traceback, without fusee's frames; "
+                "bounded, keeping the end). Absent when it was not raised by code."
+            ),
         },
         *("kind", "message", "retryable", "details", "cause"),
     ),
     "Record": {
         **_obj({"lsn": {"type": "integer"}, "type": _str()}, "lsn", "type"),
-        "description": "A journal record; its other fields depend on its type.",
+        "description": "A journal record; its other fields depend on its type. Instants "
+        "(`*_at`, `at`, `deadline`, `instant`) are ISO 8601 strings; `seq` is the integer "
+        "number of the top-level operation and `op` the operation's full path "
+        '(`"3"`, or `"3.1"` inside a `ctx.all`).',
     },
     "Reason": _obj({"reason": _str()}, closed=True),
     "ResetRequest": _obj(

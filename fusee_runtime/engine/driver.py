@@ -45,6 +45,7 @@ from fusee_runtime.execution import run_code
 from fusee_runtime.journal.records import PAYLOAD_DEPTH_MAX, R, too_deep
 from fusee_runtime.scope import check_name
 from fusee_runtime.steps import StepWorkers
+from fusee_runtime.typed import ANY, Shape, check, dumps, parameter, returns
 
 log = logging.getLogger("fusee")
 
@@ -121,9 +122,11 @@ class Driver:
                 "work; run the command again once it has stopped"
             )
 
-    def encode(self, value: Any, what: str) -> bytes:
+    def encode(self, value: Any, what: str, shape: Shape | None = None) -> bytes:
+        """`value` as JSON; with a `shape` (`fusee_runtime.typed`), in its typed form and
+        checked to read back into that type. `CodecError` names `what` when it cannot be."""
         try:
-            encoded = orjson.dumps(value)
+            encoded = dumps(value, shape)
         except TypeError as e:
             raise CodecError(f"{what} cannot be encoded as JSON: {e}") from None
         if len(encoded) > self.config.payload_bytes_max:
@@ -131,6 +134,8 @@ class Driver:
                 f"{what} is {len(encoded)} bytes, over the limit of "
                 f"{self.config.payload_bytes_max} (Config.payload_bytes_max)"
             )
+        if shape is not None:
+            value = check(shape, encoded, what)
         if too_deep(value, encoded):
             raise CodecError(
                 f"{what} nests arrays and objects over {PAYLOAD_DEPTH_MAX} levels deep"
@@ -165,17 +170,17 @@ class Driver:
     def log_compensation(self, run: Run, name: str, error: Exception) -> None:
         log.error("fusee: %s compensation %r failed: %s", run.workflow_id, name, error)
 
-    def log_attempt(
-        self, run: Run, name: str, attempt: int, failure: Failure, retry_at: float
-    ) -> None:
+    def log_attempt(self, run: Run, name: str, attempt: int, failure: Failure, then: str) -> None:
         log.info(
-            "fusee: %s step %r attempt %d failed (%s); retry in %.3fs",
+            "fusee: %s step %r attempt %d failed (%s); %s",
             run.workflow_id,
             name,
             attempt,
             failure,
-            retry_at - self.clock.now(),
+            then,
         )
+        if self.run_log is not None:
+            self.run_log.attempt_failed(run, name, attempt, failure, then, self.clock.now())
 
     # -- appending -------------------------------------------------------------------------
 
@@ -222,7 +227,8 @@ class Driver:
     def signal(self, run: Run, name: str, value: Any) -> int:
         """Appends a signal for `run`; returns its lsn."""
         check_name("signal", name)
-        encoded = self.encode(value, f"signal {name!r}")
+        # Its type is known only where the code waits for it: written in its typed form.
+        encoded = self.encode(value, f"signal {name!r}", ANY)
         rec = [
             R.SignalReceived,
             run.run_id,
@@ -234,7 +240,9 @@ class Driver:
         return self.append(run, rec)
 
     def continue_as_new(self, run: Run, input: Any) -> None:
-        encoded = self.encode(input, f"the input of workflow {run.workflow!r}")
+        wf = self.workflows.get(run.workflow)
+        shape = None if wf is None else parameter(wf.fn, 1)
+        encoded = self.encode(input, f"the input of workflow {run.workflow!r}", shape)
         new_run_id = uuid.uuid4().hex
         now = self.clock.now()
         rec = [R.RunContinuedAsNew, run.run_id, new_run_id, orjson.loads(encoded), now]
@@ -356,7 +364,8 @@ class Driver:
                 self.close_run(run, R.RunFailed, Failure.of(ended.error).to_json())
             return
         try:
-            encoded = self.encode(ended.value, f"the result of workflow {run.workflow!r}")
+            what = f"the result of workflow {run.workflow!r}"
+            encoded = self.encode(ended.value, what, returns(wf.fn))
         except CodecError as e:
             failure = Failure(str(e), kind="CodecError", retryable=False)
             self.close_run(run, R.RunFailed, failure.to_json())

@@ -30,10 +30,9 @@ from collections.abc import Callable, Iterable
 from datetime import timedelta
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from fusee_runtime.completions import Tokens
-from fusee_runtime.control.server import ControlServer
 from fusee_runtime.dsl import WorkflowDef, seconds
 from fusee_runtime.engine.checkpoints import Checkpoints
 from fusee_runtime.engine.config import Config
@@ -52,6 +51,10 @@ from fusee_runtime.errors import EngineClosed, Failure, IdConflict, Rejected
 from fusee_runtime.journal import records
 from fusee_runtime.journal.records import R
 from fusee_runtime.scope import check_id, check_name
+from fusee_runtime.typed import ANY, parameter
+
+if TYPE_CHECKING:
+    from fusee_runtime.control.server import ControlServer
 
 __all__ = ["Config", "Engine", "RunHandle", "check_id"]
 
@@ -188,6 +191,10 @@ class Engine:
             self.checkpoints.start_retention(self.prune, self.durability.progressed)
 
     async def _serve_control(self) -> None:
+        # Only an engine that drives its runs serves: a passive one (a command reading
+        # the home) does not load the socket server.
+        from fusee_runtime.control.server import ControlServer
+
         server = ControlServer(self)
         try:
             await server.start()
@@ -291,7 +298,8 @@ class Engine:
 
         Raises:
             NotFound: no workflow of that name (the message lists the known ones).
-            CodecError: the input cannot be encoded as JSON, or is too large.
+            CodecError: the input cannot be encoded as JSON, is too large, or does
+                not decode into the workflow's input annotation (`fusee_runtime.typed`).
             Rejected: a bad id or `on_conflict`.
             IdConflict: the id has a run and `on_conflict` is `"fail"`, or its run
                 is one of another workflow (and `on_conflict` is not `"new_run"`).
@@ -300,11 +308,13 @@ class Engine:
         wf = self.workflow(workflow)
         if on_conflict not in ("return", "fail", "new_run"):
             raise Rejected(f"on_conflict is 'return', 'fail' or 'new_run', not {on_conflict!r}")
-        encoded = self.driver.encode(input, f"the input of workflow {wf.name!r}")
+        # Typed when the workflow's input parameter is annotated (`fusee_runtime.typed`).
+        shape = parameter(wf.fn, 1)
+        encoded = self.driver.encode(input, f"the input of workflow {wf.name!r}", shape)
         limit = seconds(timeout)
         if signal is not None:
             check_name("signal", signal[0])
-            self.driver.encode(signal[1], f"signal {signal[0]!r}")
+            self.driver.encode(signal[1], f"signal {signal[0]!r}", ANY)
         workflow_id = check_id(id) if id is not None else uuid.uuid4().hex
         existing = self.runs.find_latest(workflow_id) if id is not None else None
         if existing is not None:
@@ -527,7 +537,8 @@ class Engine:
                 to apply it, its code is inside `ctx.all`/`ctx.race` or still
                 replaying, the validator refused it, or the handler raised
                 (with its message).
-            CodecError: the argument or the result cannot be encoded as JSON.
+            CodecError: the argument or the result cannot be encoded as JSON, or the
+                argument does not decode into the handler's annotation.
         """
         return await self.handlers.update(id, name, arg, update_id, run_id)
 

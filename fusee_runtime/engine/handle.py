@@ -28,6 +28,7 @@ from fusee_runtime.errors import (
 )
 from fusee_runtime.streams import check_stream_name
 from fusee_runtime.streams import follow as follow_stream
+from fusee_runtime.typed import decode, shape_of
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.engine import Engine
@@ -117,17 +118,21 @@ class RunHandle:
         run = self._engine.runs.get(self.id, self._target())
         return follow_stream(self._engine.driver, run, check_stream_name(name), wait=follow)
 
-    async def result(self, timeout: float | timedelta | None = None) -> Any:
+    async def result(self, timeout: float | timedelta | None = None, *, type: Any = None) -> Any:
         """The run's result, once durable; follows `continue_as_new` (a pinned handle: its
         run's chain; otherwise `reset` too, to the id's newest run).
 
         A `stuck` or `paused` run is still open: this keeps waiting for it.
+        The result is its JSON, as recorded; with `type` (say the workflow's
+        return annotation: a dataclass, `datetime`, ...) it is read back into
+        that type (`fusee_runtime.typed`), or `CodecError` says why not.
 
         Raises:
             RunFailed: the run failed (`.failure` says how).
             Terminated: the run was terminated.
             Cancelled: the run was cancelled.
             TimedOut: the run passed its deadline, or the wait passed `timeout`.
+            CodecError: with `type`, the result does not decode into it.
         """
         limit = seconds(timeout)
         loop = asyncio.get_running_loop()
@@ -164,7 +169,10 @@ class RunHandle:
                 if newer.run_id != run.run_id:  # a stored run is a new object each time
                     run = newer
                     continue
-            return outcome(run)
+            value = outcome(run)
+            if type is None:
+                return value
+            return decode(shape_of(type), value, f"the result of run {self.id!r}")
 
     def _successor(self, run: Run) -> Run | None:
         """The run that `run` continued as, if it did and that run is known."""

@@ -26,6 +26,7 @@ from fusee_runtime.engine.state import Run, Status, top
 from fusee_runtime.errors import CodecError, Failure, FuseeError, NotFound, Rejected
 from fusee_runtime.journal.records import R
 from fusee_runtime.scope import NAME_CHARS_MAX, Halt, handling
+from fusee_runtime.typed import decode, parameter
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.driver import Driver
@@ -92,8 +93,14 @@ class Handlers:
             # First: while the code replays, its handlers are not registered yet.
             self._check_update_point(run, id)
         entry = self._handler(run, run.updates, "update", name, "apply updates")
-        encoded_arg = self.driver.encode(arg, f"the argument of update {name!r}")
         handle, validate = entry
+        # Typed by the handler's first parameter (`fusee_runtime.typed`): the handler and
+        # the validator get the argument read back from its JSON, as a replay gives it.
+        shape = parameter(handle, 0)
+        what = f"the argument of update {name!r}"
+        encoded_arg = self.driver.encode(arg, what, shape)
+        if shape is not None:
+            arg = decode(shape, orjson.loads(encoded_arg), what)
         if validate is not None:
             try:
                 validate(arg)

@@ -6,7 +6,9 @@ Format. One JSON object per line, appended to `<home>/logs/fusee.log`:
      "attempt":2,"msg":"charging 1800 cents"}
 
 `ts` is the engine clock's Unix seconds; `level` is debug, info, warn or
-error; `step` and `attempt` are null outside a step function. Once a run's
+error; `step` and `attempt` are null outside a step function. A failed
+attempt of a step writes an `error` line of its own, with `"event":
+"attempt_failed"` and the failure's `"traceback"`. Once a run's
 close is durable one more line says so, with `"event": "closed"` and the
 run's `"status"`. A follower stops on it, unless the status is
 `continued_as_new` or `reset`: then a successor run of the same id goes on.
@@ -47,6 +49,7 @@ from fusee_runtime.scope import cursor_var, step_var
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.state import Run
+    from fusee_runtime.errors import Failure
     from fusee_runtime.execution import Execution
 
 log = logging.getLogger("fusee")
@@ -108,6 +111,25 @@ class RunLog:
                 "msg": f"run closed: {status}",
                 "event": "closed",
                 "status": status,
+            }
+        )
+
+    def attempt_failed(
+        self, run: Run, name: str, attempt: int, failure: Failure, then: str, now: float
+    ) -> None:
+        """Writes an `error` line for a failed attempt of step `name`, with what happens
+        `then` and the failure's traceback (`"traceback"`, null when it has none)."""
+        self.write(
+            {
+                "ts": now,
+                "level": "error",
+                "id": run.workflow_id,
+                "run_id": run.run_id,
+                "step": name,
+                "attempt": attempt,
+                "msg": _cut(f"attempt {attempt} failed: {failure}; {then}"),
+                "event": "attempt_failed",
+                "traceback": failure.to_json().get("traceback"),
             }
         )
 
@@ -216,9 +238,7 @@ class RunLogger:
         else:
             # A step function runs only live: replay returns recorded results.
             step, attempt = running.name, running.attempt
-        text = str(msg)
-        if len(text) > MESSAGE_CHARS_MAX:
-            text = text[: MESSAGE_CHARS_MAX - 1] + "…"
+        text = _cut(str(msg))
         run = execution.run
         self._log.write(
             {
@@ -231,6 +251,10 @@ class RunLogger:
                 "msg": text,
             }
         )
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MESSAGE_CHARS_MAX else text[: MESSAGE_CHARS_MAX - 1] + "…"
 
 
 def replaying(execution: Execution) -> bool:

@@ -43,8 +43,37 @@ class Status(enum.StrEnum):
 
 
 @dataclass(frozen=True)
+class Waiting:
+    """One thing an open run waits for, as `RunInfo.waiting` lists them.
+
+    `kind` is one of:
+
+    - `"signal"`: a `ctx.wait_signal` for signal `name`, `until` its timeout (None: none);
+    - `"timer"`: a `ctx.sleep` (timer `name`) that fires at `until` (None: never);
+    - `"retry"`: step `name` runs its next attempt at `until`; `detail` is the last
+      failure;
+    - `"resume"`: step `name` is paused until `fusee resume`; `detail` is its failure;
+    - `"completion"`: the `ctx.await_completion` of step `name` waits for its token
+      to be completed from outside;
+    - `"cancel"`: a cancel was recorded (`detail`, its reason) and the run has not
+      closed: its code has not acted on it yet (`name` None), or it was delivered
+      (`name` "delivered") and the code is cleaning up.
+    """
+
+    kind: str
+    name: str | None = None
+    until: datetime | None = None
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
 class RunInfo:
-    """One run, as `describe()` and `list()` show it."""
+    """One run, as `describe()` and `list()` show it.
+
+    `failure` is the recorded failure of a failed run (its `kind`, `message`,
+    `traceback` and `cause`, as `Failure.to_json` writes it); `waiting` says
+    what an open run waits for, oldest first.
+    """
 
     id: str
     run_id: str
@@ -54,6 +83,8 @@ class RunInfo:
     closed_at: datetime | None
     error: str | None
     attributes: dict[str, Any]
+    failure: dict[str, Any] | None = None
+    waiting: tuple[Waiting, ...] = ()
 
 
 @dataclass
@@ -289,7 +320,39 @@ class Run:
             # Why it closed shows once the close is durable, with the closed status.
             error=self.error if self.closing is None or not self.status.is_open else None,
             attributes={},
+            failure=self.failure.to_json() if self.failure and not self.status.is_open else None,
+            waiting=waiting(self) if self.status.is_open else (),
         )
+
+
+def waiting(run: Run) -> tuple[Waiting, ...]:
+    """What open `run` waits for: its pending timers, waits, paused steps and
+    completions, its steps between attempts, and a cancel it has not closed on."""
+    out: list[Waiting] = []
+    if run.cancel_reason is not None:
+        out.append(
+            Waiting(
+                "cancel", "delivered" if run.cancel_delivered else None, None, run.cancel_reason
+            )
+        )
+    for op in run.pending.values():
+        until = utc(op.fire_at) if op.fire_at is not None else None
+        if op.kind == "wait":
+            out.append(Waiting("signal", op.name, until))
+        elif op.kind == "timer":
+            out.append(Waiting("timer", op.name, until))
+        elif op.paused:
+            out.append(Waiting("resume", op.name, detail=_failed(op.failure)))
+        elif op.kind == "completion" and not op.done:
+            out.append(Waiting("completion", op.name))
+    for op in run.ops.values():
+        if op.kind == "step" and not op.done and not op.paused and op.retry_at is not None:
+            out.append(Waiting("retry", op.name, utc(op.retry_at), _failed(op.failure)))
+    return tuple(out)
+
+
+def _failed(failure: dict[str, Any] | None) -> str | None:
+    return str(Failure.from_json(failure)) if failure else None
 
 
 def _step_completed(run: Run, rec: list[Any]) -> Op:

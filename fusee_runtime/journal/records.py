@@ -10,6 +10,7 @@ embedded as already-encoded JSON, so each is encoded exactly once.
 from __future__ import annotations
 
 import enum
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -192,4 +193,28 @@ def as_dict(lsn: int, rec: list[Any]) -> dict[str, Any]:
     kind = R(rec[0])
     out: dict[str, Any] = {"lsn": lsn, "type": kind.name}
     out.update(zip(FIELDS[kind], rec[1:], strict=True))
+    return out
+
+
+INSTANTS = frozenset(
+    {f for fields in FIELDS.values() for f in fields if f.endswith("_at")}
+    | {"at", "deadline", "instant"}
+)
+"""Fields that hold an instant (Unix seconds in the journal)."""
+
+
+def as_json(record: dict[str, Any]) -> dict[str, Any]:
+    """A record from `as_dict` in the JSON shape that `fusee history --json` and the
+    HTTP API give: instants in ISO 8601 (UTC), and the operation number `seq` an
+    integer (the top-level operation) beside `op`, the operation's full path as a
+    string ("3", or "3.1" for the first branch of operation 3's `ctx.all`)."""
+    out = dict(record)
+    for name in INSTANTS.intersection(record):
+        at = record[name]
+        if isinstance(at, int | float) and not isinstance(at, bool):
+            out[name] = datetime.fromtimestamp(at, UTC).isoformat()
+    seq = record.get("seq")
+    if isinstance(seq, str):
+        out["seq"] = int(seq.split(".", 1)[0])
+        out["op"] = seq
     return out

@@ -24,13 +24,17 @@ def test_quick_emits_every_measure_and_cleans_up(fusee, tmp_path) -> None:
     assert set(report["conc_steps_per_s"]) == {"steps_per_s", "records_per_fdatasync"}
     assert set(report["start_to_result_us"]) == {"median", "p99", "ratio"}
     assert set(report["cli_start_ms"]) == {"import_typer", "help", "start", "help_ratio"}
+    read = report["cli_read_ms"]
+    assert set(read) == {"list", "describe", "ratio_to_help"}
+    assert read["list"] > 0 and read["describe"] > 0 and read["ratio_to_help"] > 0
     assert list(home.iterdir()) == []  # the scratch directory is gone
 
 
 def test_the_table_names_each_measure(fusee, tmp_path) -> None:
     done = fusee("bench", "--quick", "--home", str(tmp_path / "home"))
     assert done.returncode == 0, done.stderr
-    for label in ("fdatasync", "sequential step", "concurrent steps", "fusee --help"):
+    labels = ("fdatasync", "sequential step", "concurrent steps", "fusee --help", "fusee list")
+    for label in labels:
         assert label in done.stdout
 
 

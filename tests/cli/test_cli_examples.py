@@ -1,4 +1,5 @@
-"""The real `fusee`, in child processes, on the examples: signal, resume, reset.
+"""The real `fusee`, in child processes, on the examples: signal, resume, reset, and
+the help's examples of query, update and schedules.
 
 Each command is its own process, as a person at a shell runs them: one
 records (passively), a later `fusee result --wait` drives the run.
@@ -7,6 +8,8 @@ records (passively), a later `fusee result --wait` drives the run.
 from __future__ import annotations
 
 import json
+import shlex
+import signal
 from pathlib import Path
 
 
@@ -96,3 +99,71 @@ def test_bad_input_leaves_the_journal_unchanged(fusee, tmp_path: Path):
         assert done.stderr.startswith("error: ")
     after = {p.name: p.read_bytes() for p in sorted((home / "journal").glob("*.seg"))}
     assert after == before
+
+
+def _example(fusee, *command: str) -> list[str]:
+    """The arguments of the example in `fusee COMMAND --help`, as a shell would split them."""
+    shown = fusee(*command, "--help", COLUMNS="200")
+    assert shown.returncode == 0, shown.stderr
+    (line,) = [x.strip() for x in shown.stdout.splitlines() if x.strip().startswith("Example:")]
+    words = shlex.split(line.removeprefix("Example:"))
+    assert words[:2] == ["fusee", *command], line
+    return words[1:]
+
+
+def test_the_help_examples_of_query_update_and_schedules_run_on_the_examples(
+    fusee, spawn, tmp_path: Path
+):
+    # workflows/expenses.py answers the query and update examples; workflows/report.py
+    # is the schedule that `fusee schedules --help` names. A run's handlers answer only
+    # while a process drives it: `fusee serve`, as the module's docstring says.
+    on = ["--home", str(tmp_path / "home")]
+    server = spawn("serve", *on)
+    assert server.stdout is not None
+    serving = json.loads(server.stdout.readline())
+    assert serving["event"] == "serving"
+    assert serving["schedules"] == ["nightly-report"]
+    started = fusee("start", "expenses", "--id", "trip-9", "--detach", *on)
+    assert started.returncode == 0, started.stderr
+
+    update = _example(fusee, "update")
+    assert update[1] == "trip-9"
+    first = fusee(*update, *on)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == "50000\n"
+    again = fusee(*update, *on)  # the same --update-id: applied once, answered the same
+    assert (again.returncode, again.stdout) == (0, "50000\n"), again.stderr
+    added = fusee("update", "trip-9", "add", '{"what": "train", "cents": 4200}', *on)
+    assert (added.returncode, added.stdout) == (0, "4200\n"), added.stderr
+    refused = fusee("update", "trip-9", "set-limit", "100", *on)
+    assert refused.returncode == 2
+    assert "at least the total (4200)" in refused.stderr
+
+    query = _example(fusee, "query")
+    assert query[1] == "trip-9"
+    asked = fusee(*query, *on)
+    assert asked.returncode == 0, asked.stderr
+    assert json.loads(asked.stdout) == {"cents": 4200, "items": 1, "limit_cents": 50000}
+
+    triggered = fusee("schedules", "trigger", "nightly-report", "--json", *on)
+    assert triggered.returncode == 0, triggered.stderr
+    night = json.loads(triggered.stdout)["id"]
+    assert night.startswith("nightly-report@")
+    reported = fusee("result", night, "--wait", *on)
+    assert reported.returncode == 0, reported.stderr
+    assert set(json.loads(reported.stdout)) == {"day", "orders", "refunds"}
+    paused = fusee(*_example(fusee, "schedules"), *on)
+    assert paused.returncode == 0, paused.stderr
+    (row,) = json.loads(fusee("schedules", "--json", *on).stdout)
+    assert (row["workflow"], row["paused"]) == ("nightly-report", True)
+
+    assert fusee("signal", "trip-9", "submit", *on).returncode == 0
+    done = fusee("result", "trip-9", "--wait", *on)
+    assert done.returncode == 0, done.stderr
+    filed = json.loads(done.stdout)
+    assert (filed["limit_cents"], filed["total_cents"], filed["filed"]) == (50000, 4200, True)
+    histories = json.loads(fusee("history", "trip-9", "--json", *on).stdout)
+    applied = [r["name"] for r in histories if r["type"] == "UpdateApplied"]
+    assert applied == ["set-limit", "add"]
+    server.send_signal(signal.SIGTERM)
+    assert server.wait() == 0

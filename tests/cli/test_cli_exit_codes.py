@@ -166,7 +166,8 @@ CASES = [
     case("tail-stream nope items", 3, NO_RUN, home="none"),
     # logs
     case("logs e-1", 0, "run closed: completed"),
-    case("logs e-1 -f", 0, '"status":"completed"'),
+    case("logs e-1 -f", 0, "run closed: completed"),
+    case("logs e-1 -f --json", 0, '"status":"completed"'),
     case("logs h-1", 0, "no log lines for h-1 yet"),
     case("logs nope", 3, NO_RUN),
     case("logs nope -f", 3, NO_RUN),

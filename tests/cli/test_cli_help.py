@@ -33,6 +33,7 @@ def test_the_commands_of_this_version():
         "tail-stream",
         "terminate",
         "update",
+        "workflows",
     ]
 
 

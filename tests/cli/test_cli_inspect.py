@@ -107,6 +107,8 @@ def test_describe_json(cli, runs):
         "closed_at",
         "error",
         "attributes",
+        "failure",
+        "waiting",
     }
 
 

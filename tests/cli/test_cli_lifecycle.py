@@ -220,7 +220,7 @@ def test_history_shows_both_runs(cli, on, pair):
     assert started["type"] == "RunStarted"
     assert started["origin"] == {"reset": old, "before": 2}
     table = cli("history", "r-1", *on, env={"COLUMNS": "200"})
-    assert f"(reset of run {old[:8]}, from operation #2)" in table.stdout
+    assert f"(reset of run {old}, from operation #2)" in table.stdout  # the whole run id
 
 
 def test_reset_of_an_open_run_closes_it_as_reset(cli, on, home):

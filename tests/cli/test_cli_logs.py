@@ -86,15 +86,17 @@ def test_logs_prints_the_lines_of_a_finished_run(cli, on, make_engine):
     ]
 
 
-def test_logs_json_prints_the_lines_as_stored(cli, on, make_engine, home: Path):
+def test_logs_json_prints_the_lines_as_stored_with_iso_instants(cli, on, make_engine, home: Path):
     drive(make_engine, (greets, "ada", "g-1"), (greets, "bob", "g-2"))
     r = cli("logs", "g-2", "--json", *on)
     assert r.exit_code == 0, r.output
     stored = [
-        line for line in (home / "logs" / "fusee.log").read_text().splitlines() if '"g-2"' in line
+        json.loads(line)
+        for line in (home / "logs" / "fusee.log").read_text().splitlines()
+        if '"g-2"' in line
     ]
-    assert r.stdout.splitlines() == stored
-    docs = [json.loads(line) for line in stored]
+    docs = [json.loads(line) for line in r.stdout.splitlines()]
+    assert docs == [{**d, "ts": "2023-11-14T22:13:20+00:00"} for d in stored]
     assert [d["msg"] for d in docs] == [
         "about to greet bob",
         "greeting bob",
@@ -109,7 +111,7 @@ def test_logs_json_prints_the_lines_as_stored(cli, on, make_engine, home: Path):
 
 def test_follow_on_a_closed_run_prints_json_lines_and_stops(cli, on, make_engine):
     drive(make_engine, (greets, "ada", "g-1"))
-    r = cli("logs", "g-1", "-f", *on)
+    r = cli("logs", "g-1", "-f", "--json", *on)
     assert r.exit_code == 0, r.output
     docs = [json.loads(line) for line in r.stdout.splitlines()]
     assert [d.get("status") for d in docs] == [None, None, None, "completed"]
@@ -188,7 +190,7 @@ async def test_follow_prints_lines_as_they_come_and_exits_when_the_run_closes(
     async with make_engine() as engine:  # this process owns the home: the child only reads
         h = await engine.start(rounds, 0, id="r-1")
         await entered.wait()
-        follower = await spawn_follower("r-1", "-f", *on)
+        follower = await spawn_follower("r-1", "-f", "--json", *on)
         seen = await read_until(follower, "waiting for the test")
         # The first run continued as new: the follower goes on with its successor.
         # (Which comes first, the first run's durable close or its successor's
@@ -215,7 +217,7 @@ async def test_ctrl_c_stops_following_with_exit_130(make_engine, on, gate):
     async with make_engine() as engine:
         await engine.start(rounds, 1, id="r-2")
         await entered.wait()
-        follower = await spawn_follower("r-2", "--follow", *on)
+        follower = await spawn_follower("r-2", "--follow", "--json", *on)
         await read_until(follower, "waiting for the test")
         follower.send_signal(signal.SIGINT)
         out, err = await follower.communicate()

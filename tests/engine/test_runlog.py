@@ -99,13 +99,27 @@ async def test_each_attempt_is_tagged_with_its_number(make_engine, home: Path, r
         h = await engine.start(wf, None, id="attempts")
         await run_clock(h.result())
 
-    assert [(d["step"], d["attempt"]) for d in lines(home, "attempts")[:-1]] == [
-        ("runlog_flaky_plain", 1),
-        ("runlog_flaky_plain", 2),
-        ("runlog_flaky_plain", 3),
-        ("runlog_flaky_async", 1),
-        ("runlog_flaky_async", 2),
+    got = lines(home, "attempts")[:-1]
+    assert [(d["step"], d["attempt"], d.get("event")) for d in got] == [
+        ("runlog_flaky_plain", 1, None),
+        ("runlog_flaky_plain", 1, "attempt_failed"),
+        ("runlog_flaky_plain", 2, None),
+        ("runlog_flaky_plain", 2, "attempt_failed"),
+        ("runlog_flaky_plain", 3, None),
+        ("runlog_flaky_async", 1, None),
+        ("runlog_flaky_async", 1, "attempt_failed"),
+        ("runlog_flaky_async", 2, None),
     ]
+    # A failed attempt's line says why, and where: the step's own frame raised it.
+    failed = [d for d in got if d.get("event") == "attempt_failed"]
+    for d in failed:
+        assert d["level"] == "error"
+        assert d["msg"].startswith(
+            f"attempt {d['attempt']} failed: ConnectionError: not yet; retry"
+        )
+        assert f"in {d['step']}\n" in d["traceback"]
+        assert d["traceback"].endswith("ConnectionError: not yet\n")
+        assert "fusee_runtime" not in d["traceback"]  # the engine's frames are left out
 
 
 async def test_a_durable_close_writes_the_closed_line(make_engine, home: Path) -> None:

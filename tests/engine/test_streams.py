@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -433,7 +434,9 @@ async def test_a_reset_run_keeps_the_items_of_the_operations_it_keeps(make_engin
 # -- the example -------------------------------------------------------------------------------
 
 
-async def test_the_digest_example_streams_its_entries(make_engine) -> None:
+async def test_the_digest_example_streams_its_entries(make_engine, monkeypatch) -> None:
+    # The examples are not installed: they import from the checkout, as `fusee` finds them.
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2]))
     from workflows.digest import digest
 
     async with make_engine() as engine:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -12,6 +13,7 @@ from http_helpers import until
 
 from fusee_runtime import Ctx, Engine, Exhausted, Fatal, RetryPolicy, Status, step, workflow
 from fusee_runtime.control.openapi import OPENAPI
+from fusee_runtime.journal.records import as_json
 
 FLAKY = {"up": False}
 
@@ -93,7 +95,12 @@ async def test_describe_list_and_history(api: httpx.AsyncClient, engine: Engine)
 
     history = await api.get("/v1/runs/l-3/history")
     assert history.status_code == 200
-    assert history.json() == await engine.history("l-3")
+    # The JSON shape: ISO 8601 instants, integer operation numbers.
+    assert history.json() == [as_json(r) for r in await engine.history("l-3")]
+    started = history.json()[0]["started_at"]
+    assert datetime.fromisoformat(started) == datetime.fromtimestamp(1_700_000_000, UTC)
+    steps = [r for r in history.json() if r["type"] == "StepCompleted"]
+    assert steps and all(type(r["seq"]) is int and r["op"] == str(r["seq"]) for r in steps)
     assert history.json()[0]["type"] == "RunStarted"
 
 

@@ -205,16 +205,24 @@ def test_stats_lines_report_runs_steps_and_syncs(
 def test_on_a_terminal_it_keeps_a_live_line_and_says_how_it_stopped(
     app_module: Callable[[str], Path], env: dict[str, str], workdir: Path
 ) -> None:
+    import fcntl
     import os
     import pty
+    import struct
     import subprocess
+    import termios
 
     from processes import fusee_script
 
     app_module(SLOW_APP)
     leader, follower = pty.openpty()
+    # The terminal is as wide as the pty says: a home as long as pytest-xdist's
+    # (popen-gwN/...) would wrap the banner at 80 columns (a pty with no size, or
+    # the COLUMNS=80 that xdist's workers have).
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 400, 0, 0))
+    wide = {k: v for k, v in env.items() if k not in ("COLUMNS", "LINES")}
     proc = subprocess.Popen(
-        [fusee_script(), "serve"], cwd=workdir, env=env, stdout=follower, stderr=follower
+        [fusee_script(), "serve"], cwd=workdir, env=wide, stdout=follower, stderr=follower
     )
     os.close(follower)
     seen = b""
@@ -228,7 +236,7 @@ def test_on_a_terminal_it_keeps_a_live_line_and_says_how_it_stopped(
 
     try:
         read_until(b"fusee serve")  # in bold: escapes around it
-        read_until(b" pid ")
+        read_until(f" pid {proc.pid}".encode())
         read_until(b"steps/s")  # the live line
         proc.send_signal(signal.SIGTERM)
         read_until(b"open run(s) resume on the next open")

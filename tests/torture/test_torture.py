@@ -35,6 +35,10 @@ from fusee_runtime.journal.storage import Storage
 from .harness import Evidence, Report, Seen, check, newest_checkpoint, read_home, trial
 from .torture_app import FAULTS, FaultStorage
 
+# The trials take minutes: they run on their own, after the rest of the suite
+# (`pytest -m slow`, the last step of .ci/run and of the README's test command).
+pytestmark = pytest.mark.slow
+
 CI_SEEDS = range(1, 25)
 
 
@@ -263,6 +267,7 @@ def _run_a_step_under_another_key(ev: Evidence) -> str:
     ],
     ids=lambda f: f.__name__.strip("_"),
 )
+@pytest.mark.xdist_group("torture-evidence")  # one worker makes the evidence, once
 def test_the_check_names_each_broken_promise(evidence: Evidence, damage: Any) -> None:
     ev = copy.deepcopy(evidence)
     assert _verdict(ev) == []

@@ -1,0 +1,362 @@
+"""Runs and journals for people: `fusee list`, `fusee describe`, `fusee history`.
+
+Ids are never cut. A table is drawn when every column fits the terminal
+with whole ids; on a narrower one each run (or record) becomes a block of
+lines, which wrap where they must and fold a long id rather than cut it.
+Into a pipe or a file, lines are as long as they need to be (`render.WIDE`).
+
+A failure's traceback is folded to the frame that raised it (`where`),
+whole with `--verbose`; `--json` always holds all of it.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from rich.console import Console, Group, RenderableType
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+from fusee_cli.render import instant, status_text, stdout, when
+
+DETAIL_LINES_MAX = 4
+"""How many terminal lines a value in `history` may fill before it is cut (`--verbose`
+and `--json` show all of it)."""
+GAP = 2
+"""Cells between two columns of a table."""
+
+
+def _indented(text: str, cells: int) -> Padding:
+    """A line under a block's head: wrapped lines keep the indent."""
+    return Padding(Text(text, overflow="fold"), (0, 0, 0, cells), expand=False)
+
+
+def _fits(console: Console, widths: list[int]) -> bool:
+    return sum(widths) + GAP * (len(widths) - 1) <= console.width
+
+
+# -- values ------------------------------------------------------------------------------
+
+
+def clip(value: Any, limit: int | None) -> str:
+    """A JSON value on one line, cut to `limit` characters (None: whole)."""
+    text = value if isinstance(value, str) else orjson.dumps(value).decode()
+    text = " ".join(text.splitlines())
+    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
+
+
+def where(traceback: str) -> str | None:
+    """The frame that raised, from a traceback: `file.py:28 in fetch_rate`."""
+    frames = [line.strip() for line in traceback.splitlines() if line.startswith('  File "')]
+    if not frames:
+        return None
+    # '  File "/path/to/flaky.py", line 28, in fetch_rate'
+    parts = frames[-1].split('"')
+    if len(parts) < 3:
+        return frames[-1]
+    path, rest = parts[1], parts[2]
+    line = rest.split("line ", 1)[-1].split(",", 1)[0]
+    func = rest.rsplit(" in ", 1)[-1]
+    return f"{path.rsplit('/', 1)[-1]}:{line} in {func}"
+
+
+def failure_lines(failure: dict[str, Any] | None, verbose: bool) -> list[str]:
+    """How a recorded failure's traceback shows: the frame that raised (folded), or the
+    whole traceback of each failure in the chain (`verbose`)."""
+    out: list[str] = []
+    depth = 0
+    while failure is not None and depth < 32:
+        tb = failure.get("traceback")
+        if tb:
+            if verbose:
+                out.extend(tb.rstrip("\n").splitlines())
+            else:
+                at = where(tb)
+                if at:
+                    out.append(f"at {at} (--verbose shows the traceback)")
+        failure = failure.get("cause")
+        depth += 1
+    if not verbose and len(out) > 1:
+        out = [out[-1]]  # the innermost: where it started
+    return out
+
+
+def waits_for(w: Any, now: datetime | None = None) -> str:
+    """One thing a run waits for (`RunInfo.waiting`), for people."""
+    now = now or datetime.now(UTC)
+    until = when(w.until) if w.until is not None else None
+    if w.kind == "signal":
+        return f"signal {w.name!r}" + (f" until {until}" if until else " (no timeout)")
+    if w.kind == "timer":
+        return f"timer {w.name!r} at {until}" if until else f"timer {w.name!r} (never fires)"
+    if w.kind == "retry":
+        due = "retrying" if w.until is not None and w.until <= now else f"retry at {until}"
+        return f"step {w.name!r}: {due}; last failure: {w.detail}"
+    if w.kind == "resume":
+        return f"resume of paused step {w.name!r} (fusee resume); it failed: {w.detail}"
+    if w.kind == "completion":
+        return f"the completion of step {w.name!r} (fusee complete TOKEN)"
+    if w.kind == "cancel":
+        if w.name == "delivered":
+            return f"its code to finish cancelling ({w.detail}): compensations, clean-up"
+        return f"its code to act on a cancel requested ({w.detail}): not acted on yet"
+    return f"{w.kind} {w.name or ''}".strip()
+
+
+def waiting_text(info: Any) -> str:
+    """What a run waits for, on one line ("" when nothing)."""
+    return "; ".join(waits_for(w) for w in info.waiting)
+
+
+# -- describe ----------------------------------------------------------------------------
+
+
+def run_details(info: Any, verbose: bool = False) -> None:
+    """One run's state, as `fusee describe` shows it."""
+    grid = Table.grid(padding=(0, GAP))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    rows: list[tuple[str, str | Text]] = [
+        ("id", info.id),
+        ("run", info.run_id),
+        ("workflow", info.workflow),
+        ("status", status_text(info.status)),
+        ("started", when(info.started_at)),
+        ("closed", when(info.closed_at)),
+    ]
+    rows += [("waits for", waits_for(w)) for w in info.waiting]
+    if info.error:
+        rows.append(("error", info.error))
+    failure = getattr(info, "failure", None)
+    tb = failure_lines(failure, verbose)
+    if tb:
+        rows.append(("traceback", "\n".join(tb)))
+    for name, value in rows:
+        grid.add_row(name, value if isinstance(value, Text) else Text(value))
+    stdout().print(grid)
+
+
+# -- workflows ---------------------------------------------------------------------------
+
+
+def workflows_table(found: list[dict[str, Any]]) -> None:
+    """The app's workflows, as `fusee workflows` shows them."""
+    console = stdout()
+    for wf in found:
+        shape = f"({wf['input'] or ''}) -> {wf['result'] or 'Any'}"
+        head = Text.assemble((wf["name"], "bold"), shape)
+        lines: list[RenderableType] = [head]
+        if wf["cron"]:
+            zone = f" ({wf['timezone']})" if wf["timezone"] else " (UTC)"
+            how = f"overlap {wf['overlap']}, catchup {wf['catchup']}"
+            lines.append(_indented(f"cron {wf['cron']}{zone}; {how}", 2))
+        if wf["doc"]:
+            lines.append(_indented(wf["doc"], 2))
+        console.print(Group(*lines))
+
+
+# -- list --------------------------------------------------------------------------------
+
+
+def runs_table(infos: list[Any]) -> None:
+    """Runs, one a row, as `fusee list` shows them; a block each where the row does
+    not fit with whole ids."""
+    console = stdout()
+    waits = [waiting_text(info) for info in infos]
+    columns = ["id", "run", "workflow", "status", "started", "closed"]
+    cells = [
+        [
+            info.id,
+            info.run_id,
+            info.workflow,
+            str(info.status),
+            when(info.started_at),
+            when(info.closed_at),
+        ]
+        for info in infos
+    ]
+    widths = [max(len(c), *(len(row[k]) for row in cells)) for k, c in enumerate(columns)]
+    if _fits(console, widths):
+        table = Table(box=None, header_style="bold", pad_edge=False, padding=(0, GAP // 2))
+        for column in columns:
+            table.add_column(column, no_wrap=True)
+        # What open runs wait for: a column where there is room for it.
+        with_waits = any(waits) and console.width - sum(widths) - GAP * len(widths) >= 30
+        if with_waits:
+            table.add_column("waits for", overflow="fold")
+        for info, row, wait in zip(infos, cells, waits, strict=True):
+            out: list[RenderableType] = [
+                Text(row[0]),
+                Text(row[1], style="dim"),
+                Text(row[2]),
+                status_text(info.status),
+                row[4],
+                row[5],
+            ]
+            if with_waits:
+                out.append(Text(wait))
+            table.add_row(*out)
+        console.print(table)
+        return
+    blocks: list[RenderableType] = []
+    for info, wait in zip(infos, waits, strict=True):
+        head = Text.assemble((info.id, "bold"), "  ", info.workflow, "  ", status_text(info.status))
+        lines: list[RenderableType] = [
+            head,
+            _indented(f"run {info.run_id}", 2),
+            _indented(f"started {when(info.started_at)}  closed {when(info.closed_at)}", 2),
+        ]
+        if wait:
+            lines.append(_indented(f"waits for {wait}", 2))
+        blocks.append(Group(*lines))
+    for block in blocks:
+        console.print(block, overflow="fold")
+
+
+# -- history -----------------------------------------------------------------------------
+
+
+def history_table(records: list[dict[str, Any]], verbose: bool = False) -> None:
+    """A run's journal as a timeline, as `fusee history` shows it: a table where it
+    fits, else a block of lines per record."""
+    console = stdout()
+    limit = None if verbose else max(console.width * DETAIL_LINES_MAX, 72)
+    runs = {r["run_id"] for r in records}
+    rows = []
+    for rec in records:
+        at = next((rec[f] for f in _AT_FIELDS if rec.get(f) is not None), None)
+        rows.append(
+            {
+                "lsn": str(rec["lsn"]),
+                "time": when(at) if at is not None else "",
+                "took": _took(rec),
+                "record": rec["type"],
+                "seq": str(rec.get("op", rec.get("seq", ""))),
+                "name": str(rec.get("name", rec.get("workflow", ""))),
+                "detail": _detail(rec, limit),
+                "traceback": failure_lines(_failure_of(rec), verbose),
+                "run": rec["run_id"],
+            }
+        )
+    fixed = ["lsn", "time", "took", "record", "seq", "name"] + (["run"] if len(runs) > 1 else [])
+    widths = [max(len(c), *(len(r[c]) for r in rows)) for c in fixed]
+    if _fits(console, [*widths, 30]):
+        table = Table(box=None, header_style="bold", pad_edge=False, padding=(0, GAP // 2))
+        for column in fixed:
+            table.add_column(column, no_wrap=True, justify="right" if column == "took" else "left")
+        table.add_column("detail", overflow="fold")
+        for r in rows:
+            detail = "\n".join([r["detail"], *r["traceback"]]) if r["traceback"] else r["detail"]
+            table.add_row(*(Text(r[c]) for c in fixed), Text(detail))
+        console.print(table)
+        return
+    for r in rows:
+        head = "  ".join(
+            x for x in (r["lsn"], r["time"], r["record"], r["seq"], r["name"], r["took"]) if x
+        )
+        lines: list[RenderableType] = [Text(head, style="bold")]
+        if len(runs) > 1:
+            lines.append(_indented(f"run {r['run']}", 4))
+        lines += [_indented(line, 4) for line in [r["detail"], *r["traceback"]] if line]
+        console.print(Group(*lines), overflow="fold")
+
+
+def _failure_of(rec: dict[str, Any]) -> dict[str, Any] | None:
+    failure = rec.get("failure")
+    return failure if isinstance(failure, dict) else None
+
+
+# The instant a record tells of, by the first of these fields it has.
+_AT_FIELDS = (
+    "ended_at",
+    "paused_at",
+    "failed_at",
+    "fired_at",
+    "received_at",
+    "resumed_at",
+    "requested_at",
+    "issued_at",
+    "sent_at",
+    "done_at",
+    "at",
+    "closed_at",
+    "started_at",
+)
+
+
+def _took(rec: dict[str, Any]) -> str:
+    """How long a step's attempt ran, for the records that say."""
+    start = rec.get("started_at")
+    end = rec.get("ended_at", rec.get("failed_at", rec.get("paused_at")))
+    if start is None or end is None or rec["type"] == "RunStarted":
+        return ""
+    seconds = max((instant(end) - instant(start)).total_seconds(), 0.0)
+    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def _detail(rec: dict[str, Any], limit: int | None) -> str:
+    kind = rec["type"]
+
+    def short(value: Any) -> str:
+        return clip(value, limit)
+
+    if kind == "RunStarted":
+        origin = rec.get("origin") or {}
+        how = ""
+        if "reset" in origin:
+            how = f" (reset of run {origin['reset']}, from operation #{origin['before']})"
+        if "schedule" in origin:
+            how = (
+                " (triggered by hand)" if origin.get("manual") else " (fired by its cron schedule)"
+            )
+        return f"id {rec['workflow_id']}, input {short(rec['input'])}{how}"
+    if kind == "AttemptFailed":
+        f = rec["failure"]
+        delay = rec["delay"]
+        return short(
+            f"attempt {rec['attempt']}: {f['kind']}: {f['message']}; retry in {delay:.3g} s"
+        )
+    if kind in ("StepFailed", "RunFailed"):
+        f = rec["failure"]
+        return short(f"{f['kind']}: {f['message']}")
+    if kind == "RunTerminated":
+        return short(rec["reason"])
+    if kind == "TimerStarted":
+        at = rec["fire_at"]
+        return f"fires at {when(at)}" if at is not None else "never fires (a sleep forever)"
+    if kind == "WaitStarted":
+        deadline = rec["deadline"]
+        return f"until {when(deadline)}" if deadline is not None else "no timeout"
+    if kind == "WaitCompleted" and rec["signal_id"] is None:
+        return "timed out"
+    if kind == "SignalReceived":
+        return f"#{rec['signal_id']}: {short(rec['value'])}"
+    if kind == "StepPaused":
+        f = rec["failure"]
+        return short(f"attempt {rec['attempt']}: {f['kind']}: {f['message']}; waits for resume")
+    if kind == "UpdateApplied":
+        f = rec["failure"]
+        outcome = f"failed: {f['message']}" if f else f"-> {short(rec['result'])}"
+        return short(f"{short(rec['arg'])} {outcome} (after #{rec['position']})")
+    if kind == "CompletionIssued":
+        return f"attempt {rec['attempt']}: token issued"
+    if kind == "CompletionSent":
+        return "token sent; waits for its completion"
+    if kind == "CompletionDone":
+        f = rec["failure"]
+        return short(f"failed: {f['message']}") if f else short(rec["value"])
+    if kind == "StreamAppended":
+        return short(rec["item"])
+    if kind == "StreamClosed":
+        return "stream closed"
+    if kind == "RunStuck":
+        return short(rec["message"])
+    if kind == "RunUnstuck":
+        return "goes on: resumed, or its code now matches its journal"
+    for field in ("value", "result", "reason"):
+        if field in rec:
+            return short(rec[field])
+    return ""
