@@ -48,6 +48,13 @@ def _traceback(exc: BaseException) -> str:
     """The traceback of `exc` (and the exceptions chained to it) as text, without
     the frames of fusee, its thread pool and its event loop: the user's code raised
     it, through the engine."""
+    try:
+        return _formatted(exc)
+    except Exception as e:  # a failure is still recorded, without its traceback
+        return f"(the traceback could not be formatted: {type(e).__name__})"
+
+
+def _formatted(exc: BaseException) -> str:
     shown = traceback.TracebackException.from_exception(exc)
     seen: set[int] = set()
     te: traceback.TracebackException | None = shown

@@ -288,7 +288,7 @@ class Dataclass(Shape):
                 raise Mismatch(f"{self.name} has no field {name!r}")
         try:
             return self.tp(**kwargs)
-        except (TypeError, ValueError) as e:
+        except Exception as e:  # the class's own code (__post_init__) refused it
             raise Mismatch(f"{self.name}(...) raised {type(e).__name__}: {e}") from None
 
 
@@ -339,8 +339,8 @@ class Fields(Shape):
             return out
         try:
             return self.tp(**out)
-        except TypeError as e:
-            raise Mismatch(f"{self.name}(...) raised TypeError: {e}") from None
+        except Exception as e:  # the class's own code (__new__) refused it
+            raise Mismatch(f"{self.name}(...) raised {type(e).__name__}: {e}") from None
 
 
 class Pydantic(Shape):
@@ -353,7 +353,7 @@ class Pydantic(Shape):
     def decode(self, data: Any) -> Any:
         try:
             return self.tp.model_validate(data)
-        except ValueError as e:  # pydantic's ValidationError is a ValueError
+        except Exception as e:  # ValidationError, or a validator's own exception
             errors = getattr(e, "errors", None)
             if callable(errors):
                 where = [

@@ -143,6 +143,8 @@ def decode(shape: Shape | None, data: Any, what: str) -> Any:
         return shape.decode(data)
     except Mismatch as e:
         raise CodecError(f"{what} does not decode as {shape}: {e}") from None
+    except Exception as e:  # a type's own code failed: the value does not decode either
+        raise CodecError(f"{what} does not decode as {shape}: {type(e).__name__}: {e}") from None
 
 
 # -- annotations of functions --------------------------------------------------------------

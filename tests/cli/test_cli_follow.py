@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 from fusee_follow_testapp import DOWN
 from processes import fusee_script
+from test_cli_stream import DIGEST  # the digest workflow's stream
 from test_cli_terminal import screen
 
 from fusee_runtime import Ctx, step, workflow
@@ -40,13 +41,6 @@ REPO = HERE.parents[1]
 DOCS = REPO / "docs" / "cli-json.md"
 T0 = "2023-11-14 22:13:20.000Z"  # the fake clock's start, as `fusee logs` shows it
 T0_ISO = "2023-11-14T22:13:20+00:00"  # and as `--json` gives it
-DIGEST = [
-    {"feed": "engineering", "n": 1, "title": "journal v2 merged"},
-    {"feed": "engineering", "n": 3, "title": "crash tests doubled"},
-    {"feed": "product", "n": 1, "title": "streams shipped"},
-    {"feed": "product", "n": 2, "title": "pricing page draft"},
-    {"feed": "support", "n": 2, "title": "customer asks for tail-stream"},
-]
 
 
 class Terminal:

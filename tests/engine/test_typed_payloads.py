@@ -359,9 +359,28 @@ async def t_bad_item() -> list[Line]:
     return [{"sku": "tea", "cents": "x", "at": "then"}]  # type: ignore[list-item]
 
 
+@dataclasses.dataclass
+class Picky:
+    n: int
+
+    def __post_init__(self) -> None:
+        if self.n < 0:
+            raise RuntimeError(f"no negative counts: {self.n}")
+
+
+@step
+async def t_refused() -> Picky:
+    return {"n": -1}  # type: ignore[return-value]
+
+
 @workflow(name="typed.misfit")
 async def misfit(ctx: Ctx, which: str) -> str:
-    fn = {"datetime": t_not_a_datetime, "object": t_not_json, "item": t_bad_item}[which]
+    fn = {
+        "datetime": t_not_a_datetime,
+        "object": t_not_json,
+        "item": t_bad_item,
+        "refused": t_refused,
+    }[which]
     try:
         await fn()
     except StepFailed as e:
@@ -387,6 +406,12 @@ async def test_a_result_that_does_not_fit_its_annotation_fails_the_step(make_eng
         said = await (await engine.start("typed.misfit", "item", id="m3")).result()
         assert said.startswith(
             "CodecError: the result of step 't_bad_item' does not decode as list[Line]: at [0]"
+        )
+        # Whatever the type's own code raises, the value does not decode: the step fails.
+        said = await (await engine.start("typed.misfit", "refused", id="m4")).result()
+        assert said == (
+            "CodecError: the result of step 't_refused' does not decode as Picky: "
+            "Picky(...) raised RuntimeError: no negative counts: -1"
         )
 
 
@@ -433,6 +458,42 @@ async def test_a_recorded_value_that_no_longer_decodes_stops_the_run_as_stuck(
     async with make_engine() as engine:  # the code fixed (back): resumed, it completes
         await engine.handle("ch").resume()
         assert await engine.handle("ch").result() == "decoded"
+
+
+async def _count() -> Any:
+    return {"n": -1}
+
+
+async def _picky_count() -> Picky:
+    return Picky(1)
+
+
+@workflow(name="typed.tightened")
+async def tightened(ctx: Ctx, _: None) -> str:
+    # A step whose function gained an annotation whose class refuses what was recorded.
+    await ctx.step("count", _count if RENAMED["v"] == 1 else _picky_count)
+    await ctx.wait_for("go")
+    return "decoded"
+
+
+async def test_a_recorded_value_the_type_refuses_stops_the_run_as_stuck(
+    make_engine: Any,
+) -> None:
+    async with make_engine() as engine:
+        await engine.start("typed.tightened", None, id="ti")
+        await _parked(engine, "ti")
+    RENAMED["v"] = 2
+    try:
+        async with make_engine() as engine:
+            await engine.signal("ti", "go")
+            await engine.wait_until(lambda: engine.runs.latest("ti").status == Status.STUCK)
+            error = (await engine.handle("ti").describe()).error
+    finally:
+        RENAMED["v"] = 1
+    assert error == (
+        "replay mismatch at operation #1: the result of step 'count' does not decode as "
+        "Picky: Picky(...) raised RuntimeError: no negative counts: -1"
+    )
 
 
 # -- workflow input and result ---------------------------------------------------------

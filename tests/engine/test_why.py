@@ -137,6 +137,21 @@ def test_a_traceback_is_bounded_and_keeps_its_end() -> None:
     assert "traceback" not in Failure("said, not raised").to_json()
 
 
+class _NoNotes(Exception):
+    @property
+    def __notes__(self) -> list[str]:  # the traceback module reads it, and it raises
+        raise RuntimeError("notes are broken")
+
+
+def test_a_traceback_that_cannot_be_formatted_still_records_the_failure() -> None:
+    try:
+        raise _NoNotes("odd")
+    except _NoNotes as e:
+        recorded = Failure.of(e).to_json()
+    assert (recorded["kind"], recorded["message"]) == ("_NoNotes", "odd")
+    assert recorded["traceback"] == "(the traceback could not be formatted: RuntimeError)"
+
+
 async def test_waiting_for_a_signal_then_a_timer(make_engine, clock, run_clock) -> None:
     async with make_engine() as engine:
         await engine.start(why_waiting, None, id="w-1")

@@ -53,24 +53,17 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("FUSEE_") and k != "PYTHONPATH"}
 
 
+def _run(*command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`command` run from `cwd` as a user's shell would run it."""
+    return subprocess.run(list(command), cwd=cwd, env=_clean_env(), capture_output=True, text=True)
+
+
 def test_the_installed_package_has_no_workflows_module(tmp_path: Path) -> None:
-    imported = subprocess.run(
-        [sys.executable, "-c", "import workflows"],
-        cwd=tmp_path,
-        env=_clean_env(),
-        capture_output=True,
-        text=True,
-    )
+    imported = _run(sys.executable, "-c", "import workflows", cwd=tmp_path)
     assert imported.returncode == 1, "`workflows` is installed: pip install -e . again"
     assert "No module named 'workflows'" in imported.stderr
     # The default app is looked for in the current directory, and only there.
-    started = subprocess.run(
-        [fusee_script(), "start", "order", "--home", str(tmp_path / "home")],
-        cwd=tmp_path,
-        env=_clean_env(),
-        capture_output=True,
-        text=True,
-    )
+    started = _run(fusee_script(), "start", "order", "--home", str(tmp_path / "home"), cwd=tmp_path)
     assert started.returncode == 2, started.stderr
     assert "cannot import app module 'workflows'" in started.stderr
 
@@ -84,24 +77,12 @@ def test_the_readmes_first_command_runs_from_the_checkouts_root(tmp_path: Path) 
     words = shlex.split(command)
     assert words[:3] == ["fusee", "start", "order"]
     home = ["--home", str(tmp_path / "home")]
-    done = subprocess.run(
-        [fusee_script(), *words[1:], *home],
-        cwd=ROOT,
-        env=_clean_env(),
-        capture_output=True,
-        text=True,
-    )
+    done = _run(fusee_script(), *words[1:], *home, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert (result["order"], result["payment"]["cents"]) == ("o-1", 1800)
     # The id the workflow's docstring and the README go on with.
-    logs = subprocess.run(
-        [fusee_script(), "logs", "o-1", *home],
-        cwd=ROOT,
-        env=_clean_env(),
-        capture_output=True,
-        text=True,
-    )
+    logs = _run(fusee_script(), "logs", "o-1", *home, cwd=ROOT)
     assert logs.returncode == 0, logs.stderr
     assert "order o-1: 2 of tea-earl-grey-250g" in logs.stdout
 
