@@ -8,65 +8,81 @@ order`, `fusee start order --home DIR`); after it wins.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import os
+import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from fusee_cli.commands import (
-    bench,
-    cancel,
-    check,
-    complete,
-    describe,
-    handlers,
-    history,
-    logs,
-    prune,
-    reset,
-    result,
-    resume,
-    schedules,
-    serve,
-    signal,
-    start,
-    tail_stream,
-    terminate,
-    workflows,
-)
-from fusee_cli.commands import list as list_cmd
+COMMANDS: dict[str, str] = {
+    "start": "start:start",
+    "result": "result:result",
+    "describe": "describe:describe",
+    "list": "list:list_runs",
+    "history": "history:history",
+    "signal": "signal:signal",
+    "resume": "resume:resume",
+    "cancel": "cancel:cancel",
+    "terminate": "terminate:terminate",
+    "reset": "reset:reset",
+    "tail-stream": "tail_stream:tail_stream",
+    "logs": "logs:logs",
+    "query": "handlers:query",
+    "update": "handlers:update",
+    "complete": "complete:complete",
+    "fail": "complete:fail",
+    "check": "check:check",
+    "prune": "prune:prune",
+    "serve": "serve:serve",
+    "schedules": "schedules:schedules",
+    "bench": "bench:bench",
+    "workflows": "workflows:workflows",
+}
+"""Each command's name, in the order `fusee --help` lists them, and its function
+(module in `fusee_cli.commands`, then name)."""
+GLOBAL_OPTIONS = ("--home", "--app")
+"""The options of the group that take a value (`fusee --home DIR list`)."""
 
-app = typer.Typer(
-    name="fusee",
-    help="Durable execution for Python: start workflow runs, follow them, steer them, look inside.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-app.command("start")(start.start)
-app.command("result")(result.result)
-app.command("describe")(describe.describe)
-app.command("list")(list_cmd.list_runs)
-app.command("history")(history.history)
-app.command("signal")(signal.signal)
-app.command("resume")(resume.resume)
-app.command("cancel")(cancel.cancel)
-app.command("terminate")(terminate.terminate)
-app.command("reset")(reset.reset)
-app.command("tail-stream")(tail_stream.tail_stream)
-app.command("logs")(logs.logs)
-app.command("query")(handlers.query)
-app.command("update")(handlers.update)
-app.command("complete")(complete.complete)
-app.command("fail")(complete.fail)
-app.command("check")(check.check)
-app.command("prune")(prune.prune)
-app.command("serve")(serve.serve)
-app.command("schedules")(schedules.schedules)
-app.command("bench")(bench.bench)
-app.command("workflows")(workflows.workflows)
+
+def build(names: Iterable[str] = COMMANDS) -> typer.Typer:
+    """The `fusee` command with the commands `names` (default: all of them).
+
+    Typer turns every command it has into a click command before it runs
+    one (reading its signature and its annotations), a few milliseconds
+    each: `main` gives it only the one on the command line.
+    """
+    cli = typer.Typer(
+        name="fusee",
+        help="Durable execution for Python: start workflow runs, follow them, steer them, "
+        "look inside.",
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    cli.callback()(_before_any_command)
+    for name in names:
+        module, function = COMMANDS[name].split(":")
+        command = getattr(importlib.import_module(f"fusee_cli.commands.{module}"), function)
+        cli.command(name)(command)
+    return cli
+
+
+@functools.cache
+def _whole() -> typer.Typer:
+    return build()
+
+
+def __getattr__(name: str) -> typer.Typer:
+    # `app`, the whole CLI, for the tests and for tools that look at it, built
+    # when asked for: `main` builds only what the command line names.
+    if name == "app":
+        return _whole()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _print_version(value: bool) -> None:
@@ -101,7 +117,6 @@ def _hand_down(ctx: typer.Context, name: str, value: str | None) -> None:
     ctx.call_on_close(restore)
 
 
-@app.callback()
 def _before_any_command(
     ctx: typer.Context,
     home: Annotated[
@@ -149,4 +164,19 @@ def _before_any_command(
 
 def main() -> None:
     """The `fusee` console script."""
-    app(prog_name="fusee")
+    build(_named(sys.argv[1:]))(prog_name="fusee")
+
+
+def _named(argv: list[str]) -> Iterable[str]:
+    """The command the arguments name, alone, or every command when they name
+    none that exists (the group's help, --version, a typo to suggest a fix for)
+    or when the shell asks for completions (which may list them all)."""
+    if any(key.startswith("_FUSEE_COMPLETE") for key in os.environ):
+        return COMMANDS
+    args = iter(argv)
+    for arg in args:
+        if arg in GLOBAL_OPTIONS:
+            next(args, None)
+        elif not arg.startswith(GLOBAL_OPTIONS):
+            return [arg] if arg in COMMANDS else COMMANDS
+    return COMMANDS

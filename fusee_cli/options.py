@@ -42,6 +42,16 @@ App = Annotated[
         show_default=False,
     ),
 ]
+ReadApp = Annotated[
+    str | None,
+    typer.Option(
+        "--app",
+        envvar="FUSEE_APP",
+        help="Not needed: reading the home imports none of the app's code (taken, and "
+        "unused, so that scripts can give --app to every command); default: none.",
+        show_default=False,
+    ),
+]
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 Verbose = Annotated[
     bool,

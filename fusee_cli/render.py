@@ -41,7 +41,7 @@ def stdout() -> Console:
     a table cut to 80 columns would cut run ids."""
     import sys
 
-    return Console(highlight=False, width=None if sys.stdout.isatty() else WIDE)
+    return Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else WIDE)
 
 
 WIDE = 1000
@@ -49,7 +49,7 @@ WIDE = 1000
 
 
 def _stderr() -> Console:
-    return Console(stderr=True, highlight=False)
+    return Console(stderr=True, highlight=False, emoji=False)
 
 
 def when(value: datetime | float | str | None) -> str:

@@ -387,8 +387,14 @@ async def open_engine(
 
 
 @contextlib.asynccontextmanager
-async def control(home: Path, app: str, *, drive: bool) -> AsyncIterator[Control | ControlClient]:
+async def control(
+    home: Path, app: str | None, *, drive: bool
+) -> AsyncIterator[Control | ControlClient]:
     """The home's control API: its owner's, over the socket, or else this process's own.
+
+    `app` is what a home opened here loads; a command that only reads gives
+    None, so that it imports none of the app's code (a slow or broken app
+    does not keep anyone from looking at the runs).
 
     It is `fusee_runtime.control.connect.connect` (which says how it tries
     both ways, for how long) with the errors said for people, and a line on

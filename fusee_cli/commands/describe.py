@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fusee_cli import session
-from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, Verbose, app_module
+from fusee_cli.options import DEFAULT_HOME, Home, Id, Json, ReadApp, Verbose
 
 
 def describe(
@@ -13,7 +13,7 @@ def describe(
     as_json: Json = False,
     verbose: Verbose = False,
     home: Home = DEFAULT_HOME,
-    app: App = None,
+    app: ReadApp = None,
 ) -> None:
     """Show the state of run ID: what it waits for if it is open, and why it
     stopped if it did (the line that raised; --verbose: the whole traceback).
@@ -21,18 +21,17 @@ def describe(
     Example: fusee describe o-1 --json
     """
     with session.reporting():
-        module = app_module(app)
         session.check_id(workflow_id)
         if not session.has_journal(home):
             raise session.no_run(workflow_id)
-        session.run(_describe(home, module, workflow_id, as_json, verbose))
+        session.run(_describe(home, workflow_id, as_json, verbose))
 
 
-async def _describe(home: Path, app: str, workflow_id: str, as_json: bool, verbose: bool) -> None:
+async def _describe(home: Path, workflow_id: str, as_json: bool, verbose: bool) -> None:
     from fusee_runtime.control.api import run_json
 
     # With no owner, opened passively: reading runs no run's code and fires no timer.
-    async with session.control(home, app, drive=False) as ctl:
+    async with session.control(home, None, drive=False) as ctl:
         info = await session.find_run(ctl, workflow_id)
     if as_json:
         session.print_json(run_json(info))

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from fusee_cli import session
-from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, Verbose, app_module
+from fusee_cli.options import DEFAULT_HOME, Home, Id, Json, ReadApp, Verbose
 
 
 def history(
@@ -14,7 +14,7 @@ def history(
     as_json: Json = False,
     verbose: Verbose = False,
     home: Home = DEFAULT_HOME,
-    app: App = None,
+    app: ReadApp = None,
 ) -> None:
     """Show the journal of run ID as a timeline of steps and attempts.
 
@@ -24,12 +24,11 @@ def history(
     Example: fusee history o-1 --verbose
     """
     with session.reporting():
-        module = app_module(app)
         session.check_id(workflow_id)
         if not session.has_journal(home):
             raise session.no_run(workflow_id)
         records: list[dict[str, Any]] = []
-        session.run(_history(home, module, workflow_id, records))
+        session.run(_history(home, workflow_id, records))
         if as_json:
             session.print_json(records)
         else:
@@ -38,11 +37,11 @@ def history(
             tables.history_table(records, verbose)
 
 
-async def _history(home: Path, app: str, workflow_id: str, out: list[dict[str, Any]]) -> None:
+async def _history(home: Path, workflow_id: str, out: list[dict[str, Any]]) -> None:
     from fusee_runtime import NotFound
 
     # With no owner, opened passively: reading runs no run's code and fires no timer.
-    async with session.control(home, app, drive=False) as ctl:
+    async with session.control(home, None, drive=False) as ctl:
         try:
             out.extend(await ctl.history(workflow_id))
         except NotFound:

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from fusee_cli import session, suggest
-from fusee_cli.options import DEFAULT_HOME, App, Home, Json, app_module
+from fusee_cli.options import DEFAULT_HOME, Home, Json, ReadApp
 from fusee_cli.session import CliError, Code
 
 DEFAULT_LIMIT = 20
@@ -54,7 +54,7 @@ def list_runs(
     ] = None,
     as_json: Json = False,
     home: Home = DEFAULT_HOME,
-    app: App = None,
+    app: ReadApp = None,
 ) -> None:
     """List runs, newest first: the newest 20 unless --limit says otherwise.
 
@@ -76,12 +76,11 @@ def list_runs(
         if where:
             missing = "set search attributes (ctx.set_attributes)"
             raise session.not_available("list --where", missing)
-        module = app_module(app)
         infos: list[Any] = []
         if session.has_journal(home):
             # One more than shown tells whether there are more, without counting them.
             wanted = None if limit == 0 else min(limit + 1, LIST_LIMIT_MAX)
-            infos = _collect(home, module, status, workflow, wanted)
+            infos = _collect(home, status, workflow, wanted)
         more = 0 < limit < len(infos)
         if more:
             infos = infos[:limit]
@@ -102,14 +101,12 @@ def list_runs(
             )
 
 
-def _collect(
-    home: Path, app: str, status: str | None, workflow: str | None, limit: int | None
-) -> list[Any]:
+def _collect(home: Path, status: str | None, workflow: str | None, limit: int | None) -> list[Any]:
     out: list[Any] = []
 
     async def collect() -> None:
         # With no owner, opened passively: reading runs no run's code and fires no timer.
-        async with session.control(home, app, drive=False) as ctl:
+        async with session.control(home, None, drive=False) as ctl:
             out.extend(await ctl.list(status=status, workflow=workflow, limit=limit))
 
     session.run(collect())

@@ -8,7 +8,7 @@ is the newest (a follower stops when that one closes for good).
 
 Output. Readable lines by default, following or not; `--json` prints one
 JSON object per line, the stored line with `ts` as an ISO 8601 instant
-(docs/cli-json.md gives the shape).
+(docs/json.md gives the shape).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def logs(
             "--json",
             help='One JSON object per line, with or without -f: {"ts": ISO 8601 instant, '
             '"level", "id", "run_id", "step", "attempt", "msg"}, and "event": "closed" '
-            'with the run\'s "status" on the line of its close (see docs/cli-json.md); '
+            'with the run\'s "status" on the line of its close (see docs/json.md); '
             "default: readable lines (time in UTC, level, step#attempt, message).",
         ),
     ] = False,

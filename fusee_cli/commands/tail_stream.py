@@ -36,7 +36,7 @@ def tail_stream(
         typer.Option(
             "--json",
             help='Print each item as {"index": its position in the stream, from 0, "item": '
-            "the item} (see docs/cli-json.md); default: the item alone.",
+            "the item} (see docs/json.md); default: the item alone.",
         ),
     ] = False,
     home: Home = DEFAULT_HOME,

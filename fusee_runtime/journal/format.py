@@ -153,9 +153,8 @@ def data_end(data: bytes, start: int) -> int:
     chunk = len(_ZEROS)
     while end > start:
         lo = max(start, end - chunk)
-        piece = bytes(data[lo:end])
-        if piece != _ZEROS[: end - lo]:
-            return lo + len(piece.rstrip(b"\0"))
+        if not _zeros(data, lo, end):
+            return lo + len(bytes(data[lo:end]).rstrip(b"\0"))
         end = lo
     return start
 
@@ -169,13 +168,22 @@ def next_nonzero(data: bytes | memoryview, start: int) -> int | None:
     chunk = len(_ZEROS)
     pos = start + 4096
     while pos < len(data):
-        piece = bytes(data[pos : pos + chunk])
-        if piece != _ZEROS[: len(piece)]:
-            m = _NONZERO.search(piece)
+        stop = min(pos + chunk, len(data))
+        if not _zeros(data, pos, stop):
+            m = _NONZERO.search(bytes(data[pos:stop]))
             assert m is not None
             return pos + m.start()
-        pos += chunk
+        pos = stop
     return None
+
+
+def _zeros(data: bytes | memoryview, lo: int, hi: int) -> bool:
+    """Whether `data[lo:hi]` (at most 1 MiB) is all zeros: a memcmp in place when
+    `data` is bytes, where a slice would first copy it."""
+    zeros = _ZEROS if hi - lo == len(_ZEROS) else _ZEROS[: hi - lo]
+    if isinstance(data, bytes):
+        return data.startswith(zeros, lo)
+    return bytes(data[lo:hi]) == zeros
 
 
 def find_whole_frame(data: bytes | memoryview, offset: int) -> int | None:

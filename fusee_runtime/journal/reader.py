@@ -45,6 +45,9 @@ class _Segment:
     path: Path
     data: bytes
     first_lsn: int | None
+    zero_from: int | None = None
+    """An offset from which the segment is known to hold only zeros (found once, so
+    that 16 MiB of them are not compared twice)."""
 
 
 def segment_path(directory: Path, index: int) -> Path:
@@ -132,7 +135,10 @@ def _resume_offset(seg: _Segment, at: list[Any]) -> int | None:
         return None
     if fmt.decode_frame(data, offset) is not None and fmt.starts_batch(data, offset):
         return offset
-    return offset if fmt.next_nonzero(data, offset) is None else None
+    if fmt.next_nonzero(data, offset) is not None:
+        return None
+    seg.zero_from = offset
+    return offset
 
 
 def _scan(
@@ -182,7 +188,8 @@ def _scan(
                     records.append((next_lsn, payload))
                 next_lsn += 1
                 continue
-            used = fmt.data_end(seg.data, offset)
+            zero = seg.zero_from is not None and offset >= seg.zero_from
+            used = offset if zero else fmt.data_end(seg.data, offset)
             if used == offset and later:
                 break  # the next frame did not fit: it starts the next segment
             if used == offset or not _frame_after(seg, offset, later):

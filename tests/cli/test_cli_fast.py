@@ -15,7 +15,9 @@ import sys
 
 import orjson
 import pytest
-from conftest import HERE, REPO
+from conftest import APP, HERE, REPO
+
+from fusee_cli import app
 
 SERVING = (
     "fusee_runtime.control.server",
@@ -37,16 +39,17 @@ import sys
 import orjson
 for name in sys.argv[2:]:
     __import__(name)
-from fusee_cli.app import app
+from fusee_cli.app import main
+sys.argv = ["fusee", *orjson.loads(sys.argv[1])]
 try:
-    app(orjson.loads(sys.argv[1]), prog_name="fusee")
+    main()
 except SystemExit as e:
     code = e.code
 else:
     code = 0
 sys.stderr.write("\\nMODULES " + orjson.dumps([code, sorted(sys.modules)]).decode())
 """
-"""Runs `fusee ARGS` as the console script does, then reports its exit code and every
+"""Runs `fusee ARGS` as the console script does (its `main`), then reports its exit code and every
 module loaded (the modules given after ARGS are imported first)."""
 
 
@@ -98,3 +101,52 @@ def test_the_check_finds_a_serving_module(on, stored) -> None:
     code, _, modules = probe(["list", *on], "fusee_runtime.control.server")
     assert code == 0
     assert "fusee_runtime.control.server" in serving(modules)
+
+
+@pytest.mark.parametrize(
+    "command", [["list"], ["describe", "r-1"], ["history", "r-1"], ["describe", "r-1", "--json"]]
+)
+def test_a_read_imports_neither_the_app_nor_the_other_commands(on, stored, command) -> None:
+    # Reading runs none of the app's code, so it does not import it (a slow or a
+    # broken app costs a read nothing); and typer is given the one command named,
+    # not all of them to build first.
+    code, out, modules = probe(["--home", on[1], *command, "--app", APP])
+    assert code == 0
+    assert stored in out
+    assert APP not in modules
+    loaded = sorted(m for m in modules if m.startswith("fusee_cli.commands."))
+    assert loaded == [f"fusee_cli.commands.{app.COMMANDS[command[0]].split(':')[0]}"]
+
+
+def test_the_check_finds_the_app_and_the_other_commands(on, stored) -> None:
+    """The check itself: a command that loads the app (and the group's help, which
+    builds every command) is caught."""
+    code, _, modules = probe(["result", "r-1", *on])
+    assert code == 0
+    assert APP in modules
+    code, _, modules = probe(["--help"])
+    assert code == 0
+    assert {f"fusee_cli.commands.{v.split(':')[0]}" for v in app.COMMANDS.values()} <= set(modules)
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["list"], ["list"]),
+        (["--home", "h", "--app=a", "describe", "x"], ["describe"]),
+        (["--home=h", "tail-stream", "--help"], ["tail-stream"]),
+        (["--help"], None),  # the group's help lists every command
+        (["--version"], None),
+        (["lsit"], None),  # a typo, for click to suggest the command meant
+        ([], None),
+        (["--home", "list"], None),  # "list" is --home's value: no command named
+    ],
+)
+def test_main_gives_typer_the_command_named_else_all(argv, named, monkeypatch) -> None:
+    monkeypatch.delenv("_FUSEE_COMPLETE", raising=False)
+    assert list(app._named(argv)) == (named or list(app.COMMANDS))
+
+
+def test_completion_gets_every_command(monkeypatch) -> None:
+    monkeypatch.setenv("_FUSEE_COMPLETE", "complete_bash")
+    assert list(app._named(["list"])) == list(app.COMMANDS)

@@ -5,7 +5,7 @@ and Ctrl-C ends it with `start`'s exit code; the live line of a step that
 waits for its retry says why the last attempt failed, cut to the terminal;
 a notice printed while the line shows stands on a line of its own; `logs`
 prints readable lines unless `--json`, following or not; `logs --json` and
-`tail-stream --json` print the JSON lines docs/cli-json.md documents, with
+`tail-stream --json` print the JSON lines docs/json.md documents, with
 ISO 8601 instants.
 
 Commands run as real child processes, a terminal is a real
@@ -38,7 +38,7 @@ from fusee_runtime.engine.home import HomeLock
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-DOCS = REPO / "docs" / "cli-json.md"
+DOCS = REPO / "docs" / "json.md"
 T0 = "2023-11-14 22:13:20.000Z"  # the fake clock's start, as `fusee logs` shows it
 T0_ISO = "2023-11-14T22:13:20+00:00"  # and as `--json` gives it
 
@@ -364,7 +364,7 @@ def test_tail_stream_json_follows_item_by_item(spawn, fusee, on):
 
 
 def _documented(command: str) -> set[str]:
-    """The fields docs/cli-json.md lists in the table under the heading of `command`."""
+    """The fields docs/json.md lists in the table under the heading of `command`."""
     section = DOCS.read_text().split(f"## `{command}`\n", 1)[1].split("\n## ", 1)[0]
     return set(re.findall(r"^\| `(\w+)` \|", section, re.MULTILINE))
 
@@ -379,4 +379,4 @@ def _documented(command: str) -> set[str]:
 def test_each_json_line_shape_is_documented_and_its_help_points_there(fusee, command, fields):
     assert fields <= _documented(f"fusee {command} --json")
     helped = fusee(command, "--help", COLUMNS="200")
-    assert "docs/cli-json.md" in " ".join(helped.stdout.split())
+    assert "docs/json.md" in " ".join(helped.stdout.split())

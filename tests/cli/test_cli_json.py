@@ -1,6 +1,6 @@
 """One JSON shape (issue 17, item 7): every `--json` instant is ISO 8601, every
 operation number an integer, and each top-level field is documented in
-docs/cli-json.md."""
+docs/json.md."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from typing import Any
 
 from fusee_runtime.journal.records import INSTANTS
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "cli-json.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "json.md"
 
 
 def documented(heading: str) -> str:
-    """The section of docs/cli-json.md under `## \\`heading\\``."""
+    """The section of docs/json.md under `## \\`heading\\``."""
     text = DOC.read_text()
     start = text.index(f"## `{heading}`")
     end = text.find("\n## ", start + 1)
