@@ -99,6 +99,9 @@ def waits_for(w: Any, now: datetime | None = None) -> str:
         return f"resume of paused step {w.name!r} (fusee resume); it failed: {w.detail}"
     if w.kind == "completion":
         return f"the completion of step {w.name!r} (fusee complete TOKEN)"
+    if w.kind == "child":
+        deadline = f" (deadline {until})" if until else ""
+        return f"child {w.name!r} ({w.detail}) to close{deadline}"
     if w.kind == "cancel":
         if w.name == "delivered":
             return f"its code to finish cancelling ({w.detail}): compensations, clean-up"
@@ -114,8 +117,8 @@ def waiting_text(info: Any) -> str:
 # -- describe ----------------------------------------------------------------------------
 
 
-def run_details(info: Any, verbose: bool = False) -> None:
-    """One run's state, as `fusee describe` shows it."""
+def run_details(info: Any, verbose: bool = False, children: list[Any] | None = None) -> None:
+    """One run's state, as `fusee describe` shows it, with its children's statuses."""
     grid = Table.grid(padding=(0, GAP))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column(overflow="fold")
@@ -127,7 +130,13 @@ def run_details(info: Any, verbose: bool = False) -> None:
         ("started", when(info.started_at)),
         ("closed", when(info.closed_at)),
     ]
+    if info.parent is not None:
+        rows.append(("parent", f"{info.parent[0]} (run {info.parent[1]})"))
     rows += [("waits for", waits_for(w)) for w in info.waiting]
+    rows += [
+        ("child", Text.assemble(f"{kid.id} ", status_text(kid.status), f" ({kid.workflow})"))
+        for kid in reversed(children or [])
+    ]
     if info.error:
         rows.append(("error", info.error))
     failure = getattr(info, "failure", None)
@@ -312,7 +321,11 @@ def _detail(rec: dict[str, Any], limit: int | None) -> str:
             how = (
                 " (triggered by hand)" if origin.get("manual") else " (fired by its cron schedule)"
             )
+        if "parent" in origin:
+            how = f" (child of {origin['parent']['id']}, operation #{origin['parent']['seq']})"
         return f"id {rec['workflow_id']}, input {short(rec['input'])}{how}"
+    if kind in _COMPOSING:
+        return short(_composing(rec))
     if kind == "AttemptFailed":
         f = rec["failure"]
         delay = rec["delay"]
@@ -360,3 +373,22 @@ def _detail(rec: dict[str, Any], limit: int | None) -> str:
         if field in rec:
             return short(rec[field])
     return ""
+
+
+_COMPOSING = ("ChildStarted", "ChildClosed", "SignalSent", "CancelSent")
+
+
+def _composing(rec: dict[str, Any]) -> str:
+    """What a record of `ctx.child`, `signal_workflow` or `cancel_workflow` says."""
+    kind, error = rec["type"], rec.get("error")
+    refused = f"refused: {error['message']}" if error else ""
+    if kind == "ChildStarted":
+        close = f"parent_close {rec['parent_close']}"
+        return refused or f"child {rec['workflow_id']} (run {rec['child_run_id']}), {close}"
+    if kind == "ChildClosed":
+        f = rec["failure"]
+        said = f"{f['kind']}: {f['message']}" if f else clip(rec["result"], None)
+        return f"child {rec['status']}: {said}"
+    if kind == "SignalSent":
+        return refused or f"to {rec['workflow_id']}: {clip(rec['value'], None)}"
+    return refused or f"cancel of {rec['workflow_id']}: {rec['reason']}"

@@ -1,5 +1,6 @@
 """fusee: embeddable durable execution for Python, at the speed of the disk."""
 
+from fusee_runtime.children import ChildHandle
 from fusee_runtime.clock import Clock, FakeClock, SystemClock
 from fusee_runtime.completions import Completion
 from fusee_runtime.context import Ctx
@@ -33,6 +34,7 @@ from fusee_runtime.streams import StreamWriter
 __all__ = [
     "Cancelled",
     "ChildFailed",
+    "ChildHandle",
     "Clock",
     "CodecError",
     "Completion",

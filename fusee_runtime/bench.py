@@ -29,6 +29,7 @@ KEYS = (
     "conc_steps_per_s",
     "start_to_result_us",
     "fanout_syncs",
+    "child_fanout",
     "cpu_step_us",
     "recover_s",
     "cli_start_ms",
@@ -57,6 +58,17 @@ async def one(ctx: Ctx, _: Any) -> int:
 @workflow(name="fusee.bench.fanout")
 async def fanout(ctx: Ctx, n: int) -> int:
     return len(await ctx.all([nothing(i) for i in range(n)]))
+
+
+@workflow(name="fusee.bench.child")
+async def child(ctx: Ctx, i: int) -> int:
+    return await nothing(i)
+
+
+@workflow(name="fusee.bench.parent")
+async def parent(ctx: Ctx, n: int) -> int:
+    kids = await ctx.all([ctx.start_child(child, f"{ctx.workflow_id}-{i}", i) for i in range(n)])
+    return sum(await ctx.all([k.result() for k in kids]))
 
 
 @workflow(name="fusee.bench.parked")
@@ -88,6 +100,7 @@ async def _measure(scratch: Path, quick: bool) -> dict[str, Any]:
     latencies = await _start_to_result(scratch / "str", 50 * n)
     probe.sample()
     out["fanout_syncs"] = await _fanout(scratch / "fan", 100)
+    out["child_fanout"] = await _child_fanout(scratch / "kids", 100 * n)
     out["cpu_step_us"] = round(await _seq(scratch / "cpu", 100 * n, "none"), 1)
     out["recover_s"] = await _recover(scratch / "rec", 100 * n)
     out["fdatasync_us"] = base = probe.close()
@@ -177,6 +190,19 @@ async def _fanout(home: Path, legs: int) -> int:
         before = engine.counters()["syncs"]
         await h.result()
         return int(engine.counters()["syncs"] - before)
+
+
+async def _child_fanout(home: Path, children: int) -> dict[str, Any]:
+    """A parent that starts `children` children at once (`ctx.start_child` in `ctx.all`),
+    each one step, and gathers their results: the time from its start to its result,
+    and the `fdatasync`s it took (each child is a start, a step and a close)."""
+    async with _engine(home) as engine:
+        before = engine.counters()["syncs"]
+        t = time.perf_counter()
+        await (await engine.start("fusee.bench.parent", children)).result()
+        took = time.perf_counter() - t
+        syncs = int(engine.counters()["syncs"] - before)
+        return {"children": children, "s": round(took, 3), "syncs": syncs}
 
 
 async def _recover(home: Path, runs: int) -> float:

@@ -26,8 +26,10 @@ from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from fusee_runtime import children
+from fusee_runtime.children import ChildHandle
 from fusee_runtime.completions import Completion
-from fusee_runtime.dsl import RetryPolicy, StepDef, StepOptions, seconds
+from fusee_runtime.dsl import RetryPolicy, StepDef, StepOptions, WorkflowDef, seconds
 from fusee_runtime.engine.state import utc, wake_at
 from fusee_runtime.errors import Failure, Rejected, StepFailed
 from fusee_runtime.journal.records import R
@@ -338,6 +340,75 @@ class Ctx:
                     f"replay mismatch in the group at operation #{seq}: the journal holds "
                     f"{op.kind} {op.name!r} at #{s}, the code did not ask for it"
                 )
+
+    # -- other workflows -----------------------------------------------------------
+
+    async def child(
+        self,
+        workflow: WorkflowDef | str,
+        id: str,
+        input: Any = None,
+        timeout: float | timedelta | None = None,
+        parent_close: str = "terminate",
+    ) -> Any:
+        """Starts child workflow `id` and returns its result.
+
+        `workflow` is a `@workflow` function or its registered name. The start
+        is recorded in this run's journal, and durable, before the child
+        runs; the id makes it idempotent: a replay finds the child it started,
+        running or closed, and never starts a second one. `timeout` is the
+        child's run deadline (it closes `timed_out`). `parent_close` is what
+        happens to the child if this run closes first: `"terminate"` (the
+        default), `"cancel"` (its compensations run) or `"abandon"` (it runs on).
+
+        Raises:
+            ChildFailed: the child did not complete (`.status`, `.failure`).
+            IdConflict: an open run already has that id (recorded: a replay gets it too).
+            NotFound: no workflow of that name. Rejected: the id is this run's own, or
+                `parent_close` or `timeout` is not one it takes. CodecError: the input
+                does not encode.
+        """
+        handle = await self.start_child(workflow, id, input, timeout, parent_close)
+        return await handle.result()
+
+    async def start_child(
+        self,
+        workflow: WorkflowDef | str,
+        id: str,
+        input: Any = None,
+        timeout: float | timedelta | None = None,
+        parent_close: str = "terminate",
+    ) -> ChildHandle:
+        """Starts child workflow `id` as `child` does, and returns its `ChildHandle` once
+        the start is durable, without waiting for the child: `await handle.result()`,
+        `handle.signal(...)`, `handle.cancel(...)`. Starts made concurrently (in
+        `ctx.all`) share their fdatasyncs, as steps do."""
+        return await children.start_child(
+            self._execution, workflow, id, input, timeout, parent_close
+        )
+
+    async def signal_workflow(self, id: str, signal: str, value: Any = None) -> None:
+        """Sends `signal` with `value` to the newest run of workflow `id`, once.
+
+        It is sent once this point of the run is durable: a replay does not
+        send it again. It returns once the send is durable.
+
+        Raises:
+            NotFound: no run has that id. Rejected: its newest run is closed. Both
+                are recorded, so a replay raises them at the same point.
+        """
+        await children.send_signal(self._execution, id, signal, value)
+
+    async def cancel_workflow(self, id: str, reason: str = "cancelled") -> None:
+        """Cancels the newest run of workflow `id`, once, as `signal_workflow` sends.
+
+        The target's code gets `Cancelled` at its current await and its
+        compensations run (a run cancelled already is left as it is).
+
+        Raises:
+            NotFound, Rejected: as `signal_workflow`.
+        """
+        await children.send_cancel(self._execution, id, reason)
 
     async def continue_as_new(self, input: Any) -> Any:
         """Ends this run and starts a fresh one of the same id with `input`, in one record.

@@ -205,18 +205,20 @@ class StepFailed(FuseeError):
 
 
 class ChildFailed(FuseeError):
-    """A child workflow did not complete; `.failure` says why.
+    """A child workflow did not complete; `.status` says how it closed, `.failure` why.
 
     Raised in a parent by `ctx.child` (and a child handle's `result()`) when
-    its child fails, is cancelled, terminated or times out, as DESIGN.md
-    says. Child workflows are not built yet (issue 18): nothing raises it
-    today, but `Failure.of` already records its `.failure` as the cause.
+    its child fails, is cancelled, terminated, reset or times out (`.status`:
+    "failed", "cancelled", "terminated", "reset", "timed_out"). The parent
+    may catch it, compensate and go on.
     """
 
-    def __init__(self, id: str, failure: Failure) -> None:
-        super().__init__(f"child {id!r} failed: {failure}")
+    def __init__(self, id: str, failure: Failure, status: str = "failed") -> None:
+        said = "failed" if status == "failed" else f"closed as {status}"
+        super().__init__(f"child {id!r} {said}: {failure}")
         self.id = id
         self.failure = failure
+        self.status = status
 
 
 class RunFailed(FuseeError):

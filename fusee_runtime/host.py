@@ -24,10 +24,12 @@ if TYPE_CHECKING:
     from fusee_runtime.completions import Completion
     from fusee_runtime.dsl import WorkflowDef
     from fusee_runtime.engine.config import Config
+    from fusee_runtime.engine.family import Family
     from fusee_runtime.engine.runlog import RunLog
     from fusee_runtime.engine.state import Run
     from fusee_runtime.errors import Failure, JournalFailed
     from fusee_runtime.steps import StepWorkers
+    from fusee_runtime.typed import Shape
 
 
 class RunHost(Protocol):
@@ -41,6 +43,8 @@ class RunHost(Protocol):
     """Where step functions run."""
     run_log: RunLog | None
     """The `ctx.log` file; None in an engine that runs no code."""
+    family: Family
+    """Children, and signals and cancels sent to other runs."""
 
     @property
     def closing(self) -> bool:
@@ -72,8 +76,9 @@ class RunHost(Protocol):
         """Appends a record that belongs to no run (a schedule's); returns its lsn."""
         ...
 
-    def encode(self, value: Any, what: str) -> bytes:
-        """`value` as JSON, or `CodecError` naming `what` (not JSON, or over the limit)."""
+    def encode(self, value: Any, what: str, shape: Shape | None = None) -> bytes:
+        """`value` as JSON (in its typed form for a `shape`), or `CodecError` naming
+        `what` (not JSON, over the limit, or not of the shape)."""
         ...
 
     async def wait_durable(self, lsn: int) -> None:

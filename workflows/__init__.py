@@ -5,6 +5,15 @@ It is not installed with fusee: `fusee` imports it from the current directory,
 so run the examples from the checkout's root.
 """
 
-from workflows import approval, digest, expenses, flaky, order, report, review
+from workflows import approval, digest, expenses, flaky, order, parcels, report, review
 
-__all__ = ["approval", "digest", "expenses", "flaky", "order", "report", "review"]
+__all__ = [
+    "approval",
+    "digest",
+    "expenses",
+    "flaky",
+    "order",
+    "parcels",
+    "report",
+    "review",
+]

@@ -64,6 +64,7 @@ def bench(
 def _table(report: dict[str, Any]) -> None:
     f, s, c = report["fdatasync_us"], report["seq_step_us"], report["conc_steps_per_s"]
     r, cli, read = report["start_to_result_us"], report["cli_start_ms"], report["cli_read_ms"]
+    kids = report["child_fanout"]
     _print(
         [
             ("fdatasync (100 B write)", f"{f['median']:.0f} µs", f"p99 {f['p99']:.0f} µs"),
@@ -75,6 +76,11 @@ def _table(report: dict[str, Any]) -> None:
             ),
             ("start to result", f"{r['median']:.0f} µs", f"p99 {r['p99']:.0f}; {r['ratio']} x"),
             ("fan-out of 100: syncs", str(report["fanout_syncs"]), ""),
+            (
+                f"fan-out of {kids['children']:,} child workflows",
+                f"{kids['s']:.3f} s",
+                f"{kids['syncs']} fdatasyncs",
+            ),
             ("engine cost per step", f"{report['cpu_step_us']:.1f} µs", "no fdatasync"),
             ("recover interrupted runs", f"{report['recover_s']:.3f} s", ""),
             ("fusee --help", f"{cli['help']:.0f} ms", f"{cli['help_ratio']} x import typer"),

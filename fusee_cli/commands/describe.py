@@ -15,8 +15,9 @@ def describe(
     home: Home = DEFAULT_HOME,
     app: ReadApp = None,
 ) -> None:
-    """Show the state of run ID: what it waits for if it is open, and why it
-    stopped if it did (the line that raised; --verbose: the whole traceback).
+    """Show the state of run ID: what it waits for if it is open, why it stopped
+    if it did (the line that raised; --verbose: the whole traceback), its parent
+    and its child workflows with their statuses.
 
     Example: fusee describe o-1 --json
     """
@@ -33,9 +34,12 @@ async def _describe(home: Path, workflow_id: str, as_json: bool, verbose: bool) 
     # With no owner, opened passively: reading runs no run's code and fires no timer.
     async with session.control(home, None, drive=False) as ctl:
         info = await session.find_run(ctl, workflow_id)
+        kids = [] if as_json else await ctl.list(parent=workflow_id)
     if as_json:
+        # One shape with `list --json`; the children are `fusee list --parent ID --json`.
         session.print_json(run_json(info))
     else:
         from fusee_cli import tables
 
-        tables.run_details(info, verbose)
+        mine = [kid for kid in kids if kid.parent is not None and kid.parent[1] == info.run_id]
+        tables.run_details(info, verbose, mine)

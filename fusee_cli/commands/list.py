@@ -43,6 +43,16 @@ def list_runs(
             help=f"At most this many, the newest; 0 for every run; default: {DEFAULT_LIMIT}.",
         ),
     ] = DEFAULT_LIMIT,
+    parent: Annotated[
+        str | None,
+        typer.Option(
+            "--parent",
+            metavar="ID",
+            help="Only the child workflows (ctx.child) of the runs of workflow id ID; "
+            "default: every run.",
+            autocompletion=suggest.run_ids,
+        ),
+    ] = None,
     where: Annotated[
         list[str] | None,
         typer.Option(
@@ -61,6 +71,8 @@ def list_runs(
     When more runs match, a line on stderr says so and how to see them.
 
     Example: fusee list --status open --limit 50 --json
+
+    Example: fusee list --parent o-1
     """
     from fusee_runtime import Status
     from fusee_runtime.engine.engine import LIST_LIMIT_MAX
@@ -80,7 +92,7 @@ def list_runs(
         if session.has_journal(home):
             # One more than shown tells whether there are more, without counting them.
             wanted = None if limit == 0 else min(limit + 1, LIST_LIMIT_MAX)
-            infos = _collect(home, status, workflow, wanted)
+            infos = _collect(home, status, workflow, wanted, parent)
         more = 0 < limit < len(infos)
         if more:
             infos = infos[:limit]
@@ -101,13 +113,15 @@ def list_runs(
             )
 
 
-def _collect(home: Path, status: str | None, workflow: str | None, limit: int | None) -> list[Any]:
+def _collect(
+    home: Path, status: str | None, workflow: str | None, limit: int | None, parent: str | None
+) -> list[Any]:
     out: list[Any] = []
 
     async def collect() -> None:
         # With no owner, opened passively: reading runs no run's code and fires no timer.
         async with session.control(home, None, drive=False) as ctl:
-            out.extend(await ctl.list(status=status, workflow=workflow, limit=limit))
+            out.extend(await ctl.list(status=status, workflow=workflow, limit=limit, parent=parent))
 
     session.run(collect())
     return out

@@ -55,6 +55,7 @@ def run_json(info: RunInfo) -> dict[str, Any]:
             }
             for w in info.waiting
         ],
+        "parent": {"id": info.parent[0], "run_id": info.parent[1]} if info.parent else None,
     }
 
 
@@ -80,6 +81,7 @@ def run_info(doc: dict[str, Any]) -> RunInfo:
             )
             for w in doc.get("waiting", ())
         ),
+        parent=(doc["parent"]["id"], doc["parent"]["run_id"]) if doc.get("parent") else None,
     )
 
 
@@ -117,9 +119,13 @@ class Control:
         return await self.engine.handle(id).describe()
 
     async def list(
-        self, status: str | None = None, workflow: str | None = None, limit: int | None = None
+        self,
+        status: str | None = None,
+        workflow: str | None = None,
+        limit: int | None = None,
+        parent: str | None = None,
     ) -> builtins.list[RunInfo]:
-        return await self.engine.list(status=status, workflow=workflow, limit=limit)
+        return await self.engine.list(status=status, workflow=workflow, limit=limit, parent=parent)
 
     async def history(self, id: str) -> builtins.list[dict[str, Any]]:
         """The records of every run of `id` as JSON (`records.as_json`)."""

@@ -113,9 +113,15 @@ class ControlClient:
         return run_info(await self._call("describe", id=id))
 
     async def list(
-        self, status: str | None = None, workflow: str | None = None, limit: int | None = None
+        self,
+        status: str | None = None,
+        workflow: str | None = None,
+        limit: int | None = None,
+        parent: str | None = None,
     ) -> builtins.list[RunInfo]:
-        docs = await self._call("list", status=status, workflow=workflow, limit=limit)
+        args = {"status": status, "workflow": workflow, "limit": limit}
+        # Asked only when given: an owner of an older version takes no `parent`.
+        docs = await self._call("list", **args, **({"parent": parent} if parent else {}))
         return [run_info(d) for d in docs]
 
     async def history(self, id: str) -> builtins.list[dict[str, Any]]:

@@ -100,6 +100,11 @@ _OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
         query=[
             _query("status", _ref("Status"), "Only runs with this status."),
             _query("workflow", {"type": "string"}, "Only runs of this workflow."),
+            _query(
+                "parent",
+                {"type": "string"},
+                "Only the children (ctx.child) of the runs of this workflow id.",
+            ),
             _query("limit", {"type": "integer", "minimum": 1}, "At most this many runs."),
         ],
     ),
@@ -255,21 +260,32 @@ _SCHEMAS: dict[str, dict[str, Any]] = {
                 "description": "A failed run's recorded failure, with its traceback.",
             },
             "waiting": _array("Waiting"),
+            "parent": {
+                "oneOf": [
+                    _obj(
+                        {"id": _str("Its workflow id."), "run_id": _str("Its run.")}, "id", "run_id"
+                    ),
+                    {"type": "null"},
+                ],
+                "description": "The run that started this one as its child (ctx.child).",
+            },
         },
         *("id", "run_id", "workflow", "status", "started_at", "closed_at", "error", "attributes"),
         "failure",
         "waiting",
+        "parent",
     ),
     "Waiting": _obj(
         {
             "kind": {
                 "type": "string",
-                "enum": ["signal", "timer", "retry", "resume", "completion", "cancel"],
+                "enum": ["signal", "timer", "retry", "resume", "completion", "child", "cancel"],
                 "description": "A signal (until its timeout), a timer (firing at `until`), "
                 "a step's next attempt (at `until`), a paused step's resume, a completion "
-                "from outside, or a cancel the code has not acted on yet.",
+                "from outside, a child workflow that has not closed (its deadline at "
+                "`until`, its workflow in `detail`), or a cancel the code has not acted on yet.",
             },
-            "name": _str("The signal's, timer's or step's name.", nullable=True),
+            "name": _str("The signal's, timer's or step's name, or the child's id.", nullable=True),
             "until": {"type": ["string", "null"], "format": "date-time"},
             "detail": _str(
                 "The last failure (retry, resume), or the cancel's reason.", nullable=True

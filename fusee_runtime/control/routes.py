@@ -241,7 +241,7 @@ async def _exists(control: Control, id: str) -> bool:
 
 
 async def _list(request: Request, api: Api) -> Response:
-    params = _params(request, ("status", "workflow", "limit"))
+    params = _params(request, ("status", "workflow", "limit", "parent"))
     limit = None
     if "limit" in params:
         text = params["limit"]
@@ -253,7 +253,9 @@ async def _list(request: Request, api: Api) -> Response:
         if len(digits) > len(str(LIST_LIMIT_MAX)) or int(digits) > LIST_LIMIT_MAX:
             raise _bad(f"limit is at most {LIST_LIMIT_MAX}, not {shown!r}")
         limit = int(digits)
-    runs = await api.control.list(params.get("status"), params.get("workflow"), limit)
+    runs = await api.control.list(
+        params.get("status"), params.get("workflow"), limit, params.get("parent")
+    )
     return _json([run_json(info) for info in runs])
 
 

@@ -243,6 +243,8 @@ class Checkpoints:
             run.start_lsn,
             run.close_lsn or run.last_lsn,
             run.error,
+            run.parent["id"] if run.parent else None,
+            run.parent["run_id"] if run.parent else None,
             {},
         )
         self.runs.store.put(Closed(row, run.creation, run.records, again))

@@ -15,6 +15,7 @@ only once its record is durable.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
 import uuid
@@ -29,6 +30,7 @@ from fusee_runtime.completions import Completion, Tokens
 from fusee_runtime.dsl import WorkflowDef, registry
 from fusee_runtime.engine.config import Config
 from fusee_runtime.engine.durability import Durability
+from fusee_runtime.engine.family import Family
 from fusee_runtime.engine.runlog import RunLog
 from fusee_runtime.engine.runs import RunTable
 from fusee_runtime.engine.state import Run, Status
@@ -49,7 +51,14 @@ from fusee_runtime.typed import ANY, Shape, check, dumps, parameter, returns
 
 log = logging.getLogger("fusee")
 
-_RESOLVING = (R.TimerFired, R.WaitCompleted, R.OpCancelled, R.StepResumed, R.CompletionDone)
+_RESOLVING = (
+    R.TimerFired,
+    R.WaitCompleted,
+    R.OpCancelled,
+    R.StepResumed,
+    R.CompletionDone,
+    R.ChildClosed,
+)
 
 
 class Driver:
@@ -88,6 +97,8 @@ class Driver:
         self.run_log: RunLog | None = None
         """`ctx.log` lines; only an engine that runs code writes them."""
         self.timers = TimerQueue(self.clock, self._fire)
+        self.family = Family(self, runs)
+        """Children and sends: what a run's code does to other runs."""
         self.opened = False
         self._closing = False
         self._on_closed = on_closed
@@ -211,8 +222,9 @@ class Driver:
         encoded_input: bytes,
         deadline: float | None,
         origin: dict[str, Any] | None,
+        run_id: str | None = None,
     ) -> Run:
-        run_id = uuid.uuid4().hex
+        run_id = run_id or uuid.uuid4().hex
         now = self.clock.now()
         head = (run_id, workflow_id, workflow)
         tail = (now, deadline, origin)
@@ -270,8 +282,10 @@ class Driver:
         run.parked = False
         if run.status in (Status.RUNNING, Status.PARKED, Status.PAUSED):
             run.status = Status.PAUSED if run.paused_ops() else Status.RUNNING
+        # In a context of its own: a run started from another run's code (a child)
+        # must not inherit that code's operation numbering or execution.
         run.task = asyncio.get_running_loop().create_task(
-            self._drive(run), name=f"fusee:{run.workflow_id}"
+            self._drive(run), name=f"fusee:{run.workflow_id}", context=contextvars.Context()
         )
 
     def arm(self, run: Run) -> None:
@@ -388,6 +402,18 @@ class Driver:
             if seq not in resolved:
                 task.cancel()
 
+    def request_cancel(self, run: Run, reason: str) -> None:
+        """Records a cancel of open `run` (once: a second request changes nothing) and
+        delivers it where its code waits; a stuck run, whose code cannot take it,
+        closes as cancelled at once."""
+        if run.cancel_reason is not None or not run.is_open:
+            return
+        self.append(run, [R.CancelRequested, run.run_id, reason, self.clock.now()])
+        if run.status == Status.STUCK:
+            self.close_run(run, R.RunCancelled, reason)
+        else:
+            self.interrupt(run)
+
     def mark_stuck(self, run: Run, message: str) -> None:
         if run.stuck != message and run.is_open and self.durability.failed is None:
             # Recorded, so every process sees why it stopped (once per reason: a
@@ -419,6 +445,7 @@ class Driver:
             run.task.cancel()
         closed = self.durability.future(run.close_lsn or 0)
         closed.add_done_callback(lambda f: self._closed_durable(run, f))
+        self.family.closed(run)
 
     def _closed_durable(self, run: Run, fut: asyncio.Future[None]) -> None:
         if fut.cancelled() or fut.exception() is not None:

@@ -185,6 +185,9 @@ class Engine:
             if run.is_open:
                 self.driver.arm(run)
                 self.driver.spawn(run)
+        if self.config.drive:
+            # What a crash cut between a run's record and its effect on another run.
+            self.driver.family.settle()
         if self.config.drive and self.config.schedules:
             self.schedules.start()
         if self.config.drive and self.config.retention is not None:
@@ -378,13 +381,7 @@ class Engine:
         run = self.runs.get(id, run_id)
         if not run.is_open:
             raise Rejected(f"run {id!r} is already closed ({run.closing})")
-        if run.cancel_reason is None:
-            self.driver.append(run, [R.CancelRequested, run.run_id, reason, self.clock.now()])
-            if run.status == Status.STUCK:
-                # No code can run to take the cancel: close it as it stands.
-                self.driver.close_run(run, R.RunCancelled, reason)
-            else:
-                self.driver.interrupt(run)
+        self.driver.request_cancel(run, reason)
         await self.durability.wait(run.last_lsn)
 
     async def terminate(
@@ -450,11 +447,13 @@ class Engine:
         workflow: str | None = None,
         where: dict[str, Any] | None = None,
         limit: int | None = None,
+        parent: str | None = None,
     ) -> builtins.list[RunInfo]:
         """Runs, open and closed, newest first; at most `limit` (1 to `LIST_LIMIT_MAX`).
 
         `status` is a `Status` (or its value), or "open" for every run not closed
-        (running, parked, paused or stuck); None for every status.
+        (running, parked, paused or stuck); None for every status. `parent` keeps
+        the children (`ctx.child`) of the runs of that workflow id.
 
         Raises:
             Rejected: an unknown status, a limit out of range, or `where`.
@@ -476,7 +475,7 @@ class Engine:
             except ValueError:
                 known = ", ".join(["open", *(s.value for s in Status)])
                 raise Rejected(f"unknown status {status!r}; statuses: {known}") from None
-        return self.runs.listed(want, workflow, limit)
+        return self.runs.listed(want, workflow, limit, parent)
 
     async def history(self, id: str) -> builtins.list[dict[str, Any]]:
         """Every record of every run of `id`, oldest first, as mappings."""

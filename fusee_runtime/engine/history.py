@@ -80,6 +80,8 @@ CREATE TABLE IF NOT EXISTS runs (
     start_lsn INTEGER NOT NULL,
     close_lsn INTEGER NOT NULL,
     error TEXT,
+    parent_id TEXT,
+    parent_run_id TEXT,
     attributes TEXT NOT NULL,
     creation TEXT,
     records BLOB NOT NULL
@@ -94,8 +96,14 @@ CREATE TABLE IF NOT EXISTS pruned (run_id TEXT PRIMARY KEY, close_lsn INTEGER NO
 
 COLUMNS = (
     "run_id, workflow_id, workflow, status, started_at, closed_at, start_lsn, close_lsn, "
-    "error, attributes"
+    "error, parent_id, parent_run_id, attributes"
 )
+ADDED = (
+    "ALTER TABLE runs ADD COLUMN parent_id TEXT",
+    "ALTER TABLE runs ADD COLUMN parent_run_id TEXT",
+)
+"""What a store written before child workflows lacks (its runs have no parent)."""
+INDEXES = "CREATE INDEX IF NOT EXISTS runs_by_parent ON runs (parent_id, start_lsn);"
 
 
 @dataclass(frozen=True)
@@ -111,6 +119,8 @@ class Row:
     start_lsn: int
     close_lsn: int
     error: str | None
+    parent_id: str | None
+    parent_run_id: str | None
     attributes: dict[str, Any]
 
 
@@ -228,6 +238,11 @@ class HistoryStore:
             return
         try:
             db.executescript(SCHEMA)
+            columns = {c[1] for c in db.execute("PRAGMA table_info(runs)")}
+            if "parent_id" not in columns:
+                for statement in ADDED:
+                    db.execute(statement)
+            db.executescript(INDEXES)
         except sqlite3.Error as e:
             db.close()
             self._found_damaged(e)
@@ -375,7 +390,7 @@ class HistoryStore:
         # One statement for the whole batch: sqlite3 lets go of the GIL for each step,
         # and with the loop busy, taking it back after every row's insert cost up to a
         # switch interval (5 ms) each; the batch fell behind by tens of thousands.
-        fields = ", ".join(f"json_extract(value, '$[{i}]')" for i in range(12))
+        fields = ", ".join(f"json_extract(value, '$[{i}]')" for i in range(14))
         db.execute("BEGIN")
         try:
             db.execute(
@@ -431,11 +446,14 @@ class HistoryStore:
             return [(run_id, orjson.loads(recs)) for run_id, recs in got]
 
     def list_sql(
-        self, status: str | None, workflow: str | None, limit: int | None
+        self, status: str | None, workflow: str | None, limit: int | None, parent: str | None = None
     ) -> tuple[str, tuple[Any, ...]]:
         """The query `list` runs, newest first (for `EXPLAIN QUERY PLAN` too)."""
         where: list[str] = []
         args: list[str | int] = []
+        if parent is not None:
+            where.append("parent_id = ?")
+            args.append(parent)
         if status is not None:
             where.append("status = ?")
             args.append(status)
@@ -451,8 +469,10 @@ class HistoryStore:
             args.append(limit)
         return sql, tuple(args)
 
-    def list(self, status: str | None, workflow: str | None, limit: int | None) -> list[Row]:
-        sql, args = self.list_sql(status, workflow, limit)
+    def list(
+        self, status: str | None, workflow: str | None, limit: int | None, parent: str | None = None
+    ) -> list[Row]:
+        sql, args = self.list_sql(status, workflow, limit, parent)
         with self._reading() as db:
             return [_row(r) for r in db.execute(sql, args)]
 
@@ -536,6 +556,8 @@ def _row_values(row: Row) -> tuple[Any, ...]:
         row.start_lsn,
         row.close_lsn,
         row.error,
+        row.parent_id,
+        row.parent_run_id,
         orjson.dumps(row.attributes).decode(),
     )
 

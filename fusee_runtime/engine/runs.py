@@ -36,20 +36,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from fusee_runtime.engine.creation import continued_creation, created, rebuilt, reset_creation
 from fusee_runtime.engine.history import HistoryStore, Row, damaged
 from fusee_runtime.engine.schedules import Schedules
-from fusee_runtime.engine.state import (
-    Op,
-    Run,
-    RunInfo,
-    Status,
-    continued_creation,
-    created,
-    rebuilt,
-    reset_creation,
-    top,
-    utc,
-)
+from fusee_runtime.engine.state import Op, Run, RunInfo, Status, top, utc
 from fusee_runtime.errors import JournalCorrupt, NotFound, Rejected
 from fusee_runtime.journal import checkpoint as ckpt
 from fusee_runtime.journal import records
@@ -179,6 +169,8 @@ class RunTable:
                 run.status = run.closing or run.status
             if kind == R.RunContinuedAsNew:
                 new = Run(rec[2], run.workflow_id, run.workflow, rec[3], rec[4], lsn, run.deadline)
+                # A child that continues as new is still its parent's child.
+                new.origin = {"parent": run.parent} if run.parent else None
                 new.carried_signals = list(run.signals)
                 new.signals = list(run.signals)
                 new.next_signal_id = run.next_signal_id
@@ -197,7 +189,7 @@ class RunTable:
         kept = {
             seq: replace(op)
             for seq, op in old.ops.items()
-            if top(seq) < before and (op.kind != "completion" or op.done)
+            if top(seq) < before and (op.kind not in ("completion", "child") or op.done)
         }
         run.ops = kept
         run.prefixes = {p for p in old.prefixes if top(p) < before}
@@ -279,10 +271,15 @@ class RunTable:
             raise damaged(self.store.path, f"run {run_id} cannot be rebuilt: {e!r}") from None
 
     def listed(
-        self, want: Status | Literal["open"] | None, workflow: str | None, limit: int | None
+        self,
+        want: Status | Literal["open"] | None,
+        workflow: str | None,
+        limit: int | None,
+        parent: str | None = None,
     ) -> list[RunInfo]:
-        """Runs of status `want` ("open": every status not closed; None: any) and
-        `workflow` (None: any), open and closed, newest first, at most `limit`."""
+        """Runs of status `want` ("open": every status not closed; None: any),
+        `workflow` and `parent` (a parent's workflow id; None: any), open and
+        closed, newest first, at most `limit`."""
 
         # Memory holds the open runs and the closed ones not yet stored; the store the
         # rest (closed runs only). Both are ordered by where each run began in the journal.
@@ -292,14 +289,16 @@ class RunTable:
         mine = [
             run
             for run in self.by_run_id.values()
-            if wanted(run.status) and (workflow is None or run.workflow == workflow)
+            if wanted(run.status)
+            and (workflow is None or run.workflow == workflow)
+            and (parent is None or (run.parent is not None and run.parent["id"] == parent))
         ]
         found: list[tuple[int, RunInfo]] = [(run.start_lsn, run.info()) for run in mine]
         closed = want is None or (isinstance(want, Status) and not want.is_open)
         if self.store is not None and closed:
             more = None if limit is None else limit + len(mine)
             stored = want.value if isinstance(want, Status) else None
-            for row in self.store.list(stored, workflow, more):
+            for row in self.store.list(stored, workflow, more, parent):
                 if row.run_id not in self.by_run_id:
                     found.append((row.start_lsn, _row_info(row)))
         found.sort(key=lambda f: f[0], reverse=True)
@@ -386,4 +385,5 @@ def _row_info(row: Row) -> RunInfo:
         closed_at=utc(row.closed_at),
         error=row.error,
         attributes=row.attributes,
+        parent=(row.parent_id, row.parent_run_id or "") if row.parent_id else None,
     )

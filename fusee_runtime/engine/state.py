@@ -9,7 +9,6 @@ appends, so memory and journal cannot tell different stories.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import enum
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -55,6 +54,7 @@ class Waiting:
     - `"resume"`: step `name` is paused until `fusee resume`; `detail` is its failure;
     - `"completion"`: the `ctx.await_completion` of step `name` waits for its token
       to be completed from outside;
+    - `"child"`: child workflow `name` (its id) has not closed; `until` is its deadline;
     - `"cancel"`: a cancel was recorded (`detail`, its reason) and the run has not
       closed: its code has not acted on it yet (`name` None), or it was delivered
       (`name` "delivered") and the code is cleaning up.
@@ -72,7 +72,8 @@ class RunInfo:
 
     `failure` is the recorded failure of a failed run (its `kind`, `message`,
     `traceback` and `cause`, as `Failure.to_json` writes it); `waiting` says
-    what an open run waits for, oldest first.
+    what an open run waits for, oldest first. `parent` is `(id, run_id)` of the
+    run that started this one as its child (`ctx.child`), or None.
     """
 
     id: str
@@ -85,6 +86,7 @@ class RunInfo:
     attributes: dict[str, Any]
     failure: dict[str, Any] | None = None
     waiting: tuple[Waiting, ...] = ()
+    parent: tuple[str, str] | None = None
 
 
 @dataclass
@@ -92,7 +94,9 @@ class Op:
     """What the journal holds of one operation: a step, a recorded value, a
     timer, a wait for a signal, or an append to or close of a stream."""
 
-    kind: str  # "step", "value", "timer", "wait", "completion", "stream.append", "stream.close"
+    # "step", "value", "timer", "wait", "completion", "stream.append", "stream.close",
+    # "child", "signal_workflow", "cancel_workflow"
+    kind: str
     name: str
     attempts_failed: int = 0
     first_failed_at: float | None = None
@@ -119,6 +123,16 @@ class Op:
     attempt: int = 0
     issued: int = 0
     sent: bool = False
+    # A child (`name` is its id) or the target of a signal or cancel: its workflow
+    # id and run id (None: refused, see `failure`). A child's workflow, its
+    # `parent_close`, its deadline and how it closed; until it closes, `value` is
+    # its input (recovery starts it from there if a crash cut its `RunStarted` off).
+    peer: str | None = None
+    peer_run: str | None = None
+    workflow: str | None = None
+    policy: str | None = None
+    deadline: float | None = None
+    status: str | None = None
 
 
 @dataclass
@@ -246,6 +260,10 @@ class Run:
             self.update_log.setdefault(position, []).append((update_id, name, arg))
             self.updates_done[update_id] = (lsn, result, failure)
             self.update_lsn = lsn
+        elif kind in (R.SignalSent, R.CancelSent):
+            return _sent(self, rec, lsn)
+        elif kind == R.ChildStarted:
+            _child_started(self, rec, lsn)
         elif kind == R.StreamAppended:
             _stream_appended(self, rec, lsn)
         elif kind == R.StreamClosed:
@@ -306,6 +324,12 @@ class Run:
     def is_open(self) -> bool:
         return self.closing is None
 
+    @property
+    def parent(self) -> dict[str, Any] | None:
+        """The run that started this one as its child: {"id", "run_id", "seq", "close"}."""
+        origin = self.origin
+        return origin.get("parent") if origin else None
+
     def paused_ops(self) -> list[str]:
         return [seq for seq, op in self.pending.items() if op.paused]
 
@@ -322,6 +346,7 @@ class Run:
             attributes={},
             failure=self.failure.to_json() if self.failure and not self.status.is_open else None,
             waiting=waiting(self) if self.status.is_open else (),
+            parent=(self.parent["id"], self.parent["run_id"]) if self.parent else None,
         )
 
 
@@ -345,6 +370,9 @@ def waiting(run: Run) -> tuple[Waiting, ...]:
             out.append(Waiting("resume", op.name, detail=_failed(op.failure)))
         elif op.kind == "completion" and not op.done:
             out.append(Waiting("completion", op.name))
+        elif op.kind == "child":
+            until = utc(op.deadline) if op.deadline is not None else None
+            out.append(Waiting("child", op.name, until, op.workflow))
     for op in run.ops.values():
         if op.kind == "step" and not op.done and not op.paused and op.retry_at is not None:
             out.append(Waiting("retry", op.name, utc(op.retry_at), _failed(op.failure)))
@@ -461,6 +489,43 @@ def _op_cancelled(run: Run, rec: list[Any]) -> Op:
     return op
 
 
+def _child_started(run: Run, rec: list[Any], lsn: int) -> None:
+    _, _, seq, child_id, child_run_id, workflow, input, deadline, policy, error, _ = rec
+    op = run._op(seq, "child", child_id)
+    op.peer, op.peer_run, op.workflow, op.policy = child_id, child_run_id, workflow, policy
+    op.deadline, op.lsn = deadline, lsn
+    if error is not None:
+        op.done, op.ok, op.failure = True, False, error
+    else:
+        op.value = input
+        run.pending[seq] = op
+
+
+def _child_closed(run: Run, rec: list[Any]) -> Op | None:
+    _, _, seq, child_run_id, status, result, failure, _ = rec
+    op = run.pending.pop(seq, None) or run.ops.get(seq)
+    if op is None or op.peer_run != child_run_id:
+        return None
+    op.done, op.ok, op.status = True, status == Status.COMPLETED, status
+    op.value, op.failure = result, failure
+    return op
+
+
+def _sent(run: Run, rec: list[Any], lsn: int) -> Op:
+    """SignalSent and CancelSent: one operation, done when recorded."""
+    if rec[0] == R.SignalSent:
+        _, _, seq, target, target_run, signal_id, name, value, error, _ = rec
+        op = run._op(seq, "signal_workflow", name)
+        op.signal_id, op.value = signal_id, value
+    else:
+        _, _, seq, target, target_run, reason, error, _ = rec
+        op = run._op(seq, "cancel_workflow", target)
+        op.value = reason
+    op.peer, op.peer_run, op.lsn = target, target_run, lsn
+    op.done, op.ok, op.failure = True, error is None, error
+    return op
+
+
 def _stream_appended(run: Run, rec: list[Any], lsn: int) -> None:
     _, _, seq, name, item = rec
     op = run._op(seq, "stream.append", name)
@@ -490,6 +555,7 @@ _OP_RECORDS: dict[int, Any] = {
     R.CompletionIssued: _completion_issued,
     R.CompletionSent: _completion_sent,
     R.CompletionDone: _completion_done,
+    R.ChildClosed: _child_closed,
 }
 
 _CLOSED_AS = {
@@ -501,84 +567,3 @@ _CLOSED_AS = {
     R.RunReset: Status.RESET,
     R.RunContinuedAsNew: Status.CONTINUED_AS_NEW,
 }
-
-
-def reset_creation(run: Run) -> dict[str, Any]:
-    """What a reset run inherited (see `RunTable.inherit`), as JSON."""
-    return {
-        "kind": "reset",
-        "ops": {seq: dataclasses.asdict(op) for seq, op in run.ops.items()},
-        "prefixes": sorted(run.prefixes),
-        "races": dict(run.races),
-        "pending": list(run.pending),
-        "carried_signals": list(run.carried_signals),
-        "next_signal_id": run.next_signal_id,
-        "update_log": [[p, list(u)] for p, u in run.update_log.items()],
-        "updates_done": dict(run.updates_done),
-    }
-
-
-def continued_creation(run: Run) -> dict[str, Any]:
-    """How a run made by `continue_as_new` began, as JSON."""
-    return {
-        "kind": "continued",
-        "run_id": run.run_id,
-        "workflow_id": run.workflow_id,
-        "workflow": run.workflow,
-        "input": run.input,
-        "started_at": run.started_at,
-        "start_lsn": run.start_lsn,
-        "deadline": run.deadline,
-        "carried_signals": list(run.carried_signals),
-        "next_signal_id": run.next_signal_id,
-        "updates_done": dict(run.updates_done),
-    }
-
-
-def created(creation: dict[str, Any] | None, first: tuple[int, list[Any]] | None) -> Run:
-    """A run as it stood when it was made, from its `creation` and its first record
-    (its `RunStarted`; none for a continued run). The record is not applied yet."""
-    if creation is not None and creation["kind"] == "continued":
-        c = creation
-        run = Run(
-            c["run_id"],
-            c["workflow_id"],
-            c["workflow"],
-            c["input"],
-            c["started_at"],
-            c["start_lsn"],
-            c["deadline"],
-        )
-        run.last_lsn = c["start_lsn"]
-    else:
-        if first is None or first[1][0] != R.RunStarted:
-            raise ValueError("a run's first record is not its RunStarted")
-        lsn, rec = first
-        _, run_id, workflow_id, workflow, input, started_at, deadline, origin = rec
-        run = Run(run_id, workflow_id, workflow, input, started_at, lsn, deadline, origin)
-    if creation is None:
-        return run
-    signals = [tuple(s) for s in creation["carried_signals"]]
-    run.carried_signals = signals
-    run.signals = list(signals)
-    run.next_signal_id = creation["next_signal_id"]
-    run.updates_done = {k: tuple(v) for k, v in creation["updates_done"].items()}
-    run.creation = creation
-    if creation["kind"] == "reset":
-        run.ops = {seq: Op(**op) for seq, op in creation["ops"].items()}
-        run.prefixes = set(creation["prefixes"])
-        run.races = dict(creation["races"])
-        run.pending = {seq: run.ops[seq] for seq in creation["pending"]}
-        run.update_log = {p: [tuple(u) for u in us] for p, us in creation["update_log"]}
-    return run
-
-
-def rebuilt(creation: dict[str, Any] | None, records: list[list[Any]]) -> Run:
-    """A closed run rebuilt from what the history store keeps of it."""
-    recs = [(lsn, rec) for lsn, rec in records]
-    continued = creation is not None and creation["kind"] == "continued"
-    run = created(creation, None if continued else recs[0])
-    for lsn, rec in recs:
-        run.apply(lsn, rec)
-    run.status = run.closing or run.status
-    return run

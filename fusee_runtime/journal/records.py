@@ -52,6 +52,10 @@ class R(enum.IntEnum):
     UpdateApplied = 31
     RunStuck = 32
     RunUnstuck = 33
+    ChildStarted = 34
+    ChildClosed = 35
+    SignalSent = 36
+    CancelSent = 37
 
 
 FIELDS: dict[R, tuple[str, ...]] = {
@@ -123,6 +127,38 @@ FIELDS: dict[R, tuple[str, ...]] = {
     # process sees it `stuck`; and that it went on (`resume`, or code that matches).
     R.RunStuck: ("run_id", "message", "stuck_at"),
     R.RunUnstuck: ("run_id", "at"),
+    # Composition (`ctx.child`, `ctx.start_child`, `ctx.signal_workflow`,
+    # `ctx.cancel_workflow`), in the parent's (sender's) journal. A child's start
+    # comes first, then the child's own `RunStarted` (origin {"parent": ...}); its
+    # input is in both, so that recovery can start a child whose `RunStarted` a
+    # crash cut off. `error` is the refusal the code got (an id in use, an
+    # unknown or closed target), recorded so that replay gets the same.
+    R.ChildStarted: (
+        "run_id",
+        "seq",
+        "workflow_id",
+        "child_run_id",
+        "workflow",
+        "input",
+        "deadline",
+        "parent_close",
+        "error",
+        "started_at",
+    ),
+    R.ChildClosed: ("run_id", "seq", "child_run_id", "status", "result", "failure", "closed_at"),
+    # A signal sent comes first, then the target's `SignalReceived` with `signal_id`.
+    R.SignalSent: (
+        "run_id",
+        "seq",
+        "workflow_id",
+        "target_run_id",
+        "signal_id",
+        "name",
+        "value",
+        "error",
+        "sent_at",
+    ),
+    R.CancelSent: ("run_id", "seq", "workflow_id", "target_run_id", "reason", "error", "sent_at"),
 }
 
 SCHEDULES = {R.ScheduleArmed, R.ScheduleFired, R.SchedulePaused}

@@ -113,3 +113,11 @@ async def cli_nap(ctx: Ctx, _: Any) -> str:
     await ctx.wait_for("wake", timeout=3600)
     await ctx.sleep("nap", 3600)
     return "rested"
+
+
+@workflow
+async def cli_family(ctx: Ctx, policy: str) -> str:
+    """Starts a child that waits for signal "go", then waits for "go" itself."""
+    await ctx.start_child(cli_wait, f"{ctx.workflow_id}-kid", parent_close=policy)
+    await ctx.wait_for("go")
+    return "done"

@@ -24,6 +24,7 @@ def test_quick_emits_every_measure_and_cleans_up(fusee, tmp_path) -> None:
     assert set(report["conc_steps_per_s"]) == {"steps_per_s", "records_per_fdatasync"}
     assert set(report["start_to_result_us"]) == {"median", "p99", "ratio"}
     assert set(report["cli_start_ms"]) == {"import_typer", "help", "start", "help_ratio"}
+    assert report["child_fanout"]["children"] == 100 and report["child_fanout"]["syncs"] > 0
     read = report["cli_read_ms"]
     assert set(read) == {"list", "describe", "ratio_to_help"}
     assert read["list"] > 0 and read["describe"] > 0 and read["ratio_to_help"] > 0
@@ -33,7 +34,7 @@ def test_quick_emits_every_measure_and_cleans_up(fusee, tmp_path) -> None:
 def test_the_table_names_each_measure(fusee, tmp_path) -> None:
     done = fusee("bench", "--quick", "--home", str(tmp_path / "home"))
     assert done.returncode == 0, done.stderr
-    labels = ("fdatasync", "sequential step", "concurrent steps", "fusee --help", "fusee list")
+    labels = ("fdatasync", "sequential step", "concurrent steps", "child workflows", "fusee list")
     for label in labels:
         assert label in done.stdout
 

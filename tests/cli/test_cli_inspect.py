@@ -109,7 +109,9 @@ def test_describe_json(cli, runs):
         "attributes",
         "failure",
         "waiting",
+        "parent",
     }
+    assert doc["parent"] is None
 
 
 def test_list_json_is_newest_first(cli, runs):

@@ -218,3 +218,26 @@ async def test_health_and_the_openapi_document(api: httpx.AsyncClient) -> None:
     document = await api.get("/v1/openapi.json")
     assert document.status_code == 200
     assert document.json() == OPENAPI
+
+
+@workflow
+async def http_parent(ctx: Ctx, n: int) -> list[int]:
+    kids = await ctx.all(
+        [ctx.start_child(http_quick, f"{ctx.workflow_id}-{i}", i) for i in range(n)]
+    )
+    return list(await ctx.all([k.result() for k in kids]))
+
+
+async def test_a_parents_children_are_listed_with_their_parent(api: httpx.AsyncClient) -> None:
+    started = await api.post("/v1/runs", json={"workflow": "http_parent", "input": 2, "id": "pa"})
+    assert started.status_code == 201
+    done = await api.get("/v1/runs/pa/result", params={"wait": "10"})
+    assert done.json()["result"] == [0, 3]
+    parent = (await api.get("/v1/runs/pa")).json()
+    assert parent["parent"] is None
+    kids = (await api.get("/v1/runs", params={"parent": "pa"})).json()
+    assert sorted(k["id"] for k in kids) == ["pa-0", "pa-1"]
+    assert {(k["parent"]["id"], k["parent"]["run_id"]) for k in kids} == {("pa", parent["run_id"])}
+    assert (await api.get("/v1/runs", params={"parent": "nobody"})).json() == []
+    history = (await api.get("/v1/runs/pa/history")).json()
+    assert [r["type"] for r in history].count("ChildClosed") == 2

@@ -37,7 +37,10 @@ def main() -> int:
     )
     args = parser.parse_args()
     base = args.dir or Path(tempfile.mkdtemp(prefix="fusee-torture-"))
-    counted = "trials mid cut runs steps signals violations checkpoints compacted history elsewhere"
+    counted = (
+        "trials mid cut runs steps signals children violations checkpoints compacted history "
+        "elsewhere"
+    )
     totals = dict.fromkeys(counted.split(), 0)
     by_fault = dict.fromkeys(FAULTS, 0)
     injected: dict[str, int] = {}  # by operation
@@ -56,6 +59,7 @@ def main() -> int:
         totals["runs"] += report.runs
         totals["steps"] += report.steps
         totals["signals"] += report.signals
+        totals["children"] += report.children
         totals["violations"] += len(report.violations)
         totals["checkpoints"] += report.checkpoints
         totals["compacted"] += report.compacted
@@ -76,8 +80,9 @@ def main() -> int:
     amid = ", ".join(f"{n} {op}" for op, n in sorted(injected.items())) or "none"
     print(
         f"{totals['trials']} trials ({faults}), {totals['mid']} ended mid-work, "
-        f"{totals['cut']} torn tails cut, {totals['runs']} runs, {totals['steps']} steps "
-        f"and {totals['signals']} signals checked; first lives wrote {totals['checkpoints']} "
+        f"{totals['cut']} torn tails cut, {totals['runs']} runs, {totals['steps']} steps, "
+        f"{totals['signals']} signals and {totals['children']} child workflows checked; "
+        f"first lives wrote {totals['checkpoints']} "
         f"checkpoints, compacted {totals['compacted']} segments and began {totals['history']} "
         f"history commits ({totals['elsewhere']} records checked after the crash were in no "
         f"segment any more); faults in that I/O: {amid}; "

@@ -102,6 +102,7 @@ class Report:
     runs: int = 0
     steps: int = 0
     signals: int = 0
+    children: int = 0
     violations: list[str] = field(default_factory=list)
 
 
@@ -305,7 +306,8 @@ async def _finish(
     wids = _wids(journal)
     received = {wids[r[1]] for r in journal if r[0] == R.SignalReceived}
     async with Engine(home, app=None, config=torture_app.CONFIG) as engine:
-        ids = {info.id for info in await engine.list()}
+        # The planned runs; their children run as part of them.
+        ids = {info.id for info in await engine.list() if info.id in planned}
         for wid in sorted(ids):
             if planned[wid]["signal"] and wid not in received:
                 await engine.signal(wid, "go", torture_app.signal_value(wid))
@@ -440,9 +442,21 @@ def _short(rec: list[Any]) -> str:
 
 
 def _ledger(path: Path) -> list[dict[str, Any]]:
+    """The ledger's lines; one a SIGKILL cut short is left out: its step function
+    never returned, so no result of it can have been recorded."""
     if not path.exists():
         return []
-    return [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    out = []
+    for line in path.read_bytes().splitlines():
+        if not line:
+            continue
+        try:
+            out.append(orjson.loads(line))
+        except orjson.JSONDecodeError:
+            if line.startswith(b"{") and not line.endswith(b"}"):
+                continue
+            raise
+    return out
 
 
 def check(report: Report, evidence: Evidence) -> None:
@@ -481,6 +495,7 @@ def check(report: Report, evidence: Evidence) -> None:
     for wid in sorted(set(finals) | set(evidence.stored)):
         if evidence.stored.get(wid, 0) != 1:
             v.append(f"{wid}: {evidence.stored.get(wid, 0)} rows in the history store at the end")
+    _check_children(report, evidence, wids)
     # Nothing whose write or sync failed was acknowledged.
     for rec in seen.fault_records or []:
         if rec[0] == R.RunStarted and rec[2] in seen.started:
@@ -535,6 +550,44 @@ def check(report: Report, evidence: Evidence) -> None:
         elif nonces[-1] != value["nonce"]:
             after = len(nonces) - 1 - nonces.index(value["nonce"])
             v.append(f"{key} ({name}): ran {after} more time(s) after its result was recorded")
+
+
+def _check_children(report: Report, evidence: Evidence, wids: dict[str, str]) -> None:
+    """Each child recorded by its parent once, started once (the run the parent
+    recorded), its close given to its parent once; each orphan (parent_close
+    "terminate") terminated once, by its parent's close."""
+    v, journal = report.violations, evidence.journal
+    recorded: dict[str, list[str]] = defaultdict(list)
+    runs_of: dict[str, list[str]] = defaultdict(list)
+    closes: dict[tuple[str, str], int] = defaultdict(int)
+    terminated: dict[str, list[str]] = defaultdict(list)
+    for rec in journal:
+        if rec[0] == R.ChildStarted:
+            recorded[rec[3]].append(rec[4])
+        elif rec[0] == R.RunStarted:
+            runs_of[rec[2]].append(rec[1])
+        elif rec[0] == R.ChildClosed:
+            closes[(rec[1], rec[2])] += 1
+        elif rec[0] == R.RunTerminated:
+            terminated[wids.get(rec[1], "?")].append(rec[2])
+    for child, run_ids in sorted(recorded.items()):
+        report.children += 1
+        if len(run_ids) != 1:
+            v.append(f"{child}: its start recorded {len(run_ids)} times by its parent")
+        elif runs_of.get(child) != run_ids:
+            v.append(f"{child}: runs {runs_of.get(child)}, its parent recorded {run_ids}")
+    for (parent, seq), n in sorted(closes.items()):
+        if n != 1:
+            v.append(f"child #{seq} of run {parent}: its close given to the parent {n} times")
+    for wid, inp in sorted(evidence.planned.items()):
+        if wid not in evidence.finals:
+            continue
+        for j in range(inp["kids"]):
+            if f"{wid}-kid{j}" not in recorded:
+                v.append(f"{wid}: completed without starting child {wid}-kid{j}")
+        reasons = terminated.get(f"{wid}-orphan", [])
+        if inp["orphan"] and (len(reasons) != 1 or f"its parent {wid!r}" not in reasons[0]):
+            v.append(f"{wid}-orphan: terminated {len(reasons)} times ({reasons}), once expected")
 
 
 def _top(key: str) -> int:

@@ -244,9 +244,39 @@ def _run_a_step_under_another_key(ev: Evidence) -> str:
     return f"step {line['name']} of run {line['run']}: ran under 2 keys"
 
 
+def _record_a_childs_start_twice(ev: Evidence) -> str:
+    first = next(r for r in ev.journal if r[0] == R.ChildStarted)
+    ev.journal.append(copy.deepcopy(first))
+    return f"{first[3]}: its start recorded 2 times by its parent"
+
+
+def _start_a_child_in_another_run(ev: Evidence) -> str:
+    first = next(r for r in ev.journal if r[0] == R.ChildStarted)
+    started = next(r for r in ev.journal if r[0] == R.RunStarted and r[1] == first[4])
+    ev.journal.append([*started[:1], "another-run", *started[2:]])
+    return f"{first[3]}: runs ["
+
+
+def _give_a_childs_close_twice(ev: Evidence) -> str:
+    first = next(r for r in ev.journal if r[0] == R.ChildClosed)
+    ev.journal.append(copy.deepcopy(first))
+    return f"child #{first[2]} of run {first[1]}: its close given to the parent 2 times"
+
+
+def _leave_an_orphan_running(ev: Evidence) -> str:
+    wid = next(w for w, inp in sorted(ev.planned.items()) if inp["orphan"] and w in ev.finals)
+    orphan = next(r[1] for r in ev.journal if r[0] == R.RunStarted and r[2] == f"{wid}-orphan")
+    ev.journal = _without(ev.journal, R.RunTerminated, orphan)
+    return f"{wid}-orphan: terminated 0 times"
+
+
 @pytest.mark.parametrize(
     "damage",
     [
+        _record_a_childs_start_twice,
+        _start_a_child_in_another_run,
+        _give_a_childs_close_twice,
+        _leave_an_orphan_running,
         _lose_a_start,
         _start_twice,
         _change_a_result,

@@ -236,6 +236,8 @@ def plan(seed: int, runs: int) -> list[tuple[str, dict[str, Any]]]:
                     "fan": rng.choice([0, 0, 3, 10]),
                     "signal": rng.random() < 0.4,
                     "base": rng.randint(0, 1000),
+                    "kids": rng.choice([0, 0, 0, 2, 3]),
+                    "orphan": rng.random() < 0.15,
                 },
             )
         )
@@ -253,6 +255,7 @@ def expected(workflow_id: str, inp: dict[str, Any]) -> int:
     if inp["flaky"]:
         total += base * 2
     total += sum(base + 100 + j for j in range(inp["fan"]))
+    total += sum(base + 200 + j for j in range(inp["kids"]))
     if inp["signal"]:
         total += signal_value(workflow_id)
     return total + base + 999
@@ -272,7 +275,9 @@ def _ledger(name: str, ok: bool) -> str:
     }
     fd = os.open(LEDGER, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, orjson.dumps(line) + b"\n")
+        # The newline first: a SIGKILL can cut a write(2) short, and the next line
+        # (the next life's) then still starts on a line of its own.
+        os.write(fd, b"\n" + orjson.dumps(line))
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -312,7 +317,25 @@ async def mixed(ctx: Ctx, inp: dict[str, Any]) -> int:
     if inp["fan"]:
         legs = [ctx.step(f"f{j}", work, f"f{j}", base + 100 + j) for j in range(inp["fan"])]
         total += sum(r["v"] for r in await ctx.all(legs))
+    if inp["kids"]:
+        ids = [f"{ctx.workflow_id}-kid{j}" for j in range(inp["kids"])]
+        kids = await ctx.all([ctx.start_child(kid, k, base + 200 + j) for j, k in enumerate(ids)])
+        total += sum(await ctx.all([k.result() for k in kids]))
+    if inp["orphan"]:
+        # Waits for a signal nobody sends: terminated when this run closes.
+        await ctx.start_child(orphan, f"{ctx.workflow_id}-orphan")
     if inp["signal"]:
         total += await ctx.wait_for("go")
     total += (await ctx.step("last", work, "last", base + 999))["v"]
     return total
+
+
+@workflow(name="tt_kid")
+async def kid(ctx: Ctx, value: int) -> int:
+    """A child: one step, whose ledger line is checked as every step's is."""
+    return int((await ctx.step("k", work, "k", value))["v"])
+
+
+@workflow(name="tt_orphan")
+async def orphan(ctx: Ctx, _: None) -> None:
+    await ctx.wait_for("never")

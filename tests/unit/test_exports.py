@@ -22,6 +22,7 @@ from fusee_runtime import FuseeError
 PUBLIC = [
     "Cancelled",
     "ChildFailed",
+    "ChildHandle",
     "Clock",
     "CodecError",
     "Completion",

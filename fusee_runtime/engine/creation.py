@@ -1,0 +1,98 @@
+"""How a run was made, when not by a `RunStarted` alone, and a closed run rebuilt.
+
+A reset run inherits part of the journal of the run it resets; a run made
+by `continue_as_new` carries state over from the run it continues. Each
+keeps that as JSON (`Run.creation`), so that a checkpoint or the history
+store rebuilds it without the run it came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from fusee_runtime.engine.state import Op, Run
+from fusee_runtime.journal.records import R
+
+
+def reset_creation(run: Run) -> dict[str, Any]:
+    """What a reset run inherited (see `RunTable.inherit`), as JSON."""
+    return {
+        "kind": "reset",
+        "ops": {seq: dataclasses.asdict(op) for seq, op in run.ops.items()},
+        "prefixes": sorted(run.prefixes),
+        "races": dict(run.races),
+        "pending": list(run.pending),
+        "carried_signals": list(run.carried_signals),
+        "next_signal_id": run.next_signal_id,
+        "update_log": [[p, list(u)] for p, u in run.update_log.items()],
+        "updates_done": dict(run.updates_done),
+    }
+
+
+def continued_creation(run: Run) -> dict[str, Any]:
+    """How a run made by `continue_as_new` began, as JSON."""
+    return {
+        "kind": "continued",
+        "run_id": run.run_id,
+        "workflow_id": run.workflow_id,
+        "workflow": run.workflow,
+        "input": run.input,
+        "started_at": run.started_at,
+        "start_lsn": run.start_lsn,
+        "deadline": run.deadline,
+        "origin": run.origin,
+        "carried_signals": list(run.carried_signals),
+        "next_signal_id": run.next_signal_id,
+        "updates_done": dict(run.updates_done),
+    }
+
+
+def created(creation: dict[str, Any] | None, first: tuple[int, list[Any]] | None) -> Run:
+    """A run as it stood when it was made, from its `creation` and its first record
+    (its `RunStarted`; none for a continued run). The record is not applied yet."""
+    if creation is not None and creation["kind"] == "continued":
+        c = creation
+        run = Run(
+            c["run_id"],
+            c["workflow_id"],
+            c["workflow"],
+            c["input"],
+            c["started_at"],
+            c["start_lsn"],
+            c["deadline"],
+            c.get("origin"),
+        )
+        run.last_lsn = c["start_lsn"]
+    else:
+        if first is None or first[1][0] != R.RunStarted:
+            raise ValueError("a run's first record is not its RunStarted")
+        lsn, rec = first
+        _, run_id, workflow_id, workflow, input, started_at, deadline, origin = rec
+        run = Run(run_id, workflow_id, workflow, input, started_at, lsn, deadline, origin)
+    if creation is None:
+        return run
+    signals = [tuple(s) for s in creation["carried_signals"]]
+    run.carried_signals = signals
+    run.signals = list(signals)
+    run.next_signal_id = creation["next_signal_id"]
+    run.updates_done = {k: tuple(v) for k, v in creation["updates_done"].items()}
+    run.creation = creation
+    if creation["kind"] == "reset":
+        run.ops = {seq: Op(**op) for seq, op in creation["ops"].items()}
+        run.prefixes = set(creation["prefixes"])
+        run.races = dict(creation["races"])
+        run.pending = {seq: run.ops[seq] for seq in creation["pending"]}
+        run.update_log = {p: [tuple(u) for u in us] for p, us in creation["update_log"]}
+    return run
+
+
+def rebuilt(creation: dict[str, Any] | None, records: list[list[Any]]) -> Run:
+    """A closed run rebuilt from what the history store keeps of it."""
+    recs = [(lsn, rec) for lsn, rec in records]
+    continued = creation is not None and creation["kind"] == "continued"
+    run = created(creation, None if continued else recs[0])
+    for lsn, rec in recs:
+        run.apply(lsn, rec)
+    run.status = run.closing or run.status
+    return run

@@ -1,0 +1,241 @@
+"""Runs that act on other runs: children, what a parent's close does to them, sends.
+
+A run's code starts a child (`ctx.child`, `ctx.start_child`), or signals or
+cancels another run (`ctx.signal_workflow`, `ctx.cancel_workflow`). Each is
+an operation of the sender, and it is recorded in the sender's journal
+first: `ChildStarted`, `SignalSent`, `CancelSent`. What it does to the other
+run comes right after, in the same synchronous block: the child's
+`RunStarted`, the target's `SignalReceived` or `CancelRequested`. A replay
+of the sender finds the operation recorded and does nothing again, so each
+happens once.
+
+A crash can still cut the journal between the two. `settle` finishes what
+was cut when a driving engine opens the home: a child recorded but not
+started is started (its input is in `ChildStarted`); a signal or cancel
+recorded but not delivered is delivered. It also finishes what the two runs'
+closes imply:
+
+- a child closed (completed, failed, cancelled, terminated, timed out,
+  reset) tells its parent with `ChildClosed`, which resolves the parent's
+  operation; a child that continued as new does not, since its new run is
+  the parent's child now;
+- a parent closed applies each open child's `parent_close`: `"terminate"`
+  closes it, `"cancel"` cancels it (its compensations run), `"abandon"`
+  leaves it running.
+
+Both happen live as soon as the close is appended, and again in `settle`
+for a close whose consequence a crash cut off. Each is checked against the
+state first (the parent's operation not resolved yet, the child still
+open, no cancel recorded yet), so applying them again does nothing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from fusee_runtime.engine.state import Op, Run, Status
+from fusee_runtime.errors import Failure, NotFound
+from fusee_runtime.journal.records import R
+
+if TYPE_CHECKING:
+    from fusee_runtime.engine.driver import Driver
+    from fusee_runtime.engine.runs import RunTable
+
+POLICIES = ("terminate", "cancel", "abandon")
+"""What a child's `parent_close` takes: what happens to it when its parent closes."""
+
+
+class Family:
+    """Children and sends: what one run does to another, and recovery of it."""
+
+    def __init__(self, driver: Driver, runs: RunTable) -> None:
+        self.driver = driver
+        self.runs = runs
+
+    # -- from a sender's code --------------------------------------------------------------
+
+    def start_child(
+        self,
+        parent: Run,
+        seq: str,
+        child_id: str,
+        workflow: str,
+        encoded: bytes,
+        deadline: float | None,
+        policy: str,
+    ) -> None:
+        """Records the start of a child, then starts it. An id whose newest run is
+        open refuses the start (recorded: a replay gets the same refusal)."""
+        now = self.driver.clock.now()
+        head = (parent.run_id, seq, child_id)
+        existing = self.runs.find_latest(child_id)
+        if existing is not None and existing.is_open:
+            message = (
+                f"child id {child_id!r} is in use by an open run of workflow "
+                f"{existing.workflow!r} (status {existing.status}): a child's id must be free "
+                "or its runs closed"
+            )
+            error = {"kind": "IdConflict", "message": message}
+            rec = [R.ChildStarted, *head, None, workflow, None, deadline, policy, error, now]
+            self.driver.append(parent, rec)
+            return
+        child_run_id = uuid.uuid4().hex
+        fields = (child_run_id, workflow)
+        tail = (deadline, policy, None, now)
+        rec = [R.ChildStarted, *head, *fields, orjson.loads(encoded), *tail]
+        wire = (int(R.ChildStarted), *head, *fields, orjson.Fragment(encoded), *tail)
+        self.driver.append(parent, rec, wire)
+        self._start(parent, seq, parent.ops[seq], encoded)
+
+    def _start(self, parent: Run, seq: str, op: Op, encoded: bytes) -> None:
+        assert op.peer is not None and op.workflow is not None and op.policy is not None
+        ref = {"id": parent.workflow_id, "run_id": parent.run_id, "seq": seq, "close": op.policy}
+        self.driver.new_run(
+            op.peer, op.workflow, encoded, op.deadline, {"parent": ref}, run_id=op.peer_run
+        )
+
+    def send_signal(
+        self,
+        sender: Run,
+        seq: str,
+        target_id: str,
+        target_run_id: str | None,
+        name: str,
+        encoded: bytes,
+    ) -> None:
+        """Records a signal sent to the newest run of `target_id` (or run `target_run_id`
+        of it), then delivers it; an unknown or closed target is recorded as refused."""
+        target, error = self._target(target_id, target_run_id, "signals")
+        now = self.driver.clock.now()
+        value = orjson.loads(encoded)
+        signal_id = target.next_signal_id if target is not None else None
+        head = (sender.run_id, seq, target_id, target.run_id if target else None, signal_id, name)
+        rec = [R.SignalSent, *head, value, error, now]
+        wire = (int(R.SignalSent), *head, orjson.Fragment(encoded), error, now)
+        self.driver.append(sender, rec, wire)
+        if target is not None:
+            delivered = [R.SignalReceived, target.run_id, signal_id, name, value, now]
+            self.driver.append(target, delivered)
+
+    def send_cancel(
+        self, sender: Run, seq: str, target_id: str, target_run_id: str | None, reason: str
+    ) -> None:
+        """Records a cancel sent to the newest run of `target_id` (or run `target_run_id`
+        of it), then requests it; an unknown or closed target is recorded as refused."""
+        target, error = self._target(target_id, target_run_id, "cancels")
+        now = self.driver.clock.now()
+        target_run = target.run_id if target is not None else None
+        rec = [R.CancelSent, sender.run_id, seq, target_id, target_run, reason, error, now]
+        self.driver.append(sender, rec)
+        if target is not None:
+            self.driver.request_cancel(target, reason)
+
+    def _target(
+        self, id: str, run_id: str | None, what: str
+    ) -> tuple[Run | None, dict[str, Any] | None]:
+        try:
+            target = self.runs.get(id, run_id)
+        except NotFound as e:
+            return None, {"kind": "NotFound", "message": str(e)}
+        if not target.is_open:
+            message = f"run {id!r} is {target.closing}: it takes no more {what}"
+            return None, {"kind": "Rejected", "message": message}
+        return target, None
+
+    # -- closes ----------------------------------------------------------------------------
+
+    def closed(self, run: Run) -> None:
+        """`run`'s close was appended: tell its parent, apply its children's `parent_close`."""
+        ref = run.parent
+        if ref is not None and run.closing != Status.CONTINUED_AS_NEW:
+            self._tell_parent(run, ref)
+        for seq, op in list(run.ops.items()):
+            if op.kind == "child" and op.peer_run is not None:
+                child = self._child(run, seq, op)
+                if child is not None and child.is_open:
+                    self._apply(child, op.policy, run)
+
+    def _tell_parent(self, child: Run, ref: dict[str, Any]) -> None:
+        parent = self.runs.by_run_id.get(ref["run_id"])
+        if parent is None or not parent.is_open:
+            return
+        seq = ref["seq"]
+        op = parent.ops.get(seq)
+        if op is None or op.kind != "child" or op.done or op.peer != child.workflow_id:
+            return
+        status = child.closing or child.status
+        result, failure = None, None
+        if status == Status.COMPLETED:
+            result = child.result
+        elif child.failure is not None:
+            failure = child.failure.to_json()
+        else:
+            why = f"child {child.workflow_id!r} was {status}: {child.reason}"
+            failure = Failure(why, kind=str(status), retryable=False).to_json()
+        now = self.driver.clock.now()
+        rec = [R.ChildClosed, parent.run_id, seq, child.run_id, str(status), result, failure, now]
+        self.driver.append(parent, rec)
+
+    def _apply(self, child: Run, policy: str | None, parent: Run) -> None:
+        reason = f"its parent {parent.workflow_id!r} closed ({parent.closing})"
+        if policy == "terminate":
+            self.driver.close_run(child, R.RunTerminated, reason)
+        elif policy == "cancel":
+            self.driver.request_cancel(child, reason)
+
+    def _child(self, parent: Run, seq: str, op: Op) -> Run | None:
+        """The run of child `op` now: the newest of its id while that is still the child
+        `parent` started at `seq` (it may have continued as new), else the run started."""
+        assert op.peer is not None and op.peer_run is not None
+        latest = self.runs.find_latest(op.peer)
+        ref = latest.parent if latest is not None else None
+        if ref is not None and (ref["run_id"], ref["seq"]) == (parent.run_id, seq):
+            return latest
+        return self.runs.by_id(op.peer_run)
+
+    # -- recovery --------------------------------------------------------------------------
+
+    def settle(self) -> None:
+        """Finishes, on open, what a crash cut between a run's record and its effect on
+        another run (see the module's docstring). Only an engine that drives its runs
+        does this: a passive one shows runs as the journal left them."""
+        for run in list(self.runs.by_run_id.values()):
+            if not run.is_open:
+                continue
+            ref = run.parent
+            if ref is not None and ref["close"] != "abandon":
+                parent = self.runs.by_id(ref["run_id"])
+                closed = parent is not None and not parent.is_open
+                if closed and (ref["close"] == "terminate" or run.cancel_reason is None):
+                    assert parent is not None
+                    self._apply(run, ref["close"], parent)
+            for seq, op in list(run.ops.items()):
+                if run.is_open:
+                    self._settle_op(run, seq, op)
+
+    def _settle_op(self, run: Run, seq: str, op: Op) -> None:
+        if op.peer_run is None or not op.ok:
+            return
+        if op.kind == "child" and not op.done:
+            child = self._child(run, seq, op)
+            if child is None:
+                # Its `RunStarted` was cut off: start it as recorded.
+                self._start(run, seq, op, orjson.dumps(op.value))
+            elif not child.is_open:
+                ref = child.parent
+                if ref is not None and child.closing != Status.CONTINUED_AS_NEW:
+                    self._tell_parent(child, ref)
+            return
+        target = self.runs.by_run_id.get(op.peer_run)
+        if target is None or not target.is_open:
+            return
+        if op.kind == "signal_workflow" and op.signal_id is not None:
+            if target.next_signal_id <= op.signal_id:
+                now = self.driver.clock.now()
+                rec = [R.SignalReceived, target.run_id, op.signal_id, op.name, op.value, now]
+                self.driver.append(target, rec)
+        elif op.kind == "cancel_workflow" and target.cancel_reason is None:
+            self.driver.request_cancel(target, op.value)
