@@ -140,6 +140,11 @@ class Family:
             target = self.runs.get(id, run_id)
         except NotFound as e:
             return None, {"kind": "NotFound", "message": str(e)}
+        if run_id is not None and target.closing == Status.CONTINUED_AS_NEW:
+            # A child's handle names the run started; the child goes on in its successor.
+            newest = self.runs.find_latest(id)
+            if newest is not None and target.parent and newest.parent == target.parent:
+                target = newest
         if not target.is_open:
             message = f"run {id!r} is {target.closing}: it takes no more {what}"
             return None, {"kind": "Rejected", "message": message}

@@ -502,9 +502,11 @@ def _child_started(run: Run, rec: list[Any], lsn: int) -> None:
 
 
 def _child_closed(run: Run, rec: list[Any]) -> Op | None:
-    _, _, seq, child_run_id, status, result, failure, _ = rec
+    # `child_run_id` is the run that closed: the one started, or the last of the runs
+    # it continued as new in.
+    _, _, seq, _, status, result, failure, _ = rec
     op = run.pending.pop(seq, None) or run.ops.get(seq)
-    if op is None or op.peer_run != child_run_id:
+    if op is None or op.kind != "child":
         return None
     op.done, op.ok, op.status = True, status == Status.COMPLETED, status
     op.value, op.failure = result, failure

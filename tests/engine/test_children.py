@@ -330,3 +330,28 @@ async def test_bad_arguments_are_clear_errors_and_record_nothing(
         assert (await h.result(timeout=10)).startswith(said)
         kinds = {r["type"] for r in await h.history()}
         assert kinds == {"RunStarted", "RunCompleted"}
+
+
+@workflow(name="children.renewing")
+async def renewing(ctx: Ctx, turns: int) -> Any:
+    if turns:
+        await ctx.continue_as_new(turns - 1)
+    return await ctx.wait_for("note")
+
+
+@workflow(name="children.renewing_parent")
+async def renewing_parent(ctx: Ctx, _: None) -> Any:
+    h = await ctx.start_child(renewing, "renewer", 2)
+    await ctx.wait_for("now")
+    await h.signal("note", "to the newest run")
+    return await h.result()
+
+
+async def test_a_child_that_continues_as_new_is_still_the_handles(make_engine: Any) -> None:
+    async with make_engine() as engine:
+        h = await engine.start("children.renewing_parent", None, id="rp")
+        await engine.wait_until(lambda: engine.runs.latest("renewer").parked)
+        first = [i for i in await engine.list() if i.id == "renewer"]
+        assert len(first) == 3 and {i.parent for i in first} == {("rp", h.run_id)}
+        await h.signal("now")
+        assert await h.result(timeout=10) == "to the newest run"
