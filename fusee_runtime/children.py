@@ -201,6 +201,9 @@ async def _until_closed(execution: Execution, seq: str, op: Op, doing: str) -> N
     run = execution.run
     if op.done:
         return
+    if execution.cancel_lands():
+        # Requested, durably, but a crash cut its delivery off: it lands here.
+        raise execution.deliver_cancel(seq, "child", op.name)
     fut = run.waiters.get(seq)
     if fut is None or fut.done():
         fut = run.waiters[seq] = asyncio.get_running_loop().create_future()

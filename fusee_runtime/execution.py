@@ -132,9 +132,10 @@ class Execution:
         if op is not None:
             if op.cancelled and not op.retired and kind == "step":
                 raise self.cancelled()
-            if not op.done and kind != "value" and self.cancel_lands():
+            if not op.done and kind not in ("value", "child") and self.cancel_lands():
                 # A cancel whose request is durable but whose delivery was not
-                # (a crash in between): it lands here, on replay.
+                # (a crash in between): it lands here, on replay. (A child started
+                # here: where its result is awaited, as it would have live.)
                 raise self.deliver_cancel(seq, kind, name)
         elif seq in run.prefixes and kind != "group":
             self.stuck(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import crash_app
 
-from fusee_runtime import ChildFailed, Ctx, step, workflow
+from fusee_runtime import Cancelled, ChildFailed, Ctx, step, workflow
 
 
 @step
@@ -48,6 +48,17 @@ async def dad(ctx: Ctx, policy: str) -> str:
     """Starts a sleeper child with parent_close=`policy`, then closes without waiting."""
     await ctx.start_child(sleeper, f"{ctx.workflow_id}-sleeper", parent_close=policy)
     return await total([1])
+
+
+@workflow
+async def careful(ctx: Ctx, _: None) -> str:
+    """Waits for a child's result, and takes its own cancel there."""
+    child = await ctx.start_child(sleeper, f"{ctx.workflow_id}-sleeper")
+    try:
+        await child.result()
+    except Cancelled:
+        return "took the cancel where it waited"
+    return "no cancel"
 
 
 @workflow

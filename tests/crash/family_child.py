@@ -6,6 +6,7 @@ Usage: python family_child.py HOME COMMAND ID [INPUT]   (env LEDGER, CUT_AFTER)
   wait ID             waits for the newest run of ID, prints RESULT <json> (for a
                       run that did not complete, "<status>: <why>")
   park ID WF          starts WF with no input, prints PARKED once it is, then waits
+  cancel ID WF        starts WF with no input, cancels it once it is parked, then as wait
   signal ID NAME V    signals ID once it is parked, prints SIGNALLED, then as wait
 
 With CUT_AFTER=<record type> (a name of `R`), the first batch holding such
@@ -67,6 +68,10 @@ async def main(home: str, command: str, id: str, args: list[str]) -> None:
             await engine.wait_until(lambda: engine.runs.by_run_id[run].parked)
             crash_app.emit("PARKED")
             await asyncio.Event().wait()
+        elif command == "cancel":
+            run = (await engine.start(args[0], None, id=id)).run_id
+            await engine.wait_until(lambda: engine.runs.by_run_id[run].parked)
+            await engine.cancel(id, "from the test")
         elif command == "signal":
             name, value = args
             run = engine.runs.latest(id)

@@ -105,6 +105,19 @@ def test_an_abandoned_child_runs_on_after_its_parent_closed(paths) -> None:
     assert not [r for r in recs if r[0] in (R.RunTerminated, R.RunCancelled)]
 
 
+def test_a_cancel_whose_delivery_was_cut_lands_where_the_child_is_awaited(paths) -> None:
+    home, ledger = paths
+    # The parent's cancel is durable, its delivery (OpCancelled at the wait for the
+    # child's result) is not: the replay delivers it at that wait, inside the
+    # code's `try`, not at the child's start before it.
+    first = family(home, ledger, "cancel", "w-1", "careful", CUT_AFTER="CancelRequested")
+    first.read_until("AT cut")
+    first.kill()
+    assert family(home, ledger, "wait", "w-1").finish() == "took the cancel where it waited"
+    recs = journal(home)
+    assert [r[2:4] for r in recs if r[0] == R.OpCancelled] == [["1", "child"]]
+
+
 def test_killed_between_a_signal_sent_and_its_delivery(paths) -> None:
     home, ledger = paths
     first = family(home, ledger, "park", "s-1", "sleeper")
