@@ -117,6 +117,10 @@ def waiting_text(info: Any) -> str:
 # -- describe ----------------------------------------------------------------------------
 
 
+CHILDREN_SHOWN = 20
+"""How many child workflows `fusee describe` lists; `list --parent` shows them all."""
+
+
 def run_details(info: Any, verbose: bool = False, children: list[Any] | None = None) -> None:
     """One run's state, as `fusee describe` shows it, with its children's statuses."""
     grid = Table.grid(padding=(0, GAP))
@@ -133,10 +137,14 @@ def run_details(info: Any, verbose: bool = False, children: list[Any] | None = N
     if info.parent is not None:
         rows.append(("parent", f"{info.parent[0]} (run {info.parent[1]})"))
     rows += [("waits for", waits_for(w)) for w in info.waiting]
+    kids = list(reversed(children or []))  # in the order they started
     rows += [
         ("child", Text.assemble(f"{kid.id} ", status_text(kid.status), f" ({kid.workflow})"))
-        for kid in reversed(children or [])
+        for kid in kids[:CHILDREN_SHOWN]
     ]
+    if len(kids) > CHILDREN_SHOWN:
+        more = len(kids) - CHILDREN_SHOWN
+        rows.append(("child", f"{more} more: fusee list --parent {info.id} --limit 0"))
     if info.error:
         rows.append(("error", info.error))
     failure = getattr(info, "failure", None)

@@ -72,3 +72,15 @@ def test_closing_a_parent_from_the_cli_applies_parent_close(
     assert parent["status"] == status
     assert kid["status"] == "terminated"
     assert kid["error"].startswith(f"terminated: its parent 'fam' closed ({status})")
+
+
+def test_describe_lists_the_first_children_and_says_how_many_more(fusee, tmp_path: Path) -> None:
+    on = ["--home", str(tmp_path / "home")]
+    parcels = [f"p{i:02d}" for i in range(22)]
+    value = json.dumps({"order": "big", "parcels": parcels})
+    done = fusee("start", "shipment", "--input", value, "--id", "big", *on)
+    assert done.returncode == 0, done.stderr
+    shown = fusee("describe", "big", *on, COLUMNS="100").stdout
+    listed = [line.split()[1] for line in shown.splitlines() if line.startswith("child ")]
+    assert listed == [*(f"big-{p}" for p in parcels[:20]), "2"]
+    assert "2 more: fusee list --parent big --limit 0" in shown
