@@ -23,7 +23,9 @@ from fusee_runtime.dsl import WorkflowDef, seconds
 from fusee_runtime.engine.family import POLICIES
 from fusee_runtime.engine.state import Op, wake_at
 from fusee_runtime.errors import ChildFailed, Failure, IdConflict, NotFound, Rejected
+from fusee_runtime.journal.records import R
 from fusee_runtime.scope import check_id, check_name
+from fusee_runtime.steps import abandoned
 from fusee_runtime.typed import ANY, decode, parameter, returns
 
 if TYPE_CHECKING:
@@ -67,13 +69,23 @@ class ChildHandle:
         return annotation, if it has one). While the parent waits here with nothing
         else to do, it is parked.
 
+        The wait is an operation of the parent (it takes the next number and
+        records nothing unless given up on), so that a `ctx.race` that moved on
+        from it leaves it given up on in replay too, while the child runs on.
+
         Raises:
             ChildFailed: the child failed, was cancelled, terminated, reset or timed
                 out (`.status` says which, `.failure` why).
             Cancelled: the parent's own cancel arrived while it waited.
         """
         op, execution = self._op, self._execution
-        await _until_closed(execution, self._seq, op, f"waiting for child {self.id!r}")
+        seq, mine = execution.next("result", self.id)
+        if mine is not None:
+            if mine.retired:
+                await abandoned()
+            if mine.cancelled:
+                raise execution.cancelled()
+        await _until_closed(execution, seq, self._seq, op, f"waiting for child {self.id!r}")
         if op.cancelled:
             raise execution.cancelled()
         if op.ok:
@@ -191,28 +203,34 @@ def _refused(op: Op) -> Exception:
     return _REFUSALS.get(failure.get("kind", ""), Rejected)(failure.get("message", "refused"))
 
 
-async def _until_closed(execution: Execution, seq: str, op: Op, doing: str) -> None:
-    """Waits until child `op` closes (or the run's cancel resolves it).
+async def _until_closed(execution: Execution, seq: str, child_seq: str, op: Op, doing: str) -> None:
+    """Waits, as operation `seq`, until child `op` (started at `child_seq`) closes, or
+    the run's cancel lands here.
 
-    Unlike a timer's wait, giving up here (a `ctx.race` branch that lost) does
-    not retire the operation: the child runs on and its result stays readable.
-    Several waits on one child share one future.
+    The child's operation stays pending whatever happens to the wait: the child
+    runs on, its result stays readable, and a run's cancel does not resolve it
+    (`Driver.interrupt` wakes this wait instead, and the cancel lands here).
+    Giving up on the wait (a `ctx.race` branch that lost) records that, at
+    `seq`, so a replay gives up on it too. Several waits on one child share
+    one future.
     """
     run = execution.run
-    if op.done:
-        return
-    if execution.cancel_lands():
-        # Requested, durably, but a crash cut its delivery off: it lands here.
-        raise execution.deliver_cancel(seq, "child", op.name)
-    fut = run.waiters.get(seq)
-    if fut is None or fut.done():
-        fut = run.waiters[seq] = asyncio.get_running_loop().create_future()
-    execution.awaiting.add(fut)
-    run.current = doing
-    execution.schedule_park()
-    execution.host.progressed()
-    try:
-        await asyncio.shield(fut)
-    finally:
-        execution.awaiting.discard(fut)
-    run.current = None
+    while not op.done:
+        if execution.cancel_lands():
+            raise execution.deliver_cancel(seq, "result", op.name)
+        fut = run.waiters.get(child_seq)
+        if fut is None or fut.done():
+            fut = run.waiters[child_seq] = asyncio.get_running_loop().create_future()
+        execution.awaiting.add(fut)
+        run.current = doing
+        execution.schedule_park()
+        execution.host.progressed()
+        try:
+            await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            if not op.done and execution.retires_on_cancel():
+                execution.host.append(run, [R.OpCancelled, run.run_id, seq, "result", op.name])
+            raise
+        finally:
+            execution.awaiting.discard(fut)
+        run.current = None

@@ -134,8 +134,8 @@ class Execution:
                 raise self.cancelled()
             if not op.done and kind not in ("value", "child") and self.cancel_lands():
                 # A cancel whose request is durable but whose delivery was not
-                # (a crash in between): it lands here, on replay. (A child started
-                # here: where its result is awaited, as it would have live.)
+                # (a crash in between): it lands here, on replay. (Not at a child's
+                # start: the child runs on, and a cancel lands where code waits.)
                 raise self.deliver_cancel(seq, kind, name)
         elif seq in run.prefixes and kind != "group":
             self.stuck(

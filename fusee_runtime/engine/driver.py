@@ -391,11 +391,22 @@ class Driver:
         execution = run.execution
         running = execution.step_tasks if execution is not None else {}
         resolved = set()
+        woken = False
         for seq, op in list(run.pending.items()):
             if op.kind == "completion" and not op.sent and seq in running:
                 continue  # its `send` runs: the task's cancel delivers it, as for a step
+            if op.kind == "child":
+                # The child runs on (its parent's close applies `parent_close`): code
+                # waiting for its result is woken, and the cancel lands there.
+                fut = run.waiters.pop(seq, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(None)
+                woken = True
+                continue
             self.append(run, [R.OpCancelled, run.run_id, seq, op.kind, op.name])
             resolved.add(seq)
+        if woken and not resolved and run.parked:
+            self._resolved(run, "")  # a parked parent replays up to its wait, and takes it there
         # A paused step just resolved above raises Cancelled by itself; a task
         # cancel on top would arrive as a bare CancelledError.
         for seq, task in list(running.items()):

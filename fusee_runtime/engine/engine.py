@@ -428,11 +428,14 @@ class Engine:
                 f"run {run_id!r} is not the newest run of {id!r}: only the newest run resets"
             )
         before = reset_point(run, to)
-        if run.is_open:
+        was_open = run.is_open
+        if was_open:
             self.driver.close_run(run, R.RunReset, f"reset to operation #{before}")
         origin = {"reset": run.run_id, "before": before}
         encoded = self.driver.encode(run.input, f"the input of workflow {run.workflow!r}")
         new = self.driver.new_run(run.workflow_id, run.workflow, encoded, run.deadline, origin)
+        if was_open:
+            self.driver.family.reset(run, new)
         await self.durability.wait(new.last_lsn)
         return RunHandle(self, id, new.run_id)
 

@@ -157,15 +157,37 @@ class Family:
         ref = run.parent
         if ref is not None and run.closing != Status.CONTINUED_AS_NEW:
             self._tell_parent(run, ref)
-        for seq, op in list(run.ops.items()):
-            if op.kind == "child" and op.peer_run is not None:
+        if run.closing != Status.RESET:  # a reset's: `reset`, once the new run exists
+            self._close_children(run)
+
+    def reset(self, old: Run, new: Run) -> None:
+        """`old` was reset into `new`: the children `new` keeps (started before its
+        reset point and not closed) stay its children; the others get their
+        `parent_close`, as at any close."""
+        self._close_children(old, kept=set(_open_children(new)))
+
+    def _close_children(self, run: Run, kept: set[str] | frozenset[str] = frozenset()) -> None:
+        for seq, op in _open_children(run).items():
+            if seq not in kept:
                 child = self._child(run, seq, op)
                 if child is not None and child.is_open:
                     self._apply(child, op.policy, run)
 
-    def _tell_parent(self, child: Run, ref: dict[str, Any]) -> None:
+    def _parent_now(self, ref: dict[str, Any]) -> Run | None:
+        """The open run that is `ref`'s parent now: the run that started the child, or
+        the run a reset of it made, which keeps the children started before its
+        reset point."""
         parent = self.runs.by_run_id.get(ref["run_id"])
-        if parent is None or not parent.is_open:
+        if parent is not None and parent.is_open:
+            return parent
+        newest = self.runs.newest.get(ref["id"])
+        if newest is None or not newest.is_open or not (newest.origin or {}).get("reset"):
+            return None
+        return newest if ref["seq"] in _open_children(newest) else None
+
+    def _tell_parent(self, child: Run, ref: dict[str, Any]) -> None:
+        parent = self._parent_now(ref)
+        if parent is None:
             return
         seq = ref["seq"]
         op = parent.ops.get(seq)
@@ -214,7 +236,8 @@ class Family:
             if ref is not None and ref["close"] != "abandon":
                 parent = self.runs.by_id(ref["run_id"])
                 closed = parent is not None and not parent.is_open
-                if closed and (ref["close"] == "terminate" or run.cancel_reason is None):
+                kept = closed and self._parent_now(ref) is not None  # by a reset run
+                if closed and not kept and (ref["close"] == "terminate" or not run.cancel_reason):
                     assert parent is not None
                     self._apply(run, ref["close"], parent)
             for seq, op in list(run.ops.items()):
@@ -244,3 +267,12 @@ class Family:
                 self.driver.append(target, rec)
         elif op.kind == "cancel_workflow" and target.cancel_reason is None:
             self.driver.request_cancel(target, op.value)
+
+
+def _open_children(run: Run) -> dict[str, Op]:
+    """The child operations of `run` whose child has not closed (as `run` knows)."""
+    return {
+        seq: op
+        for seq, op in run.ops.items()
+        if op.kind == "child" and op.peer_run is not None and not op.done
+    }

@@ -189,7 +189,7 @@ class RunTable:
         kept = {
             seq: replace(op)
             for seq, op in old.ops.items()
-            if top(seq) < before and (op.kind not in ("completion", "child") or op.done)
+            if top(seq) < before and (op.kind != "completion" or op.done)
         }
         run.ops = kept
         run.prefixes = {p for p in old.prefixes if top(p) < before}

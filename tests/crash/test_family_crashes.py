@@ -115,7 +115,7 @@ def test_a_cancel_whose_delivery_was_cut_lands_where_the_child_is_awaited(paths)
     first.kill()
     assert family(home, ledger, "wait", "w-1").finish() == "took the cancel where it waited"
     recs = journal(home)
-    assert [r[2:4] for r in recs if r[0] == R.OpCancelled] == [["1", "child"]]
+    assert [r[2:4] for r in recs if r[0] == R.OpCancelled] == [["2", "result"]]
 
 
 def test_killed_between_a_signal_sent_and_its_delivery(paths) -> None:

@@ -9,6 +9,7 @@ errors bad arguments get. Crashes are in tests/crash/test_family_crashes.py.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,6 +103,8 @@ async def parent(ctx: Ctx, plan: dict[str, Any]) -> Any:
         assert isinstance(h, ChildHandle)
         await ctx.wait_for("finish")
         return "parent done"
+    if do == "await":
+        return await ctx.child(listen, plan["child"])
     if do == "send":
         await ctx.signal_workflow(plan["to"], "note", plan.get("value"))
         return "sent"
@@ -355,3 +358,149 @@ async def test_a_child_that_continues_as_new_is_still_the_handles(make_engine: A
         assert len(first) == 3 and {i.parent for i in first} == {("rp", h.run_id)}
         await h.signal("now")
         assert await h.result(timeout=10) == "to the newest run"
+
+
+# -- a parent's cancel, and races, while a child runs --------------------------------------
+
+GATE: dict[str, asyncio.Event] = {}
+
+
+@step(name="children.after")
+def after() -> str:  # a thread's step: once started, a cancel cannot stop it
+    CALLS.append("after")
+    return "after"
+
+
+@workflow(name="children.racer")
+async def racer(ctx: Ctx, _: None) -> Any:
+    async def branch() -> Any:
+        got = await ctx.child(listen, "slow-kid", parent_close="abandon")
+        CALLS.append("past the wait")  # never runs: this branch loses, live and on replay
+        await after()
+        return got
+
+    won = await ctx.race([branch(), ctx.wait_for("quick")])
+    return [*won, await ctx.wait_for("go")]
+
+
+async def test_a_race_branch_that_lost_while_a_child_ran_stays_given_up_on(
+    make_engine: Any,
+) -> None:
+    CALLS.clear()
+    async with make_engine() as engine:
+        h = await engine.start("children.racer", None, id="racer")
+        await engine.wait_until(lambda: engine.runs.latest("slow-kid").parked)
+        await h.signal("quick", "q")
+        parent = engine.runs.latest("racer")
+        await engine.wait_until(lambda: parent.parked and parent.pending.get("2") is not None)
+        # The child closes: the parent is woken, replays, and its losing branch
+        # (whose wait for the child was given up on) must not go on to `after`.
+        await engine.signal("slow-kid", "note", "late")
+        await engine.wait_until(lambda: parent.ops["1.0.1"].done and parent.parked)
+        await h.signal("go", "g")
+        assert await h.result(timeout=10) == [1, "q", "g"]
+    assert CALLS == []
+
+
+@step(name="children.held")
+async def held() -> str:
+    GATE["in"].set()
+    await GATE["step"].wait()
+    return "never"
+
+
+@workflow(name="children.busy")
+async def busy(ctx: Ctx, _: None) -> str:
+    await ctx.start_child(listen, "busy-kid")  # not awaited
+    return await held()
+
+
+async def test_cancelling_a_parent_in_a_step_with_a_child_it_does_not_await(
+    make_engine: Any,
+) -> None:
+    GATE["step"], GATE["in"] = asyncio.Event(), asyncio.Event()
+    async with make_engine() as engine:
+        h = await engine.start("children.busy", None, id="busy")
+        await GATE["in"].wait()  # the step runs; the child waits, not awaited
+        await engine.cancel("busy", "stop")
+        with pytest.raises(Cancelled):
+            await h.result(timeout=10)
+        await engine.wait_until(lambda: not engine.runs.latest("busy-kid").status.is_open)
+        assert (await engine.handle("busy-kid").describe()).status == Status.TERMINATED
+
+
+@workflow(name="children.napper")
+async def napper(ctx: Ctx, _: None) -> str:
+    await ctx.wait_for("begin")
+    await ctx.start_child(listen, "nap-kid", parent_close="abandon")
+    await ctx.sleep("nap", 3600)
+    return "finished normally"
+
+
+async def test_a_cancel_while_a_childs_start_is_on_its_way_to_disk_lands_next(
+    make_engine: Any, holding_storage: Any
+) -> None:
+    async with make_engine(storage=holding_storage) as engine:
+        h = await engine.start("children.napper", None, id="napper")
+        parent = engine.runs.latest("napper")
+        await engine.wait_until(lambda: parent.parked)
+        holding_storage.armed.set()  # from here on the disk holds every write
+        signalling = asyncio.ensure_future(h.signal("begin"))
+        # The child's start is appended; the parent's code waits for it on the disk.
+        # (Nothing becomes durable meanwhile, so `wait_until` would not look again:
+        # the loop runs what is ready until it is there.)
+        await _ready_until(lambda: "2" in parent.ops)
+        cancelling = asyncio.ensure_future(engine.cancel("napper", "stop"))
+        await _ready_until(lambda: parent.cancel_reason is not None)
+        holding_storage.armed.clear()
+        holding_storage.release.set()
+        await signalling
+        await cancelling
+        with pytest.raises(Cancelled):
+            await h.result(timeout=10)
+        kinds = [r["type"] for r in await h.history()]
+        assert "TimerStarted" not in kinds  # the cancel landed at the sleep, before it began
+        assert kinds[-1] == "RunCancelled"
+
+
+async def _ready_until(predicate: Any) -> None:
+    """Lets the loop run what is ready until `predicate()` holds (no clock involved)."""
+    for _ in range(100_000):
+        if predicate():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("the engine never got there")
+
+
+@pytest.mark.parametrize("close", ["terminate", "cancel", "abandon"])
+async def test_a_reset_run_keeps_the_children_started_before_its_reset_point(
+    make_engine: Any, close: str
+) -> None:
+    async with make_engine() as engine:
+        await started(engine, "start", id="rs", child="rs-kid", close=close)
+        await engine.wait_until(lambda: engine.runs.latest("rs").parked)
+        kid = engine.runs.latest("rs-kid")
+        new = await engine.reset("rs", 2)  # keeps operation 1, the child's start
+        assert kid.is_open and kid.cancel_reason is None  # the reset closed no child
+        await engine.wait_until(lambda: engine.runs.latest("rs").parked)
+        assert len([i for i in await engine.list() if i.id == "rs-kid"]) == 1
+        await engine.signal("rs", "finish")
+        assert await new.result(timeout=10) == "parent done"
+        # The reset run's own close applies the child's parent_close.
+        if close != "abandon":
+            await engine.wait_until(lambda: not kid.is_open)
+            assert "its parent 'rs' closed (completed)" in (kid.error or "")
+        else:
+            assert kid.is_open
+
+
+async def test_a_reset_run_gets_the_result_of_a_child_it_kept(make_engine: Any) -> None:
+    async with make_engine() as engine:
+        await started(engine, "await", id="rr", child="rr-kid")
+        await engine.wait_until(lambda: engine.runs.latest("rr").parked)
+        # ctx.child: the child's start (1), then the wait for its result (2).
+        new = await engine.reset("rr", 2)
+        await engine.wait_until(lambda: engine.runs.latest("rr").parked)
+        await engine.signal("rr-kid", "note", "kept")
+        assert await new.result(timeout=10) == "kept"
+        assert len([i for i in await engine.list() if i.id == "rr-kid"]) == 1
