@@ -375,6 +375,8 @@ def _detail(rec: dict[str, Any], limit: int | None) -> str:
         return "stream closed"
     if kind == "RunStuck":
         return short(rec["message"])
+    if kind == "PatchMarked":
+        return f"patch {rec['patch_id']}: this run takes the patched branch"
     if kind == "RunUnstuck":
         return "goes on: resumed, or its code now matches its journal"
     for field in ("value", "result", "reason"):

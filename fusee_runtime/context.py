@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from fusee_runtime import children
+from fusee_runtime import children, versions
 from fusee_runtime.children import ChildHandle
 from fusee_runtime.completions import Completion
 from fusee_runtime.dsl import RetryPolicy, StepDef, StepOptions, WorkflowDef, seconds
@@ -340,6 +340,30 @@ class Ctx:
                     f"replay mismatch in the group at operation #{seq}: the journal holds "
                     f"{op.kind} {op.name!r} at #{s}, the code did not ask for it"
                 )
+
+    # -- versions --------------------------------------------------------------------
+
+    def patched(self, patch_id: str) -> bool:
+        """Whether this run takes the new branch of a change deployed under it.
+
+        True for runs that get to this point after the deploy (new runs, and
+        running ones the first time they get here): the decision is recorded,
+        and a replay takes the same branch. False while replaying a journal
+        that passed this point before the patch existed, so old runs finish
+        on the old branch::
+
+            if ctx.patched("fee"):
+                await charge_fee(order)
+
+        See `fusee_runtime.versions` for the life of a patch.
+        """
+        return versions.patched(self._execution, patch_id)
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        """Marks a patch whose old branch is gone (every open run passed this point
+        with the patch, or has not reached it): journals with its marker and without
+        it both replay, and new runs record it, as `patched` does."""
+        versions.patched(self._execution, patch_id, deprecated=True)
 
     # -- other workflows -----------------------------------------------------------
 

@@ -528,6 +528,11 @@ def _sent(run: Run, rec: list[Any], lsn: int) -> Op:
     return op
 
 
+def _patch_marked(run: Run, rec: list[Any]) -> None:
+    op = run._op(rec[2], "patch", rec[3])
+    op.done = True
+
+
 def _stream_appended(run: Run, rec: list[Any], lsn: int) -> None:
     _, _, seq, name, item = rec
     op = run._op(seq, "stream.append", name)
@@ -558,6 +563,7 @@ _OP_RECORDS: dict[int, Any] = {
     R.CompletionSent: _completion_sent,
     R.CompletionDone: _completion_done,
     R.ChildClosed: _child_closed,
+    R.PatchMarked: _patch_marked,
 }
 
 _CLOSED_AS = {

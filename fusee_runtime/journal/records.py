@@ -56,6 +56,7 @@ class R(enum.IntEnum):
     ChildClosed = 35
     SignalSent = 36
     CancelSent = 37
+    PatchMarked = 38
 
 
 FIELDS: dict[R, tuple[str, ...]] = {
@@ -159,6 +160,9 @@ FIELDS: dict[R, tuple[str, ...]] = {
         "sent_at",
     ),
     R.CancelSent: ("run_id", "seq", "workflow_id", "target_run_id", "reason", "error", "sent_at"),
+    # `ctx.patched(patch_id)` (and `deprecate_patch`) reached live: from here on this
+    # run takes the patched branch, on every replay too.
+    R.PatchMarked: ("run_id", "seq", "patch_id"),
 }
 
 SCHEDULES = {R.ScheduleArmed, R.ScheduleFired, R.SchedulePaused}

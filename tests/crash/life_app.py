@@ -58,3 +58,19 @@ async def three(ctx: Ctx, _: None) -> list[str]:
 async def racer(ctx: Ctx, _: None) -> list[Any]:
     index, value = await ctx.race([ctx.sleep("slow", 3600), ctx.wait_for("go")])
     return [index, await note("raced", value)]
+
+
+@workflow
+async def versioned(ctx: Ctx, _: None) -> int:
+    """A fee added under running runs: APP_VERSION 1 has none, 2 guards it with
+    `ctx.patched`, 3 has only the new branch (`ctx.deprecate_patch`)."""
+    await ctx.wait_for("begin")
+    charged = 0
+    code = os.environ.get("APP_VERSION", "1")
+    if code == "2" and ctx.patched("fee"):
+        charged = await note("fee", 5)
+    elif code == "3":
+        ctx.deprecate_patch("fee")
+        charged = await note("fee", 5)
+    await ctx.wait_for("go")
+    return charged
