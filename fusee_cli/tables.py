@@ -136,6 +136,7 @@ def run_details(info: Any, verbose: bool = False, children: list[Any] | None = N
     ]
     if info.parent is not None:
         rows.append(("parent", f"{info.parent[0]} (run {info.parent[1]})"))
+    rows += [("attribute", f"{k} = {clip(v, None)}") for k, v in sorted(info.attributes.items())]
     rows += [("waits for", waits_for(w)) for w in info.waiting]
     kids = list(reversed(children or []))  # in the order they started
     rows += [
@@ -375,6 +376,8 @@ def _detail(rec: dict[str, Any], limit: int | None) -> str:
         return "stream closed"
     if kind == "RunStuck":
         return short(rec["message"])
+    if kind == "AttributesSet":
+        return short(rec["attributes"])
     if kind == "PatchMarked":
         return f"patch {rec['patch_id']}: this run takes the patched branch"
     if kind == "RunUnstuck":

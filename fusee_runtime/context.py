@@ -22,10 +22,11 @@ import contextvars
 import inspect
 import random
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from fusee_runtime import attributes as attributes_
 from fusee_runtime import children, versions
 from fusee_runtime.children import ChildHandle
 from fusee_runtime.completions import Completion
@@ -340,6 +341,20 @@ class Ctx:
                     f"replay mismatch in the group at operation #{seq}: the journal holds "
                     f"{op.kind} {op.name!r} at #{s}, the code did not ask for it"
                 )
+
+    # -- search attributes ----------------------------------------------------------
+
+    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        """Records search attributes of this run, merged into those it has: str, int,
+        float, bool or aware datetime values (kept as ISO 8601 in UTC); None removes
+        a name. Recorded once (a replay does not record them again); `RunInfo.attributes`
+        and `fusee describe` show them. Keep secrets out: they are readable where
+        payloads are not.
+
+        Raises:
+            Rejected: a name or value a search attribute cannot hold (nothing is recorded).
+        """
+        attributes_.set_attributes(self._execution, attributes)
 
     # -- versions --------------------------------------------------------------------
 

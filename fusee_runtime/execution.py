@@ -142,7 +142,7 @@ class Execution:
                 f"replay mismatch at operation #{seq}: the journal holds a group of concurrent "
                 f"operations (ctx.all or ctx.race), the code asks for {kind} {name!r}"
             )
-        elif kind not in ("value", "group", "patch") and self.cancel_lands():
+        elif kind not in ("value", "group", "patch", "attributes") and self.cancel_lands():
             raise self.deliver_cancel(seq, kind, name)
         if op is None and run.stuck is not None:
             self.host.carried_on(run)  # live past the journal's end: the code matches it

@@ -86,8 +86,11 @@ def list_runs(
             known = ", ".join([OPEN, *(s.value for s in Status)])
             raise CliError(Code.USAGE, f"unknown status {status!r}; statuses: {known}")
         if where:
-            missing = "set search attributes (ctx.set_attributes)"
-            raise session.not_available("list --where", missing)
+            raise CliError(
+                Code.USAGE,
+                "fusee list --where is not available yet: runs record search attributes "
+                "(ctx.set_attributes; fusee describe shows them), but cannot be listed by them",
+            )
         infos: list[Any] = []
         if session.has_journal(home):
             # One more than shown tells whether there are more, without counting them.

@@ -245,7 +245,7 @@ class Checkpoints:
             run.error,
             run.parent["id"] if run.parent else None,
             run.parent["run_id"] if run.parent else None,
-            {},
+            dict(run.attributes),
         )
         self.runs.store.put(Closed(row, run.creation, run.records, again))
 

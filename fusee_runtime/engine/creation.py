@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from fusee_runtime.attributes import attributes_of
 from fusee_runtime.engine.state import Op, Run
 from fusee_runtime.journal.records import R
 
@@ -80,6 +81,7 @@ def created(creation: dict[str, Any] | None, first: tuple[int, list[Any]] | None
     run.creation = creation
     if creation["kind"] == "reset":
         run.ops = {seq: Op(**op) for seq, op in creation["ops"].items()}
+        run.attributes = attributes_of(run.ops)
         run.prefixes = set(creation["prefixes"])
         run.races = dict(creation["races"])
         run.pending = {seq: run.ops[seq] for seq in creation["pending"]}

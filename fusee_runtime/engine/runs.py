@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from fusee_runtime.attributes import attributes_of
 from fusee_runtime.engine.creation import continued_creation, created, rebuilt, reset_creation
 from fusee_runtime.engine.history import HistoryStore, Row, damaged
 from fusee_runtime.engine.schedules import Schedules
@@ -201,6 +202,7 @@ class RunTable:
         run.carried_signals = [s for s in old.carried_signals + received if s[0] not in taken]
         run.signals = list(run.carried_signals)
         run.next_signal_id = old.next_signal_id
+        run.attributes = attributes_of(kept)
         # Updates applied before the reset point are part of the journal it keeps.
         run.update_log = {p: list(u) for p, u in old.update_log.items() if p < before}
         kept_ids = {u[0] for u in itertools.chain.from_iterable(run.update_log.values())}

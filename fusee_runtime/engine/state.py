@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from fusee_runtime.attributes import merge_attributes
 from fusee_runtime.errors import Failure
 from fusee_runtime.journal.records import CLOSES, R
 
@@ -227,6 +228,8 @@ class Run:
     update_log: dict[int, list[tuple[str, str, Any]]] = field(default_factory=dict)
     updates_done: dict[str, tuple[int, Any, Any]] = field(default_factory=dict)
     update_lsn: int = 0  # where the latest update was recorded
+    # Search attributes (`ctx.set_attributes`), as the journal left them.
+    attributes: dict[str, Any] = field(default_factory=dict)
     # How the run was made when not by a `RunStarted` alone (a reset's inherited
     # journal, or a continue-as-new's carried state), as JSON: checkpoints and the
     # history store keep it, so the run is rebuilt without the run it came from.
@@ -343,7 +346,7 @@ class Run:
             closed_at=utc(self.closed_at) if self.closed_at and not self.status.is_open else None,
             # Why it closed shows once the close is durable, with the closed status.
             error=self.error if self.closing is None or not self.status.is_open else None,
-            attributes={},
+            attributes=dict(self.attributes),
             failure=self.failure.to_json() if self.failure and not self.status.is_open else None,
             waiting=waiting(self) if self.status.is_open else (),
             parent=(self.parent["id"], self.parent["run_id"]) if self.parent else None,
@@ -528,6 +531,12 @@ def _sent(run: Run, rec: list[Any], lsn: int) -> Op:
     return op
 
 
+def _attributes_set(run: Run, rec: list[Any]) -> None:
+    op = run._op(rec[2], "attributes", "set")
+    op.done, op.value = True, rec[3]
+    merge_attributes(run.attributes, rec[3])
+
+
 def _patch_marked(run: Run, rec: list[Any]) -> None:
     op = run._op(rec[2], "patch", rec[3])
     op.done = True
@@ -564,6 +573,7 @@ _OP_RECORDS: dict[int, Any] = {
     R.CompletionDone: _completion_done,
     R.ChildClosed: _child_closed,
     R.PatchMarked: _patch_marked,
+    R.AttributesSet: _attributes_set,
 }
 
 _CLOSED_AS = {

@@ -57,6 +57,7 @@ class R(enum.IntEnum):
     SignalSent = 36
     CancelSent = 37
     PatchMarked = 38
+    AttributesSet = 39
 
 
 FIELDS: dict[R, tuple[str, ...]] = {
@@ -163,6 +164,8 @@ FIELDS: dict[R, tuple[str, ...]] = {
     # `ctx.patched(patch_id)` (and `deprecate_patch`) reached live: from here on this
     # run takes the patched branch, on every replay too.
     R.PatchMarked: ("run_id", "seq", "patch_id"),
+    # `ctx.set_attributes`: merged into the run's search attributes (null removes a key).
+    R.AttributesSet: ("run_id", "seq", "attributes", "set_at"),
 }
 
 SCHEDULES = {R.ScheduleArmed, R.ScheduleFired, R.SchedulePaused}
