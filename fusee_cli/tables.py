@@ -101,7 +101,7 @@ def waits_for(w: Any, now: datetime | None = None) -> str:
         return f"the completion of step {w.name!r} (fusee complete TOKEN)"
     if w.kind == "child":
         deadline = f" (deadline {until})" if until else ""
-        return f"child {w.name!r} ({w.detail}) to close{deadline}"
+        return f"child {w.name!r} ({w.detail}), not closed yet{deadline}"
     if w.kind == "cancel":
         if w.name == "delivered":
             return f"its code to finish cancelling ({w.detail}): compensations, clean-up"

@@ -81,8 +81,18 @@ def run_info(doc: dict[str, Any]) -> RunInfo:
             )
             for w in doc.get("waiting", ())
         ),
-        parent=(doc["parent"]["id"], doc["parent"]["run_id"]) if doc.get("parent") else None,
+        parent=_parent(doc.get("parent")),
     )
+
+
+def _parent(doc: Any) -> tuple[str, str] | None:
+    """`RunInfo.parent` from `run_json`'s object, or from the pair the control socket
+    sends (orjson writes a dataclass's tuple as a list)."""
+    if not doc:
+        return None
+    if isinstance(doc, dict):
+        return (doc["id"], doc["run_id"])
+    return (doc[0], doc[1])
 
 
 class Control:

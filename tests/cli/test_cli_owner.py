@@ -214,3 +214,32 @@ def test_detached_starts_and_results_without_wait_run_no_code(fusee, tmp_path):
     history = json.loads(fusee("history", "ap-1", "--json", *on).stdout)
 
     assert [r["type"] for r in history] == ["RunStarted", "SignalReceived"]
+
+
+def test_children_are_seen_and_steered_through_the_owner(spawn, fusee, tmp_path):
+    # The owner sends runs as orjson writes RunInfo: the parent as a pair.
+    on = ["--home", str(tmp_path / "home"), "--app", "fusee_cli_testapp"]
+    owner = spawn("start", "cli_family", "--input", '"terminate"', "--id", "fam", *on)
+    assert owner.stderr is not None
+    for line in owner.stderr:
+        if line.startswith("fam: waiting for signal 'go'"):
+            break
+    else:
+        raise AssertionError("the owner never got to its wait")
+    kid = json.loads(fusee("describe", "fam-kid", "--json", *on).stdout)
+    parent = json.loads(fusee("describe", "fam", "--json", *on).stdout)
+    assert kid["parent"] == {"id": "fam", "run_id": parent["run_id"]}
+    listed = fusee("list", "--parent", "fam", "--json", *on)
+    assert listed.returncode == 0, listed.stderr
+    assert [k["id"] for k in json.loads(listed.stdout)] == ["fam-kid"]
+    shown = fusee("describe", "fam", *on, COLUMNS="100")
+    assert shown.returncode == 0, shown.stderr
+    assert "fam-kid parked (cli_wait)" in shown.stdout
+    sent = fusee("signal", "fam-kid", "go", '"from a shell"', *on)
+    assert sent.returncode == 0, sent.stderr
+    assert fusee("signal", "fam", "go", *on).returncode == 0
+    out, err = owner.communicate()
+    assert owner.returncode == 0, err
+    assert json.loads(out) == "done"
+    done = json.loads(fusee("describe", "fam-kid", "--json", *on).stdout)
+    assert done["status"] == "completed"
