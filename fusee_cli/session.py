@@ -450,6 +450,19 @@ def act(
     return asyncio.run(main())
 
 
+async def described_after(
+    ctl: Control | ControlClient, workflow_id: str, before: RunInfo
+) -> RunInfo:
+    """The run as it stands after a command acted on it; `before` when the owner that
+    served the command went away meanwhile (a `result --wait` whose run it closed)."""
+    from fusee_runtime.control.client import OwnerGone, OwnerLost
+
+    try:
+        return await ctl.describe(workflow_id)
+    except (OwnerGone, OwnerLost):
+        return before
+
+
 async def find_run(ctl: Control | ControlClient, workflow_id: str) -> RunInfo:
     """The newest run of `workflow_id`, or a `CliError` with exit 3."""
     from fusee_runtime import NotFound

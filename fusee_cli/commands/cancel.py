@@ -36,7 +36,7 @@ def cancel(
         async def cancel_run(ctl: Control | ControlClient, info: RunInfo) -> RunInfo:
             # Raises Rejected, with how it closed, when the run is closed.
             await ctl.cancel(wid, reason)
-            return await ctl.describe(wid)
+            return await session.described_after(ctl, wid, info)
 
         after, owner = session.act(home, module, wid, cancel_run)
         if as_json:

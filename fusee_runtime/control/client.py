@@ -195,15 +195,26 @@ class ControlClient:
             OwnerUnanswered: the owner stayed silent for `ANSWER_S`.
         """
         reader, writer = await self._open()
+        lost = OwnerLost(
+            f"the owner of {self.home} (pid {self._pid}) closed the connection "
+            f"before answering {op!r}; it may have stopped"
+        )
         try:
-            writer.write(orjson.dumps({"op": op, "args": args}, option=orjson.OPT_APPEND_NEWLINE))
-            await writer.drain()
+            try:
+                writer.write(
+                    orjson.dumps({"op": op, "args": args}, option=orjson.OPT_APPEND_NEWLINE)
+                )
+                await writer.drain()
+            except ConnectionError:  # it went away as it was asked (a follower whose run closed)
+                raise lost from None
             while True:
                 try:
                     # Not asyncio.wait_for: on 3.11 it swallows a cancel (Ctrl-C)
                     # that lands as a line arrives, and the command follows on.
                     async with asyncio.timeout(protocol.ANSWER_S):
                         line = await reader.readline()
+                except ConnectionError:
+                    raise lost from None
                 except TimeoutError:
                     raise OwnerUnanswered(self.home, self._pid, "stopped answering") from None
                 except ValueError:  # a line over LINE_BYTES_MAX
@@ -212,10 +223,7 @@ class ControlClient:
                         "run the command when no process owns the home"
                     ) from None
                 if not line:
-                    raise OwnerLost(
-                        f"the owner of {self.home} (pid {self._pid}) closed the connection "
-                        f"before answering {op!r}; it may have stopped"
-                    )
+                    raise lost
                 doc = orjson.loads(line)
                 if "event" in doc:
                     yield True, doc["event"]

@@ -267,3 +267,33 @@ async def test_a_reader_that_goes_away_is_no_error_of_the_owner(
         finally:
             await server.close()
     assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
+
+
+async def test_an_owner_that_goes_away_mid_request_is_one_error_not_a_reset(
+    home: Path,
+) -> None:
+    # An owner that closes with the request unread (a `result --wait` whose run just
+    # closed): the client's read gets ECONNRESET, said as OwnerLost, not a traceback.
+    from fusee_runtime.control import protocol
+    from fusee_runtime.control.client import OwnerLost
+
+    home.mkdir(parents=True)
+    loop = asyncio.get_running_loop()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.setblocking(False)
+    with protocol.socket_address(home / protocol.SOCKET_NAME) as address:
+        listener.bind(address)
+    listener.listen()
+
+    async def vanish() -> None:
+        conn, _ = await loop.sock_accept(listener)
+        await loop.sock_recv(conn, 1)  # the request arrived; the rest stays unread
+        conn.close()
+
+    owner = asyncio.ensure_future(vanish())
+    try:
+        with pytest.raises(OwnerLost, match="closed the connection before answering 'describe'"):
+            await ControlClient(home, 4242).describe("x" * 100_000)
+        await owner
+    finally:
+        listener.close()
