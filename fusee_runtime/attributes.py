@@ -92,10 +92,11 @@ def set_attributes(execution: Execution, attributes: Any) -> None:
 
 
 def attributes_of(ops: dict[str, Op]) -> dict[str, Any]:
-    """The search attributes the `ctx.set_attributes` among `ops` leave, applied in
-    operation order (a reset run's, from the operations it keeps)."""
+    """The search attributes the `ctx.set_attributes` among `ops` leave (a reset run's,
+    from the operations it keeps). `ops` are in the order they were recorded, the order
+    folding merged them in."""
     out: dict[str, Any] = {}
-    for _, op in sorted(ops.items(), key=lambda k: [int(p) for p in k[0].split(".")]):
+    for op in ops.values():
         if op.kind == "attributes" and not op.cancelled:
             merge_attributes(out, op.value)
     return out

@@ -112,7 +112,7 @@ class Execution:
             raise Rejected(
                 f"a {kind} name is a string of 1 to {NAME_CHARS_MAX} characters, not {name!r:.60}"
             )
-        cursor = cursor_var.get() or self.root
+        cursor = self._cursor()
         cursor.n += 1
         self.count += 1
         seq = f"{cursor.prefix}{cursor.n}"
@@ -147,6 +147,14 @@ class Execution:
         if op is None and run.stuck is not None:
             self.host.carried_on(run)  # live past the journal's end: the code matches it
         return seq, op
+
+    def upcoming(self) -> str:
+        """The number the next operation will take, without taking it."""
+        cursor = self._cursor()
+        return f"{cursor.prefix}{cursor.n + 1}"
+
+    def _cursor(self) -> Cursor:
+        return cursor_var.get() or self.root
 
     def _replay_updates(self, position: int) -> None:
         """Applies again, in order, the updates recorded after operation #`position`."""

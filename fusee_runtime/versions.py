@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from fusee_runtime.errors import Rejected
 from fusee_runtime.journal.records import R
-from fusee_runtime.scope import check_name, cursor_var, handling_var, step_var
+from fusee_runtime.scope import check_name, handling_var, step_var
 
 if TYPE_CHECKING:
     from fusee_runtime.execution import Execution
@@ -41,8 +41,7 @@ def patched(execution: Execution, patch_id: str, deprecated: bool = False) -> bo
         )
     execution.check_live()
     run = execution.run
-    cursor = cursor_var.get() or execution.root
-    here = f"{cursor.prefix}{cursor.n + 1}"
+    here = execution.upcoming()
     held = run.ops.get(here)
     if held is not None and (held.kind, held.name) == ("patch", patch_id):
         execution.next("patch", patch_id)  # replayed: the marker is this operation

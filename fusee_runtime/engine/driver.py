@@ -241,15 +241,15 @@ class Driver:
         check_name("signal", name)
         # Its type is known only where the code waits for it: written in its typed form.
         encoded = self.encode(value, f"signal {name!r}", ANY)
-        rec = [
-            R.SignalReceived,
-            run.run_id,
-            run.next_signal_id,
-            name,
-            orjson.loads(encoded),
-            self.clock.now(),
-        ]
-        return self.append(run, rec)
+        return self.receive(run, name, orjson.loads(encoded))
+
+    def receive(self, run: Run, name: str, value: Any, signal_id: int | None = None) -> int:
+        """Appends signal `name` with `value` (already JSON) for `run`, as signal
+        `signal_id` (default: the run's next); returns its lsn."""
+        signal_id = run.next_signal_id if signal_id is None else signal_id
+        return self.append(
+            run, [R.SignalReceived, run.run_id, signal_id, name, value, self.clock.now()]
+        )
 
     def continue_as_new(self, run: Run, input: Any) -> None:
         wf = self.workflows.get(run.workflow)

@@ -117,8 +117,7 @@ class Family:
         wire = (int(R.SignalSent), *head, orjson.Fragment(encoded), error, now)
         self.driver.append(sender, rec, wire)
         if target is not None:
-            delivered = [R.SignalReceived, target.run_id, signal_id, name, value, now]
-            self.driver.append(target, delivered)
+            self.driver.receive(target, name, value, signal_id)
 
     def send_cancel(
         self, sender: Run, seq: str, target_id: str, target_run_id: str | None, reason: str
@@ -154,9 +153,7 @@ class Family:
 
     def closed(self, run: Run) -> None:
         """`run`'s close was appended: tell its parent, apply its children's `parent_close`."""
-        ref = run.parent
-        if ref is not None and run.closing != Status.CONTINUED_AS_NEW:
-            self._tell_parent(run, ref)
+        self._tell_parent(run)
         if run.closing != Status.RESET:  # a reset's: `reset`, once the new run exists
             self._close_children(run)
 
@@ -185,7 +182,12 @@ class Family:
             return None
         return newest if ref["seq"] in _open_children(newest) else None
 
-    def _tell_parent(self, child: Run, ref: dict[str, Any]) -> None:
+    def _tell_parent(self, child: Run) -> None:
+        """Appends `ChildClosed` to the parent of closed `child`, unless the parent has
+        it already; a child that continued as new goes on (its new run tells)."""
+        ref = child.parent
+        if ref is None or child.closing == Status.CONTINUED_AS_NEW:
+            return
         parent = self._parent_now(ref)
         if parent is None:
             return
@@ -253,18 +255,14 @@ class Family:
                 # Its `RunStarted` was cut off: start it as recorded.
                 self._start(run, seq, op, orjson.dumps(op.value))
             elif not child.is_open:
-                ref = child.parent
-                if ref is not None and child.closing != Status.CONTINUED_AS_NEW:
-                    self._tell_parent(child, ref)
+                self._tell_parent(child)
             return
         target = self.runs.by_run_id.get(op.peer_run)
         if target is None or not target.is_open:
             return
         if op.kind == "signal_workflow" and op.signal_id is not None:
             if target.next_signal_id <= op.signal_id:
-                now = self.driver.clock.now()
-                rec = [R.SignalReceived, target.run_id, op.signal_id, op.name, op.value, now]
-                self.driver.append(target, rec)
+                self.driver.receive(target, op.name, op.value, op.signal_id)
         elif op.kind == "cancel_workflow" and target.cancel_reason is None:
             self.driver.request_cancel(target, op.value)
 
