@@ -55,6 +55,14 @@ async def one(ctx: Ctx, _: Any) -> int:
     return await nothing(1)
 
 
+@workflow(name="fusee.bench.tagged")
+async def tagged(ctx: Ctx, n: int) -> int:
+    """One step, and search attributes that `fusee bench --storage` lists by: one
+    customer in 1,000 and an amount spread over 0 to 9,999."""
+    ctx.set_attributes({"customer": f"c-{n % 1000}", "cents": n * 7919 % 10_000})
+    return await nothing(1)
+
+
 @workflow(name="fusee.bench.fanout")
 async def fanout(ctx: Ctx, n: int) -> int:
     return len(await ctx.all([nothing(i) for i in range(n)]))

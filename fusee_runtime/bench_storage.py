@@ -4,7 +4,8 @@ In a scratch directory beside the home (removed afterwards), with the
 default `Config` (its segment size, checkpoint interval and `fdatasync`):
 
 - home A: `open_runs` runs that each do one step and then park on a signal,
-  then `runs` one-step workflows run to completion, `WAVE` at a time; the
+  then `runs` one-step workflows run to completion, `WAVE` at a time (each
+  sets two search attributes first, for `list(where=)`); the
   process that built it closes it cleanly;
 - home B: the same open runs only, closed cleanly the same way;
 - a crash image of each: a copy taken while its builder sat idle after the
@@ -40,7 +41,8 @@ from typing import Any
 
 import orjson
 
-from fusee_runtime.bench import one, parked
+from fusee_runtime import search
+from fusee_runtime.bench import parked, tagged
 from fusee_runtime.engine.engine import Config, Engine
 from fusee_runtime.engine.history import NAME as HISTORY_DB
 from fusee_runtime.journal import checkpoint as ckpt
@@ -212,9 +214,19 @@ def _journal_bytes(home: Path) -> int:
     return sum(p.stat().st_size for p in (home / "journal").iterdir() if p.is_file())
 
 
+WHERE: dict[str, dict[str, Any]] = {
+    "customer": {"customer": "c-7"},
+    "customer_and_cents": {"customer": "c-7", "cents": (">", 5000)},
+    "cents_range": {"cents": [(">=", 9900), ("<", 9950)]},
+}
+"""The `list(where=)` of the bench: one customer in 1,000 (200 runs of 200,000), that
+customer over an amount, and a range on amounts that holds 1,000 runs."""
+
+
 async def _list(home: Path) -> dict[str, Any]:
     """`list --status completed` on A, from this process (opened passively, as `fusee
-    list` opens a home with no owner), and the history store's plan for it."""
+    list` opens a home with no owner), and the history store's plan for it; then each
+    `list(where=)` of `WHERE`."""
     engine = Engine(home, app=None, config=Config(drive=False))
     await engine.open()
     try:
@@ -228,6 +240,7 @@ async def _list(home: Path) -> dict[str, Any]:
         every_ms = (time.perf_counter() - t) * 1000
         assert engine.runs.store is not None
         plan = engine.runs.store.query_plan("completed", None, LIST_LIMIT)
+        where = {name: await _where(engine, w) for name, w in WHERE.items()}
     finally:
         await engine.close()
     return {
@@ -238,6 +251,24 @@ async def _list(home: Path) -> dict[str, Any]:
         "all_rows": len(every),
         "plan": plan,
         "uses_index": "USING INDEX runs_by_status" in plan and "TEMP B-TREE" not in plan,
+        "where": where,
+    }
+
+
+async def _where(engine: Engine, where: dict[str, Any]) -> dict[str, Any]:
+    tries = []
+    for _ in range(LIST_TRIES):
+        t = time.perf_counter()
+        got = await engine.list(where=where, limit=LIST_LIMIT)
+        tries.append((time.perf_counter() - t) * 1000)
+    assert engine.runs.store is not None
+    plan = engine.runs.store.query_plan(None, None, LIST_LIMIT, search.conditions(where))
+    return {
+        "where": {k: list(v) if isinstance(v, tuple) else v for k, v in where.items()},
+        "limit_ms": _spread(tries),
+        "rows": len(got),
+        "plan": plan,
+        "uses_index": "attributes_by_value" in plan and "SCAN" not in plan,
     }
 
 
@@ -306,7 +337,7 @@ async def _build_child(home: Path, open_runs: int, runs: int, wave: int) -> None
     in_memory_max = 0  # runs held in memory: the open ones, and the closed not yet stored
     for first in range(0, runs, wave):
         n = min(wave, runs - first)
-        started = await asyncio.gather(*(engine.start(one, None) for _ in range(n)))
+        started = await asyncio.gather(*(engine.start(tagged, first + i) for i in range(n)))
         await asyncio.gather(*(h.result() for h in started))
         in_memory_max = max(in_memory_max, int(engine.counters()["runs_in_memory"]))
         if (first + n) % step == 0 and first + n < runs:

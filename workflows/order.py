@@ -3,6 +3,7 @@
     fusee start order --input workflows/order.json --id o-1
     fusee logs o-1                                  # the lines the run logged
     fusee history o-1                               # its journal, step by step
+    fusee list --where customer=c-7 --where 'cents>1000'   # found by its attributes
 
 It needs no signal and no timer, so it runs straight to completion. Each
 step's result is journaled: after a crash the workflow runs again from the
@@ -52,6 +53,9 @@ async def order(ctx: Ctx, request: dict[str, Any]) -> dict[str, Any]:
     placed_at = ctx.now()  # recorded: a replay sees the same instant
     # Not written again when a recovery replays this code: `fusee logs o-1` shows it once.
     ctx.log.info(f"order {request['id']}: {request['quantity']} of {request['sku']}")
+    # Search attributes: what the order is found by (`fusee list --where`), kept
+    # apart from its payloads.
+    ctx.set_attributes({"customer": request.get("customer"), "cents": request["cents"]})
     hold = await reserve(request["sku"], request["quantity"])
     payment = await charge(request["id"], request["cents"])
     tracking = await ship(request["id"], request["address"])

@@ -146,7 +146,21 @@ def _storage_table(report: dict[str, Any]) -> None:
         ),
         (f"fusee list ... --limit {listed['limit']} (process)", f"{listed['cli_ms']:.0f} ms", ""),
     ]
+    for got in listed["where"].values():
+        shown = ", ".join(f"{k}: {v}" for k, v in got["where"].items())
+        rows.append(
+            (
+                f"list where {shown} --limit {listed['limit']}",
+                f"{got['limit_ms']['median']:.1f} ms",
+                f"{got['rows']} runs; " + _found_by(got["plan"]),
+            )
+        )
     _print(rows)
+
+
+def _found_by(plan: str) -> str:
+    """The step of a query plan that finds the runs by their attributes."""
+    return next((line for line in plan.splitlines() if "attributes" in line), plan)
 
 
 def _print(rows: list[tuple[str, str, str]]) -> None:

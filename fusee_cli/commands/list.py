@@ -58,8 +58,11 @@ def list_runs(
         typer.Option(
             "--where",
             metavar="KEY=VALUE",
-            help="Only runs whose search attribute KEY is VALUE (not available yet: exits 2); "
-            "default: no filter.",
+            help="Only runs whose search attributes (ctx.set_attributes) meet this "
+            "condition: KEY=VALUE, or another operator of != < <= > >= (amount>100). "
+            'VALUE is a number, true, false, a "quoted" string, an ISO 8601 instant '
+            "with its offset, or else text as written. Repeat for more conditions; "
+            "all must hold. Default: no filter.",
         ),
     ] = None,
     as_json: Json = False,
@@ -73,6 +76,8 @@ def list_runs(
     Example: fusee list --status open --limit 50 --json
 
     Example: fusee list --parent o-1
+
+    Example: fusee list --where customer=c-7 --where 'amount>100'
     """
     from fusee_runtime import Status
     from fusee_runtime.engine.engine import LIST_LIMIT_MAX
@@ -85,17 +90,12 @@ def list_runs(
         if status is not None and status != OPEN and status not in {s.value for s in Status}:
             known = ", ".join([OPEN, *(s.value for s in Status)])
             raise CliError(Code.USAGE, f"unknown status {status!r}; statuses: {known}")
-        if where:
-            raise CliError(
-                Code.USAGE,
-                "fusee list --where is not available yet: runs record search attributes "
-                "(ctx.set_attributes; fusee describe shows them), but cannot be listed by them",
-            )
+        conditions = _where(where or [])
         infos: list[Any] = []
         if session.has_journal(home):
             # One more than shown tells whether there are more, without counting them.
             wanted = None if limit == 0 else min(limit + 1, LIST_LIMIT_MAX)
-            infos = _collect(home, status, workflow, wanted, parent)
+            infos = _collect(home, status, workflow, wanted, parent, conditions)
         more = 0 < limit < len(infos)
         if more:
             infos = infos[:limit]
@@ -116,15 +116,36 @@ def list_runs(
             )
 
 
+def _where(expressions: list[str]) -> dict[str, Any] | None:
+    """The --where expressions as `list(where=)` takes them, or a usage error."""
+    if not expressions:
+        return None
+    from fusee_runtime import search
+    from fusee_runtime.errors import Rejected
+
+    try:
+        return search.parse(expressions)
+    except Rejected as e:
+        raise CliError(Code.USAGE, str(e)) from None
+
+
 def _collect(
-    home: Path, status: str | None, workflow: str | None, limit: int | None, parent: str | None
+    home: Path,
+    status: str | None,
+    workflow: str | None,
+    limit: int | None,
+    parent: str | None,
+    where: dict[str, Any] | None,
 ) -> list[Any]:
     out: list[Any] = []
 
     async def collect() -> None:
         # With no owner, opened passively: reading runs no run's code and fires no timer.
         async with session.control(home, None, drive=False) as ctl:
-            out.extend(await ctl.list(status=status, workflow=workflow, limit=limit, parent=parent))
+            got = await ctl.list(
+                status=status, workflow=workflow, limit=limit, parent=parent, where=where
+            )
+            out.extend(got)
 
     session.run(collect())
     return out

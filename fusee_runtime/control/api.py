@@ -134,8 +134,11 @@ class Control:
         workflow: str | None = None,
         limit: int | None = None,
         parent: str | None = None,
+        where: dict[str, Any] | None = None,
     ) -> builtins.list[RunInfo]:
-        return await self.engine.list(status=status, workflow=workflow, limit=limit, parent=parent)
+        return await self.engine.list(
+            status=status, workflow=workflow, limit=limit, parent=parent, where=where
+        )
 
     async def history(self, id: str) -> builtins.list[dict[str, Any]]:
         """The records of every run of `id` as JSON (`records.as_json`)."""

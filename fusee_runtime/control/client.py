@@ -118,10 +118,15 @@ class ControlClient:
         workflow: str | None = None,
         limit: int | None = None,
         parent: str | None = None,
+        where: dict[str, Any] | None = None,
     ) -> builtins.list[RunInfo]:
-        args = {"status": status, "workflow": workflow, "limit": limit}
-        # Asked only when given: an owner of an older version takes no `parent`.
-        docs = await self._call("list", **args, **({"parent": parent} if parent else {}))
+        args: dict[str, Any] = {"status": status, "workflow": workflow, "limit": limit}
+        # Asked only when given: an owner of an older version takes neither.
+        if parent:
+            args["parent"] = parent
+        if where:
+            args["where"] = where
+        docs = await self._call("list", **args)
         return [run_info(d) for d in docs]
 
     async def history(self, id: str) -> builtins.list[dict[str, Any]]:

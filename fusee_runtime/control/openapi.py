@@ -106,6 +106,17 @@ _OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
                 "Only the children (ctx.child) of the runs of this workflow id.",
             ),
             _query("limit", {"type": "integer", "minimum": 1}, "At most this many runs."),
+            {
+                **_query(
+                    "where",
+                    {"type": "array", "items": {"type": "string"}},
+                    "Only runs whose search attributes (ctx.set_attributes) meet this "
+                    "condition, as fusee list --where takes it: customer=c-7, amount>100 "
+                    "(operators = != < <= > >=). Repeat it for more conditions; all must hold.",
+                ),
+                "style": "form",
+                "explode": True,
+            },
         ],
     ),
     ("GET", "/v1/runs/{id}"): _op("The newest run of an id", _RUN, (400, 404, 503)),

@@ -24,6 +24,7 @@ import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
+from fusee_runtime import search
 from fusee_runtime.control.api import Control, run_json
 from fusee_runtime.control.limits import BODY_BYTES_MAX, RESULT_WAIT_S_MAX
 from fusee_runtime.control.openapi import OPENAPI
@@ -190,14 +191,17 @@ def _kind(value: Any) -> str:
     return kinds.get(type(value), "a number")
 
 
-def _params(request: Request, allowed: tuple[str, ...]) -> dict[str, str]:
-    """The query string's parameters, each at most once and each one of `allowed`."""
+def _params(
+    request: Request, allowed: tuple[str, ...], repeated: tuple[str, ...] = ()
+) -> dict[str, str]:
+    """The query string's parameters, each one of `allowed` and given at most once
+    unless it is `repeated` (read those with `getlist`)."""
     params = request.query_params
     for name in params:
-        if name not in allowed:
-            known = ", ".join(allowed) or "none"
+        if name not in allowed and name not in repeated:
+            known = ", ".join(allowed + repeated) or "none"
             raise _bad(f"unknown query parameter {name!r}; parameters: {known}")
-        if len(params.getlist(name)) > 1:
+        if len(params.getlist(name)) > 1 and name not in repeated:
             raise _bad(f"the query parameter {name!r} is given more than once")
     return dict(params)
 
@@ -241,7 +245,8 @@ async def _exists(control: Control, id: str) -> bool:
 
 
 async def _list(request: Request, api: Api) -> Response:
-    params = _params(request, ("status", "workflow", "limit", "parent"))
+    params = _params(request, ("status", "workflow", "limit", "parent"), ("where",))
+    where = search.parse(request.query_params.getlist("where"))
     limit = None
     if "limit" in params:
         text = params["limit"]
@@ -254,7 +259,7 @@ async def _list(request: Request, api: Api) -> Response:
             raise _bad(f"limit is at most {LIST_LIMIT_MAX}, not {shown!r}")
         limit = int(digits)
     runs = await api.control.list(
-        params.get("status"), params.get("workflow"), limit, params.get("parent")
+        params.get("status"), params.get("workflow"), limit, params.get("parent"), where
     )
     return _json([run_json(info) for info in runs])
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
 
+from fusee_runtime import search
 from fusee_runtime.completions import Tokens
 from fusee_runtime.dsl import WorkflowDef, seconds
 from fusee_runtime.engine.checkpoints import Checkpoints
@@ -456,13 +457,16 @@ class Engine:
 
         `status` is a `Status` (or its value), or "open" for every run not closed
         (running, parked, paused or stuck); None for every status. `parent` keeps
-        the children (`ctx.child`) of the runs of that workflow id.
+        the children (`ctx.child`) of the runs of that workflow id. `where` keeps the
+        runs whose search attributes (`ctx.set_attributes`) meet every condition:
+        `{"customer": "c-7", "amount": (">", 100)}`, a list of pairs for more than one
+        condition on a key (`fusee_runtime.search` has the rules).
 
         Raises:
-            Rejected: an unknown status, a limit out of range, or `where`.
+            Rejected: an unknown status, a limit out of range, or a `where` that is not
+                one.
         """
-        if where:
-            raise Rejected("search attributes (where=) are not available in this version")
+        conditions = search.conditions(where)
         if limit is not None and (type(limit) is not int or not 1 <= limit <= LIST_LIMIT_MAX):
             # int's repr refuses a number of over 4,300 digits.
             shown = "a larger number" if type(limit) is int and limit > 2**64 else repr(limit)
@@ -478,7 +482,7 @@ class Engine:
             except ValueError:
                 known = ", ".join(["open", *(s.value for s in Status)])
                 raise Rejected(f"unknown status {status!r}; statuses: {known}") from None
-        return self.runs.listed(want, workflow, limit, parent)
+        return self.runs.listed(want, workflow, limit, parent, conditions)
 
     async def history(self, id: str) -> builtins.list[dict[str, Any]]:
         """Every record of every run of `id`, oldest first, as mappings."""

@@ -11,7 +11,8 @@ between closing a run and committing it is repaired by moving it again on
 open.
 
 Each row keeps what `list()` shows (status, times, error, attributes) in
-columns, with indexes for the filters `list` takes, and the run's whole
+columns, with indexes for the filters `list` takes (the search attributes
+in a table of their own, `fusee_runtime.search`), and the run's whole
 record (every record of its journal, and how it was created when that is
 not a `RunStarted` of its own) as JSON, from which `history()` and a
 closed run's `result()` are answered.
@@ -49,14 +50,16 @@ import os
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from fusee_runtime import search
 from fusee_runtime.errors import HistoryDamaged
+from fusee_runtime.search import Condition
 
 log = logging.getLogger("fusee")
 
@@ -195,6 +198,11 @@ def damaged(path: Path, why: BaseException | str) -> HistoryDamaged:
     )
 
 
+def _has_table(db: sqlite3.Connection, name: str) -> bool:
+    query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
+    return db.execute(query, (name,)).fetchone() is not None
+
+
 def _rollback(db: sqlite3.Connection) -> None:
     """Ends a failed transaction, unless SQLite already did (on a full disk or an I/O
     error it rolls back by itself, and a ROLLBACK then fails and hides why)."""
@@ -237,7 +245,11 @@ class HistoryStore:
             self._found_damaged(e)
             return
         try:
+            had_attributes = _has_table(db, "attributes")
             db.executescript(SCHEMA)
+            if not had_attributes:
+                # A store written before search attributes could be listed by.
+                db.executescript(f"BEGIN; {search.TABLE}; {search.FILL}; COMMIT;")
             columns = {c[1] for c in db.execute("PRAGMA table_info(runs)")}
             if "parent_id" not in columns:
                 for statement in ADDED:
@@ -391,6 +403,7 @@ class HistoryStore:
         # and with the loop busy, taking it back after every row's insert cost up to a
         # switch interval (5 ms) each; the batch fell behind by tens of thousands.
         fields = ", ".join(f"json_extract(value, '$[{i}]')" for i in range(14))
+        tagged = [row[0] for row in rows if row[11] != "{}"]
         db.execute("BEGIN")
         try:
             db.execute(
@@ -398,6 +411,11 @@ class HistoryStore:
                 f"SELECT {fields} FROM json_each(?)",
                 (orjson.dumps(rows).decode(),),
             )
+            if tagged:
+                db.execute(
+                    search.FILL + "WHERE runs.run_id IN (SELECT value FROM json_each(?))",
+                    (orjson.dumps(tagged).decode(),),
+                )
             db.execute("COMMIT")
         except BaseException:
             _rollback(db)
@@ -446,23 +464,23 @@ class HistoryStore:
             return [(run_id, orjson.loads(recs)) for run_id, recs in got]
 
     def list_sql(
-        self, status: str | None, workflow: str | None, limit: int | None, parent: str | None = None
+        self,
+        status: str | None,
+        workflow: str | None,
+        limit: int | None,
+        parent: str | None = None,
+        where: Sequence[Condition] = (),
     ) -> tuple[str, tuple[Any, ...]]:
         """The query `list` runs, newest first (for `EXPLAIN QUERY PLAN` too)."""
-        where: list[str] = []
-        args: list[str | int] = []
-        if parent is not None:
-            where.append("parent_id = ?")
-            args.append(parent)
-        if status is not None:
-            where.append("status = ?")
-            args.append(status)
-        if workflow is not None:
-            where.append("workflow = ?")
-            args.append(workflow)
+        clauses, args = search.sql(where)
+        plus = "+" if where else ""  # see search.sql
+        for column, value in (("parent_id", parent), ("status", status), ("workflow", workflow)):
+            if value is not None:
+                clauses.append(f"{plus}{column} = ?")
+                args.append(value)
         sql = f"SELECT {COLUMNS} FROM runs"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
+        if clauses:
+            sql += " WHERE " + " AND ".join(clauses)
         sql += " ORDER BY start_lsn DESC"
         if limit is not None:
             sql += " LIMIT ?"
@@ -470,15 +488,26 @@ class HistoryStore:
         return sql, tuple(args)
 
     def list(
-        self, status: str | None, workflow: str | None, limit: int | None, parent: str | None = None
+        self,
+        status: str | None,
+        workflow: str | None,
+        limit: int | None,
+        parent: str | None = None,
+        where: Sequence[Condition] = (),
     ) -> list[Row]:
-        sql, args = self.list_sql(status, workflow, limit, parent)
+        sql, args = self.list_sql(status, workflow, limit, parent, where)
         with self._reading() as db:
             return [_row(r) for r in db.execute(sql, args)]
 
-    def query_plan(self, status: str | None, workflow: str | None, limit: int | None) -> str:
+    def query_plan(
+        self,
+        status: str | None,
+        workflow: str | None,
+        limit: int | None,
+        where: Sequence[Condition] = (),
+    ) -> str:
         """SQLite's plan for `list` with these filters, one step per line."""
-        sql, args = self.list_sql(status, workflow, limit)
+        sql, args = self.list_sql(status, workflow, limit, None, where)
         with self._reading() as db:
             return "\n".join(r[-1] for r in db.execute("EXPLAIN QUERY PLAN " + sql, args))
 
@@ -535,6 +564,8 @@ class HistoryStore:
                     (before, floor),
                 )
                 db.execute("DELETE FROM pruned WHERE close_lsn <= ?", (floor,))
+                doomed_ids = f"SELECT run_id FROM runs WHERE {doomed}"
+                db.execute(f"DELETE FROM attributes WHERE run_id IN ({doomed_ids})", (before,))
                 n = db.execute(f"DELETE FROM runs WHERE {doomed}", (before,)).rowcount
                 db.execute("COMMIT")
             except BaseException:

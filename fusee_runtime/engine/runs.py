@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from fusee_runtime import search
 from fusee_runtime.attributes import attributes_of
 from fusee_runtime.engine.creation import continued_creation, created, rebuilt, reset_creation
 from fusee_runtime.engine.history import HistoryStore, Row, damaged
@@ -47,6 +48,7 @@ from fusee_runtime.journal import records
 from fusee_runtime.journal.reader import Scan, locate, recover
 from fusee_runtime.journal.records import CLOSES, SCHEDULES, R
 from fusee_runtime.journal.storage import Storage
+from fusee_runtime.search import Condition
 
 log = logging.getLogger("fusee")
 
@@ -278,10 +280,11 @@ class RunTable:
         workflow: str | None,
         limit: int | None,
         parent: str | None = None,
+        where: Sequence[Condition] = (),
     ) -> list[RunInfo]:
         """Runs of status `want` ("open": every status not closed; None: any),
-        `workflow` and `parent` (a parent's workflow id; None: any), open and
-        closed, newest first, at most `limit`."""
+        `workflow`, `parent` (a parent's workflow id; None: any) and search attributes
+        meeting `where`, open and closed, newest first, at most `limit`."""
 
         # Memory holds the open runs and the closed ones not yet stored; the store the
         # rest (closed runs only). Both are ordered by where each run began in the journal.
@@ -294,13 +297,14 @@ class RunTable:
             if wanted(run.status)
             and (workflow is None or run.workflow == workflow)
             and (parent is None or (run.parent is not None and run.parent["id"] == parent))
+            and search.matches(run.attributes, where)
         ]
         found: list[tuple[int, RunInfo]] = [(run.start_lsn, run.info()) for run in mine]
         closed = want is None or (isinstance(want, Status) and not want.is_open)
         if self.store is not None and closed:
             more = None if limit is None else limit + len(mine)
             stored = want.value if isinstance(want, Status) else None
-            for row in self.store.list(stored, workflow, more, parent):
+            for row in self.store.list(stored, workflow, more, parent, where):
                 if row.run_id not in self.by_run_id:
                     found.append((row.start_lsn, _row_info(row)))
         found.sort(key=lambda f: f[0], reverse=True)

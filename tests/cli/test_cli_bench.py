@@ -99,12 +99,25 @@ def test_storage_emits_every_measure_and_cleans_up(fusee, tmp_path) -> None:
     assert "USING INDEX runs_by_status" in listed["plan"]
     assert "TEMP B-TREE" not in listed["plan"]
     assert listed["uses_index"] is True
+    # 2,000 runs: customers c-0 to c-999 twice, amounts n * 7919 % 10,000.
+    where = listed["where"]
+    assert where["customer"]["rows"] == 2
+    assert where["customer_and_cents"]["rows"] == sum(
+        1 for n in (7, 1007) if n * 7919 % 10_000 > 5000
+    )
+    assert where["cents_range"]["rows"] == sum(
+        1 for n in range(2000) if 9900 <= n * 7919 % 10_000 < 9950
+    )
+    for got in where.values():
+        assert got["uses_index"] is True, got["plan"]
+        assert "attributes_by_value" in got["plan"]
     assert list(home.iterdir()) == []  # the scratch directory is gone
 
 
 def test_the_storage_table_names_each_measure(fusee, tmp_path) -> None:
     done = fusee("bench", "--storage", "--quick", "--runs", "200", "--home", str(tmp_path / "h"))
     assert done.returncode == 0, done.stderr
-    for label in ("build A", "journal directory", "history.db", "open: A / B", "runs_by_status"):
+    labels = ("build A", "journal directory", "history.db", "open: A / B", "runs_by_status")
+    for label in (*labels, "list where customer: c-7 --limit 100"):
         assert label in done.stdout
     assert "building home A" in done.stderr  # progress goes to stderr

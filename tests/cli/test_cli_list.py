@@ -95,3 +95,45 @@ def test_a_negative_limit_is_a_usage_error(cli, on):
     assert r.exit_code == 2, r.output
     assert "Traceback" not in r.output
     assert "--limit" in r.stderr
+
+
+def test_where_finds_the_orders_of_a_customer_over_an_amount(fusee, spawn, tmp_path):
+    """`fusee list --where` on the README's order (issue 19): from the home, and
+    through a process that owns it."""
+    on = ["--home", str(tmp_path / "home"), "--app", "workflows"]
+    for n, (customer, cents) in enumerate([("c-7", 1800), ("c-7", 900), ("c-8", 5000)]):
+        order = {"id": f"o-{n}", "customer": customer, "sku": "tea", "quantity": 1}
+        order |= {"cents": cents, "address": "12 Rue des Lilas"}
+        path = tmp_path / f"o-{n}.json"
+        path.write_text(json.dumps(order))
+        assert fusee("start", "order", "--input", str(path), "--id", f"o-{n}", *on).returncode == 0
+    where = ["--where", "customer=c-7", "--where", "cents>1000", "--json"]
+
+    alone = fusee("list", *where, *on)
+    assert alone.returncode == 0, alone.stderr
+    assert [r["id"] for r in json.loads(alone.stdout)] == ["o-0"]
+    assert json.loads(alone.stdout)[0]["attributes"] == {"customer": "c-7", "cents": 1800}
+    owner = spawn("start", "approval", "--id", "ap-1", *on)
+    assert owner.stderr is not None
+    assert owner.stderr.readline().startswith("started ap-1")
+    assert owner.stderr.readline().startswith("ap-1: waiting for signal 'approve'")
+    through = fusee("list", *where, *on)
+    assert through.returncode == 0, through.stderr
+    assert json.loads(through.stdout) == json.loads(alone.stdout)
+    fewer = fusee("list", "--where", "cents<=1800", "--json", *on)
+    assert [r["id"] for r in json.loads(fewer.stdout)] == ["o-1", "o-0"]
+    fusee("signal", "ap-1", "approve", "false", *on)
+    owner.communicate()
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("customer", "a where condition is KEY=VALUE, or KEY then one of = != < <= > >= then"),
+        ("=c-7", "a where condition is KEY=VALUE"),
+        ("vip>true", "where: 'vip' > true: true and false take = and != only"),
+        ("n>1e999", "where: 'n' > inf: a number must be finite"),
+    ],
+)
+def test_a_bad_where_is_one_line_and_exit_2(cli, on, bad_input, expression, message):
+    bad_input(cli("list", "--where", expression, *on), 2, message)

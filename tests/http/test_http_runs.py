@@ -241,3 +241,21 @@ async def test_a_parents_children_are_listed_with_their_parent(api: httpx.AsyncC
     assert (await api.get("/v1/runs", params={"parent": "nobody"})).json() == []
     history = (await api.get("/v1/runs/pa/history")).json()
     assert [r["type"] for r in history].count("ChildClosed") == 2
+
+
+@workflow
+async def http_tagged(ctx: Ctx, attributes: dict[str, Any]) -> None:
+    ctx.set_attributes(attributes)
+
+
+async def test_runs_are_listed_by_their_search_attributes(api: httpx.AsyncClient) -> None:
+    for n, amount in enumerate([50, 150, 250]):
+        doc = {"workflow": "http_tagged", "input": {"team": "core", "amount": amount}}
+        assert (await api.post("/v1/runs", json={**doc, "id": f"t-{n}"})).status_code == 201
+    got = await api.get("/v1/runs", params=[("where", "team=core"), ("where", "amount>=150")])
+    assert got.status_code == 200, got.text
+    assert [r["id"] for r in got.json()] == ["t-2", "t-1"]
+    assert got.json()[0]["attributes"] == {"team": "core", "amount": 250}
+    bad = await api.get("/v1/runs", params={"where": "amount"})
+    assert bad.status_code == 400
+    assert bad.json()["error"]["message"].startswith("a where condition is KEY=VALUE"), bad.json()
