@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "describe": "describe:describe",
     "list": "list:list_runs",
     "history": "history:history",
+    "replay": "replay:replay",
     "signal": "signal:signal",
     "resume": "resume:resume",
     "cancel": "cancel:cancel",

@@ -47,6 +47,7 @@ from fusee_runtime.scope import (
     NAME_CHARS_MAX,
     Cursor,
     Halt,
+    JournalEnds,
     cursor_var,
     execution_var,
     handling,
@@ -96,6 +97,8 @@ class Execution:
         # Concurrent groups in progress: a run inside one is never parked, since
         # a branch that finished may not have been seen by its group yet.
         self.groups = 0
+        self.journal_end: JournalEnds | None = None
+        """Where the replay checker's code stopped, reaching its journal's end."""
         self.ctx: Ctx = Ctx(self)
 
     # -- replay --------------------------------------------------------------------
@@ -118,6 +121,8 @@ class Execution:
         seq = f"{cursor.prefix}{cursor.n}"
         run = self.run
         op = run.ops.get(seq)
+        if op is None and self.host.replay_only and kind not in ("group", "result"):
+            self.journal_ends(seq, kind, name)  # (a group or a wait on a child records nothing)
         if op is not None and (op.kind, op.name) != (kind, name):
             self.stuck(
                 f"replay mismatch at operation #{seq}: the journal holds {op.kind} "
@@ -181,6 +186,14 @@ class Execution:
             self.halted = "the engine is closing"
         if self.halted is not None:
             raise Halt(self.halted)
+
+    def journal_ends(self, seq: str, kind: str, name: str) -> NoReturn:
+        """Stops the replay checker's code where it would run operation `seq` live."""
+        end = JournalEnds(seq, kind, name)
+        if self.journal_end is None:  # (the first, of concurrent branches)
+            self.journal_end = end
+            self.halted = str(end)
+        raise end
 
     def stuck(self, message: str) -> NoReturn:
         """Stops the run as `stuck` (its code does not match its journal)."""
@@ -258,6 +271,8 @@ class Execution:
     async def await_op(self, seq: str, op: Op, doing: str) -> None:
         """Waits until the engine resolves a timer, wait or paused step."""
         run = self.run
+        if not op.done and self.host.replay_only:
+            self.journal_ends(seq, op.kind, op.name)
         if not op.done and not (op.kind == "step" and not op.paused):
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             run.waiters[seq] = fut

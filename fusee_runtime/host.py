@@ -4,8 +4,9 @@ The engine is made of rooms (`fusee_runtime/engine/`, see
 docs/architecture.md). The modules that run a run's code (`execution`,
 `context`, `steps`, `streams`, the run log) and the cron schedules do not
 reach into them: they use the members named here, and nothing else. The
-engine's driver (`fusee_runtime.engine.driver.Driver`) is the one
-implementation; a test can stand in its own.
+engine's driver (`fusee_runtime.engine.driver.Driver`) implements it for
+runs that run, and the replay checker (`fusee_runtime.replayer`) for runs
+that only replay; a test can stand in its own.
 
 Two words recur. A record is *appended* once `append` returns its lsn: it
 is in memory and in the batch being written, not yet on disk, and a crash
@@ -45,6 +46,13 @@ class RunHost(Protocol):
     """The `ctx.log` file; None in an engine that runs no code."""
     family: Family
     """Children, and signals and cancels sent to other runs."""
+    replay_only: bool
+    """The replay checker (`fusee replay`): the code replays its run's journal and stops
+    (`Execution.journal_ends`) where it would go live; nothing runs, nothing is
+    recorded."""
+    journal_closed: bool
+    """With `replay_only`: the run closed. Where its journal ends it passed every point
+    its code reached, so `ctx.patched` is false there (it closed before the patch)."""
 
     @property
     def closing(self) -> bool:

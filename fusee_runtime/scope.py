@@ -46,6 +46,15 @@ class Halt(BaseException):
     """
 
 
+class JournalEnds(Halt):
+    """The replay checker's code got where its run's journal ends: from operation
+    `seq` (`kind` `name`) on it would run live."""
+
+    def __init__(self, seq: str, kind: str, name: str) -> None:
+        super().__init__(f"the journal ends before operation #{seq} ({kind} {name!r})")
+        self.seq, self.kind, self.name = seq, kind, name
+
+
 class Running(NamedTuple):
     """The step whose function runs: its seq (for `ctx.key()`), name and attempt (`ctx.log`)."""
 

@@ -49,6 +49,8 @@ def patched(execution: Execution, patch_id: str, deprecated: bool = False) -> bo
     if held is not None or here in run.prefixes:
         # Passed before the patch existed (or another patch's marker is here).
         return False
+    if execution.host.replay_only and execution.host.journal_closed:
+        return False  # the replay checker, at a closed run's end: it closed without the patch
     seq, _ = execution.next("patch", patch_id)
     execution.host.append(run, [R.PatchMarked, run.run_id, seq, patch_id])
     return True

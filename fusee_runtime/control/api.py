@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from fusee_runtime.engine.state import RunInfo, Status, Waiting
-from fusee_runtime.errors import Cancelled, RunFailed, Terminated, TimedOut
+from fusee_runtime.errors import Cancelled, NotFound, RunFailed, Terminated, TimedOut
 from fusee_runtime.journal import records
 
 if TYPE_CHECKING:
@@ -143,6 +143,24 @@ class Control:
     async def history(self, id: str) -> builtins.list[dict[str, Any]]:
         """The records of every run of `id` as JSON (`records.as_json`)."""
         return [records.as_json(r) for r in await self.engine.history(id)]
+
+    async def journal(self, id: str, run_id: str | None = None) -> dict[str, Any]:
+        """The newest run of `id` (or its run `run_id`) as a history document
+        (`replayer.history_document`): what `fusee replay` replays."""
+        from fusee_runtime.replayer import history_document
+
+        runs = self.engine.runs
+        run = runs.find_latest(id) if run_id is None else runs.by_id(run_id)
+        if run is None or run.workflow_id != id:
+            which = f"run {run_id!r} of {id!r}" if run_id else f"run with id {id!r}"
+            raise NotFound(f"no {which}")
+        return history_document(run)
+
+    async def run_ids(self, workflow: str | None = None) -> builtins.list[builtins.list[str]]:
+        """Every run, open and closed (of `workflow` only, if given), oldest first, as
+        `[id, run_id]` pairs."""
+        runs = self.engine.runs.listed(None, workflow, None)
+        return [[info.id, info.run_id] for info in reversed(runs)]
 
     async def signal(self, id: str, name: str, value: Any = None) -> None:
         await self.engine.signal(id, name, value)

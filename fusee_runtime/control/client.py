@@ -132,6 +132,12 @@ class ControlClient:
     async def history(self, id: str) -> builtins.list[dict[str, Any]]:
         return await self._call("history", id=id)
 
+    async def journal(self, id: str, run_id: str | None = None) -> dict[str, Any]:
+        return await self._call("journal", id=id, **({"run_id": run_id} if run_id else {}))
+
+    async def run_ids(self, workflow: str | None = None) -> builtins.list[builtins.list[str]]:
+        return await self._call("run_ids", **({"workflow": workflow} if workflow else {}))
+
     async def signal(self, id: str, name: str, value: Any = None) -> None:
         await self._call("signal", id=id, name=name, value=value)
 

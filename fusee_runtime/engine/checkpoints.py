@@ -201,12 +201,17 @@ class Checkpoints:
             log.error("fusee: compaction after the checkpoint at lsn %d stopped: %s", lsn, e)
         return size
 
-    async def close(self) -> None:
-        """On close: the history store takes what closed, then the last checkpoint."""
+    async def close(self, crash: bool = False) -> None:
+        """On close: the history store takes what closed, then the last checkpoint (with
+        `crash`, neither: what a process that died leaves)."""
         store = self.runs.store
         if self.task is not None:
             await asyncio.gather(self.task, return_exceptions=True)
         if store is None:
+            return
+        if crash:
+            await asyncio.to_thread(store.close)
+            self.runs.store = None
             return
         try:
             await self.flush_history()

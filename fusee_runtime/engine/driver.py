@@ -87,6 +87,8 @@ class Driver:
     ) -> None:
         self.home = home
         self.app = app
+        self.replay_only = False
+        self.journal_closed = False
         self.config = config
         self.clock: Clock = config.clock
         self.durability = durability

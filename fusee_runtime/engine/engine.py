@@ -209,7 +209,7 @@ class Engine:
             return
         self._control = server
 
-    async def close(self, grace: float = 0.0) -> None:
+    async def close(self, grace: float = 0.0, *, crash: bool = False) -> None:
         """Stops running code (open runs resume on the next open) and syncs the journal.
 
         It takes no more work at once: no timer, no schedule, no new step
@@ -217,7 +217,8 @@ class Engine:
         control API keeps answering the others meanwhile). Step functions
         running now get `grace` seconds to finish (`end_grace` cuts it
         short), and their results are recorded; the rest are cut off and
-        run again on the next open.
+        run again on the next open. With `crash` (`fusee_runtime.testing`)
+        it writes no checkpoint and moves no closed run to the history store.
         """
         if not self.driver.opened or self.driver.closing:
             return
@@ -249,7 +250,7 @@ class Engine:
         await asyncio.gather(*tasks, return_exceptions=True)
         self.checkpoints.stop_retention()
         await self.durability.close()
-        await self.checkpoints.close()
+        await self.checkpoints.close(crash)
         self.driver.workers.shutdown()
         if self.driver.run_log is not None:
             self.driver.run_log.close()

@@ -308,7 +308,7 @@ class Run:
                 self.stream(op.name).closed_lsn = lsn
 
     def _close(self, lsn: int, kind: R, rec: list[Any]) -> None:
-        self.closing = _CLOSED_AS[kind]
+        self.closing = CLOSED_AS[kind]
         self.close_lsn = lsn
         self.closed_at = rec[-1]
         if kind == R.RunCompleted:
@@ -576,7 +576,7 @@ _OP_RECORDS: dict[int, Any] = {
     R.AttributesSet: _attributes_set,
 }
 
-_CLOSED_AS = {
+CLOSED_AS = {
     R.RunCompleted: Status.COMPLETED,
     R.RunFailed: Status.FAILED,
     R.RunTerminated: Status.TERMINATED,

@@ -23,6 +23,7 @@ def test_the_commands_of_this_version():
         "logs",
         "prune",
         "query",
+        "replay",
         "reset",
         "result",
         "resume",

@@ -58,9 +58,10 @@ PUBLIC = [
     "workflow",
 ]
 
-NOT_ERRORS = {"Halt"}
+NOT_ERRORS = {"Halt", "JournalEnds"}
 """Exceptions that are not errors: `Halt` is a BaseException that stops a run's code
-(a run going stuck, closing or replaced); workflow code never sees it."""
+(a run going stuck, closing or replaced), and `JournalEnds` the `Halt` of the replay
+checker's code where its journal ends; workflow code never sees them."""
 
 
 def _public_names(module: ModuleType) -> set[str]:

@@ -1,0 +1,145 @@
+"""`fusee replay`: recorded journals replayed against the code loaded now."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from fusee_cli import session, suggest
+from fusee_cli.options import DEFAULT_HOME, App, Home, Json, app_module
+from fusee_cli.session import CliError, Code
+
+
+def replay(
+    ids: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[ID]...",
+            help="Replay the newest run of each of these workflow ids.",
+            show_default=False,
+            autocompletion=suggest.run_ids,
+        ),
+    ] = None,
+    workflow: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--workflow",
+            help="Replay every run, open and closed, of this workflow (repeat for more); "
+            "default: none.",
+            autocompletion=suggest.workflow_names,
+        ),
+    ] = None,
+    every: Annotated[
+        bool, typer.Option("--all", help="Replay every run of the home, open and closed.")
+    ] = False,
+    history: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--history",
+            metavar="FILE",
+            help="Replay this history document (fusee history ID --export FILE) instead of "
+            "runs of the home (repeat for more); default: none.",
+            dir_okay=False,
+        ),
+    ] = None,
+    as_json: Json = False,
+    home: Home = DEFAULT_HOME,
+    app: App = None,
+) -> None:
+    """Replay recorded journals against the workflow code loaded now, to check a deploy
+    before it happens.
+
+    Each run's code runs again from the top against its journal, in memory:
+    the journal answers every operation it holds, and the code stops where it
+    would go live. No step function runs and the home is not written. Each
+    run replays cleanly, or the line says at which operation it does not and
+    what the journal holds there against what the code asks. A closed run's
+    code must also end as the run did (return, raise, continue as new).
+
+    Exit 0 when every run replays cleanly, 1 when one does not.
+
+    Example: fusee replay --all --app workflows
+
+    Example: fusee history o-1 --export o-1.json; fusee replay --history o-1.json
+    """
+    with session.reporting():
+        if history and (ids or workflow or every):
+            raise CliError(Code.USAGE, "--history replays files, not runs of the home: not both")
+        if not (history or ids or workflow or every):
+            raise CliError(
+                Code.USAGE,
+                "name what to replay: workflow ids, --workflow NAME, --all, or --history FILE",
+            )
+        for id in ids or []:
+            session.check_id(id)
+        from fusee_runtime.engine.registry import load_app
+
+        load_app(app_module(app))
+        found: list[Any] = []
+        if history:
+            session.run(_files(history, found))
+        elif session.has_journal(home):
+            session.run(_home(home, ids or [], workflow or [], every, found))
+        elif ids:
+            raise session.no_run(ids[0])
+        _report(found, as_json)
+
+
+async def _files(paths: list[Path], out: list[Any]) -> None:
+    from fusee_runtime.errors import Rejected
+    from fusee_runtime.replayer import read_history, replay_document
+
+    for path in paths:
+        try:
+            doc = read_history(path)
+        except Rejected as e:
+            raise CliError(Code.USAGE, str(e)) from None
+        out.append(await replay_document(doc))
+
+
+async def _home(
+    home: Path, ids: list[str], workflows: list[str], every: bool, out: list[Any]
+) -> None:
+    from fusee_runtime import NotFound
+    from fusee_runtime.replayer import replay_document
+
+    # With no owner, opened passively: only this command's replays run code.
+    async with session.control(home, None, drive=False) as ctl:
+        targets: list[tuple[str, str | None]] = []
+        if every:
+            targets += [(id, run_id) for id, run_id in await ctl.run_ids()]
+        for name in workflows:
+            targets += [(id, run_id) for id, run_id in await ctl.run_ids(name)]
+        targets += [(id, None) for id in ids]
+        seen: set[tuple[str, str | None]] = set()
+        for target in targets:
+            if target in seen:
+                continue
+            seen.add(target)
+            try:
+                doc = await ctl.journal(*target)
+            except NotFound:
+                raise session.no_run(target[0]) from None
+            out.append(await replay_document(doc))
+
+
+def _report(found: list[Any], as_json: bool) -> None:
+    bad = [r for r in found if not r.ok]
+    if as_json:
+        session.print_json([r.as_json() for r in found])
+    else:
+        for r in found:
+            verdict = "ok" if r.ok else "MISMATCH"
+            typer.echo(f"{verdict:8} {r.id} ({r.workflow}, {r.status}): {r.message}")
+    if not found:
+        session.echo_err("no runs to replay")
+    else:
+        runs = "run" if len(found) == 1 else "runs"
+        session.echo_err(
+            f"replayed {len(found)} {runs}: {len(found) - len(bad)} replay cleanly, "
+            f"{len(bad)} do not"
+        )
+    if bad:
+        raise typer.Exit(Code.FAILED)

@@ -1,0 +1,382 @@
+"""The replay checker: a recorded journal replayed against the code loaded now.
+
+Before a deploy, `fusee replay --all` (or `replay(history, app)` in a test)
+runs each run's workflow code again from the top against its journal, as
+recovery would, but in memory only: every operation the journal holds is
+answered from it, and the code stops where it would first go live (a step
+to run or in flight, a timer or a signal not yet there, anything to
+record). No step function runs, nothing is appended, no home is written.
+
+Each run gets a `Replayed`: it replays cleanly, or it does not, at which
+operation and why (what the journal holds and what the code asks, as a
+stuck run would say). A closed run must also end as it ended: a completed
+run's code returns, a failed or cancelled run's code raises, a run that
+continued as new does so again, and none of them asks for an operation
+past its journal's end. A terminated, timed-out or reset run was stopped
+from outside, wherever its code was: only what it recorded is checked.
+
+`history_document` writes a run's journal as a portable JSON document
+(`fusee history ID --export FILE`); `read_history` reads one back, and
+`replay` replays it against an app, so a golden history can live in a
+user's tests (Temporal's `Replayer` is the model).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from fusee_runtime.clock import Clock, SystemClock
+from fusee_runtime.dsl import WorkflowDef, registry
+from fusee_runtime.engine.config import Config
+from fusee_runtime.engine.creation import created
+from fusee_runtime.engine.registry import load_app
+from fusee_runtime.engine.runlog import RunLog
+from fusee_runtime.engine.state import CLOSED_AS, Run, Status
+from fusee_runtime.errors import NotFound, Rejected
+from fusee_runtime.execution import Ended, Execution, run_code
+from fusee_runtime.journal.records import CLOSES, R
+from fusee_runtime.scope import JournalEnds
+from fusee_runtime.steps import StepWorkers
+
+if TYPE_CHECKING:
+    from fusee_runtime.completions import Completion
+    from fusee_runtime.engine.family import Family
+    from fusee_runtime.errors import Failure
+    from fusee_runtime.typed import Shape
+
+FORMAT = "fusee.history"
+VERSION = 1
+"""The history document's format and version (`history_document`)."""
+
+_MUST_END = {
+    Status.COMPLETED: "returns",
+    Status.FAILED: "raises",
+    Status.CANCELLED: "raises",
+    Status.CONTINUED_AS_NEW: "continues as new",
+}
+"""How the code of a run closed by itself must end on replay; other closes came from
+outside (terminate, a deadline, a reset) and end the check where the journal ends."""
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """What replaying one run's journal against the code loaded now found."""
+
+    id: str
+    run_id: str
+    workflow: str
+    status: str
+    """The run's status, as its journal leaves it."""
+    ok: bool
+    """The code replays the journal (and ends as the run ended)."""
+    message: str
+    """How far it replayed, or the mismatch: what the journal holds and what the code asks."""
+    operation: str | None = None
+    """Where the mismatch is (an operation number, `"3"` or `"4.2"`); None when `ok`, or
+    when the mismatch is in how the code ended."""
+    operations: int = 0
+    """Operations the code asked for before it stopped."""
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "run_id": self.run_id,
+            "workflow": self.workflow,
+            "status": self.status,
+            "ok": self.ok,
+            "operation": self.operation,
+            "operations": self.operations,
+            "message": self.message,
+        }
+
+
+# -- the portable document ----------------------------------------------------------
+
+
+def history_document(run: Run) -> dict[str, Any]:
+    """`run`'s journal as a JSON document: its records and how it was made."""
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "id": run.workflow_id,
+        "run_id": run.run_id,
+        "workflow": run.workflow,
+        "status": str(run.status),
+        "creation": run.creation,
+        "records": [[lsn, rec] for lsn, rec in run.records],
+    }
+
+
+def read_history(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:
+    """A history document from a file (or as read already), checked, or `Rejected`
+    saying in one line why it is not one."""
+    if isinstance(source, Mapping):
+        doc: Any = dict(source)
+        where = "the history"
+    else:
+        where = str(source)
+        try:
+            doc = orjson.loads(Path(source).read_bytes())
+        except OSError as e:
+            raise Rejected(f"cannot read {where}: {e.strerror or e}") from None
+        except orjson.JSONDecodeError as e:
+            raise Rejected(f"{where} is not JSON: {e}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise Rejected(
+            f"{where} is not a fusee history (fusee history ID --export FILE writes one)"
+        )
+    if doc.get("version") != VERSION:
+        raise Rejected(
+            f"{where} is a fusee history of version {doc.get('version')!r}; "
+            f"this fusee reads version {VERSION}"
+        )
+    records = doc.get("records")
+    if (
+        not isinstance(records, list)
+        or not records
+        or not all(_is_record(r) for r in records)
+        or not isinstance(doc.get("creation"), dict | None)
+    ):
+        raise Rejected(f"{where} is a damaged fusee history: its records cannot be read")
+    return doc
+
+
+def _is_record(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) == 2
+        and type(value[0]) is int
+        and isinstance(value[1], list)
+        and len(value[1]) >= 2
+        and type(value[1][0]) is int
+    )
+
+
+# -- replaying ----------------------------------------------------------------------
+
+
+async def replay(
+    history: str | Path | Mapping[str, Any],
+    app: str | ModuleType | None = None,
+) -> Replayed:
+    """Replays a history document (a path, or the document) against the workflows of
+    `app` (imported first, as the engine imports it; None: those registered already).
+
+    Raises:
+        Rejected: `history` is not a fusee history.
+        AppImportError: the app cannot be imported.
+    """
+    load_app(app)
+    return await replay_document(read_history(history))
+
+
+async def replay_document(doc: dict[str, Any]) -> Replayed:
+    """Replays a checked history document against the workflows registered now."""
+    try:
+        run, closed = _replayable(doc.get("creation"), doc["records"])
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
+        raise Rejected(f"a damaged fusee history: its records cannot be read ({e!r})") from None
+    shown = doc.get("status") if isinstance(doc.get("status"), str) else None
+    return await _replay(run, closed, registry(), shown)
+
+
+def _replayable(
+    creation: dict[str, Any] | None, records: list[list[Any]]
+) -> tuple[Run, Status | None]:
+    """The run as its journal leaves it, but open (so that its code replays), and how
+    it closed, if it did."""
+    recs = [(lsn, rec) for lsn, rec in records]
+    continued = creation is not None and creation["kind"] == "continued"
+    run = created(creation, None if continued else recs[0])
+    closed: Status | None = None
+    for lsn, rec in recs:
+        if rec[0] in CLOSES:
+            closed = CLOSED_AS[rec[0]]
+        else:
+            run.apply(lsn, rec)
+    return run, closed
+
+
+async def _replay(
+    run: Run, closed: Status | None, workflows: dict[str, WorkflowDef], shown: str | None
+) -> Replayed:
+    # The status the document was written with (an open run's says whether it was
+    # parked or paused, which the journal alone does not).
+    status = str(closed) if closed is not None else shown or str(run.status)
+    head = (run.workflow_id, run.run_id, run.workflow, status)
+    wf = workflows.get(run.workflow)
+    if wf is None:
+        known = ", ".join(sorted(workflows)) or "none"
+        return Replayed(
+            *head, False, f"workflow {run.workflow!r} is not in the app; known workflows: {known}"
+        )
+    host = ReplayHost(workflows, journal_closed=closed is not None)
+    # A context of its own, as the engine gives each run: no variable of the caller's.
+    task = asyncio.get_running_loop().create_task(
+        run_code(host, run, wf.fn), context=contextvars.Context()
+    )
+    try:
+        ended = await task
+    finally:
+        host.close()
+    execution = run.execution
+    assert execution is not None
+    return _verdict(head, execution, host, ended, closed)
+
+
+def _verdict(
+    head: tuple[str, str, str, str],
+    execution: Execution,
+    host: ReplayHost,
+    ended: Ended | None,
+    closed: Status | None,
+) -> Replayed:
+    count = execution.count
+    if host.mismatch is not None:
+        at = _OPERATION.search(host.mismatch)
+        return Replayed(*head, False, host.mismatch, at.group(1) if at else None, count)
+    must = _MUST_END.get(closed) if closed is not None else None
+    closed_as = _CLOSED_WORDS.get(closed) if closed is not None else None
+    end = execution.journal_end
+    if end is not None:
+        if must is None:
+            message = (
+                f"replays cleanly up to operation #{end.seq} ({end.kind} {end.name!r}), "
+                "where the journal ends"
+            )
+            return Replayed(*head, True, message, None, count)
+        message = (
+            f"replay mismatch at operation #{end.seq}: the journal holds nothing more (the "
+            f"run {closed_as}), the code asks for {end.kind} {end.name!r}"
+        )
+        return Replayed(*head, False, message, end.seq, count)
+    if host.continued:
+        did = "continues as new"
+    elif ended is None:
+        return Replayed(*head, False, f"the replay stopped: {execution.halted}", None, count)
+    else:
+        did = "raises" if ended.error is not None else "returns"
+    if must is not None and did != must:
+        error = ended.error if ended is not None else None
+        how = f"raises {type(error).__name__}: {error}" if error is not None else did
+        message = f"replay mismatch: the run {closed_as}, the code {how}"
+        return Replayed(*head, False, message, None, count)
+    operations = "1 operation" if count == 1 else f"{count} operations"
+    message = f"replays cleanly: {operations}, then the code {did}"
+    return Replayed(*head, True, message, None, count)
+
+
+_OPERATION = re.compile(r"operation #([0-9.]+)")
+_CLOSED_WORDS = {
+    Status.COMPLETED: "completed",
+    Status.FAILED: "failed",
+    Status.CANCELLED: "was cancelled",
+    Status.CONTINUED_AS_NEW: "continued as new",
+}
+
+
+class ReplayHost:
+    """A `RunHost` for code that only replays: it answers what the journal holds and
+    stops the code (`Execution.journal_ends`) wherever it would run or record."""
+
+    replay_only = True
+    closing = False
+    failed = None
+    family: Family
+    """Never reached: a child is started, or a signal sent, only live."""
+
+    def __init__(self, workflows: dict[str, WorkflowDef], journal_closed: bool) -> None:
+        self.journal_closed = journal_closed
+        self.clock: Clock = SystemClock()
+        self.config = Config()
+        self.workflows = workflows
+        self.workers = StepWorkers(1)  # never asked: no step function runs here
+        self.run_log: RunLog | None = RunLog(Path("/nonexistent"))
+        self.run_log.close()  # ctx.log writes nothing
+        self.mismatch: str | None = None
+        self.continued = False
+
+    def close(self) -> None:
+        self.workers.pool.shutdown(wait=False)
+
+    @property
+    def durable_lsn(self) -> int:
+        return 2**63
+
+    def check_accepting(self) -> None:
+        pass
+
+    def append(self, run: Run, rec: list[Any], wire: tuple[Any, ...] | None = None) -> int:
+        assert run.execution is not None
+        run.execution.journal_ends(str(rec[2]), "record", R(rec[0]).name)
+
+    def append_record(self, wire: Any) -> int:
+        raise JournalEnds("", "record", "schedule")
+
+    def encode(self, value: Any, what: str, shape: Shape | None = None) -> bytes:
+        return orjson.dumps(value)
+
+    async def wait_durable(self, lsn: int) -> None:
+        return None
+
+    def durable_future(self, lsn: int) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        fut.set_result(None)
+        return fut
+
+    def progressed(self) -> None:
+        pass
+
+    def park(self, run: Run) -> None:
+        pass
+
+    def mark_stuck(self, run: Run, message: str) -> None:
+        if self.mismatch is None:
+            self.mismatch = message
+
+    def carried_on(self, run: Run) -> None:
+        pass
+
+    def continue_as_new(self, run: Run, input: Any) -> None:
+        self.continued = True
+
+    def new_run(
+        self,
+        workflow_id: str,
+        workflow: str,
+        encoded_input: bytes,
+        deadline: float | None,
+        origin: dict[str, Any] | None,
+    ) -> Run:
+        raise JournalEnds("", "run", workflow)
+
+    def workflow(self, name: str) -> WorkflowDef:
+        wf = self.workflows.get(name)
+        if wf is None:
+            known = ", ".join(sorted(self.workflows)) or "none"
+            raise NotFound(f"unknown workflow {name!r}; known workflows: {known}")
+        return wf
+
+    def find_latest(self, id: str) -> Run | None:
+        return None
+
+    def open_runs(self) -> list[Run]:
+        return []
+
+    def completion(self, run: Run, seq: str, issued: int) -> Completion:
+        raise JournalEnds(seq, "completion", "token")
+
+    def log_attempt(self, run: Run, name: str, attempt: int, failure: Failure, then: str) -> None:
+        pass
+
+    def log_compensation(self, run: Run, name: str, error: Exception) -> None:
+        pass
