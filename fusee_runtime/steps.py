@@ -262,7 +262,11 @@ async def _attempt(
     workers.attempts += 1
     thread: concurrent.futures.Future[Any] | None = None
     task: asyncio.Future[Any] | None = None  # an attempt with a timeout, apart from the run's
+    shape = returns(fn)  # None for a result that is plain JSON: the usual path
     try:
+        if host.config.step_mock is not None:
+            run = execution.run
+            fn = host.config.step_mock(run.workflow, run.workflow_id, name, attempt) or fn
         is_async = _is_async(fn)
         if is_async:
             work: Any = fn(*args, **kwargs)
@@ -295,7 +299,6 @@ async def _attempt(
             _runs_on(host, execution.run.run_id, seq, attempt, _returns(task))
         if host.closing:
             host.progressed()
-    shape = returns(fn)  # None for a result that is plain JSON: the usual path
     try:
         encoded = orjson.dumps(value) if shape is None else dumps(value, shape)
     except TypeError as e:

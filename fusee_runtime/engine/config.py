@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from fusee_runtime.clock import Clock, SystemClock
 from fusee_runtime.dsl import Exhausted, RetryPolicy, seconds
@@ -13,6 +14,9 @@ from fusee_runtime.journal import format as fmt
 from fusee_runtime.journal.storage import Storage
 
 log = logging.getLogger("fusee")
+
+StepMock = Callable[[str, str, str, int], Callable[..., Any] | None]
+"""(workflow, workflow id, step name, attempt) -> the function to call instead, or None."""
 
 RECORD_FIELDS_BYTES_MAX = 4096
 """Room in a record for its fields (ids, names, times) beside a payload at its limit."""
@@ -56,6 +60,10 @@ class Config:
     http_url: str | None = None
     """Where the HTTP API is reached (`fusee serve --http`): `Completion.url` of
     `ctx.await_completion` points there; None gives no URL."""
+    step_mock: StepMock | None = None
+    """For the test kit (`fusee_runtime.testing`): called before each attempt of a
+    step's function with (workflow, workflow id, step name, attempt); a function it
+    returns is called in its place, with the step's arguments."""
 
     def __post_init__(self) -> None:
         if self.durability not in ("fdatasync", "none"):

@@ -46,6 +46,7 @@ def continued_creation(run: Run) -> dict[str, Any]:
         "carried_signals": list(run.carried_signals),
         "next_signal_id": run.next_signal_id,
         "updates_done": dict(run.updates_done),
+        "attributes": dict(run.attributes),
     }
 
 
@@ -78,6 +79,7 @@ def created(creation: dict[str, Any] | None, first: tuple[int, list[Any]] | None
     run.signals = list(signals)
     run.next_signal_id = creation["next_signal_id"]
     run.updates_done = {k: tuple(v) for k, v in creation["updates_done"].items()}
+    run.attributes = dict(creation.get("attributes") or {})  # (a continued run's)
     run.creation = creation
     if creation["kind"] == "reset":
         run.ops = {seq: Op(**op) for seq, op in creation["ops"].items()}

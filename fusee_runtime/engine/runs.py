@@ -179,6 +179,7 @@ class RunTable:
                 new.next_signal_id = run.next_signal_id
                 # An update sent again with its id after the run continued is not applied again.
                 new.updates_done = dict(run.updates_done)
+                new.attributes = dict(run.attributes)  # as Temporal's continue-as-new
                 new.last_lsn = lsn
                 new.creation = continued_creation(new)
                 self.by_run_id[new.run_id] = new

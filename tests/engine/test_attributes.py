@@ -116,3 +116,32 @@ def test_an_aware_datetime_is_kept_in_utc() -> None:
     assert checked({"at": datetime(2026, 12, 4, 11, tzinfo=east)}) == {
         "at": "2026-12-04T09:00:00+00:00"
     }
+
+
+@workflow(name="attributes.rounds")
+async def rounds(ctx: Ctx, n: int) -> int:
+    if n == 0:
+        ctx.set_attributes({"customer": "c-9", "round": 0})
+    elif n == 2:
+        ctx.set_attributes({"round": 2})
+    if n < 2:
+        await ctx.continue_as_new(n + 1)
+    await ctx.wait_for("stop")
+    return n
+
+
+async def test_a_run_that_continues_as_new_keeps_its_attributes(make_engine: Any) -> None:
+    async with make_engine() as engine:
+        await engine.start("attributes.rounds", 0, id="r-1")
+        await engine.wait_until(lambda: engine.runs.latest("r-1").parked)
+        want = {"customer": "c-9", "round": 2}
+        assert (await engine.handle("r-1").describe()).attributes == want
+        assert [i.run_id for i in await engine.list(where={"customer": "c-9"})] == [
+            i.run_id for i in await engine.list(workflow="attributes.rounds")
+        ]
+    async with make_engine() as engine:  # the continued runs rebuilt from the journal
+        assert (await engine.handle("r-1").describe()).attributes == want
+        await engine.signal("r-1", "stop")
+        assert await engine.handle("r-1").result(timeout=10) == 2
+        listed = await engine.list(where={"customer": "c-9"}, status="completed")
+        assert [i.attributes for i in listed] == [want]
