@@ -136,7 +136,11 @@ def run_details(info: Any, verbose: bool = False, children: list[Any] | None = N
     ]
     if info.parent is not None:
         rows.append(("parent", f"{info.parent[0]} (run {info.parent[1]})"))
-    rows += [("attribute", f"{k} = {clip(v, None)}") for k, v in sorted(info.attributes.items())]
+    # As JSON: the text "42" and the number 42 are different values to `--where`.
+    rows += [
+        ("attribute", f"{k} = {orjson.dumps(v).decode()}")
+        for k, v in sorted(info.attributes.items())
+    ]
     rows += [("waits for", waits_for(w)) for w in info.waiting]
     kids = list(reversed(children or []))  # in the order they started
     rows += [

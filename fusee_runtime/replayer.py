@@ -93,7 +93,10 @@ class Replayed:
             "workflow": self.workflow,
             "status": self.status,
             "ok": self.ok,
-            "operation": self.operation,
+            # As `fusee history --json` numbers operations: the top-level number, and
+            # the full path ("4.2.1" in a branch of ctx.all).
+            "seq": int(self.operation.split(".")[0]) if self.operation else None,
+            "op": self.operation,
             "operations": self.operations,
             "message": self.message,
         }

@@ -221,6 +221,11 @@ def parse(expressions: Iterable[str]) -> dict[str, Any]:
                 f"value (amount>100), not {text!r:.80}"
             )
         key, op, raw = got.group(1), got.group(2), got.group(3).strip()
+        if raw[:1] in ("=", "!", "<", ">"):
+            raise Rejected(
+                f"a where condition has one operator of {' '.join(OPERATORS)}, not {text!r:.80}; "
+                f'text that starts with one is quoted: {key}{op}"{raw[:20]}"'
+            )
         pair = _condition(key, op, _value(key, raw))
         out.setdefault(key, []).append(pair[1:])
     return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -12,6 +13,12 @@ import pytest
 
 from fusee_runtime import Config, Engine, FakeClock
 from fusee_runtime.journal.storage import Storage
+
+ROOT = str(Path(__file__).resolve().parents[1])
+if ROOT not in sys.path:
+    # The examples in workflows/ are not installed: tests import them from the
+    # checkout's root, as `fusee` finds them there (tests/examples).
+    sys.path.append(ROOT)
 
 
 class HoldingStorage(Storage):

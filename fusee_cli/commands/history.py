@@ -24,7 +24,6 @@ def history(
             help="Write the newest run's journal to FILE as a history document, for "
             "fusee replay --history FILE and replay() in tests; - writes it on stdout; "
             "default: none (show the timeline).",
-            dir_okay=False,
         ),
     ] = None,
     home: Home = DEFAULT_HOME,
@@ -41,6 +40,10 @@ def history(
     """
     with session.reporting():
         session.check_id(workflow_id)
+        if export is not None and (as_json or verbose):
+            raise CliError(
+                Code.USAGE, "--export writes the history document: not with --json or --verbose"
+            )
         if not session.has_journal(home):
             raise session.no_run(workflow_id)
         if export is not None:

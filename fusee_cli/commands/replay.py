@@ -41,7 +41,6 @@ def replay(
             metavar="FILE",
             help="Replay this history document (fusee history ID --export FILE) instead of "
             "runs of the home (repeat for more); default: none.",
-            dir_okay=False,
         ),
     ] = None,
     as_json: Json = False,
@@ -58,7 +57,11 @@ def replay(
     what the journal holds there against what the code asks. A closed run's
     code must also end as the run did (return, raise, continue as new).
 
-    Exit 0 when every run replays cleanly, 1 when one does not.
+    Only what the code asks for is checked (each operation's kind and name, in
+    order), not the arguments it passes.
+
+    Exit 0 when every run replays cleanly, 1 when one does not, 2 for a bad
+    argument or history file, 3 when a run, or the home, is not found.
 
     Example: fusee replay --all --app workflows
 
@@ -77,13 +80,21 @@ def replay(
         from fusee_runtime.engine.registry import load_app
 
         load_app(app_module(app))
+        from fusee_runtime.dsl import registry
+
+        for name in workflow or []:
+            if name not in registry():
+                known = ", ".join(sorted(registry())) or "none"
+                raise CliError(Code.USAGE, f"unknown workflow {name!r}; known workflows: {known}")
         found: list[Any] = []
         if history:
             session.run(_files(history, found))
-        elif session.has_journal(home):
+        elif not session.has_journal(home):
+            if ids:
+                raise session.no_run(ids[0])
+            raise CliError(Code.NOT_FOUND, f"no fusee home at {home}: no run to replay")
+        else:
             session.run(_home(home, ids or [], workflow or [], every, found))
-        elif ids:
-            raise session.no_run(ids[0])
         _report(found, as_json)
 
 
@@ -113,16 +124,17 @@ async def _home(
         for name in workflows:
             targets += [(id, run_id) for id, run_id in await ctl.run_ids(name)]
         targets += [(id, None) for id in ids]
-        seen: set[tuple[str, str | None]] = set()
+        replayed: set[str] = set()
         for target in targets:
-            if target in seen:
+            if target[1] in replayed:
                 continue
-            seen.add(target)
             try:
                 doc = await ctl.journal(*target)
             except NotFound:
                 raise session.no_run(target[0]) from None
-            out.append(await replay_document(doc))
+            if doc["run_id"] not in replayed:  # (an id named and in --all, say)
+                replayed.add(doc["run_id"])
+                out.append(await replay_document(doc))
 
 
 def _report(found: list[Any], as_json: bool) -> None:
@@ -136,10 +148,11 @@ def _report(found: list[Any], as_json: bool) -> None:
     if not found:
         session.echo_err("no runs to replay")
     else:
-        runs = "run" if len(found) == 1 else "runs"
+        good = len(found) - len(bad)
         session.echo_err(
-            f"replayed {len(found)} {runs}: {len(found) - len(bad)} replay cleanly, "
-            f"{len(bad)} do not"
+            f"replayed {len(found)} run{'' if len(found) == 1 else 's'}: "
+            f"{good} replay{'s' if good == 1 else ''} cleanly, "
+            f"{len(bad)} do{'es' if len(bad) == 1 else ''} not"
         )
     if bad:
         raise typer.Exit(Code.FAILED)

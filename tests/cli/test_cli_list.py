@@ -113,6 +113,9 @@ def test_where_finds_the_orders_of_a_customer_over_an_amount(fusee, spawn, tmp_p
     assert alone.returncode == 0, alone.stderr
     assert [r["id"] for r in json.loads(alone.stdout)] == ["o-0"]
     assert json.loads(alone.stdout)[0]["attributes"] == {"customer": "c-7", "cents": 1800}
+    described = fusee("describe", "o-0", *on)
+    # As JSON: the text "c-7", the number 1800 (`--where cents=1800` finds it, not "1800").
+    assert 'customer = "c-7"' in described.stdout and "cents = 1800" in described.stdout
     owner = spawn("start", "approval", "--id", "ap-1", *on)
     assert owner.stderr is not None
     assert owner.stderr.readline().startswith("started ap-1")
@@ -133,6 +136,8 @@ def test_where_finds_the_orders_of_a_customer_over_an_amount(fusee, spawn, tmp_p
         ("=c-7", "a where condition is KEY=VALUE"),
         ("vip>true", "where: 'vip' > true: true and false take = and != only"),
         ("n>1e999", "where: 'n' > inf: a number must be finite"),
+        ("n==5", "a where condition has one operator of = != < <= > >=, not 'n==5'"),
+        ("n=>5", 'text that starts with one is quoted: n=">5"'),
     ],
 )
 def test_a_bad_where_is_one_line_and_exit_2(cli, on, bad_input, expression, message):

@@ -14,6 +14,8 @@ import pytest
 
 from fusee_runtime import Config, Engine
 
+FIELDS = ("id", "run_id", "workflow", "status", "ok", "seq", "op", "operations", "message")
+"""What `fusee replay --json` gives per run (docs/json.md)."""
 RUNS = 300
 BROKEN = {f"p-{n}" for n in range(RUNS) if n % 7 == 0}
 """The runs v2 breaks: those that recorded step 'review' at operation #2."""
@@ -74,8 +76,9 @@ def test_replay_all_reports_exactly_the_runs_a_deploy_breaks_and_touches_nothing
     assert sorted(r["id"] for r in found) == sorted(f"p-{n}" for n in range(RUNS))
     assert {r["id"] for r in found if not r["ok"]} == BROKEN
     for r in found:
+        assert set(r) == set(FIELDS), r
         if r["id"] in BROKEN:
-            assert r["operation"] == "2", r
+            assert (r["seq"], r["op"]) == (2, "2"), r
             assert r["message"] == (
                 "replay mismatch at operation #2: the journal holds step 'review', "
                 "the code asks for step 'manual_review'"
@@ -111,6 +114,10 @@ def test_replay_by_id_and_by_workflow(fusee, deployed) -> None:
     assert len(json.loads(every.stdout)) == RUNS
     missing = fusee("replay", "nosuch", *on, **env)
     assert (missing.returncode, missing.stderr) == (3, "error: no run with id 'nosuch'\n")
+    once = fusee("replay", "--all", "p-7", "--json", *on, **env)
+    assert len(json.loads(once.stdout)) == RUNS, "p-7, named and in --all, is replayed once"
+    alone = fusee("replay", "p-8", *on, **env)
+    assert alone.stderr == "replayed 1 run: 1 replays cleanly, 0 do not\n"
 
 
 def test_an_exported_history_replays_from_its_file(fusee, deployed, tmp_path: Path) -> None:
@@ -168,11 +175,20 @@ def test_a_bad_history_file_is_one_line_and_exit_2(
     )
 
 
-def test_replay_needs_to_be_told_what(cli, bad_input, home: Path) -> None:
+def test_replay_needs_to_be_told_what(cli, bad_input, home: Path, tmp_path: Path) -> None:
     on = ["--home", str(home), "--app", "fusee_replay_testapp"]
     bad_input(cli("replay", *on), 2, "name what to replay: workflow ids, --workflow NAME")
     bad_input(
         cli("replay", "p-1", "--history", "x.json", *on), 2, "--history replays files, not runs"
+    )
+    # A check that replays nothing by mistake is not a green check.
+    bad_input(cli("replay", "--workflow", "paymnet", *on), 2, "unknown workflow 'paymnet'")
+    bad_input(cli("replay", "--all", *on), 3, f"no fusee home at {home}: no run to replay")
+    bad_input(cli("replay", "--history", str(tmp_path), *on), 2, f"cannot read {tmp_path}: Is a")
+    bad_input(
+        cli("history", "p-1", "--export", "x.json", "--json", *on),
+        2,
+        "--export writes the history document: not with --json or --verbose",
     )
 
 
@@ -219,3 +235,10 @@ def test_a_fix_for_a_stuck_run_is_checked_before_it_is_resumed(
         "ok       s-1 (cli_shifty, stuck): replays cleanly up to operation #2 "
         "(step 'forever'), where the journal ends\n"
     )
+
+
+def test_the_json_of_replay_is_documented() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "json.md").read_text()
+    section = text[text.index("## `fusee replay --json`") :]
+    for name in FIELDS:
+        assert f"| `{name}` |" in section, name

@@ -36,7 +36,7 @@ async def test_a_charge_that_fails_twice_is_retried_and_made_once(fusee_env: Env
     fusee_env.mock(charge, raises=ConnectionError("card network down"), attempts=[1, 2])
     run = await fusee_env.start(order, ORDER, id="o-2")
     assert (await run.describe()).waiting[0].kind == "retry"
-    await fusee_env.skip(seconds=1)  # the backoffs: 0.2 s, then 0.4 s
+    await fusee_env.skip(seconds=1)  # backoffs of about 0.2 s, then 0.4 s
     got = await run.result()
     assert got["payment"]["charge"].startswith(f"ch-{ORDER['id']}-"), "attempt 3: the real one"
     assert got["payment"]["cents"] == ORDER["cents"]

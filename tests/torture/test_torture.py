@@ -19,6 +19,7 @@ import copy
 import os
 import sqlite3
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -322,9 +323,16 @@ def _segments_from(directory: Path, after: int) -> list[tuple[int, list[Any]]]:
     return [(lsn, decode(p)) for lsn, p in scan.records]
 
 
-def _trial_damaged(tmp_path: Path, seeds: range, damage: Any) -> tuple[Report, list[Any]]:
+def _trial_damaged(
+    tmp_path: Path,
+    seeds: range,
+    damage: Any,
+    strong: Callable[[Report], bool] = lambda _: True,
+) -> tuple[Report, list[Any]]:
     """The first of `seeds`' trials in which `damage(workdir, seen)` (run between the
-    kill and recovery) found what to damage: its report, and what it damaged."""
+    kill and recovery) found what to damage, and whose report is `strong` enough to
+    show something: its report, and what it damaged. (Where the kill lands depends on
+    the machine's load: a trial killed early may have nothing to show.)"""
     done: list[Any] = []
 
     def between(workdir: Path, seen: Seen) -> None:
@@ -333,10 +341,11 @@ def _trial_damaged(tmp_path: Path, seeds: range, damage: Any) -> tuple[Report, l
             done.append(got)
 
     for seed in seeds:
+        done.clear()
         report, _ = trial(seed, tmp_path / f"trial-{seed}", between=between)
-        if done:
+        if done and (report.violations or strong(report)):
             return report, done
-    raise AssertionError(f"no trial of {len(seeds)} had anything to damage")
+    raise AssertionError(f"no trial of {len(seeds)} had anything to damage and show")
 
 
 def test_an_acknowledged_record_lost_from_the_disk_is_caught(tmp_path: Path) -> None:
@@ -481,6 +490,8 @@ def test_a_damaged_newest_checkpoint_loses_nothing(tmp_path: Path) -> None:
         path.write_bytes(bytes(data))
         return path.name
 
-    report, _ = _trial_damaged(tmp_path, range(260, 280), flip_a_byte_of_the_newest)
+    report, _ = _trial_damaged(
+        tmp_path, range(260, 280), flip_a_byte_of_the_newest, lambda r: r.compacted_records > 0
+    )
     assert report.violations == []
     assert report.compacted_records > 0, "the older checkpoint gave nothing: a weak trial"
