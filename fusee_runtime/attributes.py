@@ -39,7 +39,7 @@ def checked(attributes: Any) -> dict[str, Any]:
         )
     out: dict[str, Any] = {}
     for key, value in attributes.items():
-        if not isinstance(key, str) or not 0 < len(key) <= NAME_CHARS_MAX:
+        if not isinstance(key, str) or not 0 < len(key) <= NAME_CHARS_MAX or "\x00" in key:
             raise Rejected(
                 f"a search attribute's name is a string of 1 to {NAME_CHARS_MAX} characters, "
                 f"not {key!r:.60}"
@@ -52,6 +52,8 @@ def _value(key: str, value: Any) -> Any:
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, str):
+        if "\x00" in value:
+            raise Rejected(f"search attribute {key!r} holds a NUL character")
         if len(value) > STRING_CHARS_MAX:
             raise Rejected(
                 f"search attribute {key!r} is a string of {len(value)} characters, "
@@ -91,11 +93,12 @@ def set_attributes(execution: Execution, attributes: Any) -> None:
         execution.host.append(run, rec)
 
 
-def attributes_of(ops: dict[str, Op]) -> dict[str, Any]:
-    """The search attributes the `ctx.set_attributes` among `ops` leave (a reset run's,
-    from the operations it keeps). `ops` are in the order they were recorded, the order
-    folding merged them in."""
-    out: dict[str, Any] = {}
+def attributes_of(ops: dict[str, Op], carried: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The search attributes the `ctx.set_attributes` among `ops` leave, over those the
+    run began with (`carried` by a continue-as-new): a reset run's, from the operations
+    it keeps. `ops` are in the order they were recorded, the order folding merged them
+    in."""
+    out: dict[str, Any] = dict(carried or {})
     for op in ops.values():
         if op.kind == "attributes" and not op.cancelled:
             merge_attributes(out, op.value)

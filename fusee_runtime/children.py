@@ -25,7 +25,6 @@ from fusee_runtime.engine.state import Op, wake_at
 from fusee_runtime.errors import ChildFailed, Failure, IdConflict, NotFound, Rejected
 from fusee_runtime.journal.records import R
 from fusee_runtime.scope import check_id, check_name
-from fusee_runtime.steps import abandoned
 from fusee_runtime.typed import ANY, decode, parameter, returns
 
 if TYPE_CHECKING:
@@ -82,7 +81,7 @@ class ChildHandle:
         seq, mine = execution.next("result", self.id)
         if mine is not None:
             if mine.retired:
-                await abandoned()
+                await execution.given_up(seq)
             if mine.cancelled:
                 raise execution.cancelled()
         await _until_closed(execution, seq, self._seq, op, f"waiting for child {self.id!r}")

@@ -35,7 +35,7 @@ from fusee_runtime.engine.state import utc, wake_at
 from fusee_runtime.errors import Failure, Rejected, StepFailed
 from fusee_runtime.journal.records import R
 from fusee_runtime.scope import NAME_CHARS_MAX, Cursor, Halt, cursor_var, step_var
-from fusee_runtime.steps import abandoned, run_live
+from fusee_runtime.steps import run_live
 from fusee_runtime.streams import StreamWriter
 from fusee_runtime.typed import decode, shape_of
 
@@ -238,7 +238,7 @@ class Ctx:
         """
         seq, op = self._execution.next("completion", name)
         if op is not None and op.retired:
-            await abandoned()
+            await self._execution.given_up(seq)
         if op is None or not (op.done or op.sent):
             opts = StepOptions().merged(retry=retry, timeout=seconds(timeout))
             await run_live(self._execution, seq, op, name, send, (), {}, opts, kind="completion")
@@ -270,7 +270,10 @@ class Ctx:
         tasks, cursors = self._branches(seq, awaitables)
         self._execution.groups += 1
         try:
-            results = list(await asyncio.gather(*tasks))
+            if self._host.replay_only:
+                results = await self._execution.replayed_group(tasks)
+            else:
+                results = list(await asyncio.gather(*tasks))
             self._check_branches(seq, cursors, whole=True)
             return results
         finally:

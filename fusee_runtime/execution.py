@@ -46,6 +46,7 @@ from fusee_runtime.journal.records import R
 from fusee_runtime.scope import (
     NAME_CHARS_MAX,
     Cursor,
+    GivenUp,
     Halt,
     JournalEnds,
     cursor_var,
@@ -188,12 +189,45 @@ class Execution:
             raise Halt(self.halted)
 
     def journal_ends(self, seq: str, kind: str, name: str) -> NoReturn:
-        """Stops the replay checker's code where it would run operation `seq` live."""
-        end = JournalEnds(seq, kind, name)
-        if self.journal_end is None:  # (the first, of concurrent branches)
-            self.journal_end = end
-            self.halted = str(end)
-        raise end
+        """Stops the replay checker's code where it would run operation `seq` live.
+
+        In a branch of `ctx.all` the group decides what the end means
+        (`replayed_group`): a sibling's recorded failure may end the group
+        first, as it ended it live; the end that reaches `run_code` is the one
+        `journal_end` keeps."""
+        raise JournalEnds(seq, kind, name)
+
+    async def given_up(self, seq: str) -> NoReturn:
+        """Waits, as operation `seq` that the journal gave up, until its group cancels
+        this branch (as it did live); the replay checker's group settles it instead."""
+        if self.host.replay_only:
+            raise GivenUp(seq)
+        await abandoned()
+        raise AssertionError("unreachable: abandoned() waits until cancelled")
+
+    async def replayed_group(self, tasks: list[asyncio.Task[Any]]) -> list[Any]:
+        """`ctx.all` in the replay checker: every branch settles (returns, raises, or
+        stops where the journal ends or gave it up), then the group ends as the run's
+        did: with a branch's failure first (live, it ended the group and the others
+        were cut off where they stood), else where the journal ends, else with the
+        results; a branch left waiting for an operation the journal gave up is a
+        mismatch (the code no longer fails where the run failed)."""
+        await asyncio.wait(tasks)
+        errors = [t.exception() for t in tasks if not t.cancelled()]
+        for kinds in ((Exception,), (Halt,)):
+            for e in errors:
+                if isinstance(e, kinds) and not isinstance(e, JournalEnds | GivenUp):
+                    raise e
+        for e in errors:
+            if isinstance(e, JournalEnds):
+                raise e
+        for e in errors:
+            if isinstance(e, GivenUp):
+                self.stuck(
+                    f"replay mismatch at operation #{e.seq}: the journal gave it up (its "
+                    "group moved on without it), the code waits for it"
+                )
+        return [t.result() for t in tasks]
 
     def stuck(self, message: str) -> NoReturn:
         """Stops the run as `stuck` (its code does not match its journal)."""
@@ -241,7 +275,7 @@ class Execution:
             fn = fn.fn
         seq, op = self.next("step", name)
         if op is not None and op.retired:
-            await abandoned()
+            await self.given_up(seq)
         if op is not None and op.done:
             if op.ok:
                 return op.value if returns(fn) is None else self._typed(seq, fn, op.value, name)
@@ -294,7 +328,7 @@ class Execution:
                     del run.waiters[seq]
             run.current = None
         if op.retired:
-            await abandoned()
+            await self.given_up(seq)
         if op.cancelled:
             raise self.cancelled()
 
@@ -377,6 +411,9 @@ async def run_code(host: RunHost, run: Run, fn: Callable[..., Any]) -> Ended | N
         if execution.halted is not None or not run.is_open:
             return None  # the code swallowed the cancellation of a park, close or terminate
         execution.finished()
+    except JournalEnds as e:
+        execution.journal_end = e
+        return None
     except (Halt, JournalFailed):
         return None
     except asyncio.CancelledError:
@@ -396,6 +433,9 @@ async def _settled(execution: Execution, error: Exception) -> Ended | None:
     cancelled = isinstance(error, Cancelled) and run.cancel_reason is not None
     try:
         await execution.run_compensations()
+    except JournalEnds as e:
+        execution.journal_end = e
+        return None
     except (Halt, JournalFailed):
         return None
     except asyncio.CancelledError:

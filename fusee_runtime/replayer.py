@@ -40,7 +40,7 @@ from fusee_runtime.engine.config import Config
 from fusee_runtime.engine.creation import created
 from fusee_runtime.engine.registry import load_app
 from fusee_runtime.engine.runlog import RunLog
-from fusee_runtime.engine.state import CLOSED_AS, Run, Status
+from fusee_runtime.engine.state import CLOSED_AS, Run, Status, top
 from fusee_runtime.errors import NotFound, Rejected
 from fusee_runtime.execution import Ended, Execution, run_code
 from fusee_runtime.journal.records import CLOSES, R
@@ -58,10 +58,10 @@ VERSION = 1
 """The history document's format and version (`history_document`)."""
 
 _MUST_END = {
-    Status.COMPLETED: "returns",
-    Status.FAILED: "raises",
-    Status.CANCELLED: "raises",
-    Status.CONTINUED_AS_NEW: "continues as new",
+    Status.COMPLETED: frozenset({"returns"}),
+    Status.FAILED: frozenset({"raises"}),
+    Status.CANCELLED: frozenset({"raises"}),
+    Status.CONTINUED_AS_NEW: frozenset({"continues as new"}),
 }
 """How the code of a run closed by itself must end on replay; other closes came from
 outside (terminate, a deadline, a reset) and end the check where the journal ends."""
@@ -185,32 +185,49 @@ async def replay(
 async def replay_document(doc: dict[str, Any]) -> Replayed:
     """Replays a checked history document against the workflows registered now."""
     try:
-        run, closed = _replayable(doc.get("creation"), doc["records"])
+        run, closed, must = _replayable(doc.get("creation"), doc["records"])
     except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
         raise Rejected(f"a damaged fusee history: its records cannot be read ({e!r})") from None
     shown = doc.get("status") if isinstance(doc.get("status"), str) else None
-    return await _replay(run, closed, registry(), shown)
+    return await _replay(run, closed, must, registry(), shown)
 
 
 def _replayable(
     creation: dict[str, Any] | None, records: list[list[Any]]
-) -> tuple[Run, Status | None]:
-    """The run as its journal leaves it, but open (so that its code replays), and how
-    it closed, if it did."""
+) -> tuple[Run, Status | None, frozenset[str] | None]:
+    """The run as its journal leaves it, but open (so that its code replays); how it
+    closed, if it did; and how its code must end then (None: anywhere, as for a run
+    stopped from outside)."""
     recs = [(lsn, rec) for lsn, rec in records]
     continued = creation is not None and creation["kind"] == "continued"
     run = created(creation, None if continued else recs[0])
     closed: Status | None = None
+    failure: dict[str, Any] = {}
     for lsn, rec in recs:
         if rec[0] in CLOSES:
             closed = CLOSED_AS[rec[0]]
+            failure = rec[2] if rec[0] == R.RunFailed and isinstance(rec[2], dict) else {}
         else:
             run.apply(lsn, rec)
-    return run, closed
+    must = _MUST_END.get(closed) if closed is not None else None
+    if closed == Status.FAILED and failure.get("kind") == "CodecError":
+        must = frozenset({"raises", "returns"})  # (returned a result it could not encode)
+    if not run.cancel_delivered:
+        # A cancel that never reached the code (a stuck run cancelled, say, or one
+        # asked for after the last record) closed the run from outside, and it does
+        # not land anywhere in the replay.
+        run.cancel_reason = None
+        if closed == Status.CANCELLED:
+            must = None
+    return run, closed, must
 
 
 async def _replay(
-    run: Run, closed: Status | None, workflows: dict[str, WorkflowDef], shown: str | None
+    run: Run,
+    closed: Status | None,
+    must: frozenset[str] | None,
+    workflows: dict[str, WorkflowDef],
+    shown: str | None,
 ) -> Replayed:
     # The status the document was written with (an open run's says whether it was
     # parked or paused, which the journal alone does not).
@@ -233,7 +250,7 @@ async def _replay(
         host.close()
     execution = run.execution
     assert execution is not None
-    return _verdict(head, execution, host, ended, closed)
+    return _verdict(head, execution, host, ended, closed, must)
 
 
 def _verdict(
@@ -242,12 +259,12 @@ def _verdict(
     host: ReplayHost,
     ended: Ended | None,
     closed: Status | None,
+    must: frozenset[str] | None,
 ) -> Replayed:
     count = execution.count
     if host.mismatch is not None:
         at = _OPERATION.search(host.mismatch)
         return Replayed(*head, False, host.mismatch, at.group(1) if at else None, count)
-    must = _MUST_END.get(closed) if closed is not None else None
     closed_as = _CLOSED_WORDS.get(closed) if closed is not None else None
     end = execution.journal_end
     if end is not None:
@@ -268,11 +285,21 @@ def _verdict(
         return Replayed(*head, False, f"the replay stopped: {execution.halted}", None, count)
     else:
         did = "raises" if ended.error is not None else "returns"
-    if must is not None and did != must:
+    if must is not None and did not in must:
         error = ended.error if ended is not None else None
         how = f"raises {type(error).__name__}: {error}" if error is not None else did
         message = f"replay mismatch: the run {closed_as}, the code {how}"
         return Replayed(*head, False, message, None, count)
+    if closed is not None and did != "returns":
+        # (Returning, the code was checked for it by `Execution.finished`.)
+        later = sorted((s for s in execution.run.ops if top(s) > execution.root.n), key=top)
+        if later:
+            op = execution.run.ops[later[0]]
+            message = (
+                f"replay mismatch at operation #{later[0]}: the journal holds {op.kind} "
+                f"{op.name!r}, the code {did} before asking for it"
+            )
+            return Replayed(*head, False, message, later[0], count)
     operations = "1 operation" if count == 1 else f"{count} operations"
     message = f"replays cleanly: {operations}, then the code {did}"
     return Replayed(*head, True, message, None, count)
@@ -319,6 +346,8 @@ class ReplayHost:
         pass
 
     def append(self, run: Run, rec: list[Any], wire: tuple[Any, ...] | None = None) -> int:
+        if rec[0] == R.OpCancelled:
+            return 0  # a branch given up as its group moves on (cancels do not land here)
         assert run.execution is not None
         run.execution.journal_ends(str(rec[2]), "record", R(rec[0]).name)
 

@@ -55,6 +55,15 @@ class JournalEnds(Halt):
         self.seq, self.kind, self.name = seq, kind, name
 
 
+class GivenUp(Halt):
+    """The replay checker's code waits for operation `seq`, which the journal gave up
+    (a branch its `ctx.all` or `ctx.race` moved on from, and cancelled)."""
+
+    def __init__(self, seq: str) -> None:
+        super().__init__(f"the journal gave up operation #{seq}")
+        self.seq = seq
+
+
 class Running(NamedTuple):
     """The step whose function runs: its seq (for `ctx.key()`), name and attempt (`ctx.log`)."""
 

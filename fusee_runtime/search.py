@@ -146,13 +146,13 @@ def _compare(value: Any, op: str, wanted: Any) -> bool:
 # -- the history store ----------------------------------------------------------------
 
 TABLE = """
-CREATE TABLE attributes (
+CREATE TABLE IF NOT EXISTS attributes (
     run_id TEXT NOT NULL,
     key TEXT NOT NULL,
     value NOT NULL,
     PRIMARY KEY (run_id, key)
 ) WITHOUT ROWID;
-CREATE INDEX attributes_by_value ON attributes (key, value);
+CREATE INDEX IF NOT EXISTS attributes_by_value ON attributes (key, value);
 """
 """The search attributes of the stored runs, one row per (run, key), for `list(where=)`
 (see the module)."""

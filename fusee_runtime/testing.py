@@ -39,6 +39,8 @@ the `Engine`, `env.clock` its `FakeClock`.
 from __future__ import annotations
 
 import asyncio
+import errno
+import inspect
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -99,6 +101,10 @@ class StepMock:
         return (self.workflow is not None) * 2 + (self.attempts is not None)
 
 
+def _dead() -> OSError:
+    return OSError(errno.EIO, "the test environment crashed this engine")
+
+
 class _DurableOnly(Storage):
     """Journal storage that writes a segment's bytes only when they are synced, so a
     `crash` loses exactly what was not durable (as a power cut may)."""
@@ -116,10 +122,25 @@ class _DurableOnly(Storage):
     def sync(self, fd: int) -> None:
         with self._lock:
             if self.crashed:
-                return
+                raise _dead()
             for offset, data in self._pending.pop(fd, []):
                 super().write(fd, offset, data)
             super().sync(fd)
+
+    def write_file(self, path: Path, data: bytes) -> None:
+        if self.crashed:  # a checkpoint being written when the process died
+            raise _dead()
+        super().write_file(path, data)
+
+    def rename(self, src: Path, dst: Path) -> None:
+        if self.crashed:
+            raise _dead()
+        super().rename(src, dst)
+
+    def remove(self, path: Path) -> None:
+        if self.crashed:  # compaction, after the death
+            raise _dead()
+        super().remove(path)
 
     def crash(self) -> None:
         with self._lock:
@@ -270,8 +291,10 @@ class Env:
 
     async def idle(self) -> None:
         """Returns once the engine waits only for time or for the outside: every record
-        appended is durable, no step function runs, and the loop has turned
-        `QUIET_ROUNDS` times with nothing new."""
+        appended is durable, no plain-`def` step function runs in a thread, and the
+        loop has turned `QUIET_ROUNDS` times with nothing new. An `async` step
+        function that awaits counts as waiting (on the clock, as for a step's
+        `timeout`, or on something outside, as a test's event)."""
         engine = self.engine
         quiet, seen = 0, None
         while quiet < QUIET_ROUNDS:
@@ -287,7 +310,7 @@ class Env:
         writer = engine.durability.writer
         appended = writer.next_lsn - 1 if writer is not None else 0
         return engine.durability.failed is not None or (
-            engine.durability.durable_lsn >= appended and engine.driver.workers.attempts == 0
+            engine.durability.durable_lsn >= appended and engine.driver.workers.threads_busy == 0
         )
 
     def _state(self, engine: Engine) -> tuple[Any, ...]:
@@ -296,6 +319,7 @@ class Env:
             writer.next_lsn if writer is not None else 0,
             engine.durability.durable_lsn,
             engine.driver.workers.attempts,
+            engine.driver.workers.threads_busy,
             self.clock.sleepers(),
             len(asyncio.all_tasks()),
         )
@@ -344,12 +368,19 @@ class Env:
             return None
         mock = max(reversed(found), key=StepMock.specificity)  # the latest of the most specific
 
-        async def mocked(*args: Any, **kwargs: Any) -> Any:
+        def called(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             mock.calls.append(Call(workflow, id, attempt, args, kwargs))
-            result = mock.act(*args, **kwargs)
-            if asyncio.iscoroutine(result):
-                result = await result
-            return result
+            return mock.act(*args, **kwargs)
+
+        if inspect.iscoroutinefunction(mock.act):
+
+            async def mocked_async(*args: Any, **kwargs: Any) -> Any:
+                return await called(args, kwargs)
+
+            return mocked_async
+
+        def mocked(*args: Any, **kwargs: Any) -> Any:  # in a thread, as a plain def step
+            return called(args, kwargs)
 
         return mocked
 
@@ -385,8 +416,12 @@ def _acting(returns: Any, raises: BaseException | None, call: Callable[..., Any]
         return call
     if raises is not None:
 
-        def raising(*_: Any, **__: Any) -> Any:
+        async def raising(*_: Any, **__: Any) -> Any:
             raise raises
 
         return raising
-    return lambda *_, **__: returns
+
+    async def returning(*_: Any, **__: Any) -> Any:
+        return returns
+
+    return returning

@@ -34,6 +34,14 @@ def replay(
     every: Annotated[
         bool, typer.Option("--all", help="Replay every run of the home, open and closed.")
     ] = False,
+    only_open: Annotated[
+        bool,
+        typer.Option(
+            "--open",
+            help="With --all or --workflow: the open runs only, what a deploy must not "
+            "break (closed runs replay for fusee reset and golden histories).",
+        ),
+    ] = False,
     history: Annotated[
         list[Path] | None,
         typer.Option(
@@ -65,6 +73,8 @@ def replay(
 
     Example: fusee replay --all --app workflows
 
+    Example: fusee replay --all --open (before a deploy: the runs it must not break)
+
     Example: fusee history o-1 --export o-1.json; fusee replay --history o-1.json
     """
     with session.reporting():
@@ -75,6 +85,8 @@ def replay(
                 Code.USAGE,
                 "name what to replay: workflow ids, --workflow NAME, --all, or --history FILE",
             )
+        if only_open and not (every or workflow):
+            raise CliError(Code.USAGE, "--open goes with --all or --workflow")
         for id in ids or []:
             session.check_id(id)
         from fusee_runtime.engine.registry import load_app
@@ -94,7 +106,7 @@ def replay(
                 raise session.no_run(ids[0])
             raise CliError(Code.NOT_FOUND, f"no fusee home at {home}: no run to replay")
         else:
-            session.run(_home(home, ids or [], workflow or [], every, found))
+            session.run(_home(home, ids or [], workflow or [], every, only_open, found))
         _report(found, as_json)
 
 
@@ -111,7 +123,7 @@ async def _files(paths: list[Path], out: list[Any]) -> None:
 
 
 async def _home(
-    home: Path, ids: list[str], workflows: list[str], every: bool, out: list[Any]
+    home: Path, ids: list[str], workflows: list[str], every: bool, only_open: bool, out: list[Any]
 ) -> None:
     from fusee_runtime import NotFound
     from fusee_runtime.replayer import replay_document
@@ -120,9 +132,9 @@ async def _home(
     async with session.control(home, None, drive=False) as ctl:
         targets: list[tuple[str, str | None]] = []
         if every:
-            targets += [(id, run_id) for id, run_id in await ctl.run_ids()]
+            targets += [(id, run_id) for id, run_id in await ctl.run_ids(open=only_open)]
         for name in workflows:
-            targets += [(id, run_id) for id, run_id in await ctl.run_ids(name)]
+            targets += [(id, run_id) for id, run_id in await ctl.run_ids(name, only_open)]
         targets += [(id, None) for id in ids]
         replayed: set[str] = set()
         for target in targets:

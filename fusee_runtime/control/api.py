@@ -156,10 +156,12 @@ class Control:
             raise NotFound(f"no {which}")
         return history_document(run)
 
-    async def run_ids(self, workflow: str | None = None) -> builtins.list[builtins.list[str]]:
-        """Every run, open and closed (of `workflow` only, if given), oldest first, as
-        `[id, run_id]` pairs."""
-        runs = self.engine.runs.listed(None, workflow, None)
+    async def run_ids(
+        self, workflow: str | None = None, open: bool = False
+    ) -> builtins.list[builtins.list[str]]:
+        """Every run, open and closed (of `workflow` only, if given; the open ones only,
+        with `open`), oldest first, as `[id, run_id]` pairs."""
+        runs = self.engine.runs.listed("open" if open else None, workflow, None)
         return [[info.id, info.run_id] for info in reversed(runs)]
 
     async def signal(self, id: str, name: str, value: Any = None) -> None:

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import orjson
 
-from fusee_runtime import errors
+from fusee_runtime import errors, search
 from fusee_runtime.control import protocol
 from fusee_runtime.control.api import run_info
 from fusee_runtime.engine.home import HomeLock
@@ -125,7 +125,11 @@ class ControlClient:
         if parent:
             args["parent"] = parent
         if where:
-            args["where"] = where
+            # Checked and normalized here (a datetime becomes its UTC text), as pairs.
+            pairs: dict[str, Any] = {}
+            for key, op, value in search.conditions(where):
+                pairs.setdefault(key, []).append([op, value])
+            args["where"] = pairs
         docs = await self._call("list", **args)
         return [run_info(d) for d in docs]
 
@@ -135,8 +139,11 @@ class ControlClient:
     async def journal(self, id: str, run_id: str | None = None) -> dict[str, Any]:
         return await self._call("journal", id=id, **({"run_id": run_id} if run_id else {}))
 
-    async def run_ids(self, workflow: str | None = None) -> builtins.list[builtins.list[str]]:
-        return await self._call("run_ids", **({"workflow": workflow} if workflow else {}))
+    async def run_ids(
+        self, workflow: str | None = None, open: bool = False
+    ) -> builtins.list[builtins.list[str]]:
+        args: dict[str, Any] = {"workflow": workflow} if workflow else {}
+        return await self._call("run_ids", **args, **({"open": True} if open else {}))
 
     async def signal(self, id: str, name: str, value: Any = None) -> None:
         await self._call("signal", id=id, name=name, value=value)

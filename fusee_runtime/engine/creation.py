@@ -16,10 +16,12 @@ from fusee_runtime.engine.state import Op, Run
 from fusee_runtime.journal.records import R
 
 
-def reset_creation(run: Run) -> dict[str, Any]:
-    """What a reset run inherited (see `RunTable.inherit`), as JSON."""
+def reset_creation(run: Run, carried: dict[str, Any] | None) -> dict[str, Any]:
+    """What a reset run inherited (see `RunTable.inherit`), as JSON; `carried`: the
+    search attributes the run it resets began with."""
     return {
         "kind": "reset",
+        "attributes": dict(carried or {}),
         "ops": {seq: dataclasses.asdict(op) for seq, op in run.ops.items()},
         "prefixes": sorted(run.prefixes),
         "races": dict(run.races),
@@ -48,6 +50,12 @@ def continued_creation(run: Run) -> dict[str, Any]:
         "updates_done": dict(run.updates_done),
         "attributes": dict(run.attributes),
     }
+
+
+def carried_attributes(run: Run) -> dict[str, Any] | None:
+    """The search attributes `run` began with: carried over by a continue-as-new (and
+    kept by a reset of such a run)."""
+    return (run.creation or {}).get("attributes")
 
 
 def created(creation: dict[str, Any] | None, first: tuple[int, list[Any]] | None) -> Run:
@@ -83,7 +91,7 @@ def created(creation: dict[str, Any] | None, first: tuple[int, list[Any]] | None
     run.creation = creation
     if creation["kind"] == "reset":
         run.ops = {seq: Op(**op) for seq, op in creation["ops"].items()}
-        run.attributes = attributes_of(run.ops)
+        run.attributes = attributes_of(run.ops, creation.get("attributes"))
         run.prefixes = set(creation["prefixes"])
         run.races = dict(creation["races"])
         run.pending = {seq: run.ops[seq] for seq in creation["pending"]}

@@ -217,8 +217,8 @@ class Engine:
         control API keeps answering the others meanwhile). Step functions
         running now get `grace` seconds to finish (`end_grace` cuts it
         short), and their results are recorded; the rest are cut off and
-        run again on the next open. With `crash` (`fusee_runtime.testing`)
-        it writes no checkpoint and moves no closed run to the history store.
+        run again on the next open. With `crash` (`fusee_runtime.testing`) it
+        writes no checkpoint and flushes nothing more to the history store.
         """
         if not self.driver.opened or self.driver.closing:
             return

@@ -38,7 +38,13 @@ from typing import Any, Literal
 
 from fusee_runtime import search
 from fusee_runtime.attributes import attributes_of
-from fusee_runtime.engine.creation import continued_creation, created, rebuilt, reset_creation
+from fusee_runtime.engine.creation import (
+    carried_attributes,
+    continued_creation,
+    created,
+    rebuilt,
+    reset_creation,
+)
 from fusee_runtime.engine.history import HistoryStore, Row, damaged
 from fusee_runtime.engine.schedules import Schedules
 from fusee_runtime.engine.state import Op, Run, RunInfo, Status, top, utc
@@ -160,7 +166,7 @@ class RunTable:
                 if old is None:
                     raise KeyError(f"run {origin['reset']!r} (reset) is neither open nor stored")
                 self.inherit(run, old, origin["before"])
-                run.creation = reset_creation(run)
+                run.creation = reset_creation(run, carried_attributes(old))
             self.by_run_id[run.run_id] = run
             self.newest[run.workflow_id] = run
             run.apply(lsn, rec)
@@ -205,7 +211,7 @@ class RunTable:
         run.carried_signals = [s for s in old.carried_signals + received if s[0] not in taken]
         run.signals = list(run.carried_signals)
         run.next_signal_id = old.next_signal_id
-        run.attributes = attributes_of(kept)
+        run.attributes = attributes_of(kept, carried_attributes(old))
         # Updates applied before the reset point are part of the journal it keeps.
         run.update_log = {p: list(u) for p, u in old.update_log.items() if p < before}
         kept_ids = {u[0] for u in itertools.chain.from_iterable(run.update_log.values())}

@@ -92,6 +92,18 @@ def test_replay_all_reports_exactly_the_runs_a_deploy_breaks_and_touches_nothing
     )
     done = next(r for r in found if r["id"] == "p-1")
     assert done["message"] == "replays cleanly: 1 operation, then the code returns"
+    opened = fusee(
+        "replay",
+        "--all",
+        "--open",
+        "--json",
+        *deployed["on"],
+        **deployed["env"],
+        REPLAY_DEPLOY="v2",
+    )
+    assert opened.returncode == 1
+    assert {r["id"] for r in json.loads(opened.stdout)} == OPEN
+    assert {r["id"] for r in json.loads(opened.stdout) if not r["ok"]} == BROKEN & OPEN
     table = fusee("replay", "--all", *deployed["on"], **deployed["env"], REPLAY_DEPLOY="v2")
     assert table.returncode == 1
     bad_lines = [line for line in table.stdout.splitlines() if line.startswith("MISMATCH")]
@@ -183,6 +195,7 @@ def test_replay_needs_to_be_told_what(cli, bad_input, home: Path, tmp_path: Path
     )
     # A check that replays nothing by mistake is not a green check.
     bad_input(cli("replay", "--workflow", "paymnet", *on), 2, "unknown workflow 'paymnet'")
+    bad_input(cli("replay", "p-1", "--open", *on), 2, "--open goes with --all or --workflow")
     bad_input(cli("replay", "--all", *on), 3, f"no fusee home at {home}: no run to replay")
     bad_input(cli("replay", "--history", str(tmp_path), *on), 2, f"cannot read {tmp_path}: Is a")
     bad_input(

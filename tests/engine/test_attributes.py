@@ -80,6 +80,7 @@ async def bad(ctx: Ctx, how: str) -> str:
         "huge": {"n": 2**64},
         "name": {"": 1},
         "long": {"note": "x" * 1001},
+        "nul": {"note": "a\x00b"},  # SQLite's JSON functions would cut it at the NUL
     }
     try:
         ctx.set_attributes(values[how] if how != "mapping" else ["not", "a", "mapping"])
@@ -97,6 +98,7 @@ async def bad(ctx: Ctx, how: str) -> str:
         ("huge", "search attribute 'n' is an integer out of the 64-bit range"),
         ("name", "a search attribute's name is a string of 1 to 200 characters"),
         ("long", "search attribute 'note' is a string of 1001 characters, over 1000"),
+        ("nul", "search attribute 'note' holds a NUL character"),
         ("mapping", "ctx.set_attributes takes a mapping of names to values, not list"),
     ],
 )
@@ -145,3 +147,20 @@ async def test_a_run_that_continues_as_new_keeps_its_attributes(make_engine: Any
         assert await engine.handle("r-1").result(timeout=10) == 2
         listed = await engine.list(where={"customer": "c-9"}, status="completed")
         assert [i.attributes for i in listed] == [want]
+
+
+async def test_a_reset_of_a_continued_run_keeps_what_it_carried(make_engine: Any) -> None:
+    async with make_engine() as engine:
+        await engine.start("attributes.rounds", 0, id="r-2")
+        await engine.wait_until(lambda: engine.runs.latest("r-2").parked)
+        want = {"customer": "c-9", "round": 2}
+        # The third run set round at #1 and waits at #2: reset to #2 keeps both.
+        await engine.reset("r-2", 2)
+        await engine.wait_until(lambda: engine.runs.latest("r-2").parked)
+        assert (await engine.handle("r-2").describe()).attributes == want
+        # To #1: the round it set is gone, what the run was carried over stays.
+        await engine.reset("r-2", 1)
+        await engine.wait_until(lambda: engine.runs.latest("r-2").parked)
+        assert (await engine.handle("r-2").describe()).attributes == want
+    async with make_engine() as engine:  # rebuilt from its creation
+        assert (await engine.handle("r-2").describe()).attributes == want

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from fusee_runtime import Ctx, Exhausted, RetryPolicy, Status, step, workflow
+from fusee_runtime import Ctx, Exhausted, RetryPolicy, Status, StepFailed, step, workflow
 from fusee_runtime.replayer import Replayed, history_document, replay_document
 
 CODE = {"v": 1}
@@ -229,3 +229,123 @@ async def test_a_workflow_the_app_lacks_is_reported(make_engine: Any) -> None:
     got = await replayed(doc)
     assert not got.ok
     assert got.message.startswith("workflow 'replayer.gone' is not in the app; known workflows:")
+
+
+# -- groups that failed, cancels that never landed, ends that come too soon ---------
+
+
+@step(name="replayer.fails_fast", retry=RetryPolicy(attempts=1))
+async def fails_fast() -> None:
+    CALLS.append("fails_fast")
+    raise ValueError("out of stock")
+
+
+async def checked() -> None:
+    try:
+        await fails_fast()
+    except StepFailed:
+        if CODE["v"] == 1:
+            raise  # deploy 2 lets the branch go on without the stock
+
+
+@workflow(name="replayer.group_fails")
+async def group_fails(ctx: Ctx, order: str) -> str:
+    branches = [checked(), ctx.wait_for("never")]
+    if order == "wait first":
+        branches.reverse()
+    try:
+        await ctx.all(branches)
+    except StepFailed:
+        if order == "caught":
+            await work(2)
+            return "recovered"
+        raise
+    return "all done"
+
+
+@pytest.mark.parametrize("order", ["fail first", "wait first", "caught"])
+async def test_a_group_that_failed_replays_with_its_failure(make_engine: Any, order: str) -> None:
+    async with make_engine() as engine:
+        await engine.start("replayer.group_fails", order, id="g")
+        closed = Status.COMPLETED if order == "caught" else Status.FAILED
+        await engine.wait_until(lambda: engine.runs.latest("g").status == closed)
+        doc = await recorded(engine, "g")
+    got = await replayed(doc)
+    assert got.ok, got.message
+    # Deployed so that the branch no longer fails: the group now waits for the other
+    # branch, which the run cut off when the failure ended the group.
+    changed = await replayed(doc, deploy=2)
+    assert not changed.ok
+    if order == "caught":  # the run went on: it recorded giving the wait up
+        assert changed.message == (
+            f"replay mismatch at operation #1.{1 if order != 'wait first' else 0}.1: the "
+            "journal gave it up (its group moved on without it), the code waits for it"
+        )
+    else:  # the run failed there: the wait was left as it stood
+        assert "the journal holds nothing more (the run failed), the code asks for wait" in (
+            changed.message
+        )
+
+
+@workflow(name="replayer.unencodable")
+async def unencodable(ctx: Ctx, _: None) -> Any:
+    await work(1)
+    return {1, 2}  # a set: not JSON
+
+
+async def test_a_run_whose_result_could_not_be_encoded_replays(make_engine: Any) -> None:
+    async with make_engine() as engine:
+        await engine.start("replayer.unencodable", None, id="u")
+        await engine.wait_until(lambda: engine.runs.latest("u").status == Status.FAILED)
+        doc = await recorded(engine, "u")
+    got = await replayed(doc)
+    assert got.ok and got.message == "replays cleanly: 1 operation, then the code returns"
+
+
+@workflow(name="replayer.shifty")
+async def shifty(ctx: Ctx, _: None) -> None:
+    await (work(1) if CODE["v"] == 1 else boom())
+    await ctx.wait_for("go")
+
+
+async def test_a_stuck_run_that_was_cancelled_replays_against_its_own_code(
+    make_engine: Any,
+) -> None:
+    async with make_engine() as engine:
+        await engine.start("replayer.shifty", None, id="s")
+        await engine.wait_until(lambda: engine.runs.latest("s").parked)
+    CODE["v"] = 2  # a deploy that breaks it
+    async with make_engine() as engine:
+        await engine.wait_until(lambda: engine.runs.latest("s").status == Status.STUCK)
+        await engine.cancel("s")  # closed as cancelled; the cancel never reached its code
+        await engine.wait_until(lambda: engine.runs.latest("s").status == Status.CANCELLED)
+        doc = await recorded(engine, "s")
+    CODE["v"] = 1
+    got = await replayed(doc)
+    assert got.ok, got.message
+    assert got.message.startswith("replays cleanly up to operation #2 (wait 'go')")
+    broken = await replayed(doc, deploy=2)
+    assert not broken.ok and broken.operation == "1"
+
+
+@workflow(name="replayer.two_then_fail")
+async def two_then_fail(ctx: Ctx, _: None) -> None:
+    if CODE["v"] == 1:
+        await work(1)
+    await boom()
+
+
+async def test_a_failed_run_whose_code_now_fails_sooner_does_not_replay(
+    make_engine: Any,
+) -> None:
+    async with make_engine() as engine:
+        await engine.start("replayer.two_then_fail", None, id="t2")
+        await engine.wait_until(lambda: engine.runs.latest("t2").status == Status.FAILED)
+        doc = await recorded(engine, "t2")
+    assert (await replayed(doc)).ok
+    sooner = await replayed(doc, deploy=2)
+    assert not sooner.ok
+    assert sooner.message == (
+        "replay mismatch at operation #1: the journal holds step 'replayer.work', "
+        "the code asks for step 'replayer.boom'"
+    )

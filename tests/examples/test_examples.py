@@ -4,6 +4,7 @@ only. docs/testing.md walks through the same tests."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from workflows.approval import approval
 from workflows.digest import digest
 from workflows.expenses import expenses
 from workflows.flaky import fetch_rate, flaky
-from workflows.order import charge, order
+from workflows.order import charge, order, ship
 from workflows.parcels import pack, shipment
 from workflows.report import nightly_report
 from workflows.review import review
@@ -42,13 +43,23 @@ async def test_a_charge_that_fails_twice_is_retried_and_made_once(fusee_env: Env
     assert got["payment"]["cents"] == ORDER["cents"]
 
 
-async def test_an_order_survives_a_crash_after_its_charge(fusee_env: Env) -> None:
+async def test_an_order_survives_a_crash_while_it_ships(fusee_env: Env) -> None:
     charged = fusee_env.mock(charge, call=lambda order_id, cents: {"charge": "ch-1"})
-    await fusee_env.start(order, ORDER, id="o-3")
-    await fusee_env.crash()
+    carrier_down = asyncio.Event()  # the first call of ship never comes back
+
+    async def ship_once(order_id: str, address: str) -> str:
+        if len(shipped.calls) == 1:
+            await carrier_down.wait()
+        return "trk-1"
+
+    shipped = fusee_env.mock(ship, call=ship_once)
+    await fusee_env.start(order, ORDER, id="o-3")  # returns while ship waits
+    assert (len(charged.calls), len(shipped.calls)) == (1, 1)
+    await fusee_env.crash()  # ship's result was never recorded
     got = await fusee_env.handle("o-3").result()
-    assert got["payment"] == {"charge": "ch-1"}
-    assert len(charged.calls) == 1, "a durable charge is never made again"
+    assert got["payment"] == {"charge": "ch-1"} and got["tracking"] == "trk-1"
+    assert len(charged.calls) == 1, "the durable charge is not made again"
+    assert len(shipped.calls) == 2, "ship, cut off by the crash, runs again"
 
 
 async def test_an_approval_lapses_after_a_week_without_waiting_a_week(fusee_env: Env) -> None:

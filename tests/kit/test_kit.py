@@ -20,6 +20,7 @@ from fusee_runtime import (
     RetryPolicy,
     RunFailed,
     Status,
+    StepFailed,
     current_ctx,
     step,
     workflow,
@@ -222,3 +223,25 @@ async def test_what_the_kit_refuses(fusee_env: Env, tmp_path: Path) -> None:
         fusee_env.mock(charge, 1, raises=ValueError())
     with pytest.raises(Rejected, match="not open"):
         _ = Env(tmp_path / "unopened").engine
+
+
+@step(name="kit.hangs", timeout=30, retry=RetryPolicy(attempts=1))
+async def hangs() -> None:
+    await asyncio.Event().wait()  # a service that never answers
+
+
+@workflow(name="kit.times_out")
+async def times_out(ctx: Ctx, _: None) -> str:
+    try:
+        await hangs()
+    except StepFailed as e:
+        return str(e)
+    return "answered"
+
+
+async def test_a_step_timeout_fires_when_the_clock_passes_it(fusee_env: Env) -> None:
+    run = await fusee_env.start(times_out, None)  # returns: the step awaits
+    await fusee_env.skip(seconds=29)
+    assert (await run.describe()).status == Status.RUNNING
+    await fusee_env.skip(seconds=1)
+    assert "timed out" in await run.result()

@@ -58,10 +58,11 @@ PUBLIC = [
     "workflow",
 ]
 
-NOT_ERRORS = {"Halt", "JournalEnds"}
+NOT_ERRORS = {"Halt", "JournalEnds", "GivenUp"}
 """Exceptions that are not errors: `Halt` is a BaseException that stops a run's code
-(a run going stuck, closing or replaced), and `JournalEnds` the `Halt` of the replay
-checker's code where its journal ends; workflow code never sees them."""
+(a run going stuck, closing or replaced); `JournalEnds` and `GivenUp` stop the replay
+checker's code (where its journal ends, or gave an operation up). Workflow code never
+sees them."""
 
 
 def _public_names(module: ModuleType) -> set[str]:
