@@ -102,6 +102,8 @@ def waits_for(w: Any, now: datetime | None = None) -> str:
     if w.kind == "child":
         deadline = f" (deadline {until})" if until else ""
         return f"child {w.name!r} ({w.detail}), not closed yet{deadline}"
+    if w.kind == "step":
+        return f"step {w.name!r} to finish; its last {w.detail}"
     if w.kind == "cancel":
         if w.name == "delivered":
             return f"its code to finish cancelling ({w.detail}): compensations, clean-up"
@@ -294,6 +296,7 @@ def _failure_of(rec: dict[str, Any]) -> dict[str, Any] | None:
 # The instant a record tells of, by the first of these fields it has.
 _AT_FIELDS = (
     "ended_at",
+    "beat_at",
     "paused_at",
     "failed_at",
     "fired_at",
@@ -348,6 +351,8 @@ def _detail(rec: dict[str, Any], limit: int | None) -> str:
     if kind in ("StepFailed", "RunFailed"):
         f = rec["failure"]
         return short(f"{f['kind']}: {f['message']}")
+    if kind == "StepHeartbeat":
+        return short(f"attempt {rec['attempt']}: progress {clip(rec['details'], None)}")
     if kind == "RunTerminated":
         return short(rec["reason"])
     if kind == "TimerStarted":

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from fusee_runtime.dsl import WorkflowDef, seconds
 from fusee_runtime.engine.family import POLICIES
-from fusee_runtime.engine.state import Op, wake_at
+from fusee_runtime.engine.state import Op
+from fusee_runtime.engine.waits import wake_at
 from fusee_runtime.errors import ChildFailed, Failure, IdConflict, NotFound, Rejected
 from fusee_runtime.journal.records import R
 from fusee_runtime.scope import check_id, check_name

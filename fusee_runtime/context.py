@@ -26,12 +26,14 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from fusee_runtime import attributes as attributes_
 from fusee_runtime import children, versions
 from fusee_runtime.children import ChildHandle
 from fusee_runtime.completions import Completion
 from fusee_runtime.dsl import RetryPolicy, StepDef, StepOptions, WorkflowDef, seconds
-from fusee_runtime.engine.state import utc, wake_at
+from fusee_runtime.engine.waits import utc, wake_at
 from fusee_runtime.errors import Failure, Rejected, StepFailed
 from fusee_runtime.journal.records import R
 from fusee_runtime.scope import NAME_CHARS_MAX, Cursor, Halt, cursor_var, step_var
@@ -98,6 +100,36 @@ class Ctx:
             )
         return f"{self._run.workflow_id}/{self._run.run_id}/{running.seq}"
 
+    def heartbeat(self, details: Any = None) -> None:
+        """Reports progress from inside a running step function (async or in a thread):
+        `details` (JSON) replace the step's latest, never wait for the disk, and are
+        made durable within `beats.FLUSH_S` with the next group commit. They restart
+        the step's `heartbeat_timeout`, and `progress()` gives them to the step's next
+        attempt, after a crash too: a step that copies rows can go on from the last
+        row it reported.
+
+        Raises:
+            Rejected: called outside a step function.
+            CodecError: `details` is not JSON, or is over `Config.payload_bytes_max`.
+        """
+        running = step_var.get()
+        if running is None:
+            raise Rejected(
+                "ctx.heartbeat() is for step functions: workflow code has no step to report on"
+            )
+        what = f"the heartbeat details of step {running.name!r}"
+        value = orjson.loads(self._host.encode(details, what))
+        self._host.beats.beat(self._run, running.seq, running.name, running.attempt, value)
+
+    def progress(self) -> Any:
+        """The latest details the running step reported with `heartbeat()`, in this
+        attempt or an earlier one (before a crash too); None if it reported none, or
+        outside a step function."""
+        running = step_var.get()
+        if running is None:
+            return None
+        return self._host.beats.latest(self._run, running.seq)
+
     # -- recorded values -------------------------------------------------------
 
     def now(self) -> datetime:
@@ -139,7 +171,6 @@ class Ctx:
         final raises `StepFailed` here.
         """
         for option, value in (
-            ("heartbeat_timeout", heartbeat_timeout),
             ("limit", limit),
             ("limit_key", limit_key),
             ("priority", priority),
@@ -153,7 +184,15 @@ class Ctx:
             value = (fn.fn if isinstance(fn, StepDef) else fn)(*args)
             return await value if inspect.isawaitable(value) else value
         base = fn.opts if isinstance(fn, StepDef) else StepOptions()
-        opts = base.merged(retry=retry, timeout=seconds(timeout), read_only=read_only or None)
+        beat_s = seconds(heartbeat_timeout)
+        if beat_s is not None and not beat_s > 0:
+            raise Rejected(f"step {name!r}: heartbeat_timeout must be positive, not {beat_s!r}")
+        opts = base.merged(
+            retry=retry,
+            timeout=seconds(timeout),
+            heartbeat_timeout=beat_s,
+            read_only=read_only or None,
+        )
         return await self._execution.run_step(name, fn, args, {}, opts)
 
     # -- timers and signals --------------------------------------------------------

@@ -286,7 +286,8 @@ def step(
 
     Raises:
         ValueError: at import, an option this version does not offer yet
-            (`heartbeat_timeout=`, `limit=`), named in the message.
+            (`limit=`), named in the message, or a `heartbeat_timeout` that is
+            not positive.
     """
     opts = StepOptions().merged(
         retry=retry,
@@ -305,12 +306,15 @@ def step(
     return declare(fn) if fn is not None else declare
 
 
-UNAVAILABLE_STEP_OPTIONS = ("heartbeat_timeout", "limit")
-"""Step options the API names but this version does not run yet (heartbeats and limits
-come with their own issue): refused where they are declared, not at the first call."""
+UNAVAILABLE_STEP_OPTIONS = ("limit",)
+"""Step options the API names but this version does not run yet (limits come with their
+own issue): refused where they are declared, not at the first call."""
 
 
 def _check_step_options(name: str, options: dict[str, Any]) -> None:
+    beat = options.get("heartbeat_timeout")
+    if beat is not None and not (seconds(beat) or 0) > 0:
+        raise ValueError(f"@step {name}: heartbeat_timeout= must be positive, not {beat!r}")
     for option in UNAVAILABLE_STEP_OPTIONS:
         if options.get(option) is not None:
             raise ValueError(

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from fusee_runtime.clock import Clock
     from fusee_runtime.completions import Completion
     from fusee_runtime.dsl import WorkflowDef
+    from fusee_runtime.engine.beats import Beats
     from fusee_runtime.engine.config import Config
     from fusee_runtime.engine.family import Family
     from fusee_runtime.engine.runlog import RunLog
@@ -46,6 +47,8 @@ class RunHost(Protocol):
     """The `ctx.log` file; None in an engine that runs no code."""
     family: Family
     """Children, and signals and cancels sent to other runs."""
+    beats: Beats
+    """Running steps' heartbeats (`current_ctx().heartbeat`, `progress()`)."""
     replay_only: bool
     """The replay checker (`fusee replay`): the code replays its run's journal and stops
     (`Execution.journal_ends`) where it would go live; nothing runs, nothing is

@@ -49,6 +49,7 @@ from fusee_runtime.steps import StepWorkers
 
 if TYPE_CHECKING:
     from fusee_runtime.completions import Completion
+    from fusee_runtime.engine.beats import Beats
     from fusee_runtime.engine.family import Family
     from fusee_runtime.errors import Failure
     from fusee_runtime.typed import Shape
@@ -322,7 +323,8 @@ class ReplayHost:
     closing = False
     failed = None
     family: Family
-    """Never reached: a child is started, or a signal sent, only live."""
+    beats: Beats
+    """Never reached: a child is started, a signal sent or a step run only live."""
 
     def __init__(self, workflows: dict[str, WorkflowDef], journal_closed: bool) -> None:
         self.journal_closed = journal_closed

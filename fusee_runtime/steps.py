@@ -36,6 +36,7 @@ import contextvars
 import functools
 import inspect
 import logging
+import math
 import random
 import threading
 from collections.abc import Callable
@@ -45,7 +46,8 @@ import orjson
 
 from fusee_runtime.completions import Completion
 from fusee_runtime.dsl import Exhausted, RetryPolicy, StepOptions
-from fusee_runtime.engine.state import Op, Run, utc
+from fusee_runtime.engine.state import Op, Run
+from fusee_runtime.engine.waits import utc
 from fusee_runtime.errors import CodecError, Failure, StepFailed
 from fusee_runtime.journal.records import PAYLOAD_DEPTH_MAX, R, too_deep
 from fusee_runtime.scope import Running, step_var
@@ -78,6 +80,9 @@ class StepWorkers:
         """Step attempts whose function is running now, those given up on included."""
         self.threads_busy = 0
         """Plain-def step functions running in the pool now (cut-off ones included)."""
+        self.in_threads = 0
+        """Attempts of plain-def step functions, from their submission to the pool until
+        the attempt ends (queued ones included; not those cut off)."""
         self.steps_done = 0
         """Steps finished (completed, or failed for good) since the engine opened."""
         self._lock = threading.Lock()
@@ -277,10 +282,11 @@ async def _attempt(
                 workers.in_thread, contextvars.copy_context().run, fn, *args, **kwargs
             )
             thread = workers.pool.submit(call)
+            workers.in_threads += 1
             work = asyncio.wrap_future(thread, loop=asyncio.get_running_loop())
-        if opts.timeout is not None:
+        if opts.timeout is not None or opts.heartbeat_timeout is not None:
             task = asyncio.ensure_future(work)
-            value = await _within(execution, task, opts.timeout, name, attempt)
+            value = await _within(execution, task, opts, seq, name, attempt)
         else:
             value = await work
         if not is_async and inspect.isawaitable(value):  # a plain def returned a coroutine
@@ -290,7 +296,10 @@ async def _attempt(
     finally:
         step_var.reset(token)
         workers.attempts -= 1
+        if opts.heartbeat_timeout is not None:
+            host.beats.ended(execution.run, seq)
         if thread is not None:
+            workers.in_threads -= 1
             # Given up on (timed out, cut off): a thread not started yet is cancelled;
             # one running cannot be, and the next attempt waits for it.
             if not thread.done() and not thread.cancel():
@@ -330,23 +339,42 @@ async def _attempt(
 
 
 async def _within(
-    execution: Execution, work: asyncio.Future[Any], limit_s: float, name: str, n: int
+    execution: Execution, work: asyncio.Future[Any], opts: StepOptions, seq: str, name: str, n: int
 ) -> Any:
-    clock = execution.host.clock
-    timer = asyncio.ensure_future(clock.sleep_until(clock.now() + limit_s))
-    try:
-        done, _ = await asyncio.wait({work, timer}, return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:
-        # The run stopped waiting (engine closing, run terminated): the step
-        # function must not go on running on its own.
+    """The attempt's result, or a `TimedOut` failure once `opts.timeout` passes, or
+    `opts.heartbeat_timeout` passes without a heartbeat (the attempt's start counts)."""
+    host, run = execution.host, execution.run
+    clock = host.clock
+    started = clock.now()
+    ends = started + opts.timeout if opts.timeout is not None else math.inf
+
+    def silent_until() -> float:
+        if opts.heartbeat_timeout is None:
+            return math.inf
+        return max(started, host.beats.last(run, seq) or started) + opts.heartbeat_timeout
+
+    while True:
+        timer = asyncio.ensure_future(clock.sleep_until(min(ends, silent_until())))
+        try:
+            done, _ = await asyncio.wait({work, timer}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            # The run stopped waiting (engine closing, run terminated): the step
+            # function must not go on running on its own.
+            work.cancel()
+            raise
+        finally:
+            timer.cancel()
+        if work in done:
+            return work.result()
+        now = clock.now()
+        if now >= ends:
+            why = f"timed out after {opts.timeout:g} s"
+        elif now >= silent_until():
+            why = f"sent no heartbeat for {opts.heartbeat_timeout:g} s"
+        else:
+            continue  # it beat meanwhile: wait until the new silence would be too long
         work.cancel()
-        raise
-    finally:
-        timer.cancel()
-    if work in done:
-        return work.result()
-    work.cancel()
-    raise Failure(f"step {name!r} attempt {n} timed out after {limit_s:g} s", kind="TimedOut")
+        raise Failure(f"step {name!r} attempt {n} {why}", kind="TimedOut")
 
 
 def _runs_on(

@@ -310,7 +310,9 @@ class Env:
         writer = engine.durability.writer
         appended = writer.next_lsn - 1 if writer is not None else 0
         return engine.durability.failed is not None or (
-            engine.durability.durable_lsn >= appended and engine.driver.workers.threads_busy == 0
+            engine.durability.durable_lsn >= appended
+            and engine.driver.workers.in_threads == 0
+            and engine.driver.workers.threads_busy == 0
         )
 
     def _state(self, engine: Engine) -> tuple[Any, ...]:
@@ -320,6 +322,7 @@ class Env:
             engine.durability.durable_lsn,
             engine.driver.workers.attempts,
             engine.driver.workers.threads_busy,
+            engine.driver.workers.in_threads,
             self.clock.sleepers(),
             len(asyncio.all_tasks()),
         )

@@ -257,7 +257,7 @@ def _json_line(doc: dict[str, Any]) -> str:
 
 def _at(doc: dict[str, Any]) -> datetime | None:
     """The instant of a stored line: its `ts`, Unix seconds."""
-    from fusee_runtime.engine.state import utc
+    from fusee_runtime.engine.waits import utc
 
     ts = doc.get("ts")
     if not isinstance(ts, int | float) or isinstance(ts, bool):

@@ -23,7 +23,8 @@ from collections.abc import AsyncGenerator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from fusee_runtime.engine.state import RunInfo, Status, Waiting
+from fusee_runtime.engine.state import RunInfo, Status
+from fusee_runtime.engine.waits import Waiting
 from fusee_runtime.errors import Cancelled, NotFound, RunFailed, Terminated, TimedOut
 from fusee_runtime.journal import records
 

@@ -28,6 +28,7 @@ import orjson
 from fusee_runtime.clock import Clock
 from fusee_runtime.completions import Completion, Tokens
 from fusee_runtime.dsl import WorkflowDef, registry
+from fusee_runtime.engine.beats import Beats
 from fusee_runtime.engine.config import Config
 from fusee_runtime.engine.durability import Durability
 from fusee_runtime.engine.family import Family
@@ -101,6 +102,8 @@ class Driver:
         self.timers = TimerQueue(self.clock, self._fire)
         self.family = Family(self, runs)
         """Children and sends: what a run's code does to other runs."""
+        self.beats = Beats(self.clock, lambda: durability.loop, self.append, lambda: self._closing)
+        """Running steps' heartbeats."""
         self.opened = False
         self._closing = False
         self._on_closed = on_closed

@@ -95,6 +95,11 @@ class Durability:
         self._kick_rounds = 0  # times it waited for the loop's last few ready callbacks
         self._progress: asyncio.Event | None = None
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The loop the engine runs on, once open (for threads that report to it)."""
+        return self._loop
+
     def start(self, journal: Path, tail: Tail) -> None:
         """Starts writing after `tail` (what recovery found), on the running loop."""
         loop = self._loop = asyncio.get_running_loop()

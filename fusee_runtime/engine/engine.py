@@ -47,7 +47,8 @@ from fusee_runtime.engine.registry import load_app
 from fusee_runtime.engine.runlog import RunLog
 from fusee_runtime.engine.runs import RunTable, read_journal, reset_point
 from fusee_runtime.engine.schedules import Schedules
-from fusee_runtime.engine.state import Run, RunInfo, Status, wake_at
+from fusee_runtime.engine.state import Run, RunInfo, Status
+from fusee_runtime.engine.waits import wake_at
 from fusee_runtime.errors import EngineClosed, Failure, IdConflict, Rejected
 from fusee_runtime.journal import records
 from fusee_runtime.journal.records import R

@@ -47,7 +47,8 @@ from fusee_runtime.engine.creation import (
 )
 from fusee_runtime.engine.history import HistoryStore, Row, damaged
 from fusee_runtime.engine.schedules import Schedules
-from fusee_runtime.engine.state import Op, Run, RunInfo, Status, top, utc
+from fusee_runtime.engine.state import Op, Run, RunInfo, Status, top
+from fusee_runtime.engine.waits import utc
 from fusee_runtime.errors import JournalCorrupt, NotFound, Rejected
 from fusee_runtime.journal import checkpoint as ckpt
 from fusee_runtime.journal import records

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import orjson
 
 from fusee_runtime.dsl import WorkflowDef
-from fusee_runtime.engine.state import RunInfo, utc
+from fusee_runtime.engine.state import RunInfo
+from fusee_runtime.engine.waits import utc
 from fusee_runtime.errors import Rejected
 from fusee_runtime.journal.records import R
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import enum
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from fusee_runtime.attributes import merge_attributes
+from fusee_runtime.engine.waits import Waiting, utc, waiting
 from fusee_runtime.errors import Failure
 from fusee_runtime.journal.records import CLOSES, R
 
@@ -40,31 +41,6 @@ class Status(enum.StrEnum):
     @property
     def is_open(self) -> bool:
         return self in (Status.RUNNING, Status.PARKED, Status.PAUSED, Status.STUCK)
-
-
-@dataclass(frozen=True)
-class Waiting:
-    """One thing an open run waits for, as `RunInfo.waiting` lists them.
-
-    `kind` is one of:
-
-    - `"signal"`: a `ctx.wait_signal` for signal `name`, `until` its timeout (None: none);
-    - `"timer"`: a `ctx.sleep` (timer `name`) that fires at `until` (None: never);
-    - `"retry"`: step `name` runs its next attempt at `until`; `detail` is the last
-      failure;
-    - `"resume"`: step `name` is paused until `fusee resume`; `detail` is its failure;
-    - `"completion"`: the `ctx.await_completion` of step `name` waits for its token
-      to be completed from outside;
-    - `"child"`: child workflow `name` (its id) has not closed; `until` is its deadline;
-    - `"cancel"`: a cancel was recorded (`detail`, its reason) and the run has not
-      closed: its code has not acted on it yet (`name` None), or it was delivered
-      (`name` "delivered") and the code is cleaning up.
-    """
-
-    kind: str
-    name: str | None = None
-    until: datetime | None = None
-    detail: str | None = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +104,10 @@ class Op:
     # id and run id (None: refused, see `failure`). A child's workflow, its
     # `parent_close`, its deadline and how it closed; until it closes, `value` is
     # its input (recovery starts it from there if a crash cut its `RunStarted` off).
+    # A step's latest heartbeat (`current_ctx().heartbeat`): its details, which the
+    # next attempt gets from `progress()`, and when it came.
+    progress: Any = None
+    beat_at: float | None = None
     peer: str | None = None
     peer_run: str | None = None
     workflow: str | None = None
@@ -143,20 +123,6 @@ class Stream:
 
     items: list[tuple[int, Any]] = field(default_factory=list)
     closed_lsn: int | None = None
-
-
-INSTANT_MAX = 253402300799.0
-"""The last second a `datetime` holds (9999-12-31 23:59:59 UTC). A wake-up past it
-(`timedelta.max`, say) means "never": the run waits with no timer."""
-
-
-def utc(ts: float) -> datetime:
-    return datetime.fromtimestamp(ts, UTC)
-
-
-def wake_at(at: float) -> float | None:
-    """A wake-up instant as it is recorded: None ("never") past `INSTANT_MAX`."""
-    return at if at < INSTANT_MAX else None
 
 
 def top(seq: str) -> int:
@@ -353,39 +319,6 @@ class Run:
         )
 
 
-def waiting(run: Run) -> tuple[Waiting, ...]:
-    """What open `run` waits for: its pending timers, waits, paused steps and
-    completions, its steps between attempts, and a cancel it has not closed on."""
-    out: list[Waiting] = []
-    if run.cancel_reason is not None:
-        out.append(
-            Waiting(
-                "cancel", "delivered" if run.cancel_delivered else None, None, run.cancel_reason
-            )
-        )
-    for op in run.pending.values():
-        until = utc(op.fire_at) if op.fire_at is not None else None
-        if op.kind == "wait":
-            out.append(Waiting("signal", op.name, until))
-        elif op.kind == "timer":
-            out.append(Waiting("timer", op.name, until))
-        elif op.paused:
-            out.append(Waiting("resume", op.name, detail=_failed(op.failure)))
-        elif op.kind == "completion" and not op.done:
-            out.append(Waiting("completion", op.name))
-        elif op.kind == "child":
-            until = utc(op.deadline) if op.deadline is not None else None
-            out.append(Waiting("child", op.name, until, op.workflow))
-    for op in run.ops.values():
-        if op.kind == "step" and not op.done and not op.paused and op.retry_at is not None:
-            out.append(Waiting("retry", op.name, utc(op.retry_at), _failed(op.failure)))
-    return tuple(out)
-
-
-def _failed(failure: dict[str, Any] | None) -> str | None:
-    return str(Failure.from_json(failure)) if failure else None
-
-
 def _step_completed(run: Run, rec: list[Any]) -> Op:
     op = run._op(rec[2], "step", rec[3])
     op.done, op.ok, op.value = True, True, rec[4]
@@ -531,6 +464,12 @@ def _sent(run: Run, rec: list[Any], lsn: int) -> Op:
     return op
 
 
+def _step_heartbeat(run: Run, rec: list[Any]) -> None:
+    # The op of a first attempt is made here: nothing else is recorded of it until it ends.
+    op = run._op(rec[2], "step", rec[3])
+    op.progress, op.beat_at = rec[5], rec[6]
+
+
 def _attributes_set(run: Run, rec: list[Any]) -> None:
     op = run._op(rec[2], "attributes", "set")
     op.done, op.value = True, rec[3]
@@ -574,6 +513,7 @@ _OP_RECORDS: dict[int, Any] = {
     R.ChildClosed: _child_closed,
     R.PatchMarked: _patch_marked,
     R.AttributesSet: _attributes_set,
+    R.StepHeartbeat: _step_heartbeat,
 }
 
 CLOSED_AS = {

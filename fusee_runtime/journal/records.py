@@ -58,6 +58,7 @@ class R(enum.IntEnum):
     CancelSent = 37
     PatchMarked = 38
     AttributesSet = 39
+    StepHeartbeat = 40
 
 
 FIELDS: dict[R, tuple[str, ...]] = {
@@ -166,6 +167,10 @@ FIELDS: dict[R, tuple[str, ...]] = {
     R.PatchMarked: ("run_id", "seq", "patch_id"),
     # `ctx.set_attributes`: merged into the run's search attributes (null removes a key).
     R.AttributesSet: ("run_id", "seq", "attributes", "set_at"),
+    # `current_ctx().heartbeat(details)` from a running step's function: the latest of
+    # an attempt's heartbeats, coalesced (at most one record every `beats.FLUSH_S`).
+    # `details` is what `progress()` gives the next attempt, after a crash too.
+    R.StepHeartbeat: ("run_id", "seq", "name", "attempt", "details", "beat_at"),
 }
 
 SCHEDULES = {R.ScheduleArmed, R.ScheduleFired, R.SchedulePaused}

@@ -24,7 +24,7 @@ from fusee_runtime.errors import IdConflict
 # -- options that are not built yet are refused where they are declared ----------------
 
 
-@pytest.mark.parametrize("option", [{"limit": "payments"}, {"heartbeat_timeout": 30}])
+@pytest.mark.parametrize("option", [{"limit": "payments"}])
 def test_step_options_not_built_yet_are_refused_at_import(option: dict[str, Any]) -> None:
     name = next(iter(option))
     with pytest.raises(ValueError, match=rf"@step contract_charge: {name}= is not available"):
@@ -257,7 +257,7 @@ async def test_a_stuck_run_is_cancelled_where_it_stands(make_engine: Any) -> Non
 
 
 def test_the_forever_instant_is_what_a_datetime_holds() -> None:
-    from fusee_runtime.engine.state import INSTANT_MAX, wake_at
+    from fusee_runtime.engine.waits import INSTANT_MAX, wake_at
 
     assert datetime.fromtimestamp(INSTANT_MAX, UTC).year == 9999
     assert wake_at(INSTANT_MAX - 1) == INSTANT_MAX - 1

@@ -1,0 +1,104 @@
+"""What an open run waits for (`RunInfo.waiting`), and the engine's instants.
+
+`waiting(run)` reads it from the run's state, as the journal folded it:
+its pending timers, waits, paused steps, completions and children, its
+steps between attempts or sending heartbeats, and a cancel not closed on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from fusee_runtime.errors import Failure
+
+if TYPE_CHECKING:
+    from fusee_runtime.engine.state import Run
+
+INSTANT_MAX = 253402300799.0
+"""The last second a `datetime` holds (9999-12-31 23:59:59 UTC). A wake-up past it
+(`timedelta.max`, say) means "never": the run waits with no timer."""
+
+
+def utc(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC)
+
+
+def wake_at(at: float) -> float | None:
+    """A wake-up instant as it is recorded: None ("never") past `INSTANT_MAX`."""
+    return at if at < INSTANT_MAX else None
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """One thing an open run waits for, as `RunInfo.waiting` lists them.
+
+    `kind` is one of:
+
+    - `"signal"`: a `ctx.wait_signal` for signal `name`, `until` its timeout (None: none);
+    - `"timer"`: a `ctx.sleep` (timer `name`) that fires at `until` (None: never);
+    - `"retry"`: step `name` runs its next attempt at `until`; `detail` is the last
+      failure;
+    - `"resume"`: step `name` is paused until `fusee resume`; `detail` is its failure;
+    - `"completion"`: the `ctx.await_completion` of step `name` waits for its token
+      to be completed from outside;
+    - `"child"`: child workflow `name` (its id) has not closed; `until` is its deadline;
+    - `"step"`: step `name` is running and has sent a heartbeat: `detail` says when,
+      and its details (`current_ctx().heartbeat`);
+    - `"cancel"`: a cancel was recorded (`detail`, its reason) and the run has not
+      closed: its code has not acted on it yet (`name` None), or it was delivered
+      (`name` "delivered") and the code is cleaning up.
+    """
+
+    kind: str
+    name: str | None = None
+    until: datetime | None = None
+    detail: str | None = None
+
+
+def waiting(run: Run) -> tuple[Waiting, ...]:
+    """What open `run` waits for: its pending timers, waits, paused steps and
+    completions, its steps between attempts, and a cancel it has not closed on."""
+    out: list[Waiting] = []
+    if run.cancel_reason is not None:
+        out.append(
+            Waiting(
+                "cancel", "delivered" if run.cancel_delivered else None, None, run.cancel_reason
+            )
+        )
+    for op in run.pending.values():
+        until = utc(op.fire_at) if op.fire_at is not None else None
+        if op.kind == "wait":
+            out.append(Waiting("signal", op.name, until))
+        elif op.kind == "timer":
+            out.append(Waiting("timer", op.name, until))
+        elif op.paused:
+            out.append(Waiting("resume", op.name, detail=_failed(op.failure)))
+        elif op.kind == "completion" and not op.done:
+            out.append(Waiting("completion", op.name))
+        elif op.kind == "child":
+            until = utc(op.deadline) if op.deadline is not None else None
+            out.append(Waiting("child", op.name, until, op.workflow))
+    for op in run.ops.values():
+        if op.kind != "step" or op.done or op.paused:
+            continue
+        if op.retry_at is not None:
+            out.append(Waiting("retry", op.name, utc(op.retry_at), _failed(op.failure)))
+        elif op.beat_at is not None:
+            beat = f"{utc(op.beat_at):%H:%M:%S} UTC"
+            out.append(
+                Waiting("step", op.name, None, f"heartbeat at {beat}: {_shown(op.progress)}")
+            )
+    return tuple(out)
+
+
+def _shown(value: Any) -> str:
+    text = orjson.dumps(value).decode()
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+def _failed(failure: dict[str, Any] | None) -> str | None:
+    return str(Failure.from_json(failure)) if failure else None
