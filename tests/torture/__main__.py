@@ -38,7 +38,8 @@ def main() -> int:
     args = parser.parse_args()
     base = args.dir or Path(tempfile.mkdtemp(prefix="fusee-torture-"))
     counted = (
-        "trials mid cut runs steps signals children violations checkpoints compacted history "
+        "trials mid cut runs steps signals children heartbeats violations checkpoints compacted "
+        "history "
         "elsewhere"
     )
     totals = dict.fromkeys(counted.split(), 0)
@@ -60,6 +61,7 @@ def main() -> int:
         totals["steps"] += report.steps
         totals["signals"] += report.signals
         totals["children"] += report.children
+        totals["heartbeats"] += report.heartbeats
         totals["violations"] += len(report.violations)
         totals["checkpoints"] += report.checkpoints
         totals["compacted"] += report.compacted
@@ -81,7 +83,8 @@ def main() -> int:
     print(
         f"{totals['trials']} trials ({faults}), {totals['mid']} ended mid-work, "
         f"{totals['cut']} torn tails cut, {totals['runs']} runs, {totals['steps']} steps, "
-        f"{totals['signals']} signals and {totals['children']} child workflows checked; "
+        f"{totals['signals']} signals, {totals['children']} child workflows and "
+        f"{totals['heartbeats']} heartbeats checked; "
         f"first lives wrote {totals['checkpoints']} "
         f"checkpoints, compacted {totals['compacted']} segments and began {totals['history']} "
         f"history commits ({totals['elsewhere']} records checked after the crash were in no "

@@ -103,6 +103,8 @@ class Report:
     steps: int = 0
     signals: int = 0
     children: int = 0
+    heartbeats: int = 0
+    """`StepHeartbeat` records the recovered journal holds."""
     violations: list[str] = field(default_factory=list)
 
 
@@ -496,6 +498,18 @@ def check(report: Report, evidence: Evidence) -> None:
         if evidence.stored.get(wid, 0) != 1:
             v.append(f"{wid}: {evidence.stored.get(wid, 0)} rows in the history store at the end")
     _check_children(report, evidence, wids)
+    # A step's progress only goes up: each attempt goes on after the last row it finds.
+    rows: dict[tuple[str, str], int] = {}
+    for rec in journal:
+        if rec[0] == R.StepHeartbeat:
+            report.heartbeats += 1
+            key, row = (rec[1], rec[2]), rec[5]["row"]
+            if row <= rows.get(key, -1):
+                v.append(
+                    f"{wids.get(rec[1], '?')} step {rec[3]}: progress went from row "
+                    f"{rows[key]} back to {row}"
+                )
+            rows[key] = row
     # Nothing whose write or sync failed was acknowledged.
     for rec in seen.fault_records or []:
         if rec[0] == R.RunStarted and rec[2] in seen.started:

@@ -10,6 +10,7 @@ Results depend only on the plan and the signals, never on crashes.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import random
@@ -217,6 +218,10 @@ def _say(*words: object) -> None:
 
 
 FAST_RETRY = RetryPolicy(attempts=6, initial=0.005, factor=1.0, jitter=False)
+BEAT_ROWS = 20
+"""Rows a heartbeating step reports, one heartbeat each."""
+BEAT_ROW_S = 0.005
+"""How long a row takes: the step spans a few flushes of heartbeats (`beats.FLUSH_S`)."""
 _failures: dict[str, int] = {}
 
 
@@ -238,6 +243,7 @@ def plan(seed: int, runs: int) -> list[tuple[str, dict[str, Any]]]:
                     "base": rng.randint(0, 1000),
                     "kids": rng.choice([0, 0, 0, 2, 3]),
                     "orphan": rng.random() < 0.15,
+                    "beats": rng.choice([0, 0, 0, BEAT_ROWS]),
                 },
             )
         )
@@ -258,7 +264,7 @@ def expected(workflow_id: str, inp: dict[str, Any]) -> int:
     total += sum(base + 200 + j for j in range(inp["kids"]))
     if inp["signal"]:
         total += signal_value(workflow_id)
-    return total + base + 999
+    return total + inp["beats"] + base + 999
 
 
 def _ledger(name: str, ok: bool) -> str:
@@ -303,6 +309,16 @@ async def flaky(name: str, value: int) -> dict[str, Any]:
     return {"v": value, "nonce": _ledger(name, ok=True)}
 
 
+async def beat(name: str, rows: int) -> dict[str, Any]:
+    """Reports each row with a heartbeat; an attempt (after a crash) goes on after the
+    last row the journal holds, so the rows of a step's heartbeats only go up."""
+    done = current_ctx().progress()
+    for row in range(done["row"] + 1 if done else 0, rows):
+        await asyncio.sleep(BEAT_ROW_S)
+        current_ctx().heartbeat({"row": row})
+    return {"v": rows, "nonce": _ledger(name, ok=True)}
+
+
 @workflow(name="tt_mixed")
 async def mixed(ctx: Ctx, inp: dict[str, Any]) -> int:
     base = inp["base"]
@@ -312,6 +328,8 @@ async def mixed(ctx: Ctx, inp: dict[str, Any]) -> int:
         total += (await ctx.step(f"s{i}", fn, f"s{i}", base + i))["v"]
     if inp["flaky"]:
         total += (await ctx.step("flaky", flaky, "flaky", base * 2, retry=FAST_RETRY))["v"]
+    if inp["beats"]:
+        total += (await ctx.step("beat", beat, "beat", inp["beats"]))["v"]
     if inp["sleep"]:
         await ctx.sleep("nap", inp["sleep"])
     if inp["fan"]:
