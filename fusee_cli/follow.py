@@ -24,9 +24,6 @@ if TYPE_CHECKING:
     from fusee_runtime.control.client import ControlClient
 
 _CODES = {"ok": Code.OK, "failed": Code.FAILED, "timed_out": Code.TIMED_OUT}
-GONE_RETRIES = 3
-"""How often `follow_home` looks again for the home's owner when the one it found had
-gone before it could connect."""
 
 
 @dataclass
@@ -97,7 +94,6 @@ async def follow_home(
 
     loop = asyncio.get_running_loop()
     deadline = None if timeout_s is None else loop.time() + timeout_s
-    gone = 0  # owners found gone before this process reached them
     while True:
         left = None if deadline is None else max(deadline - loop.time(), 0.0)
         owner = None
@@ -110,12 +106,7 @@ async def follow_home(
                 owner = ctl.owner
                 await session.find_run(ctl, workflow_id)
                 return await follow(ctl, workflow_id, left, progress)
-        except (OwnerGone, OwnerLost, EngineClosed) as e:
-            if owner is None and isinstance(e, OwnerGone) and gone < GONE_RETRIES:
-                # The owner exited between being found and being reached (its run just
-                # closed, say): the home is someone else's now, or free.
-                gone += 1
-                continue
+        except (OwnerGone, OwnerLost, EngineClosed):
             if owner is None:
                 raise  # this process's own engine closed under it: nobody to hand over to
             say(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -77,6 +77,7 @@ async def _result(
 ) -> None:
     from fusee_cli.follow import follow, follow_home, report
     from fusee_cli.render import Progress
+    from fusee_runtime.control.client import OwnerGone, OwnerLost
 
     if timeout_s == 0:
         # No --wait: look, passively; no run's code runs in this process.
@@ -87,7 +88,13 @@ async def _result(
         # With no owner serving the home, this process runs the run while it waits.
         async with session.control(home, app, drive=True) as ctl:
             waited.owner = ctl.owner
-            await session.find_run(ctl, workflow_id)
+            first: Any = ctl
+            try:
+                await session.find_run(ctl, workflow_id)
+            except (OwnerGone, OwnerLost):
+                if ctl.owner is None:
+                    raise
+                first = None  # it went away before answering (its run closed): look again
             with Progress(workflow_id) as progress:
                 # The live line on a terminal only: into a pipe, nothing but the result.
                 outcome = await follow_home(
@@ -96,7 +103,7 @@ async def _result(
                     workflow_id,
                     timeout_s,
                     progress if progress.live else None,
-                    first=ctl,
+                    first=first,
                     say=progress.say,
                 )
     code = report(outcome, as_json)
