@@ -273,11 +273,16 @@ async def _attempt(
             run = execution.run
             fn = host.config.step_mock(run.workflow, run.workflow_id, name, attempt) or fn
         is_async = _is_async(fn)
+        watched = opts.heartbeat_timeout is not None
         if is_async:
+            if watched:
+                host.beats.started(execution.run, seq)
             work: Any = fn(*args, **kwargs)
         elif opts.inline:
             work = _ready(fn(*args, **kwargs))
         else:
+            if watched:  # its silence counts once a thread runs it, not while it queues
+                fn = _starting(fn, host, execution.run, seq)
             call = functools.partial(
                 workers.in_thread, contextvars.copy_context().run, fn, *args, **kwargs
             )
@@ -296,8 +301,7 @@ async def _attempt(
     finally:
         step_var.reset(token)
         workers.attempts -= 1
-        if opts.heartbeat_timeout is not None:
-            host.beats.ended(execution.run, seq)
+        host.beats.ended(execution.run, seq)
         if thread is not None:
             workers.in_threads -= 1
             # Given up on (timed out, cut off): a thread not started yet is cancelled;
@@ -342,16 +346,17 @@ async def _within(
     execution: Execution, work: asyncio.Future[Any], opts: StepOptions, seq: str, name: str, n: int
 ) -> Any:
     """The attempt's result, or a `TimedOut` failure once `opts.timeout` passes, or
-    `opts.heartbeat_timeout` passes without a heartbeat (the attempt's start counts)."""
+    `opts.heartbeat_timeout` passes without a heartbeat (the start of the step's
+    function counts as one; a thread not started yet is not silent)."""
     host, run = execution.host, execution.run
     clock = host.clock
-    started = clock.now()
-    ends = started + opts.timeout if opts.timeout is not None else math.inf
+    ends = clock.now() + opts.timeout if opts.timeout is not None else math.inf
 
     def silent_until() -> float:
         if opts.heartbeat_timeout is None:
             return math.inf
-        return max(started, host.beats.last(run, seq) or started) + opts.heartbeat_timeout
+        last = host.beats.last(run, seq)
+        return (clock.now() if last is None else last) + opts.heartbeat_timeout
 
     while True:
         timer = asyncio.ensure_future(clock.sleep_until(min(ends, silent_until())))
@@ -375,6 +380,17 @@ async def _within(
             continue  # it beat meanwhile: wait until the new silence would be too long
         work.cancel()
         raise Failure(f"step {name!r} attempt {n} {why}", kind="TimedOut")
+
+
+def _starting(fn: Callable[..., Any], host: RunHost, run: Run, seq: str) -> Callable[..., Any]:
+    """`fn`, telling the step's heartbeats when a thread starts running it."""
+
+    @functools.wraps(fn)
+    def starting(*args: Any, **kwargs: Any) -> Any:
+        host.beats.started(run, seq)
+        return fn(*args, **kwargs)
+
+    return starting
 
 
 def _runs_on(

@@ -291,13 +291,15 @@ class Env:
 
     async def idle(self) -> None:
         """Returns once the engine waits only for time or for the outside: every record
-        appended is durable, no plain-`def` step function runs in a thread, and the
+        appended is durable (a step's latest heartbeat included), no plain-`def` step
+        function runs in a thread, and the
         loop has turned `QUIET_ROUNDS` times with nothing new. An `async` step
         function that awaits counts as waiting (on the clock, as for a step's
         `timeout`, or on something outside, as a test's event)."""
         engine = self.engine
         quiet, seen = 0, None
         while quiet < QUIET_ROUNDS:
+            engine.driver.beats.flush_now()  # a step's latest heartbeat is appended at once
             await engine.wait_until(lambda: self._settled(engine))
             await asyncio.sleep(0)
             now = self._state(engine)
@@ -323,6 +325,7 @@ class Env:
             engine.driver.workers.attempts,
             engine.driver.workers.threads_busy,
             engine.driver.workers.in_threads,
+            engine.driver.beats.pending,
             self.clock.sleepers(),
             len(asyncio.all_tasks()),
         )

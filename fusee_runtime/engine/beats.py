@@ -2,24 +2,35 @@
 
 A step function reports progress from wherever it runs (the loop, or a
 thread of the step pool). `beat` never waits: it keeps the step's latest
-details in memory, and at most every `FLUSH_S` the latest of each step is
-appended as one `StepHeartbeat` record, which the next group commit makes
-durable. So a step that beats a million times costs a few records a
-second, and after a crash its next attempt finds the details of the last
-durable record (`progress`), folded into the step's op like its other
-records. A record is not appended for a step that ended meanwhile, nor once
-the engine is closing.
+details in memory, and the latest of each step is appended as one
+`StepHeartbeat` record, which the next group commit makes durable: the
+first `FLUSH_S` after the step's first beat, then at most every `EVERY_S`
+(wall time: it bounds the journal's growth, not the step's timeout). So a
+step that beats a million times costs one record a second, and after a
+crash its next attempt finds the details of the last durable record
+(`progress`), folded into the step's op like its other records; the run
+keeps only the latest heartbeat record of each step (numbered, so the records
+it no longer holds are accounted for). A record is not
+appended for a step that ended meanwhile, nor once the journal failed; a
+clean close appends what is pending (`flush_now`), a crash loses it.
 
-`last` tells when an attempt last beat, for `heartbeat_timeout`: the time
-of the call itself, not of its record.
+A heartbeat names the step it beats for, like an `AttemptFailed` does: code
+changed after a crash to call another step at that place is a mismatch.
+
+`last` tells when an attempt last beat (or its function started), for
+`heartbeat_timeout`: the time of the call itself, not of its record.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
+from fusee_runtime.errors import JournalFailed, Rejected
 from fusee_runtime.journal.records import R
 
 if TYPE_CHECKING:
@@ -29,7 +40,9 @@ if TYPE_CHECKING:
     from fusee_runtime.engine.state import Run
 
 FLUSH_S = 0.05
-"""How long beats gather before the latest of each step is appended."""
+"""How long a step's first beats gather before the latest is appended."""
+EVERY_S = 1.0
+"""At most one `StepHeartbeat` record a second for each running step."""
 
 
 class Beats:
@@ -40,57 +53,124 @@ class Beats:
         clock: Clock,
         loop: Callable[[], asyncio.AbstractEventLoop | None],
         append: Callable[[Run, list[Any]], int],
-        closing: Callable[[], bool],
+        appends: Callable[[], bool],
     ) -> None:
+        """`appends` tells whether the journal takes records now (open, not failed,
+        the engine not closing)."""
         self._clock = clock
         self._loop = loop
         self._append = append
-        self._closing = closing
+        self._appends = appends
         self._lock = threading.Lock()
         self._pending: dict[tuple[str, str], tuple[Run, list[Any]]] = {}
         self._last: dict[tuple[str, str], float] = {}
+        self._appended_at: dict[tuple[str, str], float] = {}
         self._scheduled = False
+        self._closed = False
 
     def beat(self, run: Run, seq: str, name: str, attempt: int, details: Any) -> None:
-        """Keeps `details` as the step's latest (any thread); appended within `FLUSH_S`."""
+        """Keeps `details` as the step's latest (any thread); appended within `EVERY_S`."""
         now = self._clock.now()
         key = (run.run_id, seq)
-        rec = [R.StepHeartbeat, run.run_id, seq, name, attempt, details, now]
+        rec = [R.StepHeartbeat, run.run_id, seq, name, attempt, details, now, 0]
         with self._lock:
             self._pending[key] = (run, rec)
             self._last[key] = now
-            schedule, self._scheduled = not self._scheduled, True
-        loop = self._loop()
-        if schedule and loop is not None:
-            loop.call_soon_threadsafe(loop.call_later, FLUSH_S, self._flush)
+            schedule = not self._scheduled and not self._closed
+            self._scheduled = self._scheduled or schedule
+        if schedule:
+            self._schedule(FLUSH_S)
+
+    def started(self, run: Run, seq: str) -> None:
+        """An attempt's function starts now: its `heartbeat_timeout` counts from here."""
+        now = self._clock.now()
+        with self._lock:
+            self._last[(run.run_id, seq)] = now
 
     def last(self, run: Run, seq: str) -> float | None:
-        """When the step at `seq` last beat in this process (None: never)."""
+        """When the step at `seq` last beat in this process, or its function started
+        (None: its function has not started)."""
         with self._lock:
             return self._last.get((run.run_id, seq))
 
     def latest(self, run: Run, seq: str) -> Any:
-        """The step's latest details: beaten and not yet appended, else as its journal
-        holds them (from an earlier attempt, or before a crash); None if none."""
+        """A copy of the step's latest details: beaten and not yet appended, else as its
+        journal holds them (from an earlier attempt, or before a crash); None if none."""
         with self._lock:
             pending = self._pending.get((run.run_id, seq))
         if pending is not None:
-            return pending[1][5]
-        op = run.ops.get(seq)
-        return op.progress if op is not None else None
+            details = pending[1][5]
+        else:
+            op = run.ops.get(seq)
+            details = op.progress if op is not None else None
+        return details if details is None else orjson.loads(orjson.dumps(details))
 
     def ended(self, run: Run, seq: str) -> None:
-        """The attempt ended: its beat time is forgotten (a next attempt starts afresh)."""
-        with self._lock:
-            self._last.pop((run.run_id, seq), None)
-
-    def _flush(self) -> None:
-        with self._lock:
-            pending, self._pending = self._pending, {}
-            self._scheduled = False
-        if self._closing():
+        """The attempt ended: its timing is forgotten (a next attempt starts afresh);
+        its latest details are still appended, for the next attempt."""
+        if not self._last and not self._appended_at:  # no step beats: costs nothing
             return
-        for run, rec in pending.values():
+        key = (run.run_id, seq)
+        with self._lock:
+            self._last.pop(key, None)
+            self._appended_at.pop(key, None)
+
+    @property
+    def pending(self) -> int:
+        """Steps whose latest heartbeat is not appended yet."""
+        return len(self._pending)
+
+    def flush_now(self) -> None:
+        """Appends the latest heartbeat of every step now (a clean close, the test kit)."""
+        self._flush(at_once=True)
+
+    def close(self, flush: bool) -> None:
+        """The journal closes: appends what is pending if `flush` (a clean close; a crash
+        loses it), and later beats are kept in memory only."""
+        if flush:
+            self.flush_now()
+        with self._lock:
+            self._closed = True
+
+    def _schedule(self, delay: float) -> None:
+        loop = self._loop()
+        try:
+            if loop is None:
+                raise RuntimeError("no loop")
+            loop.call_soon_threadsafe(lambda: loop.call_later(delay, self._flush))
+        except RuntimeError:  # the engine's loop is closed: nothing will append it
+            with self._lock:
+                self._scheduled = False
+
+    def _flush(self, at_once: bool = False) -> None:
+        now = time.monotonic()
+        due: list[tuple[Run, list[Any]]] = []
+        wait = None
+        with self._lock:
+            if not at_once:
+                self._scheduled = False
+            if not self._appends() and not (at_once and not self._closed):
+                return  # kept: a clean close appends them (`flush_now`)
+            for key, item in list(self._pending.items()):
+                after = self._appended_at.get(key, -EVERY_S) + EVERY_S - now
+                if at_once or after <= 0:
+                    due.append(item)
+                    del self._pending[key]
+                    if key in self._last:  # the attempt still runs
+                        self._appended_at[key] = now
+                else:
+                    wait = after if wait is None else min(wait, after)
+            if wait is not None and not self._scheduled and not self._closed:
+                self._scheduled = True
+            else:
+                wait = None
+        for run, rec in due:
             op = run.ops.get(rec[2])
             if run.is_open and (op is None or not op.done):
-                self._append(run, rec)
+                rec[7] = (op.beats if op is not None else 0) + 1
+                try:
+                    self._append(run, rec)
+                except (JournalFailed, Rejected):  # the journal failed or closed: said elsewhere
+                    return
+        if wait is not None:
+            self._schedule(max(wait, FLUSH_S))

@@ -102,7 +102,12 @@ class Driver:
         self.timers = TimerQueue(self.clock, self._fire)
         self.family = Family(self, runs)
         """Children and sends: what a run's code does to other runs."""
-        self.beats = Beats(self.clock, lambda: durability.loop, self.append, lambda: self._closing)
+        self.beats = Beats(
+            self.clock,
+            lambda: durability.loop,
+            self.append,
+            lambda: not self._closing and durability.failed is None,
+        )
         """Running steps' heartbeats."""
         self.opened = False
         self._closing = False

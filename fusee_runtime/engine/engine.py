@@ -250,6 +250,7 @@ class Engine:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self.checkpoints.stop_retention()
+        self.driver.beats.close(flush=not crash)
         await self.durability.close()
         await self.checkpoints.close(crash)
         self.driver.workers.shutdown()

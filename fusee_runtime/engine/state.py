@@ -105,9 +105,11 @@ class Op:
     # `parent_close`, its deadline and how it closed; until it closes, `value` is
     # its input (recovery starts it from there if a crash cut its `RunStarted` off).
     # A step's latest heartbeat (`current_ctx().heartbeat`): its details, which the
-    # next attempt gets from `progress()`, and when it came.
+    # next attempt gets from `progress()`, when it came, and how many heartbeat records
+    # the step has (the `number` of the latest).
     progress: Any = None
     beat_at: float | None = None
+    beats: int = 0
     peer: str | None = None
     peer_run: str | None = None
     workflow: str | None = None
@@ -161,6 +163,8 @@ class Run:
     # Why the run's code stopped, as recorded (`RunStuck`), until it went on (`RunUnstuck`).
     stuck: str | None = None
     records: list[tuple[int, list[Any]]] = field(default_factory=list)
+    # The latest `StepHeartbeat` of each step, by seq: the only one `records` keeps.
+    beat_records: dict[str, list[Any]] = field(default_factory=dict)
     last_lsn: int = 0
     # How it closed, as recorded; `status` turns closed once that is durable.
     closing: Status | None = None
@@ -204,6 +208,8 @@ class Run:
     def apply(self, lsn: int, rec: list[Any]) -> Op | None:
         """Folds one record of this run into its state; returns the op it resolved, if any."""
         kind = rec[0]
+        if kind == R.StepHeartbeat:
+            self._replace_beat(rec)
         self.records.append((lsn, rec))
         self.last_lsn = lsn
         if kind in _OP_RECORDS:
@@ -242,6 +248,19 @@ class Run:
         elif kind in CLOSES:
             self._close(lsn, kind, rec)
         return None
+
+    def _replace_beat(self, rec: list[Any]) -> None:
+        """Drops the step's previous heartbeat record: the run keeps only the latest of
+        each step, so a step beating for hours does not grow its checkpoints."""
+        old = self.beat_records.get(rec[2])
+        self.beat_records[rec[2]] = rec
+        if old is None:
+            return
+        records = self.records
+        for i in range(len(records) - 1, -1, -1):  # usually near the end
+            if records[i][1] is old:
+                del records[i]
+                return
 
     def _op(self, seq: str, kind: str, name: str) -> Op:
         op = self.ops.get(seq)
@@ -467,7 +486,7 @@ def _sent(run: Run, rec: list[Any], lsn: int) -> Op:
 def _step_heartbeat(run: Run, rec: list[Any]) -> None:
     # The op of a first attempt is made here: nothing else is recorded of it until it ends.
     op = run._op(rec[2], "step", rec[3])
-    op.progress, op.beat_at = rec[5], rec[6]
+    op.progress, op.beat_at, op.beats = rec[5], rec[6], rec[7]
 
 
 def _attributes_set(run: Run, rec: list[Any]) -> None:

@@ -168,9 +168,11 @@ FIELDS: dict[R, tuple[str, ...]] = {
     # `ctx.set_attributes`: merged into the run's search attributes (null removes a key).
     R.AttributesSet: ("run_id", "seq", "attributes", "set_at"),
     # `current_ctx().heartbeat(details)` from a running step's function: the latest of
-    # an attempt's heartbeats, coalesced (at most one record every `beats.FLUSH_S`).
-    # `details` is what `progress()` gives the next attempt, after a crash too.
-    R.StepHeartbeat: ("run_id", "seq", "name", "attempt", "details", "beat_at"),
+    # an attempt's heartbeats, coalesced (at most one record every `beats.EVERY_S`).
+    # `details` is what `progress()` gives the next attempt, after a crash too. `number`
+    # counts the step's heartbeat records (1, 2, ...): a run keeps only the latest, so
+    # the numbers before it account for the records its checkpoints no longer hold.
+    R.StepHeartbeat: ("run_id", "seq", "name", "attempt", "details", "beat_at", "number"),
 }
 
 SCHEDULES = {R.ScheduleArmed, R.ScheduleFired, R.SchedulePaused}

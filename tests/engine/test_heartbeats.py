@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from fusee_runtime import Ctx, Rejected, RetryPolicy, StepFailed, current_ctx, step, workflow
+from fusee_runtime.engine import beats as beats_module
 from fusee_runtime.journal.records import R
 
 GO = {"event": asyncio.Event(), "thread": threading.Event()}
@@ -166,3 +167,138 @@ def test_a_heartbeat_timeout_must_be_positive() -> None:
 
         @step(heartbeat_timeout=0)
         async def beats_bad() -> None: ...
+
+
+# -- what a review of item 1 found -------------------------------------------------------
+
+HOLD = threading.Event()
+HOGGING = threading.Event()
+
+
+@step(name="beats.hogs")
+def hogs_the_thread() -> str:
+    HOGGING.set()
+    HOLD.wait()
+    return "hogged"
+
+
+@step(name="beats.queued", heartbeat_timeout=30)
+def queued() -> str:
+    SEEN.append("queued ran")
+    return "queued"
+
+
+@workflow(name="beats.queue")
+async def queue(ctx: Ctx, _: None) -> list[str]:
+    return await ctx.all([hogs_the_thread(), queued()])
+
+
+async def test_an_attempt_queued_for_a_thread_is_not_silent(make_engine: Any, clock: Any) -> None:
+    HOLD.clear()
+    HOGGING.clear()
+    async with make_engine(step_threads=1) as engine:
+        h = await engine.start("beats.queue", None, id="q-1")
+        try:
+            await asyncio.to_thread(HOGGING.wait)  # the only step thread is taken
+            for _ in range(3):  # 90 s queued behind it: no heartbeat is due
+                await clock.wait_for_sleepers()
+                clock.advance(30)
+            await clock.wait_for_sleepers()
+            assert not engine.runs.latest("q-1").ops  # nothing failed, nothing ended yet
+        finally:
+            HOLD.set()
+        assert await h.result(timeout=10) == ["hogged", "queued"]
+        ops = engine.runs.latest("q-1").ops
+        assert (ops["1.0.1"].attempts_failed, ops["1.1.1"].attempts_failed) == (0, 0)
+        assert SEEN == ["queued ran"]
+
+
+STEPS: asyncio.Queue[int] = asyncio.Queue()  # the test lets the step go on
+BEATEN: asyncio.Queue[int] = asyncio.Queue()  # the step tells the test it beat
+
+
+@step(name="beats.rows")
+async def rows_one_by_one(rows: int) -> int:
+    for row in range(rows):
+        current_ctx().heartbeat({"row": row})
+        BEATEN.put_nowait(row)
+        await STEPS.get()
+    return rows
+
+
+@workflow(name="beats.long")
+async def long_copy(ctx: Ctx, rows: int) -> int:
+    return await rows_one_by_one(rows)
+
+
+async def test_a_run_keeps_only_the_latest_heartbeat_record_of_a_step(make_engine: Any) -> None:
+    global STEPS, BEATEN
+    STEPS, BEATEN = asyncio.Queue(), asyncio.Queue()
+    async with make_engine() as engine:
+        h = await engine.start("beats.long", 4, id="l-1")
+        run = engine.runs.latest("l-1")
+        for row in range(4):
+            assert await BEATEN.get() == row
+            engine.driver.beats.flush_now()
+            await engine.wait_until(lambda r=row: run.ops["1"].progress == {"row": r})  # type: ignore[misc]
+            STEPS.put_nowait(row)
+        assert await h.result(timeout=10) == 4
+        kept = [rec for _, rec in run.records if rec[0] == R.StepHeartbeat]
+        assert [rec[5] for rec in kept] == [{"row": 3}]
+        in_journal = beats(await h.history())
+        assert [r["details"] for r in in_journal] == [{"row": 3}]
+        # the timing of a step that beat is forgotten once its attempt ends
+        assert engine.driver.beats.last(run, "1") is None
+
+
+@step(name="beats.keeps")
+async def keeps_a_copy() -> list[Any]:
+    current_ctx().heartbeat({"done": [1]})
+    mine = current_ctx().progress()
+    mine["done"].append(2)
+    return [mine, current_ctx().progress()]
+
+
+@workflow(name="beats.copied")
+async def copied(ctx: Ctx, _: None) -> list[Any]:
+    return await keeps_a_copy()
+
+
+async def test_progress_is_a_copy_the_step_may_change(make_engine: Any) -> None:
+    async with make_engine() as engine:
+        said = await (await engine.start("beats.copied", None)).result(timeout=10)
+    assert said == [{"done": [1, 2]}, {"done": [1]}]
+
+
+@step(name="beats.held")
+async def held_back() -> Any:
+    if (seen := current_ctx().progress()) is not None:
+        return seen
+    current_ctx().heartbeat({"row": 0})
+    await STEPS.get()
+    for row in range(1, 6):
+        current_ctx().heartbeat({"row": row})
+    BEATEN.put_nowait(5)
+    await STEPS.get()  # never given: the engine closes meanwhile
+
+
+@workflow(name="beats.held")
+async def held(ctx: Ctx, _: None) -> Any:
+    return await held_back()
+
+
+async def test_a_clean_close_appends_the_latest_heartbeat(
+    make_engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    global STEPS, BEATEN
+    STEPS, BEATEN = asyncio.Queue(), asyncio.Queue()
+    monkeypatch.setattr(beats_module, "EVERY_S", 3600.0)  # rows 1-5 are held back an hour
+    async with make_engine() as engine:
+        await engine.start("beats.held", None, id="c-2")
+        await engine.wait_until(lambda: engine.runs.latest("c-2").ops.get("1") is not None)
+        STEPS.put_nowait(0)
+        assert await BEATEN.get() == 5
+        assert engine.driver.beats.pending == 1
+    async with make_engine() as engine:
+        assert engine.runs.latest("c-2").ops["1"].progress == {"row": 5}
+        assert await engine.handle("c-2").result(timeout=10) == {"row": 5}

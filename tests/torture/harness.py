@@ -388,22 +388,42 @@ def read_home(home: Path) -> Read:
         disagreements.append(
             f"the segments end at record {scan.tail.next_lsn - 1}, before the checkpoint ({after})"
         )
+    superseded: list[tuple[int, list[Any]]] = []
     for lsn, payload in scan.records:
         rec = decode(payload)
         if lsn > after:
             hold(lsn, rec, "the segments")
-        elif lsn not in held:
+        elif lsn in held:
+            hold(lsn, rec, "a segment before the checkpoint")
+        elif rec[0] == R.StepHeartbeat:
+            superseded.append((lsn, rec))  # if a later heartbeat of its step is held
+            hold(lsn, rec, "a segment before the checkpoint")
+        else:
             disagreements.append(
                 f"record {lsn}: in a segment before the checkpoint ({after}), in neither it "
                 f"nor {history.NAME}: {_short(rec)}"
             )
-        else:
-            hold(lsn, rec, "a segment before the checkpoint")
+    # A run keeps only the latest heartbeat record of each step, numbered: the records
+    # numbered before it are superseded, and may be gone with their segments.
+    beats: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for rec, _ in held.values():
+        if rec[0] == R.StepHeartbeat:
+            beats[(rec[1], rec[2])].append(rec[7])
+    for lsn, rec in superseded:
+        if rec[7] >= max(beats[(rec[1], rec[2])]):
+            disagreements.append(
+                f"record {lsn}: in a segment before the checkpoint ({after}), in neither it "
+                f"nor {history.NAME}, though no later heartbeat supersedes it: {_short(rec)}"
+            )
+    gone = sum(max(numbers) - len(set(numbers)) for numbers in beats.values())
     # Every record belongs to a run (the workload has no schedules), so every lsn
-    # up to the last is in one place or another.
+    # up to the last is in one place or another, but for superseded heartbeats.
     missing = sorted(set(range(1, max(held, default=0) + 1)) - held.keys())
-    if missing:
-        disagreements.append(f"records {_spans(missing)}: in no checkpoint, store or segment")
+    if len(missing) != gone:
+        disagreements.append(
+            f"records {_spans(missing)}: in no checkpoint, store or segment "
+            f"({gone} superseded heartbeats may be)"
+        )
     records = [rec for _, (rec, _) in sorted(held.items())]
     elsewhere = sum(1 for lsn in held if not heads or lsn < heads[0])
     return Read(records, scan.cut is not None, disagreements, elsewhere, dict(stored))
