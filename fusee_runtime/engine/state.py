@@ -259,7 +259,9 @@ class Run:
         records = self.records
         for i in range(len(records) - 1, -1, -1):  # usually near the end
             if records[i][1] is old:
-                del records[i]
+                # A new list: a checkpoint's thread may be cutting the old one at a
+                # length it counted, so a list once handed out only ever grows.
+                self.records = records[:i] + records[i + 1 :]
                 return
 
     def _op(self, seq: str, kind: str, name: str) -> Op:

@@ -53,3 +53,14 @@ def test_the_run_keeps_only_the_latest_heartbeat_of_each_step() -> None:
     kept = [(rec[2], rec[5]) for _, rec in run.records if rec[0] == R.StepHeartbeat]
     assert kept == [("1", {"row": 2}), ("2", {"row": 2})]
     assert [lsn for lsn, _ in run.records] == sorted(lsn for lsn, _ in run.records)
+
+
+def test_a_replaced_heartbeat_leaves_the_list_a_checkpoint_holds_as_it_was() -> None:
+    run = a_run()
+    run.apply(2, [R.StepHeartbeat, "r-1", "1", "copy", 1, {"row": 0}, 0.0, 1])
+    run.apply(3, [R.TimerStarted, "r-1", "2", "nap", 10.0])
+    held, n = run.records, len(run.records)  # what a checkpoint's snapshot keeps
+    before = list(held[:n])
+    run.apply(4, [R.StepHeartbeat, "r-1", "1", "copy", 1, {"row": 1}, 0.0, 2])
+    assert held[:n] == before
+    assert [lsn for lsn, _ in run.records] == [3, 4]
