@@ -40,6 +40,7 @@ COMMANDS: dict[str, str] = {
     "prune": "prune:prune",
     "serve": "serve:serve",
     "schedules": "schedules:schedules",
+    "limits": "limits:limits",
     "bench": "bench:bench",
     "workflows": "workflows:workflows",
 }

@@ -104,6 +104,8 @@ def waits_for(w: Any, now: datetime | None = None) -> str:
         return f"child {w.name!r} ({w.detail}), not closed yet{deadline}"
     if w.kind == "step":
         return f"step {w.name!r} to finish; its last {w.detail}"
+    if w.kind == "permit":
+        return f"a permit of limit {w.detail!r} for step {w.name!r} (fusee limits)"
     if w.kind == "cancel":
         if w.name == "delivered":
             return f"its code to finish cancelling ({w.detail}): compensations, clean-up"

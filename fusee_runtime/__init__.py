@@ -8,6 +8,7 @@ from fusee_runtime.dsl import Exhausted, RetryPolicy, StepDef, WorkflowDef, step
 from fusee_runtime.engine.config import Config
 from fusee_runtime.engine.engine import Engine
 from fusee_runtime.engine.handle import RunHandle
+from fusee_runtime.engine.limits import LimitInfo
 from fusee_runtime.engine.state import RunInfo, Status
 from fusee_runtime.errors import (
     Cancelled,
@@ -50,6 +51,7 @@ __all__ = [
     "HomeLocked",
     "JournalCorrupt",
     "JournalFailed",
+    "LimitInfo",
     "NonDeterminism",
     "NotFound",
     "Rejected",

@@ -169,16 +169,11 @@ class Ctx:
         (or failure) is returned and `fn` does not run. A failure is retried
         under `retry` (the engine's default policy when None); one that is
         final raises `StepFailed` here.
+
+        With `limit`, each attempt first takes a permit of that named limit (of
+        its `limit_key` alone, if given); while it waits, a higher `priority`
+        goes first and `fairness` keys take turns of `fairness_weight` permits.
         """
-        for option, value in (
-            ("limit", limit),
-            ("limit_key", limit_key),
-            ("priority", priority),
-            ("fairness", fairness),
-            ("fairness_weight", fairness_weight),
-        ):
-            if value is not None:
-                raise Rejected(f"step option {option}= is not available in this version of fusee")
         if step_var.get() is not None:
             # In a step function: not workflow code, so a plain call, as a `@step` is there.
             value = (fn.fn if isinstance(fn, StepDef) else fn)(*args)
@@ -192,7 +187,15 @@ class Ctx:
             timeout=seconds(timeout),
             heartbeat_timeout=beat_s,
             read_only=read_only or None,
+            limit=limit,
+            limit_key=limit_key,
+            priority=priority,
+            fairness=fairness,
+            fairness_weight=fairness_weight,
         )
+        problem = opts.limit_problem()
+        if problem is not None:
+            raise Rejected(f"step {name!r}: {problem}")
         return await self._execution.run_step(name, fn, args, {}, opts)
 
     # -- timers and signals --------------------------------------------------------

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
-from fusee_runtime.errors import Failure
-from fusee_runtime.scope import journaling
+from fusee_runtime.engine.limits import PERMITS_MAX, check_limit
+from fusee_runtime.errors import Failure, Rejected
+from fusee_runtime.scope import check_name, journaling
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -134,7 +135,39 @@ class StepOptions:
     read_only: bool = False
     inline: bool = False
     heartbeat_timeout: float | None = None
+    # A permit of limit `limit` (of its `limit_key`) for each attempt; waiting for it,
+    # a higher `priority` goes first, and `fairness` keys take turns of
+    # `fairness_weight` permits (`fusee_runtime.engine.limits`).
     limit: str | None = None
+    limit_key: str | None = None
+    priority: int = 0
+    fairness: str = ""
+    fairness_weight: int = 1
+
+    def limit_problem(self) -> str | None:
+        """What is wrong with the limit options, if anything."""
+        if self.limit is None:
+            ordered = (self.limit_key, self.priority, self.fairness, self.fairness_weight)
+            if ordered != (None, 0, "", 1):
+                return (
+                    "limit_key=, priority=, fairness= and fairness_weight= go with limit=: "
+                    "they are about waiting for its permits"
+                )
+            return None
+        try:
+            check_limit(self.limit)
+            if self.limit_key is not None:
+                check_name("limit key", self.limit_key)
+            if self.fairness != "":
+                check_name("fairness key", self.fairness)
+        except Rejected as e:
+            return str(e)
+        if type(self.priority) is not int:
+            return f"priority= is a whole number (higher goes first), not {self.priority!r}"
+        weight = self.fairness_weight
+        if type(weight) is not int or not 1 <= weight <= PERMITS_MAX:
+            return f"fairness_weight= is a whole number from 1 to {PERMITS_MAX}, not {weight!r}"
+        return None
 
     def merged(self, **changes: Any) -> StepOptions:
         clean = {k: v for k, v in changes.items() if v is not None}
@@ -166,10 +199,11 @@ class StepDef:
         """A copy of this step with other options (`retry=`, `timeout=`, ...).
 
         Raises:
-            ValueError: an option this version does not offer (see `step`).
+            ValueError: an option out of its range (see `step`).
         """
-        _check_step_options(self.name, changes)
-        return StepDef(self.name, self.fn, self.opts.merged(**changes))
+        opts = self.opts.merged(**changes)
+        _check_step_options(self.name, opts, changes.get("heartbeat_timeout"))
+        return StepDef(self.name, self.fn, opts)
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         if obj is None:
@@ -284,10 +318,13 @@ def step(
 ) -> Any:
     """Declares a step: journaled when called from workflow code, a plain call elsewhere.
 
+    With `limit`, each attempt first takes a permit of that named limit (its
+    size set by `Engine.limit`); `.options(limit_key=, priority=, fairness=,
+    fairness_weight=)` says whose permits and in what order.
+
     Raises:
-        ValueError: at import, an option this version does not offer yet
-            (`limit=`), named in the message, or a `heartbeat_timeout` that is
-            not positive.
+        ValueError: at import, a `heartbeat_timeout` that is not positive, or a
+            limit name that is not one (the message says which).
     """
     opts = StepOptions().merged(
         retry=retry,
@@ -300,26 +337,19 @@ def step(
 
     def declare(f: Callable[..., Any]) -> StepDef:
         step_name = name or f.__name__
-        _check_step_options(step_name, {"heartbeat_timeout": heartbeat_timeout, "limit": limit})
+        _check_step_options(step_name, opts, heartbeat_timeout)
         return StepDef(step_name, f, opts)
 
     return declare(fn) if fn is not None else declare
 
 
-UNAVAILABLE_STEP_OPTIONS = ("limit",)
-"""Step options the API names but this version does not run yet (limits come with their
-own issue): refused where they are declared, not at the first call."""
-
-
-def _check_step_options(name: str, options: dict[str, Any]) -> None:
-    beat = options.get("heartbeat_timeout")
+def _check_step_options(name: str, opts: StepOptions, beat: Any) -> None:
+    """Refuses options out of range where they are declared, not at the first call."""
     if beat is not None and not (seconds(beat) or 0) > 0:
         raise ValueError(f"@step {name}: heartbeat_timeout= must be positive, not {beat!r}")
-    for option in UNAVAILABLE_STEP_OPTIONS:
-        if options.get(option) is not None:
-            raise ValueError(
-                f"@step {name}: {option}= is not available in this version of fusee; remove it"
-            )
+    problem = opts.limit_problem()
+    if problem is not None:
+        raise ValueError(f"@step {name}: {problem}")
 
 
 def check_cron(name: str, cron: str, timezone: str | None, overlap: str, catchup: str) -> None:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from fusee_runtime.engine.beats import Beats
     from fusee_runtime.engine.config import Config
     from fusee_runtime.engine.family import Family
+    from fusee_runtime.engine.limits import Limits
     from fusee_runtime.engine.runlog import RunLog
     from fusee_runtime.engine.state import Run
     from fusee_runtime.errors import Failure, JournalFailed
@@ -49,6 +50,8 @@ class RunHost(Protocol):
     """Children, and signals and cancels sent to other runs."""
     beats: Beats
     """Running steps' heartbeats (`current_ctx().heartbeat`, `progress()`)."""
+    limits: Limits
+    """The named limits of steps (`limit=`) and their permits."""
     replay_only: bool
     """The replay checker (`fusee replay`): the code replays its run's journal and stops
     (`Execution.journal_ends`) where it would go live; nothing runs, nothing is

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from fusee_runtime.completions import Completion
     from fusee_runtime.engine.beats import Beats
     from fusee_runtime.engine.family import Family
+    from fusee_runtime.engine.limits import Limits
     from fusee_runtime.errors import Failure
     from fusee_runtime.typed import Shape
 
@@ -324,6 +325,7 @@ class ReplayHost:
     failed = None
     family: Family
     beats: Beats
+    limits: Limits
     """Never reached: a child is started, a signal sent or a step run only live."""
 
     def __init__(self, workflows: dict[str, WorkflowDef], journal_closed: bool) -> None:

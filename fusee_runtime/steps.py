@@ -46,6 +46,7 @@ import orjson
 
 from fusee_runtime.completions import Completion
 from fusee_runtime.dsl import Exhausted, RetryPolicy, StepOptions
+from fusee_runtime.engine.limits import Permit
 from fusee_runtime.engine.state import Op, Run
 from fusee_runtime.engine.waits import utc
 from fusee_runtime.errors import CodecError, Failure, StepFailed
@@ -160,9 +161,10 @@ async def run_live(
                 if _finished(run, seq):
                     return None
                 execution.check_live()
+            permit = await _permit(execution, seq, name, opts) if opts.limit else None
             run.current = f"{name} (attempt {attempt})"
             started = host.clock.now()
-            outcome = await _attempt(execution, seq, name, attempt, fn, args, kwargs, opts)
+            outcome = await _attempt(execution, seq, name, attempt, fn, args, kwargs, opts, permit)
             now = host.clock.now()
             if kind == "completion":
                 op = run.ops[seq]
@@ -256,8 +258,10 @@ async def _attempt(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     opts: StepOptions,
+    permit: Permit | None = None,
 ) -> bytes | Failure:
-    """Runs one attempt; returns the encoded result, or the failure."""
+    """Runs one attempt; returns the encoded result, or the failure. The `permit` (of
+    the step's limit) goes back once the attempt's function has returned."""
     host = execution.host
     workers = host.workers
     # Workflow code and async step functions share the run's task, so the
@@ -307,9 +311,13 @@ async def _attempt(
             # Given up on (timed out, cut off): a thread not started yet is cancelled;
             # one running cannot be, and the next attempt waits for it.
             if not thread.done() and not thread.cancel():
-                _runs_on(host, execution.run.run_id, seq, attempt, thread)
+                _runs_on(host, execution.run.run_id, seq, attempt, thread, permit)
+                permit = None
         elif task is not None and not task.done():
-            _runs_on(host, execution.run.run_id, seq, attempt, _returns(task))
+            _runs_on(host, execution.run.run_id, seq, attempt, _returns(task), permit)
+            permit = None
+        if permit is not None:
+            permit.release()
         if host.closing:
             host.progressed()
     try:
@@ -382,6 +390,21 @@ async def _within(
         raise Failure(f"step {name!r} attempt {n} {why}", kind="TimedOut")
 
 
+async def _permit(execution: Execution, seq: str, name: str, opts: StepOptions) -> Permit:
+    """A permit of the step's limit for its next attempt, waited for in the open."""
+    run, limits = execution.run, execution.host.limits
+    assert opts.limit is not None
+    label = opts.limit if opts.limit_key is None else f"{opts.limit}/{opts.limit_key}"
+    run.permit_waits[seq] = (name, label)
+    run.current = f"{name}: waiting for a permit of limit {label!r}"
+    try:
+        return await limits.acquire(
+            opts.limit, opts.limit_key, opts.priority, opts.fairness, opts.fairness_weight
+        )
+    finally:
+        del run.permit_waits[seq]
+
+
 def _starting(fn: Callable[..., Any], host: RunHost, run: Run, seq: str) -> Callable[..., Any]:
     """`fn`, telling the step's heartbeats when a thread starts running it."""
 
@@ -394,10 +417,16 @@ def _starting(fn: Callable[..., Any], host: RunHost, run: Run, seq: str) -> Call
 
 
 def _runs_on(
-    host: RunHost, run_id: str, seq: str, attempt: int, done: concurrent.futures.Future[Any]
+    host: RunHost,
+    run_id: str,
+    seq: str,
+    attempt: int,
+    done: concurrent.futures.Future[Any],
+    permit: Permit | None,
 ) -> None:
     """Keeps an attempt given up on whose function runs on, until `done`: the step's
-    next attempt waits for it, and it still counts as an attempt in flight."""
+    next attempt waits for it, it still counts as an attempt in flight, and it keeps
+    its `permit` of the step's limit."""
     key = (run_id, seq)
     with _RUNNING_ON_LOCK:
         _RUNNING_ON[key] = (attempt, done)
@@ -406,6 +435,8 @@ def _runs_on(
 
     def settled() -> None:
         host.workers.attempts -= 1
+        if permit is not None:
+            permit.release()
         host.progressed()  # a closing engine may be waiting for it
 
     def returned(_: concurrent.futures.Future[Any]) -> None:  # on the thread that ran it

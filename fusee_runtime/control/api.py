@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import dataclasses
 import os
 from collections.abc import AsyncGenerator
 from datetime import datetime
@@ -215,6 +216,16 @@ class Control:
         """Deletes the runs that closed more than `older_than` seconds ago from the history
         store; returns how many. Open runs are never pruned."""
         return await self.engine.prune(older_than)
+
+    async def limits(self) -> builtins.list[dict[str, Any]]:
+        """Every limit set or in use (`LimitInfo` as a mapping), by name."""
+        return [dataclasses.asdict(info) for info in self.engine.limits()]
+
+    async def limit(self, name: str, permits: int) -> dict[str, Any]:
+        """Sets limit `name`'s size (durably); returns the limit as `limits` shows it."""
+        await self.engine.limit(name, permits)
+        (info,) = [info for info in self.engine.limits() if info.name == name]
+        return dataclasses.asdict(info)
 
     async def watch(
         self, id: str, timeout: float | None = None

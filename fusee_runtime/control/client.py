@@ -184,6 +184,12 @@ class ControlClient:
     async def prune(self, older_than: float) -> int:
         return await self._call("prune", older_than=older_than)
 
+    async def limits(self) -> builtins.list[dict[str, Any]]:
+        return await self._call("limits")
+
+    async def limit(self, name: str, permits: int) -> dict[str, Any]:
+        return await self._call("limit", name=name, permits=permits)
+
     def watch(self, id: str, timeout: float | None = None) -> AsyncGenerator[dict[str, Any], None]:
         return self._events("watch", id=id, timeout=timeout)
 

@@ -33,7 +33,7 @@ log = logging.getLogger("fusee")
 _CALLS = frozenset(
     {"ping", "start", "describe", "list", "history", "journal", "run_ids", "signal"}
     | {"cancel", "terminate", "resume", "reset", "complete", "fail", "query", "update"}
-    | {"schedules", "schedule", "prune"}
+    | {"schedules", "schedule", "prune", "limits", "limit"}
 )
 _ITERATORS = frozenset({"watch", "stream"})
 

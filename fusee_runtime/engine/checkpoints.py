@@ -8,8 +8,8 @@ fuller. Four things keep it to what is open:
   go (`RunTable.evict`), and `list`, `history` and handles read it back.
 - **Checkpoints.** Once the journal grew `Config.checkpoint_bytes` since the
   last one (and on a clean close), every run still in memory is written,
-  as its records up to a durable lsn, with the schedules' state as of that
-  lsn and where the next record went (`journal/checkpoint.py` has the
+  as its records up to a durable lsn, with the schedules' state and the
+  limits' sizes as of that lsn and where the next record went (`journal/checkpoint.py` has the
   format). Opening starts from the newest whole one.
 - **Compaction.** Right after a checkpoint, the segments whose records all
   lie before the older of the two newest checkpoints are deleted (so a
@@ -36,6 +36,7 @@ from fusee_runtime.dsl import seconds
 from fusee_runtime.engine.config import Config
 from fusee_runtime.engine.durability import Durability
 from fusee_runtime.engine.history import Closed, Row
+from fusee_runtime.engine.limits import Limits
 from fusee_runtime.engine.runs import JournalRead, RunTable
 from fusee_runtime.engine.schedules import Schedules
 from fusee_runtime.engine.state import Run
@@ -61,6 +62,7 @@ class Checkpoints:
         durability: Durability,
         runs: RunTable,
         schedules: Schedules,
+        limits: Limits,
     ) -> None:
         self.home = home
         self.journal = home / "journal"
@@ -68,6 +70,7 @@ class Checkpoints:
         self.durability = durability
         self.runs = runs
         self.schedules = schedules
+        self.limits = limits
         # The newest checkpoint: the lsn it covers, the journal bytes written since
         # open when it was taken, and how many more bytes make the next one due.
         self.lsn = 0
@@ -164,7 +167,8 @@ class Checkpoints:
 
     def _snapshot(self, lsn: int) -> dict[str, Any]:
         """What a checkpoint at `lsn` holds: every run in memory as it stood then (the
-        open ones, and the closed ones not yet in the history store), and the schedules."""
+        open ones, and the closed ones not yet in the history store), the schedules and the
+        sizes of the limits."""
         # Runs come in the order they began (memory adds them so); records only grow, so
         # each is cut at `lsn` by the thread that encodes it: the loop only counts.
         runs = []
@@ -180,7 +184,8 @@ class Checkpoints:
             )
             runs.append((run.creation, recs, n))
             self._closed += run.close_lsn is not None and run.close_lsn <= lsn
-        return {"lsn": lsn, "runs": runs, "schedules": self.schedules.snapshot(lsn)}
+        schedules, limits = self.schedules.snapshot(lsn), self.limits.snapshot(lsn)
+        return {"lsn": lsn, "runs": runs, "schedules": schedules, "limits": limits}
 
     def _write(self, lsn: int, body: dict[str, Any]) -> int:
         """On a thread: writes the checkpoint and compacts; returns its size in bytes."""

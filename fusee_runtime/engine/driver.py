@@ -32,6 +32,7 @@ from fusee_runtime.engine.beats import Beats
 from fusee_runtime.engine.config import Config
 from fusee_runtime.engine.durability import Durability
 from fusee_runtime.engine.family import Family
+from fusee_runtime.engine.limits import Limits
 from fusee_runtime.engine.runlog import RunLog
 from fusee_runtime.engine.runs import RunTable
 from fusee_runtime.engine.state import Run, Status
@@ -109,6 +110,10 @@ class Driver:
             lambda: not self._closing and durability.failed is None,
         )
         """Running steps' heartbeats."""
+        self.limits = Limits(
+            self.clock.now, self.append_record, durability.wait, durability.progressed
+        )
+        """The named limits of steps (`limit=`) and their permits."""
         self.opened = False
         self._closing = False
         self._on_closed = on_closed

@@ -43,9 +43,10 @@ from fusee_runtime.engine.handle import RunHandle
 from fusee_runtime.engine.handlers import Handlers
 from fusee_runtime.engine.history import HistoryStore
 from fusee_runtime.engine.home import HomeLock, private_dir
+from fusee_runtime.engine.limits import LimitInfo
 from fusee_runtime.engine.registry import load_app
 from fusee_runtime.engine.runlog import RunLog
-from fusee_runtime.engine.runs import RunTable, read_journal, reset_point
+from fusee_runtime.engine.runs import RunTable, read_journal, reset_point, wanted
 from fusee_runtime.engine.schedules import Schedules
 from fusee_runtime.engine.state import Run, RunInfo, Status
 from fusee_runtime.engine.waits import wake_at
@@ -108,8 +109,9 @@ class Engine:
         )
         """Runs the runs' code; what a run's code talks to (`RunHost`)."""
         self.schedules = Schedules(self.driver)
+        limits = self.driver.limits
         self.checkpoints = Checkpoints(
-            self.home, self.config, self.durability, self.runs, self.schedules
+            self.home, self.config, self.durability, self.runs, self.schedules, limits
         )
         """Checkpoints, compaction, the history store and retention."""
         self.handlers = Handlers(self.driver, self.runs, tokens)
@@ -168,7 +170,7 @@ class Engine:
             read = read_journal(journal, storage)
             self.runs.store = HistoryStore(self.home, lambda ids: soon(loop, self._stored, ids))
             self.runs.store.open()
-            self.runs.rebuild(read, journal, storage, self.schedules)
+            self.runs.rebuild(read, journal, storage, self.schedules, self.driver.limits)
             self.checkpoints.opened(read)
             self.durability.start(journal, read.scan.tail)
         except BaseException:
@@ -470,21 +472,7 @@ class Engine:
                 one.
         """
         conditions = search.conditions(where)
-        if limit is not None and (type(limit) is not int or not 1 <= limit <= LIST_LIMIT_MAX):
-            # int's repr refuses a number of over 4,300 digits.
-            shown = "a larger number" if type(limit) is int and limit > 2**64 else repr(limit)
-            raise Rejected(f"limit is a whole number from 1 to {LIST_LIMIT_MAX}, not {shown}")
-        want: Status | Literal["open"] | None
-        if status is None:
-            want = None
-        elif status == "open":
-            want = "open"
-        else:
-            try:
-                want = Status(status)
-            except ValueError:
-                known = ", ".join(["open", *(s.value for s in Status)])
-                raise Rejected(f"unknown status {status!r}; statuses: {known}") from None
+        want = wanted(status, limit, LIST_LIMIT_MAX)
         return self.runs.listed(want, workflow, limit, parent, conditions)
 
     async def history(self, id: str) -> builtins.list[dict[str, Any]]:
@@ -503,10 +491,8 @@ class Engine:
     def counters(self) -> dict[str, float]:
         """Journal counters (records, syncs, bytes, ...), counted, not timed."""
         c = self.durability.counters()
-        c["steps"] = self.driver.workers.steps_done
-        c["runs_open"] = self.runs.open_count()
-        c["runs_in_memory"] = len(self.runs.by_run_id)
-        c["checkpoint_lsn"] = self.checkpoints.lsn
+        c.update(steps=self.driver.workers.steps_done, runs_open=self.runs.open_count())
+        c.update(runs_in_memory=len(self.runs.by_run_id), checkpoint_lsn=self.checkpoints.lsn)
         if self.runs.store is not None:
             c["history_rows_written"] = self.runs.store.rows_written
         return c
@@ -567,6 +553,20 @@ class Engine:
         """Fails the `await_completion` that issued `token`: it raises `StepFailed` in the
         workflow, with `error` (a message, or a `Failure`). Raises as `complete` does."""
         await self.handlers.finish(token, None, error)
+
+    async def limit(self, name: str, permits: int) -> None:
+        """Sets how many attempts of the steps with `limit=name` run at once (of each
+        key, with `limit_key`; 0: none); returns once durable: it holds after a restart.
+
+        Raises:
+            Rejected: not a limit name, or permits not from 0 to `limits.PERMITS_MAX`.
+        """
+        self.driver.check_accepting()
+        await self.driver.limits.set(name, permits)
+
+    def limits(self) -> builtins.list[LimitInfo]:
+        """Every limit set or in use (and each key of one in use), by name."""
+        return self.driver.limits.list()
 
     # -- storage ---------------------------------------------------------------------
 

@@ -46,6 +46,7 @@ from fusee_runtime.engine.creation import (
     reset_creation,
 )
 from fusee_runtime.engine.history import HistoryStore, Row, damaged
+from fusee_runtime.engine.limits import Limits
 from fusee_runtime.engine.schedules import Schedules
 from fusee_runtime.engine.state import Op, Run, RunInfo, Status, top
 from fusee_runtime.engine.waits import utc
@@ -102,20 +103,28 @@ class RunTable:
     # -- recovery ------------------------------------------------------------------------
 
     def rebuild(
-        self, read: JournalRead, journal: Path, storage: Storage, schedules: Schedules
+        self,
+        read: JournalRead,
+        journal: Path,
+        storage: Storage,
+        schedules: Schedules,
+        limits: Limits,
     ) -> None:
-        """Step 2 of recovery: the checkpoint's runs and schedules, then every record after.
+        """Step 2 of recovery: the checkpoint's runs, schedules and limits, then every
+        record after.
 
         Raises:
             JournalCorrupt: a whole record (or checkpoint) this version cannot read.
         """
         if read.base is not None:
-            self._restore(read.base, schedules)
+            self._restore(read.base, schedules, limits)
         for lsn, payload in read.scan.records:
             try:
                 rec = records.decode(payload)
                 if rec[0] in SCHEDULES:
                     schedules.replay(lsn, rec)
+                elif rec[0] == R.LimitSet:
+                    limits.replay(lsn, rec)
                 else:
                     self.fold(lsn, rec, durable=True)
             except (ValueError, KeyError, IndexError, TypeError) as e:
@@ -125,11 +134,12 @@ class RunTable:
                     path, offset, f"record {lsn} cannot be read by this version ({e!r})"
                 ) from None
 
-    def _restore(self, base: ckpt.Checkpoint, schedules: Schedules) -> None:
+    def _restore(self, base: ckpt.Checkpoint, schedules: Schedules, limits: Limits) -> None:
         """Rebuilds memory from a checkpoint, as replaying its records would."""
         body = base.body
         try:
             schedules.restore(body["schedules"])
+            limits.restore(body.get("limits", {}))  # a checkpoint from before limits: none
             for creation, recs in body["runs"]:
                 first = 0
                 if creation is None or creation["kind"] == "reset":
@@ -401,3 +411,27 @@ def _row_info(row: Row) -> RunInfo:
         attributes=row.attributes,
         parent=(row.parent_id, row.parent_run_id or "") if row.parent_id else None,
     )
+
+
+def wanted(
+    status: Status | str | None, limit: int | None, limit_max: int
+) -> Status | Literal["open"] | None:
+    """`Engine.list`'s `status` as `RunTable.listed` wants it, once it and `limit` are
+    known good.
+
+    Raises:
+        Rejected: an unknown status, or a limit not from 1 to `limit_max`.
+    """
+    if limit is not None and (type(limit) is not int or not 1 <= limit <= limit_max):
+        # int's repr refuses a number of over 4,300 digits.
+        shown = "a larger number" if type(limit) is int and limit > 2**64 else repr(limit)
+        raise Rejected(f"limit is a whole number from 1 to {limit_max}, not {shown}")
+    if status is None:
+        return None
+    if status == "open":
+        return "open"
+    try:
+        return Status(status)
+    except ValueError:
+        known = ", ".join(["open", *(s.value for s in Status)])
+        raise Rejected(f"unknown status {status!r}; statuses: {known}") from None

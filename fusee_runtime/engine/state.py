@@ -185,6 +185,9 @@ class Run:
     execution: Execution | None = None
     # What the run is doing now, for people (`fusee start` shows it).
     current: str | None = None
+    # Its steps waiting for a permit of a limit now (not recorded): by seq, the
+    # step's name and the limit's (with its key: "name/key").
+    permit_waits: dict[str, tuple[str, str]] = field(default_factory=dict)
     # `ctx.on_query` and `ctx.on_update` handlers ((handle, validate) for updates),
     # as the code registered them last (kept while parked).
     queries: dict[str, Any] = field(default_factory=dict)

@@ -2,7 +2,8 @@
 
 `waiting(run)` reads it from the run's state, as the journal folded it:
 its pending timers, waits, paused steps, completions and children, its
-steps between attempts or sending heartbeats, and a cancel not closed on.
+steps between attempts, sending heartbeats or waiting for a permit of a
+limit, and a cancel not closed on.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ class Waiting:
     - `"child"`: child workflow `name` (its id) has not closed; `until` is its deadline;
     - `"step"`: step `name` is running and has sent a heartbeat: `detail` says when,
       and its details (`current_ctx().heartbeat`);
+    - `"permit"`: step `name` waits for a permit of the limit `detail` names
+      (`limit=`, with its key after a '/');
     - `"cancel"`: a cancel was recorded (`detail`, its reason) and the run has not
       closed: its code has not acted on it yet (`name` None), or it was delivered
       (`name` "delivered") and the code is cleaning up.
@@ -92,6 +95,8 @@ def waiting(run: Run) -> tuple[Waiting, ...]:
             out.append(
                 Waiting("step", op.name, None, f"heartbeat at {beat}: {_shown(op.progress)}")
             )
+    for name, limit in run.permit_waits.values():
+        out.append(Waiting("permit", name, None, limit))
     return tuple(out)
 
 

@@ -17,7 +17,7 @@ from fusee_runtime.inspect.reading import Changed, HomeUnreadable, ReadOnly
 from fusee_runtime.journal import format as fmt
 from fusee_runtime.journal import records
 from fusee_runtime.journal.reader import Scan, ends_before, first_lsns, recover, starts_past
-from fusee_runtime.journal.records import CLOSES, SCHEDULES, R
+from fusee_runtime.journal.records import CLOSES, NOT_OF_A_RUN, R
 
 
 def inspect_journal(
@@ -185,7 +185,7 @@ def _tally(
             rec = records.decode(payload)
             kind = R(rec[0])
             unknown = None
-            if runs is not None and lsn > after and kind not in SCHEDULES:
+            if runs is not None and lsn > after and kind not in NOT_OF_A_RUN:
                 unknown = _replayed(runs, kind, rec)
         except (ValueError, IndexError, TypeError) as e:
             reason = f"record {lsn} is not one this version of fusee reads: {e}"

@@ -4,7 +4,7 @@ replays only the journal after it. No engine logic here.
 A checkpoint is ``<home>/journal/<lsn>.ckpt`` (the lsn zero-padded to 20
 digits): every record of the journal up to and including that lsn that the
 engine still needs (the open runs', the closed runs' not yet in the history
-store) and the schedules' state, and where in the journal the record after
+store), the schedules' state and the limits' sizes, and where in the journal the record after
 that lsn goes (``"at": [segment name, byte offset]``, when the engine knows
 it: PostgreSQL's redo point), so opening reads the journal from there rather
 than from the start of that segment; written whole or not at all::

@@ -59,6 +59,7 @@ class R(enum.IntEnum):
     PatchMarked = 38
     AttributesSet = 39
     StepHeartbeat = 40
+    LimitSet = 41
 
 
 FIELDS: dict[R, tuple[str, ...]] = {
@@ -173,10 +174,14 @@ FIELDS: dict[R, tuple[str, ...]] = {
     # counts the step's heartbeat records (1, 2, ...): a run keeps only the latest, so
     # the numbers before it account for the records its checkpoints no longer hold.
     R.StepHeartbeat: ("run_id", "seq", "name", "attempt", "details", "beat_at", "number"),
+    # `engine.limit(name, permits)`: the size of a named limit, from here on.
+    R.LimitSet: ("name", "permits", "set_at"),
 }
 
 SCHEDULES = {R.ScheduleArmed, R.ScheduleFired, R.SchedulePaused}
 """Record types of cron schedules (not of a run)."""
+NOT_OF_A_RUN = SCHEDULES | {R.LimitSet}
+"""Record types of no run: the schedules', and the sizes of limits."""
 
 CLOSES = {
     R.RunCompleted,

@@ -121,3 +121,14 @@ async def cli_family(ctx: Ctx, policy: str) -> str:
     await ctx.start_child(cli_wait, f"{ctx.workflow_id}-kid", parent_close=policy)
     await ctx.wait_for("go")
     return "done"
+
+
+@step(limit="cli.api")
+def limited(value: Any) -> Any:
+    return value
+
+
+@workflow
+async def cli_limited(ctx: Ctx, value: Any) -> Any:
+    """Its one step takes a permit of limit "cli.api"."""
+    return await limited(value)

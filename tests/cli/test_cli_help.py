@@ -19,6 +19,7 @@ def test_the_commands_of_this_version():
         "describe",
         "fail",
         "history",
+        "limits",
         "list",
         "logs",
         "prune",

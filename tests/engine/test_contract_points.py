@@ -1,6 +1,7 @@
 """Contract points the hardening issue found wrong (issue 16, items 6 to 9 and 11):
 why a run is stuck is recorded, an id belongs to one workflow, handles are pinned,
-"forever" waits park, and options not built yet are refused at import."""
+"forever" waits park, and options out of range are refused at import (options not built
+yet were, until limits came with issue 20)."""
 
 from __future__ import annotations
 
@@ -21,24 +22,30 @@ from fusee_runtime import (
 )
 from fusee_runtime.errors import IdConflict
 
-# -- options that are not built yet are refused where they are declared ----------------
+# -- options out of range are refused where they are declared ---------------------------
 
 
-@pytest.mark.parametrize("option", [{"limit": "payments"}])
-def test_step_options_not_built_yet_are_refused_at_import(option: dict[str, Any]) -> None:
-    name = next(iter(option))
-    with pytest.raises(ValueError, match=rf"@step contract_charge: {name}= is not available"):
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [
+        ({"limit": "pay/ments"}, "a limit name may not contain '/'"),
+        ({"heartbeat_timeout": 0}, "heartbeat_timeout= must be positive"),
+    ],
+)
+def test_step_options_out_of_range_are_refused_at_import(option: dict[str, Any], said: str) -> None:
+    with pytest.raises(ValueError, match=rf"@step contract_charge: {said}"):
 
         @step(**option)
         async def contract_charge() -> None: ...
 
 
-def test_a_copy_with_an_option_not_built_yet_is_refused_too() -> None:
+def test_a_copy_with_an_option_out_of_range_is_refused_too() -> None:
     @step
     async def contract_ship() -> None: ...
 
-    with pytest.raises(ValueError, match=r"@step contract_ship: limit= is not available"):
-        contract_ship.options(limit="carriers")
+    with pytest.raises(ValueError, match=r"@step contract_ship: fairness_weight= is a whole"):
+        contract_ship.options(limit="carriers", fairness_weight=-1)
+    assert contract_ship.options(limit="carriers").opts.limit == "carriers"
     assert contract_ship.options(timeout=5).opts.timeout == 5.0
 
 

@@ -38,6 +38,7 @@ PUBLIC = [
     "HomeLocked",
     "JournalCorrupt",
     "JournalFailed",
+    "LimitInfo",
     "NonDeterminism",
     "NotFound",
     "Rejected",
