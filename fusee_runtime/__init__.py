@@ -30,7 +30,7 @@ from fusee_runtime.errors import (
     TimedOut,
 )
 from fusee_runtime.scope import current_ctx
-from fusee_runtime.streams import StreamWriter
+from fusee_runtime.streams import StepStreamWriter, StreamWriter
 
 __all__ = [
     "Cancelled",
@@ -62,6 +62,7 @@ __all__ = [
     "Status",
     "StepDef",
     "StepFailed",
+    "StepStreamWriter",
     "StreamWriter",
     "SystemClock",
     "Terminated",

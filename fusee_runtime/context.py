@@ -38,7 +38,7 @@ from fusee_runtime.errors import Failure, Rejected, StepFailed
 from fusee_runtime.journal.records import R
 from fusee_runtime.scope import NAME_CHARS_MAX, Cursor, Halt, cursor_var, step_var
 from fusee_runtime.steps import run_live
-from fusee_runtime.streams import StreamWriter
+from fusee_runtime.streams import StepStreamWriter, StreamWriter
 from fusee_runtime.typed import decode, shape_of
 
 if TYPE_CHECKING:
@@ -564,14 +564,21 @@ class Ctx:
             raise Rejected("ctx.log needs an engine that runs workflow code")
         return run_log.logger(self._execution)
 
-    def stream(self, name: str) -> Any:
+    def stream(self, name: str, *, scope: str = "run") -> Any:
         """A writer for stream `name` of this run: `append(item)` and `close()` (plain calls).
 
-        Each append or close is an operation of the run, recorded without
-        waiting for the disk; replay does not write it again. Readers
-        (`handle.stream(name)`) see an item once it is durable. See
-        `fusee_runtime.streams`.
+        In workflow code each append or close is an operation of the run, recorded
+        without waiting for the disk; replay does not write it again. In a step
+        function the appends are the step's: an attempt that runs again finds what
+        earlier ones appended in `writer.recorded`, and with `scope="step"` the
+        step's end closes the stream. Readers (`handle.stream(name)`, `fusee
+        tail-stream`) see an item once it is durable. See `fusee_runtime.streams`.
         """
+        running = step_var.get()
+        if running is not None:
+            return StepStreamWriter(self._host, self._run, running, name, scope)
+        if scope != "run":
+            raise Rejected(f"stream {name!r}: scope={scope!r} is for step functions")
         return StreamWriter(self._execution, name)
 
 

@@ -66,6 +66,11 @@ class RunHost(Protocol):
         ...
 
     @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The engine's event loop, where a step function in a thread sends its records."""
+        ...
+
+    @property
     def durable_lsn(self) -> int:
         """Every record up to this lsn is durable."""
         ...

@@ -323,6 +323,7 @@ class ReplayHost:
     replay_only = True
     closing = False
     failed = None
+    loop = None
     family: Family
     beats: Beats
     limits: Limits

@@ -22,6 +22,19 @@ when the close is durable or when the run's close is (a closed run's
 streams end with it). A stream nobody wrote yet is waited for like one
 that is empty.
 
+Steps. A step function (async, or in a thread) appends to its run's
+streams too: `current_ctx().stream(name)` there gives a `StepStreamWriter`.
+Its appends are not operations of the run's code (a step's function may
+append any number of items): each is one `StepStreamAppended` record of
+the step, appended at once (from a thread, on the loop, in call order) and
+seen by readers once durable, as any item. An attempt that runs again (a
+retry, or the attempt after a crash) finds the items earlier attempts
+appended in `recorded` and goes on after them, so the stream does not get
+them twice. With `scope="step"` the stream is the step's own: the step's
+end (completed, failed for good, or given up on by its group) closes it.
+Once the step ended, a late append (from a thread it gave up on) is
+dropped; an append to a closed stream raises `Rejected`.
+
 Ownership. A stream belongs to a run. `handle.stream(name)` follows the
 id's newest run when it is called and ends when that run closes, also when
 it closes by `continue_as_new` (call it again to follow the new run, whose
@@ -34,6 +47,7 @@ also in the run's records); nothing is kept on a reader's behalf.
 
 from __future__ import annotations
 
+import asyncio
 import weakref
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
@@ -48,6 +62,7 @@ if TYPE_CHECKING:
     from fusee_runtime.engine.state import Run
     from fusee_runtime.execution import Execution
     from fusee_runtime.host import RunHost
+    from fusee_runtime.scope import Running
 
 # Streams each execution of a run's code has closed, in the code's own order,
 # so replay refuses an append after a close exactly where live code did.
@@ -113,8 +128,8 @@ class StreamWriter:
     def _check_caller(self, what: str) -> None:
         if step_var.get() is not None:
             raise Rejected(
-                f"stream {self.name!r}: {what}() is only available in workflow code, not "
-                "inside a step function: return the value from the step and append it there"
+                f"stream {self.name!r}: this writer is workflow code's; in a step function "
+                f"use current_ctx().stream({self.name!r}), whose appends are the step's"
             )
         if execution_var.get() is not self._execution:
             raise Rejected(
@@ -124,6 +139,66 @@ class StreamWriter:
 
     def __repr__(self) -> str:
         return f"StreamWriter({self.name!r}, run={self._execution.run.run_id!r})"
+
+
+class StepStreamWriter:
+    """Appends items to a stream of the run from a step function; made by
+    `current_ctx().stream(name)` in one."""
+
+    def __init__(self, host: RunHost, run: Run, running: Running, name: str, scope: str) -> None:
+        if scope not in ("run", "step"):
+            raise Rejected(f"stream {name!r}: scope is 'run' or 'step', not {scope!r}")
+        self.name = check_stream_name(name)
+        self._host, self._run, self._running = host, run, running
+        self._own = scope == "step"
+        op = run.ops.get(running.seq)
+        self.recorded: list[Any] = [item for _, item in ((op and op.streamed) or {}).get(name, ())]
+        """The items earlier attempts of this step appended to this stream: an attempt
+        that runs again goes on after them."""
+
+    def append(self, item: Any) -> None:
+        """Appends `item` (JSON) to the stream, recorded without waiting for the disk.
+
+        Raises:
+            CodecError: the item cannot be encoded as JSON, or is too large.
+            Rejected: the stream was closed, or the engine is closed.
+        """
+        stream = self._run.streams.get(self.name)
+        if stream is not None and stream.closed_lsn is not None:
+            raise Rejected(f"stream {self.name!r} is closed: it takes no more items")
+        encoded = self._host.encode(item, f"an item of stream {self.name!r}")
+        loop = self._host.loop
+        try:
+            if asyncio.get_running_loop() is loop:
+                self._record(encoded)
+                return
+        except RuntimeError:  # a step function in a thread
+            pass
+        try:
+            if loop is None:
+                raise RuntimeError("no loop")
+            loop.call_soon_threadsafe(self._record, encoded)
+        except RuntimeError:
+            raise Rejected(
+                f"stream {self.name!r}: the engine is closed; the item was not recorded"
+            ) from None
+
+    def _record(self, encoded: bytes) -> None:
+        """On the loop: records the item, unless the step has ended meanwhile."""
+        host, run, (seq, step, attempt) = self._host, self._run, self._running
+        op = run.ops.get(seq)
+        stream = run.streams.get(self.name)
+        if not run.is_open or (op is not None and op.done) or host.failed or host.closing:
+            return
+        if stream is not None and stream.closed_lsn is not None:
+            return
+        head = (run.run_id, seq, step, self.name, attempt)
+        rec = [R.StepStreamAppended, *head, orjson.loads(encoded), self._own]
+        wire = (int(R.StepStreamAppended), *head, orjson.Fragment(encoded), self._own)
+        host.append(run, rec, wire)
+
+    def __repr__(self) -> str:
+        return f"StepStreamWriter({self.name!r}, step={self._running.name!r})"
 
 
 async def follow(

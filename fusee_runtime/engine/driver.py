@@ -177,6 +177,10 @@ class Driver:
     def progressed(self) -> None:
         self.durability.progressed()
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        return self.durability.loop
+
     def workflow(self, name: str) -> WorkflowDef:
         wf = self.workflows.get(name) if isinstance(name, str) else None
         if wf is None:

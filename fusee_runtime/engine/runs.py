@@ -208,7 +208,7 @@ class RunTable:
         """A reset run keeps the operations of `old` numbered below `before`."""
         # An `await_completion` still open gets new tokens: the old ones name the old run.
         kept = {
-            seq: replace(op)
+            seq: replace(op, streamed=op.streamed and {k: list(v) for k, v in op.streamed.items()})
             for seq, op in old.ops.items()
             if top(seq) < before and (op.kind != "completion" or op.done)
         }

@@ -110,6 +110,10 @@ class Op:
     progress: Any = None
     beat_at: float | None = None
     beats: int = 0
+    # Items a step's function appended to streams of the run, by stream (with the
+    # position of each), and the streams that are the step's own, which its end closes.
+    streamed: dict[str, list[tuple[int, Any]]] | None = None
+    owns: list[str] | None = None
     peer: str | None = None
     peer_run: str | None = None
     workflow: str | None = None
@@ -216,7 +220,11 @@ class Run:
         self.records.append((lsn, rec))
         self.last_lsn = lsn
         if kind in _OP_RECORDS:
-            return _OP_RECORDS[kind](self, rec)
+            op = _OP_RECORDS[kind](self, rec)
+            if op is not None and op.owns and op.done:  # a step's end closes its streams
+                for name in op.owns:
+                    self.stream(name).closed_lsn = lsn
+            return op
         if kind == R.SignalReceived:
             _, _, signal_id, name, value, _ = rec
             self.signals.append((signal_id, name, value))
@@ -244,6 +252,8 @@ class Run:
             _child_started(self, rec, lsn)
         elif kind == R.StreamAppended:
             _stream_appended(self, rec, lsn)
+        elif kind == R.StepStreamAppended:
+            _step_stream_appended(self, rec, lsn)
         elif kind == R.StreamClosed:
             _stream_closed(self, rec, lsn)
         elif kind == R.RunStarted and self.ops:
@@ -291,6 +301,11 @@ class Run:
             for op in self.ops.values()
             if op.kind.startswith("stream.") and op.lsn is not None and not op.cancelled
         ]
+        for op in self.ops.values():  # and what its steps appended, in their streams
+            for name, items in (op.streamed or {}).items():
+                kept += [(lsn, Op("stream.append", name, value=item)) for lsn, item in items]
+                if op.done and name in (op.owns or ()):
+                    kept.append((items[-1][0], Op("stream.close", name)))
         for lsn, op in sorted(kept, key=lambda k: k[0]):
             if op.kind == "stream.append":
                 self.stream(op.name).items.append((lsn, op.value))
@@ -509,6 +524,17 @@ def _stream_appended(run: Run, rec: list[Any], lsn: int) -> None:
     _, _, seq, name, item = rec
     op = run._op(seq, "stream.append", name)
     op.done, op.value, op.lsn = True, item, lsn
+    run.stream(name).items.append((lsn, item))
+
+
+def _step_stream_appended(run: Run, rec: list[Any], lsn: int) -> None:
+    _, _, seq, step, name, _, item, own = rec
+    op = run._op(seq, "step", step)
+    if op.streamed is None:
+        op.streamed = {}
+    op.streamed.setdefault(name, []).append((lsn, item))
+    if own and name not in (op.owns or ()):
+        op.owns = [*(op.owns or ()), name]
     run.stream(name).items.append((lsn, item))
 
 

@@ -60,6 +60,7 @@ class R(enum.IntEnum):
     AttributesSet = 39
     StepHeartbeat = 40
     LimitSet = 41
+    StepStreamAppended = 42
 
 
 FIELDS: dict[R, tuple[str, ...]] = {
@@ -176,6 +177,10 @@ FIELDS: dict[R, tuple[str, ...]] = {
     R.StepHeartbeat: ("run_id", "seq", "name", "attempt", "details", "beat_at", "number"),
     # `engine.limit(name, permits)`: the size of a named limit, from here on.
     R.LimitSet: ("name", "permits", "set_at"),
+    # An item a step function appended to stream `name` of its run (`current_ctx().
+    # stream(name)` in a step), in the attempt it came from; `own`: the stream is the
+    # step's (`scope="step"`), closed when the step ends.
+    R.StepStreamAppended: ("run_id", "seq", "step", "name", "attempt", "item", "own"),
 }
 
 SCHEDULES = {R.ScheduleArmed, R.ScheduleFired, R.SchedulePaused}

@@ -12,7 +12,7 @@ import os
 import signal
 from typing import Any
 
-from fusee_runtime import Ctx, Exhausted, Fatal, RetryPolicy, step, workflow
+from fusee_runtime import Ctx, Exhausted, Fatal, RetryPolicy, current_ctx, step, workflow
 
 ENTERED: asyncio.Event | None = None
 """Set by `forever` when its function starts: every earlier record is durable then."""
@@ -132,3 +132,17 @@ def limited(value: Any) -> Any:
 async def cli_limited(ctx: Ctx, value: Any) -> Any:
     """Its one step takes a permit of limit "cli.api"."""
     return await limited(value)
+
+
+@step
+def spoken(words: list[str]) -> int:
+    """Streams each word on the step's own stream "words", from its thread."""
+    out = current_ctx().stream("words", scope="step")
+    for word in words[len(out.recorded) :]:
+        out.append(word)
+    return len(words)
+
+
+@workflow
+async def cli_speak(ctx: Ctx, words: list[str]) -> int:
+    return await spoken(words)

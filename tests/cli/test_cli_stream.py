@@ -91,3 +91,14 @@ def test_an_unknown_id_exits_3(cli, on, bad_input):
 def test_a_bad_stream_name_exits_2(cli, on, home, bad_input):
     bad_input(cli("tail-stream", "e-1", "", *on), 2, "stream name")
     assert not home.exists()
+
+
+def test_a_steps_own_stream_is_followed_until_the_step_ends(cli, on):
+    words = ["steps", "stream", "too"]
+    r = cli("start", "cli_speak", "--input", json.dumps(words), "--id", "sp-1", "--detach", *on)
+    assert r.exit_code == 0, r.output
+
+    r = cli("tail-stream", "sp-1", "words", *on)  # no owner: the run is driven here
+
+    assert r.exit_code == 0, r.output
+    assert _lines(r.stdout) == words

@@ -346,7 +346,7 @@ async def test_bad_items_late_appends_and_step_code_are_refused(make_engine, rec
         assert "an item of stream 'out' cannot be encoded as JSON" in seen["codec"]
         assert "an item of stream 'out' is 2002 bytes, over the limit of 1024" in seen["size"]
         assert "Config.payload_bytes_max" in seen["size"]
-        assert "only available in workflow code, not inside a step function" in seen["step"]
+        assert "this writer is workflow code's; in a step function use" in seen["step"]
         assert seen["closed"] == "stream 'out' is closed: it takes no more items"
         assert await collect(engine, "refusals", "out") == ["kept"]
         # Refused calls take no operation number: the step is #1, "kept" #2.

@@ -49,6 +49,7 @@ PUBLIC = [
     "Status",
     "StepDef",
     "StepFailed",
+    "StepStreamWriter",
     "StreamWriter",
     "SystemClock",
     "Terminated",
