@@ -378,7 +378,7 @@ class Ctx:
         its end) operations past the end of a branch."""
         prefix = f"{seq}."
         for s, op in self._run.ops.items():
-            if not s.startswith(prefix):
+            if not s.startswith(prefix) or s[len(prefix)] == "u":  # an update's, not a branch's
                 continue
             branch, number = (int(p) for p in s[len(prefix) :].split(".")[:2])
             if branch >= len(cursors) or (whole and number > cursors[branch].n):

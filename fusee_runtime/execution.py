@@ -57,6 +57,7 @@ from fusee_runtime.scope import (
 )
 from fusee_runtime.steps import abandoned, run_live
 from fusee_runtime.typed import decode, parameter, returns, step_result
+from fusee_runtime.updates import UpdateTasks, update_var
 
 if TYPE_CHECKING:
     from fusee_runtime.host import RunHost
@@ -100,6 +101,8 @@ class Execution:
         self.groups = 0
         self.journal_end: JournalEnds | None = None
         """Where the replay checker's code stopped, reaching its journal's end."""
+        self.updates: UpdateTasks | None = None
+        """Handlers of async updates (made at the first one): `fusee_runtime.updates`."""
         self.ctx: Ctx = Ctx(self)
 
     # -- replay --------------------------------------------------------------------
@@ -135,6 +138,8 @@ class Execution:
             run.position, run.position_kind = cursor.n, kind
             if cursor.n in run.update_log:
                 self._replay_updates(cursor.n)
+            if self.updates is not None and (op is None or not op.done):
+                self.updates.due(None)  # replay meets the live frontier here
         if op is not None:
             if op.cancelled and not op.retired and kind == "step":
                 raise self.cancelled()
@@ -163,8 +168,12 @@ class Execution:
         return cursor_var.get() or self.root
 
     def _replay_updates(self, position: int) -> None:
-        """Applies again, in order, the updates recorded after operation #`position`."""
-        for _, name, arg in self.run.update_log[position]:
+        """Applies again, in order, the updates recorded after operation #`position`
+        (an async handler's from where replay meets what came after it)."""
+        for update_id, name, arg in self.run.update_log[position]:
+            if update_id in self.run.updates_accepted:
+                self.update_tasks().accepted(update_id, name, arg, position, now=False)
+                continue
             entry = self.run.updates.get(name)
             if entry is None:
                 self.stuck(
@@ -178,6 +187,12 @@ class Execution:
             # If it raises, it did live too, and that was recorded.
             with contextlib.suppress(Exception), handling():
                 entry[0](value)
+
+    def update_tasks(self) -> UpdateTasks:
+        """The execution's async update handlers, made at the first."""
+        if self.updates is None:
+            self.updates = UpdateTasks(self)
+        return self.updates
 
     def check_live(self) -> None:
         """Raises `Halt` once the run closed or the engine is closing."""
@@ -277,11 +292,20 @@ class Execution:
         if op is not None and op.retired:
             await self.given_up(seq)
         if op is not None and op.done:
+            if self.updates is not None:
+                await self.updates.held(op)
             if op.ok:
                 return op.value if returns(fn) is None else self._typed(seq, fn, op.value, name)
             raise StepFailed(name, Failure.from_json(op.failure or {}))
         # Live too, the step's result is read back from its JSON, as a replay reads it.
-        value = await run_live(self, seq, op, name, fn, args, kwargs, opts)
+        try:
+            value = await run_live(self, seq, op, name, fn, args, kwargs, opts)
+        except Exception:
+            if self.updates is not None:
+                await self.updates.held(self.run.ops.get(seq))
+            raise
+        if self.updates is not None:
+            await self.updates.held(self.run.ops.get(seq))
         return value if returns(fn) is None else self._typed(seq, fn, value, name)
 
     def _typed(self, seq: str, fn: Callable[..., Any], data: Any, name: str) -> Any:
@@ -327,6 +351,8 @@ class Execution:
                 if run.waiters.get(seq) is fut:
                     del run.waiters[seq]
             run.current = None
+        if self.updates is not None:
+            await self.updates.held(op)
         if op.retired:
             await self.given_up(seq)
         if op.cancelled:
@@ -353,6 +379,8 @@ class Execution:
         self.parking = True
         self.halted = "parked"
         self.host.park(run)
+        if self.updates is not None:
+            self.updates.cancel()
 
     # -- cancellation ----------------------------------------------------------------
 
@@ -365,6 +393,7 @@ class Execution:
         run = self.run
         return (
             run.cancel_reason is not None
+            and update_var.get() is None  # it lands in the code, not in an update's handler
             and not run.cancel_delivered
             and self.halted is None
             and run.is_open
@@ -402,6 +431,15 @@ async def run_code(host: RunHost, run: Run, fn: Callable[..., Any]) -> Ended | N
     execution = Execution(host, run)
     run.execution = execution
     execution_var.set(execution)
+    try:
+        return await _run(execution, fn)
+    finally:
+        if execution.updates is not None:
+            execution.updates.cancel()  # an update's handler does not outlive the code
+
+
+async def _run(execution: Execution, fn: Callable[..., Any]) -> Ended | None:
+    host, run = execution.host, execution.run
     try:
         try:
             input = decode(parameter(fn, 1), run.input, f"the input of workflow {run.workflow!r}")

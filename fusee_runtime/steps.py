@@ -147,21 +147,28 @@ async def run_live(
             if _RUNNING_ON:
                 # Before the gate, which then covers whatever was appended meanwhile.
                 await _after_abandoned(execution, seq, name, attempt)
-            if not opts.read_only:
-                await host.wait_durable(run.last_lsn)
-                # An update applied meanwhile changed what the function may see:
-                # that too must be durable first.
-                while run.update_lsn > host.durable_lsn:
-                    await host.wait_durable(run.update_lsn)
-            execution.check_live()
-            if kind == "completion":
-                if _finished(run, seq):
-                    return None
-                args = (await _issue(execution, seq, name, attempt),)
-                if _finished(run, seq):
-                    return None
-                execution.check_live()
+            # The permit first: the gate then covers whatever was appended while it waited.
             permit = await _permit(execution, seq, name, opts) if opts.limit else None
+            gated = False
+            try:
+                if not opts.read_only:
+                    await host.wait_durable(run.last_lsn)
+                    # An update applied meanwhile changed what the function may see:
+                    # that too must be durable first.
+                    while run.update_lsn > host.durable_lsn:
+                        await host.wait_durable(run.update_lsn)
+                execution.check_live()
+                if kind == "completion":
+                    if _finished(run, seq):
+                        return None
+                    args = (await _issue(execution, seq, name, attempt),)
+                    if _finished(run, seq):
+                        return None
+                    execution.check_live()
+                gated = True
+            finally:
+                if permit is not None and not gated:
+                    permit.release()
             run.current = f"{name} (attempt {attempt})"
             started = host.clock.now()
             outcome = await _attempt(execution, seq, name, attempt, fn, args, kwargs, opts, permit)

@@ -30,6 +30,7 @@ def reset_creation(run: Run, carried: dict[str, Any] | None) -> dict[str, Any]:
         "next_signal_id": run.next_signal_id,
         "update_log": [[p, list(u)] for p, u in run.update_log.items()],
         "updates_done": dict(run.updates_done),
+        "updates_accepted": dict(run.updates_accepted),
     }
 
 
@@ -96,6 +97,7 @@ def created(creation: dict[str, Any] | None, first: tuple[int, list[Any]] | None
         run.races = dict(creation["races"])
         run.pending = {seq: run.ops[seq] for seq in creation["pending"]}
         run.update_log = {p: [tuple(u) for u in us] for p, us in creation["update_log"]}
+        run.updates_accepted = dict(creation.get("updates_accepted", {}))
     return run
 
 

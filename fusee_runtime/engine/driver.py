@@ -370,6 +370,10 @@ class Driver:
         fut = run.waiters.pop(seq, None)
         if fut is not None and not fut.done():
             fut.set_result(None)
+        self.wake(run)
+
+    def wake(self, run: Run) -> None:
+        """Runs a parked run's code again soon (it replays to where it waits)."""
         if run.parked and run.run_id not in self._wakes:
             self._wakes.add(run.run_id)
             asyncio.get_running_loop().call_soon(self._wake, run)

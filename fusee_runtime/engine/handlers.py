@@ -14,6 +14,7 @@ an engine that runs no code (a passive command) answers neither.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from fusee_runtime.errors import CodecError, Failure, FuseeError, NotFound, Reje
 from fusee_runtime.journal.records import R
 from fusee_runtime.scope import NAME_CHARS_MAX, Halt, handling
 from fusee_runtime.typed import decode, parameter
+from fusee_runtime.updates import outcome
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.driver import Driver
@@ -78,6 +80,8 @@ class Handlers:
         if update_id is not None:
             if not isinstance(update_id, str) or not 0 < len(update_id) <= NAME_CHARS_MAX:
                 raise Rejected(f"an update id is a string of 1 to {NAME_CHARS_MAX} characters")
+            if update_id in run.updates_accepted and update_id not in run.updates_done:
+                return await self._applied(run, id, name, update_id)  # accepted, running
             done = run.updates_done.get(update_id)
             if done is not None:
                 done_lsn, done_result, done_failure = done
@@ -89,11 +93,11 @@ class Handlers:
                 return done_result
         if not run.is_open:
             raise Rejected(f"run {id!r} is {run.closing}: it takes no more updates")
-        if self.config.drive:
-            # First: while the code replays, its handlers are not registered yet.
-            self._check_update_point(run, id)
         entry = self._handler(run, run.updates, "update", name, "apply updates")
         handle, validate = entry
+        is_async = inspect.iscoroutinefunction(handle)
+        if self.config.drive:
+            self._check_update_point(run, id, is_async)
         # Typed by the handler's first parameter (`fusee_runtime.typed`): the handler and
         # the validator get the argument read back from its JSON, as a replay gives it.
         shape = parameter(handle, 0)
@@ -106,6 +110,8 @@ class Handlers:
                 validate(arg)
             except Exception as e:
                 raise Rejected(f"update {name!r} of run {id!r} was refused: {e}") from e
+        if is_async:
+            return await self._accept(run, id, name, update_id, orjson.loads(encoded_arg))
         failure: Failure | None = None
         result: Any = None
         try:
@@ -144,6 +150,40 @@ class Handlers:
             raise Rejected(f"update {name!r} of run {id!r} failed: {failure}")
         return result
 
+    async def _accept(self, run: Run, id: str, name: str, update_id: str | None, arg: Any) -> Any:
+        """Records an async handler's update as accepted where the code waits, starts its
+        handler once that is durable (a parked run's code runs again for it), and
+        returns its result once applied and durable."""
+        uid = update_id or uuid.uuid4().hex
+        rec = [R.UpdateAccepted, run.run_id, uid, name, arg, run.position]
+        await self.driver.wait_durable(self.driver.append(run, [*rec, self.driver.clock.now()]))
+        execution = run.execution
+        if execution is not None and not run.parked:
+            execution.update_tasks().accepted(uid, name, arg, run.position, now=True)
+        else:
+            self.driver.wake(run)
+        return await self._applied(run, id, name, uid)
+
+    async def _applied(self, run: Run, id: str, name: str, update_id: str) -> Any:
+        """The result of an accepted update once its `UpdateApplied` is durable."""
+        if update_id not in run.updates_done:
+            waiter = run.update_waiters.get(update_id)
+            if waiter is None:
+                waiter = asyncio.get_running_loop().create_future()
+                run.update_waiters[update_id] = waiter
+            if run.is_open:
+                await asyncio.shield(waiter)
+            if update_id not in run.updates_done and run.is_open:
+                raise Rejected(
+                    f"update {name!r} of run {id!r} was accepted, and the engine stopped before "
+                    "it was applied: its handler runs again when the run's code does; send it "
+                    f"again with update id {update_id!r} for its result"
+                )
+            if update_id not in run.updates_done:
+                raise Rejected(f"run {id!r} closed before update {name!r} was applied")
+        await self.driver.wait_durable(run.updates_done[update_id][0])
+        return outcome(run, update_id, name, id)
+
     def _update_failure(self, failure: Failure | None, arg_bytes: int) -> Any:
         """A failure as the update's record carries it: cut to what fits beside the argument."""
         if failure is None:
@@ -170,15 +210,16 @@ class Handlers:
         )
 
     @staticmethod
-    def _check_update_point(run: Run, id: str) -> None:
-        """Refuses an update where a replay could not apply it at the same point."""
+    def _check_update_point(run: Run, id: str, is_async: bool) -> None:
+        """Refuses an update where a replay could not apply it at the same point (an
+        async handler's runs as a unit where the code waits, in a group too)."""
         if run.status == Status.STUCK:
             raise Rejected(f"run {id!r} is stuck: it takes no updates until it is resumed")
         execution = run.execution
         if not run.parked and execution is None:
             raise Rejected(f"run {id!r} is not running its code yet; send the update again")
         inside = run.position_kind == "group" or (execution is not None and execution.groups)
-        if inside:
+        if inside and not is_async:
             raise Rejected(
                 f"run {id!r} is inside ctx.all or ctx.race; send the update again once it is past"
             )

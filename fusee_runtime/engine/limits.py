@@ -127,6 +127,7 @@ class Limits:
         self._durable = durable
         self._changed = changed
         self._sizes: dict[str, tuple[int, int]] = {}  # name: (permits, lsn of its LimitSet)
+        self._set: list[tuple[int, str, int]] = []  # every (lsn, name, permits), for snapshots
         self._pools: dict[str, _Pool] = {}
 
     # -- sizes -------------------------------------------------------------------------
@@ -135,26 +136,27 @@ class Limits:
         return self._sizes[name][0] if name in self._sizes else DEFAULT_PERMITS
 
     async def set(self, name: str, permits: int) -> None:
-        """Records limit `name`'s size; applies it once durable (waiters go in at once
-        if it grew; if it shrank, holders keep their permits and no one goes in until
-        fewer hold them).
+        """Records limit `name`'s size and applies it at once (waiters go in if it
+        grew; if it shrank, holders keep their permits and no one goes in until fewer
+        hold them); returns once it is durable.
 
         Raises:
             Rejected: a name that is not one, or permits not from 0 to `PERMITS_MAX`.
         """
         check_limit(name)
         if type(permits) is not int or not 0 <= permits <= PERMITS_MAX:
+            # int's repr refuses a number of over 4,300 digits.
+            shown = "a larger number" if type(permits) is int and permits > 2**64 else permits
             raise Rejected(
-                f"limit {name!r}: permits is a whole number from 0 to {PERMITS_MAX}, "
-                f"not {permits!r}"
+                f"limit {name!r}: permits is a whole number from 0 to {PERMITS_MAX}, not {shown!r}"
             )
         lsn = self._append([R.LimitSet, name, permits, self._now()])
-        await self._durable(lsn)
         self._apply(lsn, name, permits)
         for pool in builtins.list(self._pools.values()):
             if pool.name == name:
                 self._grant(pool)
         self._changed()
+        await self._durable(lsn)
 
     def replay(self, lsn: int, rec: builtins.list[Any]) -> None:
         """A `LimitSet` read from the journal on open."""
@@ -168,11 +170,16 @@ class Limits:
     def snapshot(self, lsn: int) -> dict[str, builtins.list[int]]:
         """The sizes as of `lsn`, for a checkpoint at `lsn`: {name: [permits, lsn]}. A
         size set later is in the segments after it."""
-        return {n: [p, at] for n, (p, at) in self._sizes.items() if at <= lsn}
+        out: dict[str, builtins.list[int]] = {}
+        for at, name, permits in self._set:  # in lsn order
+            if at <= lsn:
+                out[name] = [permits, at]
+        return out
 
     def _apply(self, lsn: int, name: str, permits: int) -> None:
         if name not in self._sizes or self._sizes[name][1] < lsn:
             self._sizes[name] = (permits, lsn)
+            self._set.append((lsn, name, permits))  # rare: all kept
 
     # -- permits -----------------------------------------------------------------------
 
@@ -204,7 +211,7 @@ class Limits:
         except asyncio.CancelledError:
             if waiter.future.done() and not waiter.future.cancelled():
                 self._release(pool)  # granted as it gave up: given back
-            else:
+            elif not waiter.gone:  # (`_grant` may have seen its cancel first)
                 waiter.gone = True
                 pool.waiting -= 1
                 self._tidy(pool)
@@ -226,12 +233,16 @@ class Limits:
     def _grant(self, pool: _Pool) -> None:
         """Gives free permits to the waiters whose turn it is."""
         size = self.size(pool.name)
-        while pool.waiting and pool.in_use < size:
+        while pool.waiting and pool.in_use < size and pool.levels:
             priority = max(pool.levels)
             level = pool.levels[priority]
             fairness = level.ring[0]
             queue = level.queues[fairness]
             waiter = queue.popleft()
+            if not waiter.gone and waiter.future.done():
+                # Cancelled in this same tick, before its task could say so: it is gone.
+                waiter.gone = True
+                pool.waiting -= 1
             if not waiter.gone:
                 pool.waiting -= 1
                 waiter.future.set_result(None)

@@ -227,6 +227,7 @@ class RunTable:
         run.update_log = {p: list(u) for p, u in old.update_log.items() if p < before}
         kept_ids = {u[0] for u in itertools.chain.from_iterable(run.update_log.values())}
         run.updates_done = {i: d for i, d in old.updates_done.items() if i in kept_ids}
+        run.updates_accepted = {i: a for i, a in old.updates_accepted.items() if i in kept_ids}
 
     # -- lookups -------------------------------------------------------------------------
 
@@ -374,6 +375,10 @@ class RunTable:
                 run.closed.set_exception(error(run))
                 # A caller whose own wait timed out is gone: nobody else reads it.
                 run.closed.exception()
+            for waiter in run.update_waiters.values():  # 0: not applied here
+                if not waiter.done():
+                    waiter.set_result(0)
+            run.update_waiters.clear()
 
 
 def reset_point(run: Run, to: int | str) -> int:

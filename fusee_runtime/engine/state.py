@@ -114,6 +114,8 @@ class Op:
     # position of each), and the streams that are the step's own, which its end closes.
     streamed: dict[str, list[tuple[int, Any]]] | None = None
     owns: list[str] | None = None
+    # Where the op was resolved: update handlers order replay by it.
+    done_lsn: int | None = None
     peer: str | None = None
     peer_run: str | None = None
     workflow: str | None = None
@@ -205,6 +207,10 @@ class Run:
     update_log: dict[int, list[tuple[str, str, Any]]] = field(default_factory=dict)
     updates_done: dict[str, tuple[int, Any, Any]] = field(default_factory=dict)
     update_lsn: int = 0  # where the latest update was recorded
+    # Async handlers' updates by id, in the order accepted, with where (`UpdateAccepted`);
+    # callers waiting for one (not recorded): each gets its `UpdateApplied`'s lsn (0: none).
+    updates_accepted: dict[str, int] = field(default_factory=dict)
+    update_waiters: dict[str, asyncio.Future[int]] = field(default_factory=dict)
     # Search attributes (`ctx.set_attributes`), as the journal left them.
     attributes: dict[str, Any] = field(default_factory=dict)
     # How the run was made when not by a `RunStarted` alone (a reset's inherited
@@ -221,9 +227,11 @@ class Run:
         self.last_lsn = lsn
         if kind in _OP_RECORDS:
             op = _OP_RECORDS[kind](self, rec)
-            if op is not None and op.owns and op.done:  # a step's end closes its streams
-                for name in op.owns:
-                    self.stream(name).closed_lsn = lsn
+            if op is not None and op.done:
+                op.done_lsn = lsn
+                if op.owns:  # a step's end closes its streams
+                    for name in op.owns:
+                        self.stream(name).closed_lsn = lsn
             return op
         if kind == R.SignalReceived:
             _, _, signal_id, name, value, _ = rec
@@ -243,8 +251,17 @@ class Run:
             self.races[rec[2]] = rec[3]
         elif kind == R.UpdateApplied:
             _, _, update_id, name, arg, position, result, failure, _ = rec
-            self.update_log.setdefault(position, []).append((update_id, name, arg))
+            if update_id not in self.updates_accepted:  # a plain handler's: applied at once
+                self.update_log.setdefault(position, []).append((update_id, name, arg))
             self.updates_done[update_id] = (lsn, result, failure)
+            self.update_lsn = lsn
+            waiter = self.update_waiters.pop(update_id, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(lsn)
+        elif kind == R.UpdateAccepted:
+            _, _, update_id, name, arg, position, _ = rec
+            self.update_log.setdefault(position, []).append((update_id, name, arg))
+            self.updates_accepted[update_id] = lsn
             self.update_lsn = lsn
         elif kind in (R.SignalSent, R.CancelSent):
             return _sent(self, rec, lsn)
@@ -284,6 +301,8 @@ class Run:
             if "." in seq:
                 parts = seq.split(".")
                 for k in range(1, len(parts)):
+                    if parts[k][0] == "u" or parts[k - 1][0] == "u":
+                        continue  # "3" and "3.u1" of "3.u1.2": an update's numbers, no group
                     self.prefixes.add(".".join(parts[:k]))
         return op
 
@@ -327,6 +346,10 @@ class Run:
             self.reason = rec[2]
             self.error = f"{self.closing}: {rec[2]}"
         self.pending.clear()
+        for waiter in self.update_waiters.values():  # their handlers stop here: 0, not applied
+            if not waiter.done():
+                waiter.set_result(0)
+        self.update_waiters.clear()
 
     @property
     def is_open(self) -> bool:
@@ -530,8 +553,7 @@ def _stream_appended(run: Run, rec: list[Any], lsn: int) -> None:
 def _step_stream_appended(run: Run, rec: list[Any], lsn: int) -> None:
     _, _, seq, step, name, _, item, own = rec
     op = run._op(seq, "step", step)
-    if op.streamed is None:
-        op.streamed = {}
+    op.streamed = op.streamed or {}
     op.streamed.setdefault(name, []).append((lsn, item))
     if own and name not in (op.owns or ()):
         op.owns = [*(op.owns or ()), name]

@@ -61,6 +61,7 @@ class R(enum.IntEnum):
     StepHeartbeat = 40
     LimitSet = 41
     StepStreamAppended = 42
+    UpdateAccepted = 43
 
 
 FIELDS: dict[R, tuple[str, ...]] = {
@@ -181,6 +182,10 @@ FIELDS: dict[R, tuple[str, ...]] = {
     # stream(name)` in a step), in the attempt it came from; `own`: the stream is the
     # step's (`scope="step"`), closed when the step ends.
     R.StepStreamAppended: ("run_id", "seq", "step", "name", "attempt", "item", "own"),
+    # An update whose handler is `async def` was accepted at `position` (the code was
+    # waiting in that top-level operation): its handler runs from there, its own
+    # operations numbered "<position>.u<n>.<k>", and its `UpdateApplied` follows.
+    R.UpdateAccepted: ("run_id", "update_id", "name", "arg", "position", "accepted_at"),
 }
 
 SCHEDULES = {R.ScheduleArmed, R.ScheduleFired, R.SchedulePaused}

@@ -1,0 +1,277 @@
+"""Updates that run steps (issue 20, item 4): `ctx.on_update(name, handler)` with an
+`async def` handler that awaits steps, sleeps and waits like workflow code. Temporal's
+update scenarios: an update running an activity-like step, deduplication by id, a
+validator refusing before anything is recorded, an update replayed after a restart,
+and updates accepted while the run sleeps, waits inside `ctx.all`, or runs a step."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from fusee_runtime import Ctx, Rejected, step, workflow
+from fusee_runtime.journal.records import R
+
+CALLS: list[str] = []
+GATE = {"main": asyncio.Event(), "handler": asyncio.Event()}
+"""What the test lets go on (`main`, `handler`), and what a step tells it started
+(`main_in`, `handler_in`): a step entering tells the engine nothing to wait on."""
+
+
+@pytest.fixture(autouse=True)
+def fresh() -> None:
+    CALLS.clear()
+    for name in ("main", "handler", "main_in", "handler_in"):
+        GATE[name] = asyncio.Event()
+
+
+@step(name="au.reserve")
+async def reserve(item: str) -> int:
+    CALLS.append(f"reserve {item}")
+    return len(item)
+
+
+@step(name="au.slow_reserve")
+async def slow_reserve(item: str) -> int:
+    CALLS.append(f"slow {item}")
+    GATE["handler_in"].set()
+    await GATE["handler"].wait()
+    return len(item)
+
+
+def cart(ctx: Ctx, items: list[str], *, slow: bool = False, nap: float = 0) -> None:
+    """Registers the cart's update "add": it reserves the item in a step, then adds it."""
+
+    def check(item: str) -> None:
+        if not item:
+            raise ValueError("an item has a name")
+
+    async def add(item: str) -> dict[str, Any]:
+        reserved = await (slow_reserve if slow else reserve)(item)
+        if nap:
+            await ctx.sleep("settle", nap)
+        items.append(item)
+        CALLS.append(f"added {item}")
+        return {"items": len(items), "reserved": reserved}
+
+    ctx.on_update("add", add, validate=check)
+    ctx.on_query("items", lambda _: list(items))
+
+
+@workflow(name="au.waits")
+async def waits(ctx: Ctx, how: dict[str, Any]) -> list[str]:
+    items: list[str] = []
+    cart(ctx, items, slow=how.get("slow", False), nap=how.get("nap", 0))
+    await ctx.wait_for("checkout")
+    return items
+
+
+def records(engine: Any, id: str, kind: R) -> list[list[Any]]:
+    return [rec for _, rec in engine.runs.latest(id).records if rec[0] == kind]
+
+
+async def test_an_async_update_runs_a_step_and_answers_once_durable(make_engine: Any) -> None:
+    async with make_engine() as engine:
+        h = await engine.start("au.waits", {}, id="c-1")
+        await engine.wait_until(lambda: engine.runs.latest("c-1").parked)
+        said = await h.update("add", "book")
+        assert said == {"items": 1, "reserved": 4}
+        # durable when it answers: the step's result and the update's outcome
+        assert (
+            engine.durability.durable_lsn
+            >= engine.runs.latest("c-1").updates_done[
+                next(iter(engine.runs.latest("c-1").updates_done))
+            ][0]
+        )
+        (step_done,) = records(engine, "c-1", R.StepCompleted)
+        assert step_done[2] == "1.u1.1"  # numbered apart from the code's operations
+        assert await h.query("items") == ["book"]
+        await h.signal("checkout")
+        assert await h.result(timeout=10) == ["book"]
+    # the step ran once; the handler ran again when the signal woke the parked run
+    assert CALLS == ["reserve book", "added book", "added book"]
+
+
+async def test_an_update_sent_again_with_its_id_is_applied_once(make_engine: Any) -> None:
+    async with make_engine() as engine:
+        h = await engine.start("au.waits", {"slow": True}, id="c-2")
+        await engine.wait_until(lambda: engine.runs.latest("c-2").parked)
+        first = asyncio.ensure_future(h.update("add", "pen", update_id="u-1"))
+        await GATE["handler_in"].wait()
+        again = asyncio.ensure_future(h.update("add", "pen", update_id="u-1"))  # in flight
+        GATE["handler"].set()
+        assert await first == await again == {"items": 1, "reserved": 3}
+        assert await h.update("add", "pen", update_id="u-1") == {"items": 1, "reserved": 3}
+        assert await h.query("items") == ["pen"]
+        assert len(records(engine, "c-2", R.UpdateAccepted)) == 1
+    assert CALLS == ["slow pen", "added pen"]
+
+
+async def test_a_validator_refuses_before_anything_is_recorded(make_engine: Any) -> None:
+    async with make_engine() as engine:
+        h = await engine.start("au.waits", {}, id="c-3")
+        await engine.wait_until(lambda: engine.runs.latest("c-3").parked)
+        before = len(engine.runs.latest("c-3").records)
+        with pytest.raises(Rejected, match="update 'add' of run 'c-3' was refused: an item"):
+            await h.update("add", "")
+        assert len(engine.runs.latest("c-3").records) == before
+    assert CALLS == []
+
+
+async def test_an_applied_update_is_replayed_after_a_restart(make_engine: Any) -> None:
+    async with make_engine() as engine:
+        h = await engine.start("au.waits", {}, id="c-4")
+        await engine.wait_until(lambda: engine.runs.latest("c-4").parked)
+        await h.update("add", "lamp", update_id="u-4")
+    async with make_engine() as engine:
+        h = engine.handle("c-4")
+        await h.signal("checkout")  # its code replays: the update is applied again
+        assert await h.result(timeout=10) == ["lamp"]
+        assert await h.update("add", "lamp", update_id="u-4") == {"items": 1, "reserved": 4}
+    assert CALLS == ["reserve lamp", "added lamp", "added lamp"]  # the step ran once
+
+
+async def test_an_update_cut_off_by_a_crash_finishes_after_the_restart(make_engine: Any) -> None:
+    engine = make_engine()
+    await engine.open()
+    h = await engine.start("au.waits", {"slow": True}, id="c-5")
+    await engine.wait_until(lambda: engine.runs.latest("c-5").parked)
+    sent = asyncio.ensure_future(h.update("add", "desk", update_id="u-5"))
+    await GATE["handler_in"].wait()
+    await engine.close(crash=True)
+    with pytest.raises(Rejected, match="send it again with update id 'u-5'"):
+        await sent
+    GATE["handler"].set()
+    async with make_engine() as engine:  # its handler runs again from its start
+        h = engine.handle("c-5")
+        assert await h.update("add", "desk", update_id="u-5") == {"items": 1, "reserved": 4}
+        await h.signal("checkout")
+        assert await h.result(timeout=10) == ["desk"]
+    # the step cut off ran again; then the handler replayed when the signal woke the run
+    assert CALLS == ["slow desk", "slow desk", "added desk", "added desk"]
+
+
+# -- accepted wherever the code waits -------------------------------------------------------
+
+
+@workflow(name="au.sleeps")
+async def sleeps(ctx: Ctx, _: None) -> list[str]:
+    items: list[str] = []
+    cart(ctx, items)
+    await ctx.sleep("nap", 3600)
+    CALLS.append("woke")
+    return items
+
+
+async def test_an_update_is_accepted_while_the_run_sleeps(make_engine: Any, clock: Any) -> None:
+    async with make_engine() as engine:
+        h = await engine.start("au.sleeps", None, id="s-1")
+        await engine.wait_until(lambda: engine.runs.latest("s-1").parked)
+        assert await h.update("add", "tea") == {"items": 1, "reserved": 3}
+        assert engine.runs.latest("s-1").parked  # sleeping still
+        clock.advance(3600)
+        assert await h.result(timeout=10) == ["tea"]
+    assert CALLS == ["reserve tea", "added tea", "added tea", "woke"]
+
+
+@workflow(name="au.group")
+async def group(ctx: Ctx, _: None) -> list[Any]:
+    items: list[str] = []
+    cart(ctx, items)
+    got = await ctx.all([ctx.wait_for("a"), ctx.wait_for("b")])
+    return [got, items]
+
+
+async def test_an_update_is_accepted_inside_ctx_all(make_engine: Any) -> None:
+    async with make_engine() as engine:
+        h = await engine.start("au.group", None, id="g-1")
+        await engine.wait_until(lambda: len(engine.runs.latest("g-1").waiters) == 2)
+        await h.signal("a", 1)
+        assert await h.update("add", "mug") == {"items": 1, "reserved": 3}
+        await h.signal("b", 2)
+        assert await h.result(timeout=10) == [[1, 2], ["mug"]]
+
+
+@step(name="au.main_step")
+async def main_step() -> str:
+    GATE["main_in"].set()
+    await GATE["main"].wait()
+    CALLS.append("main step returned")
+    return "main"
+
+
+@workflow(name="au.busy")
+async def busy(ctx: Ctx, _: None) -> list[Any]:
+    items: list[str] = []
+    cart(ctx, items, slow=True)
+    done = await main_step()
+    CALLS.append(f"code saw {list(items)}")
+    return [done, items]
+
+
+async def test_an_update_runs_as_a_unit_while_a_step_of_the_code_is_in_flight(
+    make_engine: Any,
+) -> None:
+    async with make_engine() as engine:
+        h = await engine.start("au.busy", None, id="b-1")
+        await GATE["main_in"].wait()
+        sent = asyncio.ensure_future(h.update("add", "ink"))
+        await GATE["handler_in"].wait()
+        GATE["main"].set()  # the code's step returns while the handler runs
+        await engine.wait_until(lambda: "main step returned" in CALLS)
+        GATE["handler"].set()
+        assert await sent == {"items": 1, "reserved": 3}
+        assert await h.result(timeout=10) == ["main", ["ink"]]
+    # the code went on from its step only once the update was applied
+    assert CALLS == ["slow ink", "main step returned", "added ink", "code saw ['ink']"]
+
+
+async def test_an_update_that_sleeps_parks_with_the_run_and_goes_on(
+    make_engine: Any, clock: Any
+) -> None:
+    async with make_engine() as engine:
+        h = await engine.start("au.waits", {"nap": 60}, id="n-1")
+        await engine.wait_until(lambda: engine.runs.latest("n-1").parked)
+        sent = asyncio.ensure_future(h.update("add", "cup"))
+        await engine.wait_until(
+            lambda: CALLS == ["reserve cup"] and engine.runs.latest("n-1").parked
+        )
+        clock.advance(60)
+        assert await sent == {"items": 1, "reserved": 3}
+        await h.signal("checkout")
+        assert await h.result(timeout=10) == ["cup"]
+    assert CALLS == ["reserve cup", "added cup", "added cup"]
+
+
+async def test_plain_handlers_still_apply_at_once(make_engine: Any) -> None:
+    @workflow(name="au.plain")
+    async def plain(ctx: Ctx, _: None) -> list[int]:
+        seen: list[int] = []
+        ctx.on_update("push", lambda n: seen.append(n) or len(seen))
+        await ctx.wait_for("done")
+        return seen
+
+    async with make_engine() as engine:
+        h = await engine.start("au.plain", None, id="p-1")
+        await engine.wait_until(lambda: engine.runs.latest("p-1").parked)
+        assert await h.update("push", 7) == 1
+        assert records(engine, "p-1", R.UpdateAccepted) == []
+        await h.signal("done")
+        assert await h.result(timeout=10) == [7]
+
+
+async def test_an_update_applied_beside_a_step_in_flight_replays_after_a_restart(
+    make_engine: Any,
+) -> None:
+    async with make_engine() as engine:
+        h = await engine.start("au.busy", None, id="b-2")
+        await GATE["main_in"].wait()
+        GATE["handler"].set()
+        assert await h.update("add", "nib") == {"items": 1, "reserved": 3}
+    # The code's step (#1) has no record yet; the update's ("1.u1.1") does.
+    GATE["main"].set()
+    async with make_engine() as engine:
+        assert await engine.handle("b-2").result(timeout=10) == ["main", ["nib"]]
+    assert CALLS == ["slow nib", "added nib", "main step returned", "added nib", "code saw ['nib']"]
