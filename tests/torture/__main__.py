@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.torture import torture_app
 from tests.torture.harness import Report, trial, workdir_for
 from tests.torture.torture_app import FAULTS
 
@@ -38,7 +39,8 @@ def main() -> int:
     args = parser.parse_args()
     base = args.dir or Path(tempfile.mkdtemp(prefix="fusee-torture-"))
     counted = (
-        "trials mid cut runs steps signals children heartbeats violations checkpoints compacted "
+        "trials mid cut runs steps signals children heartbeats limited entered crowded violations "
+        "checkpoints compacted "
         "history "
         "elsewhere"
     )
@@ -62,6 +64,9 @@ def main() -> int:
         totals["signals"] += report.signals
         totals["children"] += report.children
         totals["heartbeats"] += report.heartbeats
+        totals["limited"] += report.limited
+        totals["entered"] += report.entered
+        totals["crowded"] += report.crowded
         totals["violations"] += len(report.violations)
         totals["checkpoints"] += report.checkpoints
         totals["compacted"] += report.compacted
@@ -84,7 +89,9 @@ def main() -> int:
         f"{totals['trials']} trials ({faults}), {totals['mid']} ended mid-work, "
         f"{totals['cut']} torn tails cut, {totals['runs']} runs, {totals['steps']} steps, "
         f"{totals['signals']} signals, {totals['children']} child workflows and "
-        f"{totals['heartbeats']} heartbeats checked; "
+        f"{totals['heartbeats']} heartbeats and {totals['limited']} limited steps "
+        f"({totals['entered']} attempts entering; {totals['crowded']} lives with "
+        f"{torture_app.LIMIT_PERMITS} inside at once) checked; "
         f"first lives wrote {totals['checkpoints']} "
         f"checkpoints, compacted {totals['compacted']} segments and began {totals['history']} "
         f"history commits ({totals['elsewhere']} records checked after the crash were in no "

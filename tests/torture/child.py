@@ -2,13 +2,16 @@
 
 Usage: child.py HOME LEDGER SEED RUNS FAULT AT (see `torture_app.FaultStorage`).
 Prints, one line per write(2):
-`READY`, `STARTED <id>` once a start is durable, `SIGNALED <id> <value>` once
-a signal the parent sent (`<id> <value>` lines on stdin) is durable,
+`READY`, `LIMIT <name> <permits>` once the size of the limited steps' limit,
+which it sets before it starts any run, is durable, `STARTED <id>` once a
+start is durable, `SIGNALED <id> <value>` once a signal the parent sent
+(`<id> <value>` lines on stdin) is durable,
 `RESULT <id> <json>` for each result read, `FAULT <records>` when the storage
 injects a fault in the journal's appends, `INJECTED <operation> <file>` when it
 injects one in a checkpoint, a compaction or the history store, `CHECKPOINT
 <file>`, `REMOVED <file>` and `HISTORY <n>` as checkpoints are written, files
-compacted and closed runs committed to the history store, and `DONE`.
+compacted and closed runs committed to the history store, and `DONE`, after
+`LIMITS <json>` (`engine.limits()`, each as a dict) if every run closed.
 """
 
 from __future__ import annotations
@@ -37,6 +40,11 @@ async def main(home: str, seed: int, runs: int, fault: str, at: int) -> None:
     config = dataclasses.replace(torture_app.CONFIG, storage=storage)
     async with Engine(home, app=None, config=config) as engine:
         emit("READY")
+        try:
+            await engine.limit(torture_app.LIMIT, torture_app.LIMIT_PERMITS)
+            emit("LIMIT", torture_app.LIMIT, torture_app.LIMIT_PERMITS)
+        except JournalFailed:
+            pass  # after an injected fault: no run will start either
         loop = asyncio.get_running_loop()
         signals: list[asyncio.Task[None]] = []
 
@@ -63,16 +71,20 @@ async def main(home: str, seed: int, runs: int, fault: str, at: int) -> None:
 
         loop.add_reader(0, on_stdin)
 
-        async def one(workflow_id: str, inp: dict) -> None:
+        async def one(workflow_id: str, inp: dict) -> bool:
             try:
                 handle = await engine.start("tt_mixed", inp, id=workflow_id)
                 emit("STARTED", workflow_id)
                 result = await handle.result()
             except JournalFailed:
-                return  # after an injected fault: nothing more is acknowledged
+                return False  # after an injected fault: nothing more is acknowledged
             emit("RESULT", workflow_id, orjson.dumps(result).decode())
+            return True
 
-        await asyncio.gather(*(one(w, inp) for w, inp in torture_app.plan(seed, runs)))
+        closed = await asyncio.gather(*(one(w, inp) for w, inp in torture_app.plan(seed, runs)))
+        if all(closed):  # every run closed, so every permit is back
+            limits = [dataclasses.asdict(info) for info in engine.limits()]
+            emit("LIMITS", orjson.dumps(limits).decode())
         emit("DONE")
         await asyncio.gather(*signals, return_exceptions=True)
 

@@ -21,16 +21,25 @@ The invariants (each violation is reported in words, with the run it concerns):
 - every execution of a step used the same `ctx.key()`;
 - nothing in a batch whose write or sync failed was acknowledged;
 - at the end, each run is in the history store once;
+- within one process life, never more limited steps inside at once (between
+  their `enter` and `leave` ledger lines) than the limit's size;
+- no permit leaked: once every run closed (at the end, and in the first life
+  if it got there), no limit has a permit in use or a step waiting, none ever
+  had more in use than its size, and the limit the first life set (durably,
+  before it started any run) has the size it set;
 - where two places hold the same lsn (the checkpoint, the history store, a
   segment compaction has not deleted yet) they hold the same record, and every
   record of a segment is in the checkpoint or history store if it is not after
-  the checkpoint.
+  the checkpoint. A `LimitSet` belongs to no run: the checkpoint holds it as
+  its limit's size and the lsn that set it (its "limits"), which must agree
+  with a segment that still holds it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import queue
 import random
 import re
@@ -105,6 +114,13 @@ class Report:
     children: int = 0
     heartbeats: int = 0
     """`StepHeartbeat` records the recovered journal holds."""
+    limited: int = 0
+    """Limited steps the recovered journal holds completed."""
+    entered: int = 0
+    """Attempts of limited steps the ledger shows entering, in both lives."""
+    crowded: int = 0
+    """Lives in which the ledger shows as many limited steps inside at once as the
+    limit's size (fewer, and the limit was never put to the test)."""
     violations: list[str] = field(default_factory=list)
 
 
@@ -124,6 +140,10 @@ class Seen:
     checkpoints: int = 0
     compacted: int = 0
     history_commits: int = 0
+    limit_set: bool = False
+    """Whether the child said the limit's size was durable (`LIMIT`)."""
+    limits: list[dict[str, Any]] | None = None
+    """`engine.limits()` once every run had closed, if the life got there."""
 
 
 @dataclass
@@ -141,6 +161,8 @@ class Evidence:
     """Where the places that hold records disagreed, after the crash or at the end."""
     stored: dict[str, int] = field(default_factory=dict)
     """Rows in the history store at the end, by workflow id."""
+    limits: list[dict[str, Any]] = field(default_factory=list)
+    """`engine.limits()` at the end of the last life, every run closed."""
 
 
 def trial(
@@ -167,7 +189,7 @@ def trial(
     crashed = read_home(home)
     report.cut, report.compacted_records = crashed.cut, crashed.compacted
     torture_app.LEDGER = str(ledger)
-    finals = asyncio.run(_finish(home, planned, crashed.records))
+    finals, limits = asyncio.run(_finish(home, planned, crashed.records))
     final = read_home(home)
     evidence = Evidence(
         planned,
@@ -179,6 +201,7 @@ def trial(
         [f"after the crash, {d}" for d in crashed.disagreements]
         + [f"at the end, {d}" for d in final.disagreements],
         final.stored,
+        limits,
     )
     check(report, evidence)
     return report, evidence
@@ -298,13 +321,17 @@ def _take(line: str, seen: Seen) -> None:
         seen.compacted += rest.endswith(".seg")
     elif word == "HISTORY":
         seen.history_commits += 1
+    elif word == "LIMIT":
+        seen.limit_set = True
+    elif word == "LIMITS":
+        seen.limits = orjson.loads(rest)
 
 
 async def _finish(
     home: Path, planned: dict[str, dict[str, Any]], journal: list[list[Any]]
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Reopens the home, sends the signals its `journal` does not hold, runs every run
-    to its end."""
+    to its end; their results, and the limits once all closed."""
     wids = _wids(journal)
     received = {wids[r[1]] for r in journal if r[0] == R.SignalReceived}
     async with Engine(home, app=None, config=torture_app.CONFIG) as engine:
@@ -314,7 +341,8 @@ async def _finish(
             if planned[wid]["signal"] and wid not in received:
                 await engine.signal(wid, "go", torture_app.signal_value(wid))
         results = await asyncio.gather(*(engine.handle(w).result() for w in sorted(ids)))
-    return dict(zip(sorted(ids), results, strict=True))
+        limits = [dataclasses.asdict(info) for info in engine.limits()]
+    return dict(zip(sorted(ids), results, strict=True)), limits
 
 
 def _wids(*journals: list[list[Any]]) -> dict[str, str]:
@@ -346,7 +374,10 @@ def read_home(home: Path) -> Read:
     Since compaction, records are in three places: the newest checkpoint that
     reads whole (every record up to its lsn of the runs it holds), the history
     store (each closed run's whole record) and the segments after the
-    checkpoint. The same lsn may be in two of them (a run closed before the
+    checkpoint. A `LimitSet` belongs to no run: the checkpoint holds the latest
+    of each limit as its name, its size and its lsn (`[R.LimitSet, name,
+    permits]` here, without `set_at`, until a segment gives the whole record).
+    The same lsn may be in two of them (a run closed before the
     checkpoint and stored since); it must be the same record. Segments compaction
     has not deleted yet may also hold records up to the checkpoint's lsn: each of
     those must be in the checkpoint or the history store, as the same record,
@@ -360,17 +391,29 @@ def read_home(home: Path) -> Read:
 
     def hold(lsn: int, rec: list[Any], where: str) -> None:
         had, there = held.setdefault(lsn, (rec, where))
-        if had != rec:
+        size = rec[0] == had[0] == R.LimitSet  # the checkpoint's has no set_at
+        if (had[:3] != rec[:3]) if size else (had != rec):
             disagreements.append(
                 f"record {lsn}: {there} holds {_short(had)}, {where} {_short(rec)}"
             )
+        elif len(rec) > len(had):
+            held[lsn] = (rec, where)
 
     base = newest_checkpoint(directory)
     after = base.lsn if base is not None else 0
+    sizes: dict[str, int] = {}  # the lsn of each limit's size the checkpoint holds
     if base is not None:
         for _, recs in base.body["runs"]:
             for lsn, rec in recs:
                 hold(lsn, rec, f"checkpoint {base.path.name}")
+        for name, (permits, lsn) in base.body["limits"].items():
+            if lsn > after:
+                disagreements.append(
+                    f"record {lsn}: checkpoint {base.path.name} holds it as limit {name}'s "
+                    f"size, though it comes after the checkpoint ({after})"
+                )
+            sizes[name] = lsn
+            hold(lsn, [R.LimitSet, name, permits], f"checkpoint {base.path.name}")
     stored: dict[str, int] = defaultdict(int)
     for workflow_id, recs in _stored(home):
         stored[workflow_id] += 1
@@ -395,6 +438,8 @@ def read_home(home: Path) -> Read:
             hold(lsn, rec, "the segments")
         elif lsn in held:
             hold(lsn, rec, "a segment before the checkpoint")
+        elif rec[0] == R.LimitSet and sizes.get(rec[1], 0) > lsn:
+            hold(lsn, rec, "a segment before the checkpoint")  # a later size replaced it
         elif rec[0] == R.StepHeartbeat:
             superseded.append((lsn, rec))  # if a later heartbeat of its step is held
             hold(lsn, rec, "a segment before the checkpoint")
@@ -416,8 +461,10 @@ def read_home(home: Path) -> Read:
                 f"nor {history.NAME}, though no later heartbeat supersedes it: {_short(rec)}"
             )
     gone = sum(max(numbers) - len(set(numbers)) for numbers in beats.values())
-    # Every record belongs to a run (the workload has no schedules), so every lsn
-    # up to the last is in one place or another, but for superseded heartbeats.
+    # Every record belongs to a run or is a LimitSet the checkpoint holds (the workload
+    # has no schedules, and sets its limit once, so no size replaced another), so
+    # every lsn up to the last is in one place or another, but for superseded
+    # heartbeats.
     missing = sorted(set(range(1, max(held, default=0) + 1)) - held.keys())
     if len(missing) != gone:
         disagreements.append(
@@ -484,7 +531,8 @@ def _ledger(path: Path) -> list[dict[str, Any]]:
 def check(report: Report, evidence: Evidence) -> None:
     """Adds to `report` what the evidence counts, and every violation it shows."""
     planned, seen, finals = evidence.planned, evidence.seen, evidence.finals
-    journal, ledger = evidence.journal, evidence.ledger
+    journal = evidence.journal
+    ledger = [line for line in evidence.ledger if "edge" not in line]  # executions
     v = report.violations
     v.extend(evidence.disagreements)
     wids = _wids(journal, evidence.after_crash, seen.fault_records or [])
@@ -518,6 +566,7 @@ def check(report: Report, evidence: Evidence) -> None:
         if evidence.stored.get(wid, 0) != 1:
             v.append(f"{wid}: {evidence.stored.get(wid, 0)} rows in the history store at the end")
     _check_children(report, evidence, wids)
+    _check_limits(report, evidence)
     # A step's progress only goes up: each attempt goes on after the last row it finds.
     rows: dict[tuple[str, str], int] = {}
     for rec in journal:
@@ -538,6 +587,8 @@ def check(report: Report, evidence: Evidence) -> None:
             v.append(f"{wids[rec[1]]}: its signal was acknowledged, though its write failed")
         elif rec[0] == R.RunCompleted and wids.get(rec[1]) in seen.results:
             v.append(f"{wids[rec[1]]}: its result was read, though its write failed")
+        elif rec[0] == R.LimitSet and seen.limit_set:
+            v.append(f"limit {rec[1]}: its size was acknowledged, though its write failed")
     # What the child acknowledged was in the journal the crash left.
     crash = evidence.after_crash
     crash_wids = _wids(crash)
@@ -550,6 +601,11 @@ def check(report: Report, evidence: Evidence) -> None:
     for wid, value in sorted(seen.results.items()):
         if crash_results.get(wid) != value:
             v.append(f"{wid}: its result was read, the journal after the crash lacks it")
+    if seen.limit_set and not any(r[0] == R.LimitSet for r in crash):
+        v.append(
+            f"limit {torture_app.LIMIT}: its size was acknowledged, the journal after the "
+            "crash lacks it"
+        )
     # The ledger against the journal.
     by_key: dict[str, list[dict[str, Any]]] = defaultdict(list)
     keys_of: dict[tuple[str, str], set[str]] = defaultdict(set)
@@ -622,6 +678,63 @@ def _check_children(report: Report, evidence: Evidence, wids: dict[str, str]) ->
         reasons = terminated.get(f"{wid}-orphan", [])
         if inp["orphan"] and (len(reasons) != 1 or f"its parent {wid!r}" not in reasons[0]):
             v.append(f"{wid}-orphan: terminated {len(reasons)} times ({reasons}), once expected")
+
+
+def _check_limits(report: Report, evidence: Evidence) -> None:
+    """Per process life, at most the limit's size of limited steps inside at once
+    (their `enter` and `leave` ledger lines are written inside the permit, so the
+    lines count no more than held one); once every run closed, no permit in use
+    and no step waiting, in any limit; the limit set once, durably, before any
+    run started, so found with its size wherever a run is."""
+    v, seen = report.violations, evidence.seen
+    name, size = torture_app.LIMIT, torture_app.LIMIT_PERMITS
+    inside: dict[int, list[str]] = defaultdict(list)  # by pid: the keys inside
+    most: dict[int, int] = defaultdict(int)
+    for line in evidence.ledger:
+        if "edge" not in line:
+            continue
+        pid, keys = line["pid"], inside[line["pid"]]
+        if line["edge"] == "enter":
+            report.entered += 1
+            keys.append(line["key"])
+            if len(keys) > size and len(keys) > most[pid]:
+                v.append(
+                    f"life {pid}: {len(keys)} limited steps inside at once "
+                    f"({', '.join(keys)}), over limit {name}'s size of {size}"
+                )
+            most[pid] = max(most[pid], len(keys))
+        elif line["key"] in keys:
+            keys.remove(line["key"])
+        else:
+            v.append(f"life {pid}: {line['key']} left limit {name} without entering it")
+    report.crowded = sum(n == size for n in most.values())
+    report.limited = sum(
+        1 for r in evidence.journal if r[0] == R.StepCompleted and "limited" in r[3]
+    )
+    sets = [r for r in evidence.journal if r[0] == R.LimitSet]
+    if len(sets) > 1:
+        v.append(f"limit {name}: set {len(sets)} times, once expected")
+    lives = [("the first life", seen.limits), ("the last life", evidence.limits)]
+    for life, limits in lives:
+        for info in limits or []:
+            if info["in_use"] or info["waiting"]:
+                v.append(
+                    f"{life}, every run closed, limit {info['name']}: {info['in_use']} "
+                    f"permit(s) in use, {info['waiting']} waiting (a permit leaked)"
+                )
+            if info["max_in_use"] > info["permits"]:
+                v.append(
+                    f"{life}, limit {info['name']}: {info['max_in_use']} permits in use at "
+                    f"once, over its size of {info['permits']}"
+                )
+    # The first life started runs only once the size was durable.
+    due = [("the first life", seen.limits)] if seen.limits is not None else []
+    if seen.limit_set or evidence.finals:
+        due.append(("the last life", evidence.limits))
+    for life, limits in due:
+        found = [(i["permits"], i["set"]) for i in limits or [] if i["name"] == name]
+        if found != [(size, True)]:
+            v.append(f"{life}, limit {name}: found as {found}, [({size}, True)] expected")
 
 
 def _top(key: str) -> int:

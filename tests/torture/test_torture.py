@@ -9,7 +9,8 @@ the merge of a checkpoint, the history store and the segments after it
 (`harness.read_home`); the last tests damage those files in a real home
 between the crash and recovery, and expect the trial to say what was lost or
 which places disagree, or, for a damaged checkpoint with one to fall back to,
-that nothing was lost.
+that nothing was lost; or, for the limit's size a checkpoint holds, that it was
+lost or changed.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import re
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -27,6 +29,7 @@ import orjson
 import pytest
 
 from fusee_runtime.engine import history
+from fusee_runtime.engine.limits import DEFAULT_PERMITS
 from fusee_runtime.journal import checkpoint as ckpt
 from fusee_runtime.journal import format as fmt
 from fusee_runtime.journal.reader import first_lsns, locate, recover
@@ -34,7 +37,7 @@ from fusee_runtime.journal.records import R, decode
 from fusee_runtime.journal.storage import Storage
 
 from .harness import Evidence, Report, Seen, check, newest_checkpoint, read_home, trial
-from .torture_app import FAULTS, FaultStorage
+from .torture_app import FAULTS, LIMIT, LIMIT_PERMITS, FaultStorage
 
 # The trials take minutes: they run on their own, after the rest of the suite
 # (`pytest -m slow`, the last step of .ci/run and of the README's test command).
@@ -56,6 +59,9 @@ def test_crash_trials_break_no_promise(tmp_path: Path) -> None:
     assert mid >= len(CI_SEEDS) // 2, f"only {mid} of {len(CI_SEEDS)} trials ended mid-work"
     assert any(r.cut for r in reports), "no trial left a torn tail for recovery to cut"
     assert sum(r.steps for r in reports) > 1000
+    # Limited steps ran, and the limit was full in some life: the check of it counted.
+    assert sum(r.limited for r in reports) > 100
+    assert sum(r.crowded for r in reports) >= len(CI_SEEDS), "the limit was seldom full"
     # Lives checkpoint and compact, so the check read records that only a checkpoint
     # or the history store still held, and some lives ended in that I/O.
     checkpoints = sum(r.checkpoints for r in reports)
@@ -220,7 +226,7 @@ def _lose_a_signal_in_the_crash(ev: Evidence) -> str:
 
 def _rerun_a_step_a_later_one_had_followed(ev: Evidence) -> str:
     # A run whose first life reached its second step: its first step was durable.
-    first_life = [x for x in ev.ledger if x["pid"] == ev.seen.pid]
+    first_life = [x for x in ev.ledger if x["pid"] == ev.seen.pid and "edge" not in x]
     later = next(x for x in first_life if x["key"].endswith("/2"))
     earlier = next(x for x in first_life if x["run"] == later["run"] and x["key"].endswith("/1"))
     ev.ledger.append({**earlier, "pid": -1, "nonce": "second-life"})
@@ -240,7 +246,7 @@ def _leave_a_run_out_of_the_store(ev: Evidence) -> str:
 
 
 def _run_a_step_under_another_key(ev: Evidence) -> str:
-    line = ev.ledger[0]
+    line = next(x for x in ev.ledger if "edge" not in x)  # an execution's line
     ev.ledger.insert(0, {**line, "key": line["key"] + "x", "nonce": "other"})
     return f"step {line['name']} of run {line['run']}: ran under 2 keys"
 
@@ -271,9 +277,50 @@ def _leave_an_orphan_running(ev: Evidence) -> str:
     return f"{wid}-orphan: terminated 0 times"
 
 
+def _crowd_the_limit(ev: Evidence) -> str:
+    enter = next(x for x in ev.ledger if x.get("edge") == "enter")
+    n = LIMIT_PERMITS + 1
+    ev.ledger += [{**enter, "pid": -1, "key": f"{enter['key']}-{i}"} for i in range(n)]
+    return f"life -1: {n} limited steps inside at once"
+
+
+def _leak_a_permit(ev: Evidence) -> str:
+    info = next(i for i in ev.limits if i["name"] == LIMIT)
+    info["in_use"] = 1
+    return f"the last life, every run closed, limit {LIMIT}: 1 permit(s) in use, 0 waiting"
+
+
+def _leave_a_step_waiting(ev: Evidence) -> str:
+    info = next(i for i in ev.limits if i["name"] == LIMIT)
+    info["waiting"] = 1
+    return f"the last life, every run closed, limit {LIMIT}: 0 permit(s) in use, 1 waiting"
+
+
+def _lose_the_limits_size(ev: Evidence) -> str:
+    ev.limits = [i for i in ev.limits if i["name"] != LIMIT]
+    return f"the last life, limit {LIMIT}: found as [], [({LIMIT_PERMITS}, True)] expected"
+
+
+def _acknowledge_a_limit_whose_write_failed(ev: Evidence) -> str:
+    assert ev.seen.limit_set
+    ev.seen.fault_records = [next(r for r in ev.journal if r[0] == R.LimitSet)]
+    return f"limit {LIMIT}: its size was acknowledged, though its write failed"
+
+
+def _lose_the_limit_in_the_crash(ev: Evidence) -> str:
+    ev.after_crash = [r for r in ev.after_crash if r[0] != R.LimitSet]
+    return f"limit {LIMIT}: its size was acknowledged, the journal after the crash lacks it"
+
+
 @pytest.mark.parametrize(
     "damage",
     [
+        _crowd_the_limit,
+        _leak_a_permit,
+        _leave_a_step_waiting,
+        _lose_the_limits_size,
+        _acknowledge_a_limit_whose_write_failed,
+        _lose_the_limit_in_the_crash,
         _record_a_childs_start_twice,
         _start_a_child_in_another_run,
         _give_a_childs_close_twice,
@@ -495,3 +542,39 @@ def test_a_damaged_newest_checkpoint_loses_nothing(tmp_path: Path) -> None:
     )
     assert report.violations == []
     assert report.compacted_records > 0, "the older checkpoint gave nothing: a weak trial"
+
+
+@pytest.mark.parametrize("how", ["dropped", "resized"])
+def test_a_limit_size_the_checkpoint_lost_or_changed_is_caught(tmp_path: Path, how: str) -> None:
+    """A real home whose newest checkpoint is rewritten without the limit's size
+    (its `LimitSet` compacted away, so no segment holds it either), or with another
+    size (its `LimitSet` still in a segment): `read_home` names the record, lost or
+    held differently, and the last life finds the limit as the first did not set it.
+    """
+
+    def damage_the_size(workdir: Path, seen: Seen) -> int | None:
+        directory = workdir / "home" / "journal"
+        base = newest_checkpoint(directory)
+        if base is None or LIMIT not in base.body["limits"]:
+            return None
+        lsn = base.body["limits"][LIMIT][1]
+        heads = [first for _, first in first_lsns(directory, Storage()) if first is not None]
+        if (heads[0] > lsn) != (how == "dropped"):
+            return None  # its segment is (or is not) still there: another trial
+        if how == "dropped":
+            del base.body["limits"][LIMIT]
+        else:
+            base.body["limits"][LIMIT][0] = LIMIT_PERMITS + 1
+        base.path.write_bytes(ckpt.encode(base.lsn, base.body))
+        return lsn
+
+    report, (lsn,) = _trial_damaged(tmp_path, range(280, 300), damage_the_size)
+    if how == "dropped":
+        said = re.compile(rf"after the crash, records {lsn}[,:].* in no checkpoint, store or")
+        found = f"[({DEFAULT_PERMITS}, False)]"  # never set, as far as the last life knows
+    else:
+        kind = int(R.LimitSet)
+        said = re.compile(rf"after the crash, record {lsn}: checkpoint .* holds \[{kind},")
+        found = f"[({LIMIT_PERMITS + 1}, True)]"
+    assert any(said.match(v) for v in report.violations), report.violations
+    assert f"the last life, limit {LIMIT}: found as {found}" in " ".join(report.violations)

@@ -6,6 +6,12 @@ with O_APPEND and fsynced before the function returns, and returns the
 nonce with its value. The journal's recorded nonce then names the execution
 whose result became durable: no execution of that step may come after it.
 Results depend only on the plan and the signals, never on crashes.
+
+A limited step (`limit=LIMIT`) also writes an `enter` line as its function
+begins and a `leave` line just before it returns (`_edge`), both inside the
+permit its attempt holds: so, in one process life, the steps between their two
+lines are never more than the permits held at once, which may never exceed
+the limit's size.
 """
 
 from __future__ import annotations
@@ -17,12 +23,13 @@ import random
 import signal
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from fusee_runtime import Config, Ctx, RetryPolicy, current_ctx, workflow
+from fusee_runtime import Config, Ctx, RetryPolicy, current_ctx, step, workflow
 from fusee_runtime.engine import history
 from fusee_runtime.journal import format as fmt
 from fusee_runtime.journal.storage import Storage
@@ -222,6 +229,14 @@ BEAT_ROWS = 20
 """Rows a heartbeating step reports, one heartbeat each."""
 BEAT_ROW_S = 0.005
 """How long a row takes: the step spans a few flushes of heartbeats (`beats.FLUSH_S`)."""
+LIMIT = "tort.limited"
+"""The limit of the limited steps: the child sets it (`engine.limit`) as its first
+life begins, before it starts any run; later lives only find it."""
+LIMIT_PERMITS = 2
+"""Its size: at most this many limited steps inside at once in a process."""
+LIMITED_HOLD_S = 0.01
+"""How long a limited step stays inside: with a fifth of 200 runs calling one at
+once, most wait for a permit."""
 _failures: dict[str, int] = {}
 
 
@@ -244,6 +259,7 @@ def plan(seed: int, runs: int) -> list[tuple[str, dict[str, Any]]]:
                     "kids": rng.choice([0, 0, 0, 2, 3]),
                     "orphan": rng.random() < 0.15,
                     "beats": rng.choice([0, 0, 0, BEAT_ROWS]),
+                    "limited": rng.random() < 0.2,
                 },
             )
         )
@@ -264,6 +280,8 @@ def expected(workflow_id: str, inp: dict[str, Any]) -> int:
     total += sum(base + 200 + j for j in range(inp["kids"]))
     if inp["signal"]:
         total += signal_value(workflow_id)
+    if inp["limited"]:
+        total += base + 300
     return total + inp["beats"] + base + 999
 
 
@@ -279,7 +297,21 @@ def _ledger(name: str, ok: bool) -> str:
         "nonce": nonce,
         "pid": os.getpid(),  # which life ran it
     }
-    fd = os.open(LEDGER, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    _append(LEDGER, line)
+    return nonce
+
+
+def _edge(name: str, edge: str) -> None:
+    """A limited step's `enter` or `leave` line, with the life's pid."""
+    assert LEDGER is not None, "torture_app.LEDGER is not set"
+    ctx = current_ctx()
+    line = {"run": ctx.run_id, "name": name, "key": ctx.key(), "edge": edge, "pid": os.getpid()}
+    _append(LEDGER, line)
+
+
+def _append(path: str, line: dict[str, Any]) -> None:
+    """One line at the end of the ledger, fsynced before it returns."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         # The newline first: a SIGKILL can cut a write(2) short, and the next line
         # (the next life's) then still starts on a line of its own.
@@ -287,7 +319,38 @@ def _ledger(name: str, ok: bool) -> str:
         os.fsync(fd)
     finally:
         os.close(fd)
-    return nonce
+
+
+def _limited_attempt(name: str, value: int, flaky: bool) -> dict[str, Any]:
+    """The middle of a limited step's attempt: fails the first in each process if
+    `flaky` (the retry takes a permit again), else writes its execution line."""
+    key = current_ctx().key()
+    if flaky and not _failures.get(key):
+        _failures[key] = 1
+        _ledger(name, ok=False)
+        raise RuntimeError("limited failure")
+    return {"v": value, "nonce": _ledger(name, ok=True)}
+
+
+def limited_in_thread(name: str, value: int, flaky: bool) -> dict[str, Any]:
+    """A limited step on a thread: the permit is held until the thread returns."""
+    _edge(name, "enter")
+    try:
+        time.sleep(LIMITED_HOLD_S)
+        return _limited_attempt(name, value, flaky)
+    finally:
+        _edge(name, "leave")
+
+
+@step(name="tort.limited", limit=LIMIT, retry=FAST_RETRY)
+async def limited(name: str, value: int, flaky: bool) -> dict[str, Any]:
+    """A limited step on the loop, declared with its limit."""
+    _edge(name, "enter")
+    try:
+        await asyncio.sleep(LIMITED_HOLD_S)
+        return _limited_attempt(name, value, flaky)
+    finally:
+        _edge(name, "leave")
 
 
 def work_in_thread(name: str, value: int) -> dict[str, Any]:
@@ -330,6 +393,13 @@ async def mixed(ctx: Ctx, inp: dict[str, Any]) -> int:
         total += (await ctx.step("flaky", flaky, "flaky", base * 2, retry=FAST_RETRY))["v"]
     if inp["beats"]:
         total += (await ctx.step("beat", beat, "beat", inp["beats"]))["v"]
+    if inp["limited"]:
+        args = ("limited", base + 300, inp["flaky"])
+        if inp["threaded"]:  # the limit given to ctx.step
+            call = ctx.step("limited", limited_in_thread, *args, limit=LIMIT, retry=FAST_RETRY)
+        else:  # the limit the @step declares
+            call = limited(*args)
+        total += (await call)["v"]
     if inp["sleep"]:
         await ctx.sleep("nap", inp["sleep"])
     if inp["fan"]:
