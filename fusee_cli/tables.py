@@ -308,6 +308,8 @@ _AT_FIELDS = (
     "issued_at",
     "sent_at",
     "done_at",
+    "accepted_at",
+    "applied_at",
     "at",
     "closed_at",
     "started_at",
@@ -373,7 +375,15 @@ def _detail(rec: dict[str, Any], limit: int | None) -> str:
     if kind == "UpdateApplied":
         f = rec["failure"]
         outcome = f"failed: {f['message']}" if f else f"-> {short(rec['result'])}"
-        return short(f"{short(rec['arg'])} {outcome} (after #{rec['position']})")
+        arg = "" if rec["arg"] is None else f": {short(rec['arg'])}"
+        return short(f"update {rec['update_id']}{arg} {outcome} (after #{rec['position']})")
+    if kind == "UpdateAccepted":
+        return short(
+            f"update {rec['update_id']}: {short(rec['arg'])}, its handler runs from #"
+            f"{rec['position']}"
+        )
+    if kind == "StepStreamAppended":
+        return short(f"attempt {rec['attempt']}: {short(rec['item'])}")
     if kind == "CompletionIssued":
         return f"attempt {rec['attempt']}: token issued"
     if kind == "CompletionSent":

@@ -146,3 +146,23 @@ def spoken(words: list[str]) -> int:
 @workflow
 async def cli_speak(ctx: Ctx, words: list[str]) -> int:
     return await spoken(words)
+
+
+@step
+async def reserve(item: str) -> int:
+    return len(item)
+
+
+@workflow
+async def cli_cart(ctx: Ctx, _: Any) -> list[str]:
+    """Takes async updates "add" (each reserves its item in a step) until "checkout"."""
+    items: list[str] = []
+
+    async def add(item: str) -> int:
+        await reserve(item)
+        items.append(item)
+        return len(items)
+
+    ctx.on_update("add", add)
+    await ctx.wait_for("checkout")
+    return items
