@@ -138,8 +138,8 @@ class Execution:
             run.position, run.position_kind = cursor.n, kind
             if cursor.n in run.update_log:
                 self._replay_updates(cursor.n)
-            if self.updates is not None and (op is None or not op.done):
-                self.updates.due(None)  # replay meets the live frontier here
+        if self.updates is not None and kind != "group" and (op is None or not op.done):
+            self.updates.due(None)  # replay meets the live frontier here (in a branch too)
         if op is not None:
             if op.cancelled and not op.retired and kind == "step":
                 raise self.cancelled()
@@ -168,25 +168,30 @@ class Execution:
         return cursor_var.get() or self.root
 
     def _replay_updates(self, position: int) -> None:
-        """Applies again, in order, the updates recorded after operation #`position`
-        (an async handler's from where replay meets what came after it)."""
+        """Applies again, in order, the updates recorded after operation #`position`: an
+        async handler's in turn, from where replay meets what came after it, and a
+        plain one after it too (live it came once that one was applied)."""
         for update_id, name, arg in self.run.update_log[position]:
-            if update_id in self.run.updates_accepted:
+            if update_id in self.run.updates_accepted or (self.updates and self.updates.busy):
                 self.update_tasks().accepted(update_id, name, arg, position, now=False)
-                continue
-            entry = self.run.updates.get(name)
-            if entry is None:
-                self.stuck(
-                    f"replay mismatch after operation #{position}: the journal holds update "
-                    f"{name!r}, the code has no handler for it (ctx.on_update)"
-                )
-            try:
-                value = decode(parameter(entry[0], 0), arg, f"the argument of update {name!r}")
-            except CodecError as e:
-                self.stuck(f"replay of an update after operation #{position}: {e}")
-            # If it raises, it did live too, and that was recorded.
-            with contextlib.suppress(Exception), handling():
-                entry[0](value)
+            else:
+                self.apply_update(name, arg, position)
+
+    def apply_update(self, name: str, arg: Any, position: int) -> None:
+        """Applies a plain update's handler again, as recorded after #`position`."""
+        entry = self.run.updates.get(name)
+        if entry is None:
+            self.stuck(
+                f"replay mismatch after operation #{position}: the journal holds update "
+                f"{name!r}, the code has no handler for it (ctx.on_update)"
+            )
+        try:
+            value = decode(parameter(entry[0], 0), arg, f"the argument of update {name!r}")
+        except CodecError as e:
+            self.stuck(f"replay of an update after operation #{position}: {e}")
+        # If it raises, it did live too, and that was recorded.
+        with contextlib.suppress(Exception), handling():
+            entry[0](value)
 
     def update_tasks(self) -> UpdateTasks:
         """The execution's async update handlers, made at the first."""
@@ -300,8 +305,8 @@ class Execution:
         # Live too, the step's result is read back from its JSON, as a replay reads it.
         try:
             value = await run_live(self, seq, op, name, fn, args, kwargs, opts)
-        except Exception:
-            if self.updates is not None:
+        except Exception as e:
+            if self.updates is not None and not isinstance(e, Cancelled):  # a cancel goes on
                 await self.updates.held(self.run.ops.get(seq))
             raise
         if self.updates is not None:
@@ -351,7 +356,7 @@ class Execution:
                 if run.waiters.get(seq) is fut:
                     del run.waiters[seq]
             run.current = None
-        if self.updates is not None:
+        if self.updates is not None and not op.cancelled:
             await self.updates.held(op)
         if op.retired:
             await self.given_up(seq)

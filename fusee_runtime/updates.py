@@ -2,8 +2,12 @@
 
 An update is accepted where the run's code waits (a sleep, a signal, a step
 in flight, a child, inside `ctx.all` or `ctx.race`): `UpdateAccepted` records
-it with the top-level operation the code waits in (its position), and once
-that is durable its handler runs as a task of the run's execution. The
+it with the top-level operation the code waits in (its position), and its
+handler runs at once, in the run's execution (its steps wait, as any step,
+for what came before to be durable). Updates are applied one at a time, in
+the order accepted: an async one waits for the one before it, and a plain
+update sent while one is being applied is refused (send it again), since a
+replay applies it after that one. The
 handler's operations are numbered apart, `"<position>.u<n>.<k>"` for the
 n-th update the run accepted, so they never take a number the code would
 take; they are recorded like the code's, and the handler's outcome is
@@ -16,11 +20,10 @@ goes on once the handler returned. On replay the same holds by position in
 the journal: an operation resolved before the update was accepted returns at
 once, one resolved after waits for the handler, and the handler starts where
 the code first meets such an operation, or an operation not resolved yet. So
-the state the code sees is the same on every replay. (In branches of
-`ctx.all`/`ctx.race`, operations the branches resolved before the update
-return before it on replay as they did live; the handler may start before a
-branch has gone on from such an operation, so state that an update changes
-is best not read in branches.)
+the state the code sees is the same on every replay, in the branches of
+`ctx.all`/`ctx.race` too. (Between branches, which of two that go on from
+operations resolved before the update runs first may differ on replay, as
+it may without updates.)
 
 The run's cancel never lands in a handler; it lands in the code. A handler
 stopped by parking, the engine closing or a crash runs again from its
@@ -54,70 +57,87 @@ update_var: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 
 
 class UpdateTasks:
-    """The async update handlers of one execution: those accepted and not started yet
-    (on replay), those running, and the hold they put on the code."""
+    """The updates of one execution that run in turn: async handlers, and the plain
+    updates a replay finds recorded after one at the same position. One runner task
+    applies them in the order accepted, one at a time, and holds the code meanwhile."""
 
     def __init__(self, execution: Execution) -> None:
         self.execution = execution
-        self.waiting: list[tuple[int, str, str, Any, int]] = []
-        """Not started yet: (accepted lsn, update id, name, arg, position)."""
-        self.running: dict[str, tuple[int, asyncio.Task[None]]] = {}
-        """By update id: where it was accepted, and its handler's task."""
+        self.queue: list[tuple[int, str, str, Any, int]] = []
+        """In turn: (accepted lsn, update id, name, arg, position)."""
+        self.runner: asyncio.Task[None] | None = None
+        self.current = 0
+        """The accepted lsn of the update the runner applies now (0: none)."""
+        self.seen: set[str] = set()
+
+    @property
+    def busy(self) -> bool:
+        """An update accepted here is not applied yet."""
+        return bool(self.queue) or self.runner is not None
 
     def accepted(self, update_id: str, name: str, arg: Any, position: int, now: bool) -> None:
-        """An update accepted at `position`: its handler starts `now` (live), or where
+        """An update at `position` takes its turn: at once when `now` (live), else where
         replay meets the first operation resolved after it (`due`)."""
-        if update_id in self.running or any(w[1] == update_id for w in self.waiting):
+        if update_id in self.seen:
             return
-        lsn = self.execution.run.updates_accepted[update_id]
-        self.waiting.append((lsn, update_id, name, arg, position))
+        self.seen.add(update_id)
+        run = self.execution.run
+        lsn = run.updates_accepted.get(update_id) or run.updates_done[update_id][0]
+        self.queue.append((lsn, update_id, name, arg, position))
         if now:
             self.due(None)
 
     def due(self, lsn: int | None) -> None:
-        """Starts the handlers accepted before `lsn` (None: all of them)."""
-        start = [w for w in self.waiting if lsn is None or w[0] < lsn]
-        if not start:
-            return
-        self.waiting = [w for w in self.waiting if w not in start]
-        for accepted, update_id, name, arg, position in start:
-            n = list(self.execution.run.updates_accepted).index(update_id) + 1
+        """The code met an operation resolved at `lsn` (None: not resolved yet, or live):
+        the updates accepted before it start, in turn."""
+        if self.runner is None and self.queue and (lsn is None or self.queue[0][0] < lsn):
             context = contextvars.Context()
-            context.run(self._enter, Cursor(f"{position}.u{n}."), update_id)
-            task = asyncio.get_running_loop().create_task(
-                self._handle(update_id, name, arg, position), context=context
-            )
-            self.running[update_id] = (accepted, task)
-
-    def _enter(self, cursor: Cursor, update_id: str) -> None:
-        execution_var.set(self.execution)
-        cursor_var.set(cursor)
-        update_var.set(update_id)
+            context.run(execution_var.set, self.execution)
+            self.runner = asyncio.get_running_loop().create_task(self._run(), context=context)
 
     async def held(self, op: Op | None) -> None:
         """Holds workflow code that goes on from `op` while an update accepted before
-        `op` was resolved runs (None: resolved live, now); a handler's own code is not
-        held."""
+        `op` was resolved is applied (None: resolved live, now); an update's own code
+        is not held."""
         if update_var.get() is not None:
             return
         lsn = op.done_lsn if op is not None else None
         self.due(lsn)
-        while True:
-            running = [
-                t for a, t in self.running.values() if (lsn is None or a < lsn) and not t.done()
-            ]
-            if not running:
-                return
-            await asyncio.wait(running)
+        while self.runner is not None and (lsn is None or self.current < lsn):
+            await asyncio.wait([self.runner])
             self.execution.check_live()
 
     def cancel(self) -> None:
-        """The execution ends (parked, halted, closed): its handlers stop; the next
-        execution runs them again from the start."""
-        for _, task in self.running.values():
-            task.cancel()
-        self.running.clear()
-        self.waiting.clear()
+        """The execution ends (parked, halted, closed): its updates stop; the next
+        execution applies them again from the start."""
+        if self.runner is not None:
+            self.runner.cancel()
+        self.runner = None
+        self.queue.clear()
+
+    async def _run(self) -> None:
+        run = self.execution.run
+        try:
+            while self.queue:
+                accepted, update_id, name, arg, position = self.queue.pop(0)
+                self.current = accepted
+                if update_id not in run.updates_accepted:
+                    try:
+                        self.execution.apply_update(name, arg, position)  # a plain one
+                    except Halt:
+                        return  # stuck: the code halts at its next step too
+                    continue
+                n = list(run.updates_accepted).index(update_id) + 1
+                cursor_var.set(Cursor(f"{position}.u{n}."))
+                update_var.set(update_id)
+                await self._handle(update_id, name, arg, position)
+                update_var.set(None)
+                done = run.updates_done.get(update_id)
+                if self.queue and (done is None or self.queue[0][0] > done[0]):
+                    return  # accepted after this one was applied: due where replay says
+        finally:
+            if self.runner is asyncio.current_task():
+                self.runner, self.current = None, 0
 
     async def _handle(self, update_id: str, name: str, arg: Any, position: int) -> None:
         execution = self.execution
@@ -137,12 +157,10 @@ class UpdateTasks:
             except CodecError as e:
                 execution.stuck(f"replay of update {name!r} after operation #{position}: {e}")
             result = await handle(value)
-        except (Halt, JournalEnds, JournalFailed, asyncio.CancelledError):
-            return  # stopped with the execution: it runs again in the next one
+        except (Halt, JournalEnds, JournalFailed):
+            raise asyncio.CancelledError from None  # stopped with the execution: it runs again
         except Exception as e:
             failure = Failure.of(e)
-        finally:
-            self.running.pop(update_id, None)
         if update_id in run.updates_done or not run.is_open or host.closing:
             return  # replayed: its outcome is recorded already
         encoded = b"null"

@@ -416,6 +416,8 @@ class Driver:
         resolved = set()
         woken = False
         for seq, op in list(run.pending.items()):
+            if ".u" in seq:
+                continue  # an update's: the cancel lands in the code, not in its handler
             if op.kind == "completion" and not op.sent and seq in running:
                 continue  # its `send` runs: the task's cancel delivers it, as for a step
             if op.kind == "child":
@@ -433,7 +435,7 @@ class Driver:
         # A paused step just resolved above raises Cancelled by itself; a task
         # cancel on top would arrive as a bare CancelledError.
         for seq, task in list(running.items()):
-            if seq not in resolved:
+            if seq not in resolved and ".u" not in seq:
                 task.cancel()
 
     def request_cancel(self, run: Run, reason: str) -> None:

@@ -112,6 +112,13 @@ class Handlers:
                 raise Rejected(f"update {name!r} of run {id!r} was refused: {e}") from e
         if is_async:
             return await self._accept(run, id, name, update_id, orjson.loads(encoded_arg))
+        execution = run.execution
+        if execution is not None and execution.updates is not None and execution.updates.busy:
+            # After it, as a replay will apply it: the code is held until it is applied.
+            raise Rejected(
+                f"run {id!r} is applying an earlier update; send update {name!r} again once "
+                "that one answered"
+            )
         failure: Failure | None = None
         result: Any = None
         try:
@@ -154,14 +161,16 @@ class Handlers:
         """Records an async handler's update as accepted where the code waits, starts its
         handler once that is durable (a parked run's code runs again for it), and
         returns its result once applied and durable."""
-        uid = update_id or uuid.uuid4().hex
-        rec = [R.UpdateAccepted, run.run_id, uid, name, arg, run.position]
-        await self.driver.wait_durable(self.driver.append(run, [*rec, self.driver.clock.now()]))
+        uid, position = update_id or uuid.uuid4().hex, run.position
+        rec = [R.UpdateAccepted, run.run_id, uid, name, arg, position]
+        lsn = self.driver.append(run, [*rec, self.driver.clock.now()])
+        # At once, where the code waits (its steps wait for the record to be durable).
         execution = run.execution
         if execution is not None and not run.parked:
-            execution.update_tasks().accepted(uid, name, arg, run.position, now=True)
+            execution.update_tasks().accepted(uid, name, arg, position, now=True)
         else:
             self.driver.wake(run)
+        await self.driver.wait_durable(lsn)
         return await self._applied(run, id, name, uid)
 
     async def _applied(self, run: Run, id: str, name: str, update_id: str) -> Any:

@@ -480,7 +480,7 @@ def _op_cancelled(run: Run, rec: list[Any]) -> Op:
     op = run._op(seq, kind, name)
     op.done, op.ok, op.cancelled, op.paused = True, False, True, False
     run.pending.pop(seq, None)
-    if run.cancel_reason is None:
+    if run.cancel_reason is None or ".u" in seq:  # (an update's op: not the run's cancel)
         op.retired = True  # a losing or abandoned branch: the run's cancel is still to come
     else:
         run.cancel_delivered = True

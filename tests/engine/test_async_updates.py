@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from fusee_runtime import Ctx, Rejected, step, workflow
+from fusee_runtime import Cancelled, Ctx, Rejected, step, workflow
 from fusee_runtime.journal.records import R
 
 CALLS: list[str] = []
@@ -275,3 +275,142 @@ async def test_an_update_applied_beside_a_step_in_flight_replays_after_a_restart
     async with make_engine() as engine:
         assert await engine.handle("b-2").result(timeout=10) == ["main", ["nib"]]
     assert CALLS == ["slow nib", "added nib", "main step returned", "added nib", "code saw ['nib']"]
+
+
+# -- in turn, as replay applies them (found by a review of item 4) -------------------------
+
+
+@workflow(name="au.mixed")
+async def mixed(ctx: Ctx, _: None) -> list[str]:
+    items: list[str] = []
+    cart(ctx, items, slow=True)
+    ctx.on_update("push", lambda item: items.append(item) or len(items))
+    await ctx.wait_for("checkout")
+    await ctx.wait_for("really")
+    return items
+
+
+async def test_updates_apply_in_turn_live_and_on_replay(make_engine: Any) -> None:
+    async with make_engine() as engine:
+        h = await engine.start("au.mixed", None, id="m-1")
+        run = engine.runs.latest("m-1")
+        await engine.wait_until(lambda: run.parked)
+        first = asyncio.ensure_future(h.update("add", "slow"))
+        await GATE["handler_in"].wait()
+        second = asyncio.ensure_future(h.update("add", "next"))  # waits its turn
+        with pytest.raises(Rejected, match="is applying an earlier update; send update 'push'"):
+            await h.update("push", "plain")
+        GATE["handler"].set()
+        assert (await first, await second) == (
+            {"items": 1, "reserved": 4},
+            {"items": 2, "reserved": 4},
+        )
+        assert await h.update("push", "plain") == 3
+        live = await h.query("items")
+        await h.signal("checkout")  # the parked run's code replays: every update again
+        await engine.wait_until(lambda: run.parked and run.position == 2)
+        assert await h.query("items") == live == ["slow", "next", "plain"]
+    # then replayed: the handlers again, not their steps
+    assert CALLS == [
+        "slow slow",
+        "added slow",
+        "slow next",
+        "added next",
+        "added slow",
+        "added next",
+    ]
+
+
+@workflow(name="au.cancelled")
+async def cancelled(ctx: Ctx, _: None) -> list[str]:
+    items: list[str] = []
+
+    async def hold(item: str) -> str:
+        await ctx.wait_for("ok")
+        items.append(item)
+        return item
+
+    ctx.on_update("hold", hold)
+    await main_step()
+    return items
+
+
+async def test_the_runs_cancel_lands_in_the_code_not_in_a_waiting_handler(
+    make_engine: Any,
+) -> None:
+    async with make_engine() as engine:
+        h = await engine.start("au.cancelled", None, id="x-2")
+        await GATE["main_in"].wait()
+        sent = asyncio.ensure_future(h.update("hold", "x"))
+        run = engine.runs.latest("x-2")
+        await engine.wait_until(lambda: any(".u" in s for s in run.waiters))
+        await h.cancel("stop")
+        with pytest.raises(Cancelled, match="stop"):
+            await h.result(timeout=10)
+        with pytest.raises(Rejected, match="closed before update 'hold' was applied"):
+            await sent
+        cancels = [rec[2] for rec in records(engine, "x-2", R.OpCancelled)]
+    assert cancels == ["1"]  # the code's step, not the handler's wait
+
+
+@workflow(name="au.then")
+async def then(ctx: Ctx, _: None) -> list[str]:
+    items: list[str] = []
+    cart(ctx, items)
+    await main_step()
+    CALLS.append(f"code saw {list(items)}")
+    await ctx.wait_for("checkout")
+    return items
+
+
+async def test_an_update_takes_the_position_it_was_recorded_at(make_engine: Any) -> None:
+    async with make_engine() as engine:
+        h = await engine.start("au.then", None, id="t-1")
+        await GATE["main_in"].wait()
+        sent = asyncio.ensure_future(h.update("add", "ink"))
+        await asyncio.sleep(0)  # accepted, not durable yet; the code's step returns now
+        GATE["main"].set()
+        assert await sent == {"items": 1, "reserved": 3}
+        await engine.wait_until(lambda: engine.runs.latest("t-1").parked)
+        (accepted,) = records(engine, "t-1", R.UpdateAccepted)
+        steps = [rec[2] for rec in records(engine, "t-1", R.StepCompleted)]
+    assert accepted[5] == 1 and "1.u1.1" in steps
+    async with make_engine() as engine:
+        await engine.handle("t-1").signal("checkout")
+        assert await engine.handle("t-1").result(timeout=10) == ["ink"]
+    assert CALLS.count("reserve ink") == 1
+    assert CALLS.count("code saw ['ink']") == 2 and "code saw []" not in CALLS
+
+
+@step(name="au.early")
+async def early() -> str:
+    return "early"
+
+
+@workflow(name="au.branches")
+async def branches(ctx: Ctx, _: None) -> list[Any]:
+    items: list[str] = []
+    cart(ctx, items)
+
+    async def first() -> str:
+        await early()
+        CALLS.append(f"branch saw {list(items)}")
+        return await ctx.wait_for("x")
+
+    return [await ctx.all([first(), ctx.wait_for("y")]), items]
+
+
+async def test_in_a_group_replay_starts_the_handler_after_what_came_before_it(
+    make_engine: Any,
+) -> None:
+    async with make_engine() as engine:
+        h = await engine.start("au.branches", None, id="br-1")
+        run = engine.runs.latest("br-1")
+        await engine.wait_until(lambda: len(run.waiters) == 2)  # both branches wait
+        assert await h.update("add", "ink") == {"items": 1, "reserved": 3}
+    async with make_engine() as engine:  # replayed: the branch went on before the update
+        h = engine.handle("br-1")
+        await h.signal("x", 1)
+        await h.signal("y", 2)
+        assert await h.result(timeout=10) == [[1, 2], ["ink"]]
+    assert CALLS.count("branch saw []") == 2 and "branch saw ['ink']" not in CALLS

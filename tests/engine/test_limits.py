@@ -418,3 +418,44 @@ async def test_a_race_whose_losers_hold_and_wait_for_permits_leaves_the_limit_wh
         info = limit(engine, "lim.one")
         assert (info.in_use, info.waiting) == (0, 0)
     assert ORDER == ["after"]
+
+
+# -- the gate comes after the permit ---------------------------------------------------------
+
+
+@step(name="lim.sees")
+async def sees() -> bool:
+    engine = ENGINE["engine"]
+    return engine.runs.latest("g-2").update_lsn <= engine.durability.durable_lsn
+
+
+@workflow(name="lim.gated")
+async def gated(ctx: Ctx, _: None) -> bool:
+    ctx.on_update("note", lambda v: v)
+    return await ctx.step("lim.sees", sees, limit="lim.one")
+
+
+async def test_a_step_let_in_by_its_permit_sees_only_what_is_durable(
+    make_engine: Any, holding_storage: Any
+) -> None:
+    async with make_engine(storage=holding_storage) as engine:
+        ENGINE["engine"] = engine
+        try:
+            await engine.limit("lim.one", 1)
+            await engine.start("lim.holder", None)
+            await engine.wait_until(lambda: limit(engine, "lim.one").in_use == 1)
+            h = await engine.start("lim.gated", None, id="g-2")
+            await engine.wait_until(lambda: limit(engine, "lim.one").waiting == 1)
+            holding_storage.armed.set()  # from here on the disk holds every write
+            note = asyncio.ensure_future(h.update("note", "x"))  # applied while it waits
+            await asyncio.to_thread(holding_storage.holding.wait)
+            HOLDING["go"].set()  # the permit comes free while the update is not durable
+            await engine.wait_until(
+                lambda: [(i.in_use, i.waiting) for i in engine.limits()] == [(1, 0)]
+            )
+            holding_storage.armed.clear()
+            holding_storage.release.set()
+            assert await note == "x"
+            assert await h.result(timeout=10) is True
+        finally:
+            del ENGINE["engine"]
