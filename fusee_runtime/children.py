@@ -228,7 +228,8 @@ async def _until_closed(execution: Execution, seq: str, child_seq: str, op: Op, 
         execution.schedule_park()
         execution.host.progressed()
         try:
-            await asyncio.shield(fut)
+            with execution.waiting():
+                await asyncio.shield(fut)
         except asyncio.CancelledError:
             if not op.done and execution.retires_on_cancel():
                 execution.host.append(run, [R.OpCancelled, run.run_id, seq, "result", op.name])

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -344,7 +344,8 @@ class Execution:
             self.schedule_park()
             self.host.progressed()
             try:
-                await fut
+                with self.waiting():
+                    await fut
             except asyncio.CancelledError:
                 if not op.done and self.retires_on_cancel():
                     # A losing race branch or an abandoned wait: retire it, so it
@@ -371,11 +372,28 @@ class Execution:
             self.park_scheduled = True
             asyncio.get_running_loop().call_soon(self._maybe_park)
 
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[None]:
+        """Around a wait that may park the run: in an update's handler, counted, since
+        the run parks only once a handler running waits too."""
+        updates = self.updates if update_var.get() is not None else None
+        if updates is not None:
+            updates.waiting += 1
+        try:
+            yield
+        finally:
+            if updates is not None:
+                updates.waiting -= 1
+
     def _maybe_park(self) -> None:
-        """Parks the run when all its code waits on timers, signals or a resume."""
+        """Parks the run when all its code, and an update's handler running, wait on
+        timers, signals, children or a resume."""
         self.park_scheduled = False
         if self.busy or self.groups or not self.awaiting or self.halted is not None:
             return
+        updates = self.updates
+        if updates is not None and updates.runner is not None and not updates.waiting:
+            return  # a handler between two operations: it parks the run when it waits
         if any(f.done() for f in self.awaiting):
             return
         run = self.run

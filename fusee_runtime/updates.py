@@ -69,6 +69,8 @@ class UpdateTasks:
         self.current = 0
         """The accepted lsn of the update the runner applies now (0: none)."""
         self.seen: set[str] = set()
+        self.waiting = 0
+        """Waits of the handler running that may park the run (`Execution.waiting`)."""
 
     @property
     def busy(self) -> bool:
@@ -138,6 +140,7 @@ class UpdateTasks:
         finally:
             if self.runner is asyncio.current_task():
                 self.runner, self.current = None, 0
+                self.execution.schedule_park()  # the code may wait where it can park
 
     async def _handle(self, update_id: str, name: str, arg: Any, position: int) -> None:
         execution = self.execution

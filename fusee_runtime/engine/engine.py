@@ -534,6 +534,7 @@ class Engine:
                 (with its message).
             CodecError: the argument or the result cannot be encoded as JSON, or the
                 argument does not decode into the handler's annotation.
+            JournalFailed: the journal failed before the update was applied and durable.
         """
         return await self.handlers.update(id, name, arg, update_id, run_id)
 

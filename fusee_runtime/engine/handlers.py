@@ -176,12 +176,18 @@ class Handlers:
     async def _applied(self, run: Run, id: str, name: str, update_id: str) -> Any:
         """The result of an accepted update once its `UpdateApplied` is durable."""
         if update_id not in run.updates_done:
+            # A failed journal or a stopping engine resolves the waiters it finds, once.
+            self.driver.check_accepting()
             waiter = run.update_waiters.get(update_id)
             if waiter is None:
                 waiter = asyncio.get_running_loop().create_future()
                 run.update_waiters[update_id] = waiter
             if run.is_open:
+                self.driver.wake(run)  # parked: its code runs again, and the handler with it
                 await asyncio.shield(waiter)
+            failed = self.driver.durability.failed
+            if update_id not in run.updates_done and failed is not None:
+                raise failed  # the journal failed: nothing more is acknowledged
             if update_id not in run.updates_done and run.is_open:
                 raise Rejected(
                     f"update {name!r} of run {id!r} was accepted, and the engine stopped before "

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from fusee_runtime import Cancelled, Ctx, Rejected, step, workflow
+from fusee_runtime import Cancelled, Ctx, JournalFailed, Rejected, step, workflow
 from fusee_runtime.journal.records import R
+from fusee_runtime.journal.storage import Storage
 
 CALLS: list[str] = []
 GATE = {"main": asyncio.Event(), "handler": asyncio.Event()}
@@ -414,3 +415,78 @@ async def test_in_a_group_replay_starts_the_handler_after_what_came_before_it(
         await h.signal("y", 2)
         assert await h.result(timeout=10) == [[1, 2], ["ink"]]
     assert CALLS.count("branch saw []") == 2 and "branch saw ['ink']" not in CALLS
+
+
+class FailingSync(Storage):
+    """Fails every `fdatasync` once armed (by the handler's step)."""
+
+    armed = False
+
+    def sync(self, fd: int) -> None:
+        if FailingSync.armed:
+            raise OSError(5, "Input/output error")
+        super().sync(fd)
+
+
+@step(name="au.arm")
+async def arm() -> int:
+    FailingSync.armed = True
+    return 1
+
+
+@workflow(name="au.fails")
+async def fails(ctx: Ctx, _: None) -> None:
+    async def bump(_: None) -> int:
+        await arm()
+        return await reserve("never")  # waits for arm's result, which cannot be durable
+
+    ctx.on_update("bump", bump)
+    await ctx.wait_for("never")
+
+
+async def test_an_update_the_journal_failed_under_says_so(make_engine: Any) -> None:
+    """Its handler stopped, as its step's result could not be made durable: the caller
+    gets the journal's failure, not an invitation to send the update again."""
+    FailingSync.armed = False
+    async with make_engine(storage=FailingSync()) as engine:
+        h = await engine.start("au.fails", None, id="f-1")
+        await engine.wait_until(lambda: engine.runs.latest("f-1").parked)
+        with pytest.raises(JournalFailed, match="Input/output error"):
+            await h.update("bump", None, update_id="u-f")
+    assert CALLS == []
+
+
+@workflow(name="au.between")
+async def between(ctx: Ctx, _: None) -> list[str]:
+    items: list[str] = []
+
+    async def add(item: str) -> int:
+        GATE["handler_in"].set()
+        await GATE["handler"].wait()  # between two operations: not a wait that parks
+        items.append(item)
+        return await reserve(item)
+
+    ctx.on_update("add", add)
+    await ctx.wait_for("checkout")
+    return items
+
+
+async def test_a_run_does_not_park_under_a_handler_between_two_operations(
+    make_engine: Any,
+) -> None:
+    """The code waits for a signal, and the handler of an update is running: parked
+    now, the run would drop the handler, and the update would never be applied."""
+    async with make_engine() as engine:
+        h = await engine.start("au.between", None, id="bt-1")
+        run = engine.runs.latest("bt-1")
+        await engine.wait_until(lambda: run.parked)
+        sent = asyncio.ensure_future(h.update("add", "cup", update_id="u-bt"))
+        await GATE["handler_in"].wait()
+        for _ in range(5):  # the loop runs what is ready: a park would be decided now
+            await asyncio.sleep(0)
+        assert not run.parked
+        GATE["handler"].set()
+        assert await sent == 3
+        await engine.wait_until(lambda: run.parked)  # then it parks, the handler done
+        await h.signal("checkout")
+        assert await h.result(timeout=10) == ["cup"]

@@ -39,7 +39,8 @@ def main() -> int:
     args = parser.parse_args()
     base = args.dir or Path(tempfile.mkdtemp(prefix="fusee-torture-"))
     counted = (
-        "trials mid cut runs steps signals children heartbeats limited entered crowded violations "
+        "trials mid cut runs steps signals children heartbeats limited entered crowded updates "
+        "violations "
         "checkpoints compacted "
         "history "
         "elsewhere"
@@ -67,6 +68,7 @@ def main() -> int:
         totals["limited"] += report.limited
         totals["entered"] += report.entered
         totals["crowded"] += report.crowded
+        totals["updates"] += report.updates
         totals["violations"] += len(report.violations)
         totals["checkpoints"] += report.checkpoints
         totals["compacted"] += report.compacted
@@ -91,7 +93,7 @@ def main() -> int:
         f"{totals['signals']} signals, {totals['children']} child workflows and "
         f"{totals['heartbeats']} heartbeats and {totals['limited']} limited steps "
         f"({totals['entered']} attempts entering; {totals['crowded']} lives with "
-        f"{torture_app.LIMIT_PERMITS} inside at once) checked; "
+        f"{torture_app.LIMIT_PERMITS} inside at once) and {totals['updates']} updates checked; "
         f"first lives wrote {totals['checkpoints']} "
         f"checkpoints, compacted {totals['compacted']} segments and began {totals['history']} "
         f"history commits ({totals['elsewhere']} records checked after the crash were in no "

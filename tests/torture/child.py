@@ -6,7 +6,9 @@ Prints, one line per write(2):
 which it sets before it starts any run, is durable, `STARTED <id>` once a
 start is durable, `SIGNALED <id> <value>` once a signal the parent sent
 (`<id> <value>` lines on stdin) is durable,
-`RESULT <id> <json>` for each result read, `FAULT <records>` when the storage
+`UPDATED <id> <json>` once the result of the run's update (`send_update`, a
+random instant after its start) is durable, `CLOSED <id>` once the signal that
+follows it is, `RESULT <id> <json>` for each result read, `FAULT <records>` when the storage
 injects a fault in the journal's appends, `INJECTED <operation> <file>` when it
 injects one in a checkpoint, a compaction or the history store, `CHECKPOINT
 <file>`, `REMOVED <file>` and `HISTORY <n>` as checkpoints are written, files
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import random
 import sys
 from pathlib import Path
 
@@ -75,6 +78,12 @@ async def main(home: str, seed: int, runs: int, fault: str, at: int) -> None:
             try:
                 handle = await engine.start("tt_mixed", inp, id=workflow_id)
                 emit("STARTED", workflow_id)
+                if inp["update"]:
+                    await asyncio.sleep(random.Random(f"{seed} {workflow_id}").uniform(0, 0.3))
+                    value = await torture_app.send_update(engine, workflow_id, inp["base"] + 400)
+                    emit("UPDATED", workflow_id, orjson.dumps(value).decode())
+                    await engine.signal(workflow_id, torture_app.CLOSE, 0)
+                    emit("CLOSED", workflow_id)
                 result = await handle.result()
             except JournalFailed:
                 return False  # after an injected fault: nothing more is acknowledged

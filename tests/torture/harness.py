@@ -61,7 +61,7 @@ from fusee_runtime import Engine
 from fusee_runtime.engine import history
 from fusee_runtime.journal import checkpoint as ckpt
 from fusee_runtime.journal.reader import first_lsns, recover
-from fusee_runtime.journal.records import R, decode
+from fusee_runtime.journal.records import CLOSES, R, decode
 from fusee_runtime.journal.storage import Storage
 
 from . import torture_app
@@ -116,6 +116,8 @@ class Report:
     """`StepHeartbeat` records the recovered journal holds."""
     limited: int = 0
     """Limited steps the recovered journal holds completed."""
+    updates: int = 0
+    """Runs that took an update (each checked applied once)."""
     entered: int = 0
     """Attempts of limited steps the ledger shows entering, in both lives."""
     crowded: int = 0
@@ -131,6 +133,10 @@ class Seen:
     started: set[str] = field(default_factory=set)
     signaled: set[str] = field(default_factory=set)
     results: dict[str, Any] = field(default_factory=dict)
+    updated: dict[str, Any] = field(default_factory=dict)
+    """The result of each run's update the child read (`UPDATED`)."""
+    closed: set[str] = field(default_factory=set)
+    """The runs whose `CLOSE` signal, sent after the update, was durable."""
     done: bool = False
     fault_records: list[list[Any]] | None = None
     """The records not yet durable when the storage injected its fault."""
@@ -163,6 +169,9 @@ class Evidence:
     """Rows in the history store at the end, by workflow id."""
     limits: list[dict[str, Any]] = field(default_factory=list)
     """`engine.limits()` at the end of the last life, every run closed."""
+    updated: dict[str, Any] = field(default_factory=dict)
+    """The result of each run's update in the last life, sent again (the same update
+    id) if the run was open, whether or not the first life had applied it."""
 
 
 def trial(
@@ -189,7 +198,7 @@ def trial(
     crashed = read_home(home)
     report.cut, report.compacted_records = crashed.cut, crashed.compacted
     torture_app.LEDGER = str(ledger)
-    finals, limits = asyncio.run(_finish(home, planned, crashed.records))
+    finals, limits, updated = asyncio.run(_finish(home, planned, crashed.records))
     final = read_home(home)
     evidence = Evidence(
         planned,
@@ -202,6 +211,7 @@ def trial(
         + [f"at the end, {d}" for d in final.disagreements],
         final.stored,
         limits,
+        updated,
     )
     check(report, evidence)
     return report, evidence
@@ -309,6 +319,11 @@ def _take(line: str, seen: Seen) -> None:
     elif word == "RESULT":
         wid, _, value = rest.partition(" ")
         seen.results[wid] = orjson.loads(value)
+    elif word == "UPDATED":
+        wid, _, value = rest.partition(" ")
+        seen.updated[wid] = orjson.loads(value)
+    elif word == "CLOSED":
+        seen.closed.add(rest)
     elif word == "DONE":
         seen.done = True
     elif word == "FAULT":
@@ -329,20 +344,32 @@ def _take(line: str, seen: Seen) -> None:
 
 async def _finish(
     home: Path, planned: dict[str, dict[str, Any]], journal: list[list[Any]]
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Reopens the home, sends the signals its `journal` does not hold, runs every run
-    to its end; their results, and the limits once all closed."""
+) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+    """Reopens the home, sends the signals its `journal` does not hold and the update
+    of each run still open (again, with its id, if the journal holds it: it must not
+    be applied twice), runs every run to its end; their results, the limits once all
+    closed, and the updates' results."""
     wids = _wids(journal)
-    received = {wids[r[1]] for r in journal if r[0] == R.SignalReceived}
+    received = {(wids[r[1]], r[3]) for r in journal if r[0] == R.SignalReceived}
+    closed = {wids[r[1]] for r in journal if r[0] in CLOSES}
+    updated: dict[str, Any] = {}
     async with Engine(home, app=None, config=torture_app.CONFIG) as engine:
         # The planned runs; their children run as part of them.
         ids = {info.id for info in await engine.list() if info.id in planned}
         for wid in sorted(ids):
-            if planned[wid]["signal"] and wid not in received:
+            if planned[wid]["signal"] and (wid, "go") not in received:
                 await engine.signal(wid, "go", torture_app.signal_value(wid))
+
+        async def update(wid: str) -> None:
+            value = planned[wid]["base"] + 400
+            updated[wid] = await torture_app.send_update(engine, wid, value)
+            if (wid, torture_app.CLOSE) not in received:
+                await engine.signal(wid, torture_app.CLOSE, 0)
+
+        await asyncio.gather(*(update(w) for w in sorted(ids - closed) if planned[w]["update"]))
         results = await asyncio.gather(*(engine.handle(w).result() for w in sorted(ids)))
         limits = [dataclasses.asdict(info) for info in engine.limits()]
-    return dict(zip(sorted(ids), results, strict=True)), limits
+    return dict(zip(sorted(ids), results, strict=True)), limits, updated
 
 
 def _wids(*journals: list[list[Any]]) -> dict[str, str]:
@@ -541,7 +568,7 @@ def check(report: Report, evidence: Evidence) -> None:
     for rec in journal:
         if rec[0] == R.RunStarted:
             starts[rec[2]] += 1
-        elif rec[0] == R.SignalReceived:
+        elif rec[0] == R.SignalReceived and rec[3] == "go":
             signals[wids.get(rec[1], "?")].append(rec[4])
     report.runs = len(finals)
     for wid in sorted(seen.started - set(finals)):
@@ -567,6 +594,7 @@ def check(report: Report, evidence: Evidence) -> None:
             v.append(f"{wid}: {evidence.stored.get(wid, 0)} rows in the history store at the end")
     _check_children(report, evidence, wids)
     _check_limits(report, evidence)
+    _check_updates(report, evidence, wids)
     # A step's progress only goes up: each attempt goes on after the last row it finds.
     rows: dict[tuple[str, str], int] = {}
     for rec in journal:
@@ -583,24 +611,41 @@ def check(report: Report, evidence: Evidence) -> None:
     for rec in seen.fault_records or []:
         if rec[0] == R.RunStarted and rec[2] in seen.started:
             v.append(f"{rec[2]}: its start was acknowledged, though its write failed")
-        elif rec[0] == R.SignalReceived and wids.get(rec[1]) in seen.signaled:
+        elif rec[0] == R.SignalReceived and rec[3] == "go" and wids.get(rec[1]) in seen.signaled:
             v.append(f"{wids[rec[1]]}: its signal was acknowledged, though its write failed")
+        elif rec[0] == R.SignalReceived and wids.get(rec[1]) in seen.closed and rec[3] == "close":
+            v.append(f"{wids[rec[1]]}: its close was acknowledged, though its write failed")
         elif rec[0] == R.RunCompleted and wids.get(rec[1]) in seen.results:
             v.append(f"{wids[rec[1]]}: its result was read, though its write failed")
         elif rec[0] == R.LimitSet and seen.limit_set:
             v.append(f"limit {rec[1]}: its size was acknowledged, though its write failed")
+        elif rec[0] == R.UpdateApplied and wids.get(rec[1]) in seen.updated:
+            v.append(f"{wids[rec[1]]}: its update's result was read, though its write failed")
     # What the child acknowledged was in the journal the crash left.
     crash = evidence.after_crash
     crash_wids = _wids(crash)
     for wid in sorted(seen.started - set(crash_wids.values())):
         v.append(f"{wid}: its start was acknowledged, the journal after the crash lacks it")
-    crash_signaled = {crash_wids.get(r[1]) for r in crash if r[0] == R.SignalReceived}
+    crash_signaled = {
+        crash_wids.get(r[1]) for r in crash if r[0] == R.SignalReceived and r[3] == "go"
+    }
     for wid in sorted(seen.signaled - crash_signaled):
         v.append(f"{wid}: its signal was acknowledged, the journal after the crash lacks it")
     crash_results = {crash_wids.get(r[1]): r[2] for r in crash if r[0] == R.RunCompleted}
     for wid, value in sorted(seen.results.items()):
         if crash_results.get(wid) != value:
             v.append(f"{wid}: its result was read, the journal after the crash lacks it")
+    crash_updated = {crash_wids.get(r[1]): r[6] for r in crash if r[0] == R.UpdateApplied}
+    for wid, value in sorted(seen.updated.items()):
+        if wid not in crash_updated or crash_updated[wid] != value:
+            v.append(f"{wid}: its update's result was read, the journal after the crash lacks it")
+    crash_closed = {
+        crash_wids.get(r[1])
+        for r in crash
+        if r[0] == R.SignalReceived and r[3] == torture_app.CLOSE
+    }
+    for wid in sorted(seen.closed - crash_closed):
+        v.append(f"{wid}: its close was acknowledged, the journal after the crash lacks it")
     if seen.limit_set and not any(r[0] == R.LimitSet for r in crash):
         v.append(
             f"limit {torture_app.LIMIT}: its size was acknowledged, the journal after the "
@@ -622,6 +667,10 @@ def check(report: Report, evidence: Evidence) -> None:
         if line["pid"] == seen.pid:
             reached[line["run"]] = max(reached.get(line["run"], 0), _top(line["key"]))
     for line in ledger:
+        if ".u" in line["key"]:
+            # An update's step runs beside the code, which may go on past it before
+            # its result is durable: a later step proves nothing of it.
+            continue
         if line["pid"] != seen.pid and _top(line["key"]) < reached.get(line["run"], 0):
             v.append(
                 f"{line['key']} ({line['name']}): ran again after the crash, though a later "
@@ -678,6 +727,48 @@ def _check_children(report: Report, evidence: Evidence, wids: dict[str, str]) ->
         reasons = terminated.get(f"{wid}-orphan", [])
         if inp["orphan"] and (len(reasons) != 1 or f"its parent {wid!r}" not in reasons[0]):
             v.append(f"{wid}-orphan: terminated {len(reasons)} times ({reasons}), once expected")
+
+
+def _check_updates(report: Report, evidence: Evidence, wids: dict[str, str]) -> None:
+    """Each planned update accepted once and applied once, with the value a run without
+    crashes gives; the result the child read before the kill is the one recorded,
+    and the one the update sent again (the same id) after it got; its step completed
+    once; the `CLOSE` signal that follows it received once."""
+    v, seen = report.violations, evidence.seen
+    accepted: dict[str, list[str]] = defaultdict(list)
+    applied: dict[str, list[tuple[str, Any, Any]]] = defaultdict(list)
+    closes: dict[str, int] = defaultdict(int)
+    steps: dict[str, int] = defaultdict(int)
+    for rec in evidence.journal:
+        wid = wids.get(rec[1], "?") if len(rec) > 1 else "?"
+        if rec[0] == R.UpdateAccepted:
+            accepted[wid].append(rec[2])
+        elif rec[0] == R.UpdateApplied:
+            applied[wid].append((rec[2], rec[6], rec[7]))
+        elif rec[0] == R.SignalReceived and rec[3] == torture_app.CLOSE:
+            closes[wid] += 1
+        elif rec[0] == R.StepCompleted and rec[3] == "u":
+            steps[wid] += 1
+    for wid, inp in sorted(evidence.planned.items()):
+        if wid not in evidence.finals:
+            continue
+        if not inp["update"]:
+            if accepted[wid] or applied[wid]:
+                v.append(f"{wid}: updated, though it takes no update")
+            continue
+        report.updates += 1
+        uid, want = torture_app.update_id(wid), inp["base"] + 400
+        if accepted[wid] != [uid]:
+            v.append(f"{wid}: update accepted as {accepted[wid]}, [{uid!r}] expected")
+        if applied[wid] != [(uid, want, None)]:
+            v.append(f"{wid}: update applied as {applied[wid]}, once with {want} expected")
+        if steps[wid] != 1:
+            v.append(f"{wid}: the update's step completed {steps[wid]} times, once expected")
+        if closes[wid] != 1:
+            v.append(f"{wid}: signal {torture_app.CLOSE!r} received {closes[wid]} times")
+        for life, results in (("before the kill", seen.updated), ("after", evidence.updated)):
+            if wid in results and results[wid] != want:
+                v.append(f"{wid}: its update answered {results[wid]} {life}, {want} expected")
 
 
 def _check_limits(report: Report, evidence: Evidence) -> None:

@@ -113,9 +113,11 @@ def evidence(tmp_path_factory: pytest.TempPathFactory) -> Evidence:
     for seed in range(100, 120):
         report, ev = trial(seed, tmp_path_factory.mktemp(f"trial-{seed}"))
         assert report.violations == []
-        if report.killed and ev.seen.results and ev.seen.signaled:
+        seen = ev.seen
+        # Updates read before the kill, and sent again after it.
+        if report.killed and seen.results and seen.signaled and seen.updated and ev.updated:
             return ev
-    raise AssertionError("no trial in 20 was killed after a result and a signal")
+    raise AssertionError("no trial in 20 was killed after a result, a signal and an update")
 
 
 def _verdict(ev: Evidence) -> list[str]:
@@ -163,7 +165,7 @@ def _change_a_result_read(ev: Evidence) -> str:
 
 
 def _deliver_a_signal_twice(ev: Evidence) -> str:
-    rec = next(r for r in ev.journal if r[0] == R.SignalReceived)
+    rec = next(r for r in ev.journal if r[0] == R.SignalReceived and r[3] == "go")
     ev.journal.append(copy.deepcopy(rec))
     return f"{_started(ev)[rec[1]]}: signal delivered as [{rec[4]}, {rec[4]}], once expected"
 
@@ -196,7 +198,7 @@ def _acknowledge_a_start_whose_write_failed(ev: Evidence) -> str:
 
 
 def _acknowledge_a_signal_whose_sync_failed(ev: Evidence) -> str:
-    rec = next(r for r in ev.journal if r[0] == R.SignalReceived)
+    rec = next(r for r in ev.journal if r[0] == R.SignalReceived and r[3] == "go")
     ev.seen.fault_records = [rec]
     wid = _started(ev)[rec[1]]
     ev.seen.signaled.add(wid)
@@ -312,9 +314,66 @@ def _lose_the_limit_in_the_crash(ev: Evidence) -> str:
     return f"limit {LIMIT}: its size was acknowledged, the journal after the crash lacks it"
 
 
+def _apply_an_update_twice(ev: Evidence) -> str:
+    rec = next(r for r in ev.journal if r[0] == R.UpdateApplied)
+    ev.journal.append(copy.deepcopy(rec))
+    return f"{_started(ev)[rec[1]]}: update applied as [("
+
+
+def _lose_an_update(ev: Evidence) -> str:
+    rec = next(r for r in ev.journal if r[0] == R.UpdateApplied)
+    ev.journal = _without(ev.journal, R.UpdateApplied, rec[1])
+    return f"{_started(ev)[rec[1]]}: update applied as [], once with"
+
+
+def _accept_an_update_twice(ev: Evidence) -> str:
+    rec = next(r for r in ev.journal if r[0] == R.UpdateAccepted)
+    ev.journal.append(copy.deepcopy(rec))
+    return f"{_started(ev)[rec[1]]}: update accepted as [{rec[2]!r}, {rec[2]!r}]"
+
+
+def _run_an_updates_step_twice(ev: Evidence) -> str:
+    rec = next(r for r in ev.journal if r[0] == R.StepCompleted and r[3] == "u")
+    ev.journal.append(copy.deepcopy(rec))
+    return f"{_started(ev)[rec[1]]}: the update's step completed 2 times"
+
+
+def _change_an_update_result_read(ev: Evidence) -> str:
+    wid = sorted(ev.seen.updated)[0]
+    ev.seen.updated[wid] = -1
+    return f"{wid}: its update answered -1 before the kill"
+
+
+def _change_an_update_result_sent_again(ev: Evidence) -> str:
+    wid = sorted(ev.updated)[0]
+    ev.updated[wid] = -1
+    return f"{wid}: its update answered -1 after"
+
+
+def _lose_an_acknowledged_update_in_the_crash(ev: Evidence) -> str:
+    wid = sorted(ev.seen.updated)[0]
+    ev.after_crash = _without(ev.after_crash, R.UpdateApplied, _run_of(ev, wid))
+    return f"{wid}: its update's result was read, the journal after the crash lacks it"
+
+
+def _acknowledge_an_update_whose_write_failed(ev: Evidence) -> str:
+    wid = sorted(ev.seen.updated)[0]
+    rec = next(r for r in ev.journal if r[0] == R.UpdateApplied and r[1] == _run_of(ev, wid))
+    ev.seen.fault_records = [rec]
+    return f"{wid}: its update's result was read, though its write failed"
+
+
 @pytest.mark.parametrize(
     "damage",
     [
+        _apply_an_update_twice,
+        _lose_an_update,
+        _accept_an_update_twice,
+        _run_an_updates_step_twice,
+        _change_an_update_result_read,
+        _change_an_update_result_sent_again,
+        _lose_an_acknowledged_update_in_the_crash,
+        _acknowledge_an_update_whose_write_failed,
         _crowd_the_limit,
         _leak_a_permit,
         _leave_a_step_waiting,
@@ -411,8 +470,12 @@ def test_an_acknowledged_record_lost_from_the_disk_is_caught(tmp_path: Path) -> 
             wid = wids.get(rec[1], "?")
             if rec[0] == R.RunStarted and wid in seen.started:
                 acknowledged.append((lsn, f"{wid}: its start was acknowledged, the journal"))
-            elif rec[0] == R.SignalReceived and wid in seen.signaled:
+            elif rec[0] == R.SignalReceived and rec[3] == "go" and wid in seen.signaled:
                 acknowledged.append((lsn, f"{wid}: its signal was acknowledged, the journal"))
+            elif rec[0] == R.SignalReceived and rec[3] == "close" and wid in seen.closed:
+                acknowledged.append((lsn, f"{wid}: its close was acknowledged, the journal"))
+            elif rec[0] == R.UpdateApplied and wid in seen.updated:
+                acknowledged.append((lsn, f"{wid}: its update's result was read, the journal"))
             elif rec[0] == R.RunCompleted and wid in seen.results:
                 acknowledged.append((lsn, f"{wid}: its result was read, the journal"))
         if not acknowledged:

@@ -29,7 +29,16 @@ from typing import Any
 
 import orjson
 
-from fusee_runtime import Config, Ctx, RetryPolicy, current_ctx, step, workflow
+from fusee_runtime import (
+    Config,
+    Ctx,
+    Engine,
+    Rejected,
+    RetryPolicy,
+    current_ctx,
+    step,
+    workflow,
+)
 from fusee_runtime.engine import history
 from fusee_runtime.journal import format as fmt
 from fusee_runtime.journal.storage import Storage
@@ -237,6 +246,15 @@ LIMIT_PERMITS = 2
 LIMITED_HOLD_S = 0.01
 """How long a limited step stays inside: with a fifth of 200 runs calling one at
 once, most wait for a permit."""
+UPDATE = "bump"
+"""The update a quarter of the runs take (`update_id` makes its id), once, at a
+random instant after their start; its handler runs a step. `CLOSE` is the signal
+sent once it answered: the run waits for it at its end, so the update is applied
+whatever the run was doing when it came."""
+CLOSE = "close"
+UPDATE_AGAIN = ("has no update handler", "send the update again")
+"""What a refusal says when the update is to be sent again."""
+UPDATE_TRIES = 5000
 _failures: dict[str, int] = {}
 
 
@@ -260,6 +278,7 @@ def plan(seed: int, runs: int) -> list[tuple[str, dict[str, Any]]]:
                     "orphan": rng.random() < 0.15,
                     "beats": rng.choice([0, 0, 0, BEAT_ROWS]),
                     "limited": rng.random() < 0.2,
+                    "update": rng.random() < 0.25,
                 },
             )
         )
@@ -282,6 +301,8 @@ def expected(workflow_id: str, inp: dict[str, Any]) -> int:
         total += signal_value(workflow_id)
     if inp["limited"]:
         total += base + 300
+    if inp["update"]:
+        total += base + 400
     return total + inp["beats"] + base + 999
 
 
@@ -385,6 +406,13 @@ async def beat(name: str, rows: int) -> dict[str, Any]:
 @workflow(name="tt_mixed")
 async def mixed(ctx: Ctx, inp: dict[str, Any]) -> int:
     base = inp["base"]
+    bumped: list[int] = []
+    if inp["update"]:  # applied wherever the run is when it comes; then "close" comes
+
+        async def bump(value: int) -> int:
+            return await _bump(ctx, value, bumped)
+
+        ctx.on_update(UPDATE, bump)
     fn = work_in_thread if inp["threaded"] else work
     total = 0
     for i in range(inp["steps"]):
@@ -414,8 +442,39 @@ async def mixed(ctx: Ctx, inp: dict[str, Any]) -> int:
         await ctx.start_child(orphan, f"{ctx.workflow_id}-orphan")
     if inp["signal"]:
         total += await ctx.wait_for("go")
+    if inp["update"]:
+        await ctx.wait_for(CLOSE)
+        total += sum(bumped)
     total += (await ctx.step("last", work, "last", base + 999))["v"]
     return total
+
+
+async def _bump(ctx: Ctx, value: int, bumped: list[int]) -> int:
+    """The update's handler: a step (its ledger line checked as every step's is), a nap
+    for odd values, then what the run adds to its result."""
+    v = int((await ctx.step("u", work, "u", value))["v"])
+    if value % 2:
+        await ctx.sleep("unap", 0.01)
+    bumped.append(v)
+    return v
+
+
+def update_id(workflow_id: str) -> str:
+    return f"{workflow_id}-{UPDATE}"
+
+
+async def send_update(engine: Engine, workflow_id: str, value: int) -> Any:
+    """Applies the run's update, as a client does: sent again with the same id while
+    the engine says to (the run's code has not registered its handler yet, or is
+    replaying). Its result; another refusal is raised."""
+    for _ in range(UPDATE_TRIES):
+        try:
+            return await engine.update(workflow_id, UPDATE, value, update_id(workflow_id))
+        except Rejected as e:
+            if not any(why in str(e) for why in UPDATE_AGAIN):
+                raise
+        await asyncio.sleep(0.002)
+    raise AssertionError(f"{workflow_id}: update refused {UPDATE_TRIES} times")
 
 
 @workflow(name="tt_kid")
