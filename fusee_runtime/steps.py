@@ -86,6 +86,12 @@ class StepWorkers:
         the attempt ends (queued ones included; not those cut off)."""
         self.steps_done = 0
         """Steps finished (completed, or failed for good) since the engine opened."""
+        self.steps_failed = 0
+        """Of those, the steps that failed for good."""
+        self.attempts_done = 0
+        """Attempts finished since the engine opened (succeeded or failed)."""
+        self.attempts_failed = 0
+        """Of those, the attempts that failed (retried, paused or final)."""
         self._lock = threading.Lock()
 
     def in_thread(self, run: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -173,6 +179,9 @@ async def run_live(
             started = host.clock.now()
             outcome = await _attempt(execution, seq, name, attempt, fn, args, kwargs, opts, permit)
             now = host.clock.now()
+            host.workers.attempts_done += 1
+            if not isinstance(outcome, bytes):
+                host.workers.attempts_failed += 1
             if kind == "completion":
                 op = run.ops[seq]
                 if op.done:  # finished from outside while `send` ran
@@ -215,6 +224,7 @@ async def run_live(
             host.log_attempt(run, name, attempt, failure, "the step failed")
             run.current = None
             host.workers.steps_done += 1
+            host.workers.steps_failed += 1
             raise StepFailed(name, Failure.from_json(recorded))
     except asyncio.CancelledError:
         if execution.cancel_lands():

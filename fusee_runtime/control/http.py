@@ -27,7 +27,8 @@ room; 503 when all are serving) and how long a request's headers and body
 may take to arrive (408), and the listening socket (`listening.Listener`)
 logs running out of descriptors once a second, not once per attempt.
 
-The endpoints are in `routes`, the limits in `limits`. starlette and
+The endpoints are in `routes`, the limits in `limits`; `/metrics` (outside
+`/v1`, for Prometheus) is in `metrics`. starlette and
 uvicorn are imported by these modules only, and they only by what serves
 HTTP, so `fusee --help` starts without them.
 """
@@ -52,7 +53,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from fusee_runtime.control import limits
+from fusee_runtime.control import limits, metrics
 from fusee_runtime.control.api import Control
 from fusee_runtime.control.connections import Connections, connections_max
 from fusee_runtime.control.limits import CLOSE_GRACE_S, TOKEN_CHARS_MIN
@@ -80,6 +81,7 @@ def build_app(control: Control, token: str | None = None) -> Starlette:
         )
         for path, served in paths.items()
     ]
+    routes.append(Route("/metrics", _metrics, methods=["GET"]))
     middleware = [Middleware(_Browsers, guard_host=not token, control=control)]
     if token:
         middleware.append(Middleware(_Auth, token=token))
@@ -91,7 +93,14 @@ def build_app(control: Control, token: str | None = None) -> Starlette:
     # "/v1/runs/" is a 404 like any unknown path, not a redirect.
     app.router.redirect_slashes = False
     app.state.api = api
+    app.state.metrics = metrics.registry(control.engine)
     return app
+
+
+async def _metrics(request: Request) -> Response:
+    """`GET /metrics`: the engine's metrics for Prometheus (`metrics`)."""
+    body = metrics.render(request.app.state.metrics)
+    return Response(body, headers={"Content-Type": metrics.CONTENT_TYPE})
 
 
 def _by_method(

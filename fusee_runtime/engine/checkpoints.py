@@ -81,6 +81,10 @@ class Checkpoints:
         """The checkpoint being written now, if one is."""
         self._lock = asyncio.Lock()
         self._closed = 0  # closed runs (not yet stored then) the newest one holds
+        self.stored = 0
+        """Closed runs given to the history store since open (`/metrics`: its lag)."""
+        self.closed: dict[str, int] = {}
+        """Of those, how many by the status they closed with."""
         self._retention_task: asyncio.Task[None] | None = None
         self._stopping = False
 
@@ -258,6 +262,8 @@ class Checkpoints:
             dict(run.attributes),
         )
         self.runs.store.put(Closed(row, run.creation, run.records, again))
+        self.stored += 1
+        self.closed[row.status] = self.closed.get(row.status, 0) + 1
 
     # -- retention -------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ that succeeds proves nothing), and every later `append` raises
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import threading
 import time
@@ -45,8 +46,30 @@ HERE_BYTES_MAX = 1 << 20
 """A batch over this size is written by the thread even when `commit_here` is asked."""
 
 
+SYNC_BOUNDS_S = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
+"""Upper bounds of the `fdatasync` time histogram (`/metrics`)."""
+BATCH_BOUNDS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
+"""Upper bounds of the records-per-batch histogram."""
+
+
+class Buckets:
+    """A histogram: how many observations fell at or under each bound (not cumulative;
+    the last count is of those over every bound), and their sum."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+
 class Counters:
-    """What the writer did, for tests and `fusee bench` (counted, not timed)."""
+    """What the writer did, for tests, `fusee bench` and `/metrics`."""
 
     def __init__(self) -> None:
         self.records = 0
@@ -56,9 +79,13 @@ class Counters:
         self.batches_here = 0  # committed by `commit_here`, not on the writer thread
         self.segments_created = 0
         self.sync_seconds = 0.0
+        self.sync_times = Buckets(SYNC_BOUNDS_S)
+        """Each `fdatasync`'s time, in seconds."""
+        self.batch_sizes = Buckets(BATCH_BOUNDS)
+        """Records of each batch written (one sync each, more across a new segment)."""
 
     def snapshot(self) -> dict[str, float]:
-        return dict(vars(self))
+        return {k: v for k, v in vars(self).items() if not isinstance(v, Buckets)}
 
 
 class JournalWriter:
@@ -266,6 +293,7 @@ class JournalWriter:
             self._sync_now()
             self.counters.records += len(frames)
             self.counters.batches += 1
+            self.counters.batch_sizes.observe(len(frames))
             return
         start = 0
         lsn = first_lsn
@@ -292,6 +320,7 @@ class JournalWriter:
         self._sync_now()
         self.counters.records += len(frames)
         self.counters.batches += 1
+        self.counters.batch_sizes.observe(len(frames))
 
     def _sync_now(self) -> None:
         if self._fd is None or not self._sync:
@@ -301,6 +330,7 @@ class JournalWriter:
         took = time.perf_counter() - t0
         self.counters.sync_seconds += took
         self.counters.syncs += 1
+        self.counters.sync_times.observe(took)
         if self.counters.syncs == 1:
             self.sync_s_recent = took
         else:

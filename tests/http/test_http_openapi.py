@@ -37,9 +37,16 @@ def app(tmp_path: Path) -> Starlette:
 
 
 def routes(app: Starlette) -> Iterator[Route]:
+    """The JSON API's routes: under /v1 (`/metrics`, Prometheus text, is not part of it)."""
     for route in app.routes:
         assert isinstance(route, Route), route
-        yield route
+        if route.path.startswith("/v1/"):
+            yield route
+
+
+def test_outside_v1_only_the_metrics_are_served(app: Starlette) -> None:
+    others = [r.path for r in app.routes if isinstance(r, Route) and r not in list(routes(app))]
+    assert others == ["/metrics"]
 
 
 def documented() -> set[tuple[str, str]]:
