@@ -39,6 +39,7 @@ from fusee_runtime.journal.records import R
 from fusee_runtime.scope import NAME_CHARS_MAX, Cursor, Halt, cursor_var, step_var
 from fusee_runtime.steps import run_live
 from fusee_runtime.streams import StepStreamWriter, StreamWriter
+from fusee_runtime.tracing import traceparent_of
 from fusee_runtime.typed import decode, shape_of
 
 if TYPE_CHECKING:
@@ -74,6 +75,11 @@ class Ctx:
     @property
     def started_at(self) -> datetime:
         return utc(self._run.started_at)
+
+    @property
+    def traceparent(self) -> str | None:
+        """The W3C traceparent the run recorded at its start (`fusee_runtime.tracing`)."""
+        return traceparent_of(self._run)
 
     @property
     def journal_size(self) -> int:

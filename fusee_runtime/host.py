@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from fusee_runtime.engine.state import Run
     from fusee_runtime.errors import Failure, JournalFailed
     from fusee_runtime.steps import StepWorkers
+    from fusee_runtime.tracing import Tracing
     from fusee_runtime.typed import Shape
 
 
@@ -51,6 +52,7 @@ class RunHost(Protocol):
     beats: Beats
     """Running steps' heartbeats (`current_ctx().heartbeat`, `progress()`)."""
     limits: Limits
+    tracing: Tracing | None
     """The named limits of steps (`limit=`) and their permits."""
     replay_only: bool
     """The replay checker (`fusee replay`): the code replays its run's journal and stops

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from fusee_runtime.engine.family import Family
     from fusee_runtime.engine.limits import Limits
     from fusee_runtime.errors import Failure
+    from fusee_runtime.tracing import Tracing
     from fusee_runtime.typed import Shape
 
 FORMAT = "fusee.history"
@@ -324,6 +325,7 @@ class ReplayHost:
     closing = False
     failed = None
     loop = None
+    tracing: Tracing | None = None
     family: Family
     beats: Beats
     limits: Limits

@@ -177,7 +177,16 @@ async def run_live(
                     permit.release()
             run.current = f"{name} (attempt {attempt})"
             started = host.clock.now()
-            outcome = await _attempt(execution, seq, name, attempt, fn, args, kwargs, opts, permit)
+            tracing = host.tracing
+            span = tracing.attempt(run, seq, name, attempt) if tracing is not None else None
+            outcome: bytes | Failure | None = None
+            try:
+                outcome = await _attempt(
+                    execution, seq, name, attempt, fn, args, kwargs, opts, permit
+                )
+            finally:
+                if tracing is not None:
+                    tracing.attempt_ended(span, outcome)
             now = host.clock.now()
             host.workers.attempts_done += 1
             if not isinstance(outcome, bytes):

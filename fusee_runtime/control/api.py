@@ -121,10 +121,13 @@ class Control:
         input: Any = None,
         id: str | None = None,
         on_conflict: Literal["return", "fail", "new_run"] = "return",
+        traceparent: str | None = None,
     ) -> tuple[RunInfo, bool]:
         """Starts a run (once durable); returns it and whether the id already had a run."""
         existed = id is not None and self.engine.runs.find_latest(id) is not None
-        handle = await self.engine.start(workflow, input, id=id, on_conflict=on_conflict)
+        handle = await self.engine.start(
+            workflow, input, id=id, on_conflict=on_conflict, traceparent=traceparent
+        )
         return await handle.describe(), existed
 
     async def describe(self, id: str) -> RunInfo:

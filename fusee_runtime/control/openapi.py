@@ -81,6 +81,8 @@ _ANSWER = {200: _answer("The handler's answer.", _ref("Answer"))}
 _NONE = (_ref("Empty"), "Empty, or {}.", False)
 _REASON = (_ref("Reason"), "Why; an empty body is {}.", False)
 
+_TRACEPARENT = "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
+
 _OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     ("POST", "/v1/runs"): _op(
         "Start a run; idempotent on its id",
@@ -92,6 +94,16 @@ _OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
         },
         (404, 409, 503),
         (_ref("StartRequest"), "What to start.", True),
+        query=[
+            {
+                "name": "traceparent",
+                "in": "header",
+                "required": False,
+                "schema": {"type": "string", "pattern": _TRACEPARENT},
+                "description": "W3C Trace Context: the run's trace continues this one "
+                "(recorded at its start, ctx.traceparent).",
+            }
+        ],
     ),
     ("GET", "/v1/runs"): _op(
         "Runs, open and closed, newest first",

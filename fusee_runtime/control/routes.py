@@ -227,6 +227,7 @@ async def _start(request: Request, api: Api) -> Response:
             doc.get("input"),
             id=id,
             on_conflict=on_conflict,  # type: ignore[arg-type]
+            traceparent=request.headers.get("traceparent"),
         )
     except Rejected as e:
         if conflict and not isinstance(e, EngineClosed):

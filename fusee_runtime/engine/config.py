@@ -60,6 +60,12 @@ class Config:
     http_url: str | None = None
     """Where the HTTP API is reached (`fusee serve --http`): `Completion.url` of
     `ctx.await_completion` points there; None gives no URL."""
+    tracing: bool | None = None
+    """OpenTelemetry spans of runs and step attempts (`fusee_runtime.tracing`): None
+    traces when the app has set up OpenTelemetry (a tracer provider, or
+    `tracer_provider`), True always (it needs the `fusee[otel]` extra), False never."""
+    tracer_provider: Any = None
+    """The OpenTelemetry `TracerProvider` spans go to; None: the global one."""
     step_mock: StepMock | None = None
     """For the test kit (`fusee_runtime.testing`): called before each attempt of a
     step's function with (workflow, workflow id, step name, attempt); a function it

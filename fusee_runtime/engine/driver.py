@@ -49,6 +49,7 @@ from fusee_runtime.execution import run_code
 from fusee_runtime.journal.records import PAYLOAD_DEPTH_MAX, R, too_deep
 from fusee_runtime.scope import check_name
 from fusee_runtime.steps import StepWorkers
+from fusee_runtime.tracing import open_tracing, traceparent_of
 from fusee_runtime.typed import ANY, Shape, check, dumps, parameter, returns
 
 log = logging.getLogger("fusee")
@@ -98,6 +99,7 @@ class Driver:
         self.tokens = tokens
         self.workflows: dict[str, WorkflowDef] = registry()
         self.workers = StepWorkers(config.step_threads)
+        self.tracing = open_tracing(config.tracing, config.tracer_provider)
         self.run_log: RunLog | None = None
         """`ctx.log` lines; only an engine that runs code writes them."""
         self.timers = TimerQueue(self.clock, self._fire)
@@ -242,9 +244,11 @@ class Driver:
         deadline: float | None,
         origin: dict[str, Any] | None,
         run_id: str | None = None,
+        traceparent: str | None = None,
     ) -> Run:
         run_id = run_id or uuid.uuid4().hex
         now = self.clock.now()
+        origin = self._traced(origin, workflow, workflow_id, traceparent)
         head = (run_id, workflow_id, workflow)
         tail = (now, deadline, origin)
         rec = [R.RunStarted, *head, orjson.loads(encoded_input), *tail]
@@ -254,6 +258,19 @@ class Driver:
         self.arm(run)
         self.spawn(run)
         return run
+
+    def _traced(
+        self, origin: dict[str, Any] | None, workflow: str, workflow_id: str, given: str | None
+    ) -> dict[str, Any] | None:
+        """`origin` with the traceparent the run records (`fusee_runtime.tracing`), if any."""
+        traceparent = given
+        ref = origin.get("parent") if origin else None
+        parent = self.runs.by_run_id.get(ref["run_id"]) if ref else None
+        if traceparent is None and self.tracing is not None and "schedule" not in (origin or {}):
+            traceparent = self.tracing.traceparent(workflow, workflow_id, parent)
+        if traceparent is None and parent is not None:
+            traceparent = traceparent_of(parent)  # traced or not here, the parent's trace
+        return origin if traceparent is None else {**(origin or {}), "traceparent": traceparent}
 
     def signal(self, run: Run, name: str, value: Any) -> int:
         """Appends a signal for `run`; returns its lsn."""
@@ -391,6 +408,17 @@ class Driver:
                 run, f"workflow {run.workflow!r} is not registered by the app {self.app!r}"
             )
             return
+        if self.tracing is None:
+            await self._ran(run, wf)
+            return
+        self.tracing.run_started(run)
+        try:
+            await self._ran(run, wf)
+        finally:
+            self.tracing.run_stopped(run)
+
+    async def _ran(self, run: Run, wf: WorkflowDef) -> None:
+        """Runs the run's code and records how it ended."""
         ended = await run_code(self, run, wf.fn)
         if ended is None:
             return

@@ -54,6 +54,7 @@ from fusee_runtime.errors import EngineClosed, Failure, IdConflict, Rejected
 from fusee_runtime.journal import records
 from fusee_runtime.journal.records import R
 from fusee_runtime.scope import check_id, check_name
+from fusee_runtime.tracing import check_traceparent
 from fusee_runtime.typed import ANY, parameter
 
 if TYPE_CHECKING:
@@ -99,13 +100,7 @@ class Engine:
         http_url = self.config.http_url.rstrip("/") if self.config.http_url else None
         tokens = Tokens(self.home, self.config.storage, http_url)
         self.driver = Driver(
-            self.home,
-            self.config,
-            self.durability,
-            self.runs,
-            tokens,
-            app,
-            on_closed=self._closed,
+            self.home, self.config, self.durability, self.runs, tokens, app, on_closed=self._closed
         )
         """Runs the runs' code; what a run's code talks to (`RunHost`)."""
         self.schedules = Schedules(self.driver)
@@ -293,23 +288,24 @@ class Engine:
         on_conflict: Literal["return", "fail", "new_run"] = "return",
         timeout: float | Any | None = None,
         signal: tuple[str, Any] | None = None,
+        traceparent: str | None = None,
     ) -> RunHandle:
         """Starts a run of `workflow`; returns once the start is durable.
 
-        Idempotent on `id`: with `on_conflict="return"` an existing run of the
-        id (open or closed) is returned; `"fail"` raises `IdConflict` if one
-        exists; `"new_run"` terminates an open run of the id and starts anew.
-        The handle is pinned to the run it returns (see `RunHandle`).
-        `timeout` is the run's deadline: past it the run closes as
-        `timed_out`. `signal=(name, value)` delivers a signal with the start
-        (to the existing run when there is an open one); the call returns once
-        both are durable.
+        Idempotent on `id`: with `on_conflict="return"` an existing run of the id (open
+        or closed) is returned; `"fail"` raises `IdConflict` if one exists; `"new_run"`
+        terminates an open run of the id and starts anew. The handle is pinned to the
+        run it returns (see `RunHandle`).
+        `timeout` is the run's deadline: past it the run closes as `timed_out`.
+        `signal=(name, value)` delivers a signal with the start (to the existing run
+        when there is an open one); the call returns once both are durable.
+        `traceparent` (W3C) names the run's trace (`fusee_runtime.tracing`).
 
         Raises:
             NotFound: no workflow of that name (the message lists the known ones).
             CodecError: the input cannot be encoded as JSON, is too large, or does
                 not decode into the workflow's input annotation (`fusee_runtime.typed`).
-            Rejected: a bad id or `on_conflict`.
+            Rejected: a bad id, `on_conflict` or `traceparent`.
             IdConflict: the id has a run and `on_conflict` is `"fail"`, or its run
                 is one of another workflow (and `on_conflict` is not `"new_run"`).
         """
@@ -325,6 +321,7 @@ class Engine:
             check_name("signal", signal[0])
             self.driver.encode(signal[1], f"signal {signal[0]!r}", ANY)
         workflow_id = check_id(id) if id is not None else uuid.uuid4().hex
+        traceparent = check_traceparent(traceparent) if traceparent is not None else None
         existing = self.runs.find_latest(workflow_id) if id is not None else None
         if existing is not None:
             if existing.workflow != wf.name and on_conflict != "new_run":
@@ -349,7 +346,7 @@ class Engine:
                 )
         now = self.clock.now()
         deadline = None if limit is None else wake_at(now + limit)
-        run = self.driver.new_run(workflow_id, wf.name, encoded, deadline, None)
+        run = self.driver.new_run(workflow_id, wf.name, encoded, deadline, None, None, traceparent)
         if signal is not None:
             self.driver.signal(run, *signal)
         await self.durability.wait(run.last_lsn)
@@ -574,12 +571,10 @@ class Engine:
     async def checkpoint(self) -> int:
         """Writes a checkpoint of what is durable now, then compacts; returns its lsn.
 
-        Runs by itself as the journal grows (`Config.checkpoint_bytes`) and
-        on a clean close. The work (encoding, writing, fsync, deleting
-        segments) is done on a thread; only the snapshot of memory is taken
-        on the loop. A failure is logged and changes nothing: the journal
-        still holds every record.
-        """
+        Runs by itself as the journal grows (`Config.checkpoint_bytes`) and on a clean
+        close. The work (encoding, writing, fsync, deleting segments) is done on a thread;
+        only the snapshot of memory is taken on the loop. A failure is logged and changes
+        nothing: the journal still holds every record."""
         return await self.checkpoints.checkpoint()
 
     async def prune(self, older_than: float | timedelta) -> int:

@@ -1,0 +1,254 @@
+"""OpenTelemetry (issue 21, item 2): one trace per run, a span per execution of its code
+and per step attempt, the traceparent given at the start as the trace's parent,
+children in their parent's trace; and, in a real child process killed by SIGKILL,
+the same trace continued after the reopen. Spans are read back with the SDK's
+in-memory exporter (and, from the killed process, a file it wrote them to)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from fusee_runtime import Ctx, Rejected, RetryPolicy, step, workflow
+from fusee_runtime.tracing import check_traceparent
+
+GIVEN = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+TRACE_ID, SPAN_ID = int(GIVEN.split("-")[1], 16), int(GIVEN.split("-")[2], 16)
+FAILS: set[str] = set()
+
+
+@pytest.fixture
+def spans(make_engine: Any) -> tuple[InMemorySpanExporter, Any]:
+    """An exporter, and a maker of engines whose spans go to it."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return exporter, lambda **config: make_engine(tracer_provider=provider, **config)
+
+
+@step(name="tr.charge", retry=RetryPolicy(attempts=2, initial=0, jitter=False))
+async def charge(order: str) -> str:
+    if order not in FAILS:
+        FAILS.add(order)
+        raise RuntimeError("card declined, once")
+    return f"charged {order}"
+
+
+@workflow(name="tr.order")
+async def order(ctx: Ctx, id: str) -> dict[str, Any]:
+    return {"charged": await charge(id), "traceparent": ctx.traceparent}
+
+
+@workflow(name="tr.parent")
+async def parent(ctx: Ctx, id: str) -> str:
+    return (await ctx.child(order, f"{id}-child", id))["charged"]
+
+
+def named(exporter: InMemorySpanExporter, prefix: str) -> list[ReadableSpan]:
+    return [s for s in exporter.get_finished_spans() if s.name.startswith(prefix)]
+
+
+async def test_a_run_s_spans_are_children_of_the_traceparent_given(spans: Any) -> None:
+    exporter, make = spans
+    FAILS.clear()
+    async with make() as engine:
+        h = await engine.start("tr.order", "o-1", id="o-1", traceparent=GIVEN)
+        assert await h.result() == {"charged": "charged o-1", "traceparent": GIVEN}
+    (run,) = named(exporter, "fusee.run tr.order")
+    assert run.context.trace_id == TRACE_ID
+    assert run.parent is not None and run.parent.span_id == SPAN_ID
+    assert run.attributes["fusee.workflow_id"] == "o-1"
+    attempts = named(exporter, "fusee.step tr.charge")
+    assert [a.attributes["fusee.attempt"] for a in attempts] == [1, 2]
+    for a in attempts:
+        assert a.context.trace_id == TRACE_ID
+        assert a.parent is not None and a.parent.span_id == run.context.span_id
+    assert attempts[0].status.status_code == StatusCode.ERROR
+    assert "card declined" in (attempts[0].status.description or "")
+    assert attempts[1].status.status_code == StatusCode.UNSET
+    assert not named(exporter, "fusee.start")  # the caller's span is the root
+
+
+async def test_without_a_traceparent_each_run_is_the_root_of_its_own_trace(spans: Any) -> None:
+    exporter, make = spans
+    FAILS.update({"o-2", "o-3"})
+    async with make() as engine:
+        for id in ("o-2", "o-3"):
+            traced = (await (await engine.start("tr.order", id, id=id)).result())["traceparent"]
+            check_traceparent(traced)
+    roots = named(exporter, "fusee.start tr.order")
+    runs = named(exporter, "fusee.run tr.order")
+    assert len(roots) == len(runs) == 2
+    assert len({r.context.trace_id for r in roots}) == 2
+    for root, run in zip(roots, runs, strict=True):
+        assert root.parent is None
+        assert run.context.trace_id == root.context.trace_id
+        assert run.parent is not None and run.parent.span_id == root.context.span_id
+
+
+async def test_a_child_joins_its_parent_s_trace(spans: Any) -> None:
+    exporter, make = spans
+    FAILS.add("p-1")
+    async with make() as engine:
+        h = await engine.start("tr.parent", "p-1", id="p-1", traceparent=GIVEN)
+        assert await h.result() == "charged p-1"
+        child = await engine.handle("p-1-child").result()
+    parent_runs = named(exporter, "fusee.run tr.parent")
+    (child_run,) = named(exporter, "fusee.run tr.order")
+    assert child_run.context.trace_id == TRACE_ID
+    assert child_run.parent is not None
+    assert child_run.parent.span_id in {r.context.span_id for r in parent_runs}
+    assert child["traceparent"].split("-")[1] == GIVEN.split("-")[1]
+
+
+async def test_a_traceparent_is_recorded_without_tracing_and_checked(make_engine: Any) -> None:
+    FAILS.add("o-4")
+    async with make_engine(tracing=False) as engine:
+        h = await engine.start("tr.order", "o-4", id="o-4", traceparent=GIVEN)
+        assert (await h.result())["traceparent"] == GIVEN
+        with pytest.raises(Rejected, match="a traceparent is '00-<32 hex trace id>"):
+            await engine.start("tr.order", "o-5", id="o-5", traceparent="00-00-00-00")
+        assert [i.id for i in await engine.list()] == ["o-4"]
+
+
+CHILD = textwrap.dedent(
+    """
+    import asyncio, os, sys
+    import orjson
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+    from fusee_runtime import Config, Engine, step, workflow
+
+    class ToFile(SpanExporter):
+        def export(self, spans):
+            with open(sys.argv[2], "ab") as f:
+                for s in spans:
+                    parent = s.parent.span_id if s.parent else 0
+                    line = [s.name, *map(str, (s.context.trace_id, s.context.span_id, parent))]
+                    f.write(orjson.dumps(line) + b"\\n")
+                f.flush()
+                os.fsync(f.fileno())
+            return SpanExportResult.SUCCESS
+
+    @step(name="trk.first")
+    async def first() -> int:
+        return 1
+
+    @step(name="trk.second")
+    async def second() -> int:
+        if os.environ.get("TRK_BLOCK"):
+            print("IN_SECOND", flush=True)
+            await asyncio.Event().wait()  # killed here
+        return 2
+
+    @workflow(name="trk.flow")
+    async def flow(ctx, _):
+        return await first() + await second()
+
+    async def main():
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(ToFile()))
+        config = Config(tracer_provider=provider)
+        async with Engine(sys.argv[1], app=None, config=config) as engine:
+            if os.environ.get("TRK_BLOCK"):
+                await engine.start("trk.flow", None, id="k", traceparent=sys.argv[3])
+                await asyncio.Event().wait()
+            print(await engine.handle("k").result(), flush=True)
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_after_a_sigkill_the_run_goes_on_in_the_same_trace(tmp_path: Path) -> None:
+    home, file = tmp_path / "home", tmp_path / "spans.jsonl"
+    env = {**os.environ, "TRK_BLOCK": "1"}
+    args = [sys.executable, "-c", CHILD, str(home), str(file), GIVEN]
+    with subprocess.Popen(args, env=env, stdout=subprocess.PIPE, text=True) as child:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "IN_SECOND"  # first's span is exported
+        child.kill()  # SIGKILL: the run's span and second's attempt are never ended
+
+    def read() -> list[list[Any]]:  # [name, trace id, span id, parent span id]
+        lines = map(orjson.loads, file.read_bytes().splitlines())
+        return [[name, *map(int, ids)] for name, *ids in lines]
+
+    before = read()
+    assert [s[0] for s in before] == ["fusee.step trk.first"]
+    (_, trace_before, _, run_span_before) = before[0]
+    assert trace_before == TRACE_ID
+    env.pop("TRK_BLOCK")
+    done = subprocess.run(args, env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "3"
+    after = read()[1:]
+    by_name = {s[0]: s for s in after}
+    assert set(by_name) == {"fusee.step trk.second", "fusee.run trk.flow"}
+    run = by_name["fusee.run trk.flow"]
+    assert run[1] == TRACE_ID and run[3] == SPAN_ID  # the same trace, under the caller
+    assert run[2] != run_span_before  # a new execution span beside the one cut short
+    second = by_name["fusee.step trk.second"]
+    assert second[1] == TRACE_ID and second[3] == run[2]
+
+
+async def test_the_http_api_takes_the_traceparent_header(make_engine: Any) -> None:
+    import httpx
+
+    from fusee_runtime.control.api import Control
+    from fusee_runtime.control.http import build_app
+
+    FAILS.add("o-6")
+    async with make_engine(tracing=False, control=False) as engine:
+        transport = httpx.ASGITransport(app=build_app(Control(engine)))
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
+            body = {"workflow": "tr.order", "input": "o-6", "id": "o-6"}
+            started = await c.post("/v1/runs", json=body, headers={"traceparent": GIVEN})
+            assert started.status_code == 201
+            bad = {**body, "id": "o-7"}
+            refused = await c.post("/v1/runs", json=bad, headers={"traceparent": "nope"})
+            assert refused.status_code == 400
+            assert "a traceparent is" in refused.json()["error"]["message"]
+        assert (await engine.handle("o-6").result())["traceparent"] == GIVEN
+
+
+def test_an_app_without_opentelemetry_imports_none_of_it(tmp_path: Path) -> None:
+    code = textwrap.dedent(
+        """
+        import asyncio, sys
+        from fusee_runtime import Engine, step, workflow
+
+        @step(name="tn.s")
+        async def s() -> int:
+            return 1
+
+        @workflow(name="tn.w")
+        async def w(ctx, _):
+            return await s()
+
+        async def main():
+            async with Engine(sys.argv[1], app=None) as engine:
+                assert await (await engine.start("tn.w", None, id="w")).result() == 1
+                assert engine.driver.tracing is None
+                assert not engine.runs.latest("w").origin  # no traceparent recorded
+            print(sorted(m for m in sys.modules if m.startswith("opentelemetry")))
+
+        asyncio.run(main())
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "home")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.strip() == "[]"
