@@ -266,6 +266,9 @@ class Driver:
         traceparent = given
         ref = origin.get("parent") if origin else None
         parent = self.runs.by_run_id.get(ref["run_id"]) if ref else None
+        old = self.runs.by_run_id.get(origin["reset"]) if origin and "reset" in origin else None
+        if traceparent is None and old is not None:
+            traceparent = traceparent_of(old)  # a reset run goes on in the trace it was in
         if traceparent is None and self.tracing is not None and "schedule" not in (origin or {}):
             traceparent = self.tracing.traceparent(workflow, workflow_id, parent)
         if traceparent is None and parent is not None:

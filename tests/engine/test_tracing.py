@@ -112,6 +112,17 @@ async def test_a_child_joins_its_parent_s_trace(spans: Any) -> None:
     assert child["traceparent"].split("-")[1] == GIVEN.split("-")[1]
 
 
+async def test_a_reset_run_goes_on_in_the_trace_it_was_in(spans: Any) -> None:
+    exporter, make = spans
+    FAILS.add("o-8")
+    async with make() as engine:
+        await (await engine.start("tr.order", "o-8", id="o-8", traceparent=GIVEN)).result()
+        again = await engine.reset("o-8", "tr.charge")
+        assert (await again.result())["traceparent"] == GIVEN
+    runs = named(exporter, "fusee.run tr.order")
+    assert len(runs) == 2 and {r.context.trace_id for r in runs} == {TRACE_ID}
+
+
 async def test_a_traceparent_is_recorded_without_tracing_and_checked(make_engine: Any) -> None:
     FAILS.add("o-4")
     async with make_engine(tracing=False) as engine:
