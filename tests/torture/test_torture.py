@@ -146,9 +146,15 @@ def _lose_a_start(ev: Evidence) -> str:
     return f"{wid}: its start was acknowledged, the recovered home has no such run"
 
 
+def _twice(ev: Evidence, which: Callable[[list[Any]], bool]) -> list[Any]:
+    """The journal's first record that is `which`, recorded a second time."""
+    rec = next(r for r in ev.journal if which(r))
+    ev.journal.append(copy.deepcopy(rec))
+    return rec
+
+
 def _start_twice(ev: Evidence) -> str:
-    first = next(r for r in ev.journal if r[0] == R.RunStarted)
-    ev.journal.append(copy.deepcopy(first))
+    first = _twice(ev, lambda r: r[0] == R.RunStarted)
     return f"{first[2]}: started 2 times"
 
 
@@ -165,8 +171,7 @@ def _change_a_result_read(ev: Evidence) -> str:
 
 
 def _deliver_a_signal_twice(ev: Evidence) -> str:
-    rec = next(r for r in ev.journal if r[0] == R.SignalReceived and r[3] == "go")
-    ev.journal.append(copy.deepcopy(rec))
+    rec = _twice(ev, lambda r: r[0] == R.SignalReceived and r[3] == "go")
     return f"{_started(ev)[rec[1]]}: signal delivered as [{rec[4]}, {rec[4]}], once expected"
 
 
@@ -254,8 +259,7 @@ def _run_a_step_under_another_key(ev: Evidence) -> str:
 
 
 def _record_a_childs_start_twice(ev: Evidence) -> str:
-    first = next(r for r in ev.journal if r[0] == R.ChildStarted)
-    ev.journal.append(copy.deepcopy(first))
+    first = _twice(ev, lambda r: r[0] == R.ChildStarted)
     return f"{first[3]}: its start recorded 2 times by its parent"
 
 
@@ -267,8 +271,7 @@ def _start_a_child_in_another_run(ev: Evidence) -> str:
 
 
 def _give_a_childs_close_twice(ev: Evidence) -> str:
-    first = next(r for r in ev.journal if r[0] == R.ChildClosed)
-    ev.journal.append(copy.deepcopy(first))
+    first = _twice(ev, lambda r: r[0] == R.ChildClosed)
     return f"child #{first[2]} of run {first[1]}: its close given to the parent 2 times"
 
 
@@ -315,8 +318,7 @@ def _lose_the_limit_in_the_crash(ev: Evidence) -> str:
 
 
 def _apply_an_update_twice(ev: Evidence) -> str:
-    rec = next(r for r in ev.journal if r[0] == R.UpdateApplied)
-    ev.journal.append(copy.deepcopy(rec))
+    rec = _twice(ev, lambda r: r[0] == R.UpdateApplied)
     return f"{_started(ev)[rec[1]]}: update applied as [("
 
 
@@ -327,14 +329,12 @@ def _lose_an_update(ev: Evidence) -> str:
 
 
 def _accept_an_update_twice(ev: Evidence) -> str:
-    rec = next(r for r in ev.journal if r[0] == R.UpdateAccepted)
-    ev.journal.append(copy.deepcopy(rec))
+    rec = _twice(ev, lambda r: r[0] == R.UpdateAccepted)
     return f"{_started(ev)[rec[1]]}: update accepted as [{rec[2]!r}, {rec[2]!r}]"
 
 
 def _run_an_updates_step_twice(ev: Evidence) -> str:
-    rec = next(r for r in ev.journal if r[0] == R.StepCompleted and r[3] == "u")
-    ev.journal.append(copy.deepcopy(rec))
+    rec = _twice(ev, lambda r: r[0] == R.StepCompleted and r[3] == "u")
     return f"{_started(ev)[rec[1]]}: the update's step completed 2 times"
 
 
