@@ -2,12 +2,14 @@
 workflows, and a headless Chromium driven by Playwright (tests/ui/ui_helpers.py).
 
 Without the `chromium` binary or the `playwright` package the tests are skipped, with
-the reason; CI installs both (.ci/run, the `test` extra), so there they always run.
+the reason; CI installs both (.ci/run, the `test` extra), and there (CI set) a missing
+one stops the run instead.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -38,7 +40,11 @@ MISSING = [
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if MISSING:
-        skip = pytest.mark.skip(reason="no browser to drive: missing " + " and ".join(MISSING))
+        reason = "no browser to drive: missing " + " and ".join(MISSING)
+        if os.environ.get("CI"):
+            # .ci/run installs both: in CI a missing browser is a broken setup, not a skip.
+            raise pytest.UsageError(reason)
+        skip = pytest.mark.skip(reason=reason)
         for item in items:
             if "tests/ui/" in str(item.fspath).replace("\\", "/"):
                 item.add_marker(skip)

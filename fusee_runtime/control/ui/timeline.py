@@ -208,6 +208,9 @@ def _apply(o: Operation, kind: str, rec: dict[str, Any]) -> None:
     elif kind == "CompletionDone":
         o.state = "done"
         o.value, o.has_value, o.failure = rec.get("value"), True, rec.get("failure")
+    elif kind == "AttributesSet":
+        o.kind, o.state = "attributes", "set"
+        o.name = ", ".join(f"{k}={v}" for k, v in sorted((rec.get("attributes") or {}).items()))
     elif kind == "OpCancelled":
         o.state = "cancelled"
     elif kind not in ("StepHeartbeat", "CompletionSent", "StreamAppended", "StepStreamAppended"):
