@@ -28,7 +28,8 @@ may take to arrive (408), and the listening socket (`listening.Listener`)
 logs running out of descriptors once a second, not once per attempt.
 
 The endpoints are in `routes`, the limits in `limits`; `/metrics` (outside
-`/v1`, for Prometheus) is in `metrics`. starlette and
+`/v1`, for Prometheus) is in `metrics`; the web UI (`/`, also outside `/v1`)
+is in `ui`, whose buttons post to this API. starlette and
 uvicorn are imported by these modules only, and they only by what serves
 HTTP, so `fusee --help` starts without them.
 """
@@ -43,22 +44,24 @@ import re
 import socket
 from collections.abc import Awaitable, Callable, Iterator
 from http import HTTPStatus
+from urllib.parse import quote
 
 import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from fusee_runtime.control import limits, metrics
+from fusee_runtime.control import limits, metrics, ui
 from fusee_runtime.control.api import Control
 from fusee_runtime.control.connections import Connections, connections_max
 from fusee_runtime.control.limits import CLOSE_GRACE_S, TOKEN_CHARS_MIN
 from fusee_runtime.control.listening import Listener
 from fusee_runtime.control.routes import ROUTES, Api, Endpoint, as_endpoint, error_response
+from fusee_runtime.control.ui import auth as ui_auth
 from fusee_runtime.errors import Rejected
 
 # -- the app ------------------------------------------------------------------------
@@ -69,7 +72,8 @@ def build_app(control: Control, token: str | None = None) -> Starlette:
 
     Args:
         control: the operations it serves.
-        token: when set, every request needs `Authorization: Bearer <token>`.
+        token: when set, every request needs `Authorization: Bearer <token>` (or the web
+            UI's cookie, `ui.auth`).
     """
     api = Api(control)
     paths: dict[str, list[tuple[str, Endpoint]]] = {}
@@ -82,6 +86,7 @@ def build_app(control: Control, token: str | None = None) -> Starlette:
         for path, served in paths.items()
     ]
     routes.append(Route("/metrics", _metrics, methods=["GET"]))
+    routes.extend(ui.routes(control, token))
     middleware = [Middleware(_Browsers, guard_host=not token, control=control)]
     if token:
         middleware.append(Middleware(_Auth, token=token))
@@ -180,37 +185,64 @@ def _host_name(host: str) -> str:
 
 
 class _Auth:
-    """Lets through only requests that carry `Authorization: Bearer <token>`, and the
-    completion URLs: their completion token is their credential (an HMAC under the
-    home's secret, for one attempt of one step), so whoever `send` handed it to can
-    use it without holding the server's token."""
+    """Lets through only requests that carry `Authorization: Bearer <token>` or the web
+    UI's session cookie (`ui.auth`), and the completion URLs: their completion token is
+    their credential (an HMAC under the home's secret, for one attempt of one step), so
+    whoever `send` handed it to can use it without holding the server's token.
+
+    A browser asking for a page without either is sent to the login form; the rest
+    get a 401.
+    """
 
     def __init__(self, app: ASGIApp, token: str) -> None:
         self.app = app
         self.token = token.encode()
+        self.text = token
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or self._allowed(scope):
             await self.app(scope, receive, send)
             return
-        response = error_response(
-            401,
-            "Unauthorized",
-            "this API needs the header 'Authorization: Bearer <token>' with the server's token",
-            {"WWW-Authenticate": "Bearer"},
-        )
+        path = scope["path"]
+        response: Response
+        if scope["method"] in ("GET", "HEAD") and _is_page(path):
+            asked = scope["query_string"].decode("latin-1")
+            target = quote(path + ("?" + asked if asked else ""))
+            response = RedirectResponse(f"/login?next={target}", 303)
+        else:
+            response = error_response(
+                401,
+                "Unauthorized",
+                "this API needs the header 'Authorization: Bearer <token>' with the server's token",
+                {"WWW-Authenticate": "Bearer"},
+            )
         await response(scope, receive, send)
 
     def _allowed(self, scope: Scope) -> bool:
-        if scope["method"] == "POST" and _COMPLETION_PATH.fullmatch(scope["path"]):
+        path = scope["path"]
+        if scope["method"] == "POST" and _COMPLETION_PATH.fullmatch(path):
             return True
+        if path in _OPEN_PAGES or path.startswith("/ui/static/"):
+            return True  # the login form and what it is drawn with
         for name, value in scope["headers"]:
             if name == b"authorization":
                 scheme, _, given = value.partition(b" ")
                 return scheme.lower() == b"bearer" and hmac.compare_digest(
                     given.strip(), self.token
                 )
-        return False
+        return any(
+            name == b"cookie" and ui_auth.allowed(value, self.text)
+            for name, value in scope["headers"]
+        )
+
+
+_OPEN_PAGES = frozenset({"/login", "/logout"})
+"""Pages of the web UI served without the token."""
+
+
+def _is_page(path: str) -> bool:
+    """A page of the web UI (not the JSON API, not /metrics)."""
+    return not path.startswith("/v1/") and path not in ("/v1", "/metrics")
 
 
 # -- binding and serving ------------------------------------------------------------

@@ -201,7 +201,7 @@ async def test_a_body_over_the_limit_is_413(api: httpx.AsyncClient) -> None:
 
 
 async def test_an_unknown_route_is_404_and_a_wrong_method_405(api: httpx.AsyncClient) -> None:
-    for path in ("/v1/nothing", "/", "/v1/runs/", "/v2/runs", "/v1/runs/a/b/c/d"):
+    for path in ("/v1/nothing", "/nothing", "/v1/runs/", "/v2/runs", "/v1/runs/a/b/c/d"):
         error_of(await api.get(path), 404, "NotFound", f"no route GET {path}", "openapi.json")
     answer = await api.delete("/v1/runs")
     error_of(answer, 405, "MethodNotAllowed", "/v1/runs takes GET, HEAD, POST, not DELETE")

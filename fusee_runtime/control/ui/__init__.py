@@ -1,0 +1,15 @@
+"""The web UI of `fusee serve --http`: server-rendered pages over `Control`.
+
+- `pages`: the routes (runs, a run, schedules, login) and what each reads;
+- `views`: the HTML of each page; `html`: escaping, the layout, small pieces;
+- `timeline`: a run's history folded into operations, events and streams;
+- `auth`: the token asked once, kept in an HttpOnly, SameSite=Strict cookie;
+- `static/`: `ui.css` and `ui.js` (live parts, the status header, the buttons).
+
+`http.build_app` adds `routes` beside the JSON API; the buttons post to the
+API itself, so the UI changes nothing the API could not.
+"""
+
+from fusee_runtime.control.ui.pages import routes
+
+__all__ = ["routes"]

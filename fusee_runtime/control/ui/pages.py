@@ -1,0 +1,216 @@
+"""The web UI's routes: each page reads through `Control`, as the JSON API does.
+
+- `/`: the runs, newest first, `PAGE_RUNS` a page, filtered by status,
+  workflow, id prefix, search attributes (`where`, as `--where` reads it)
+  and parent;
+- `/runs/{id}`: the newest run of an id, its timeline (`timeline.fold` of
+  its history), its buttons;
+- `/schedules`: the cron schedules and their buttons;
+- `/login`, `/logout`: the token, asked once when the server has one (`auth`);
+- `/ui/static/{name}`: `ui.css` and `ui.js`, shipped in the package.
+
+A page asked with `?part=live` answers its live part alone: `ui.js` asks
+for it every second and swaps it in. The buttons post to the JSON API
+(`/v1/...`) from `ui.js`; no page changes anything on a GET.
+
+The id prefix filter has no index to use: it keeps the matches among the
+newest `PREFIX_SCAN_MAX` runs that pass the other filters, and says so.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qs
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from fusee_runtime import search
+from fusee_runtime.control.api import Control
+from fusee_runtime.control.ui import auth, html, views
+from fusee_runtime.control.ui.timeline import fold
+from fusee_runtime.errors import FuseeError, NotFound
+
+PAGE_RUNS = 50
+"""Runs on a page of the runs page."""
+PAGES_MAX = 10_000
+"""The last page the runs page goes to (500,000 runs); a filter finds older ones."""
+PREFIX_SCAN_MAX = 10_000
+"""How many of the newest runs the id prefix filter looks through."""
+LOGIN_BYTES_MAX = 4096
+"""The largest login form accepted."""
+STATIC = {
+    "ui.css": "text/css; charset=utf-8",
+    "ui.js": "text/javascript; charset=utf-8",
+}
+"""The files under `/ui/static/`, and their types."""
+HEADERS = {
+    # Scripts and styles from this server only, and no page of another site may frame
+    # these pages (the buttons would be a click away from it).
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
+    ),
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "same-origin",
+    "X-Content-Type-Options": "nosniff",
+}
+
+
+def routes(control: Control, token: str | None) -> list[Route]:
+    """The UI's routes over `control`; with `token`, the login routes too."""
+
+    async def runs_page(request: Request) -> Response:
+        return await _runs(control, request)
+
+    async def run_page(request: Request) -> Response:
+        return await _run(control, request)
+
+    async def schedules_page(request: Request) -> Response:
+        body = views.schedules_table(await control.schedules())
+        if _live(request):
+            return _html(body)
+        page = f"<h1>Schedules</h1>{body}"
+        return _html(html.page("Schedules", page, "schedules", _logged_in(request)))
+
+    out = [
+        Route("/", runs_page, methods=["GET"]),
+        Route("/runs/{id:path}", run_page, methods=["GET"]),
+        Route("/schedules", schedules_page, methods=["GET"]),
+        Route("/ui/static/{name}", _static, methods=["GET"]),
+    ]
+    if token:
+
+        async def login(request: Request) -> Response:
+            return await _login(request, token)
+
+        out.append(Route("/login", login, methods=["GET", "POST"]))
+        out.append(Route("/logout", _logout, methods=["POST"]))
+    return out
+
+
+def _html(body: str, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return HTMLResponse(body, status, {**HEADERS, **(headers or {})})
+
+
+def _live(request: Request) -> bool:
+    return request.query_params.get("part") == "live"
+
+
+def _logged_in(request: Request) -> bool:
+    """Whether the page shows a log-out button: the cookie came with it."""
+    return auth.COOKIE in request.cookies
+
+
+def runs_query(request: Request) -> views.RunsQuery:
+    """The filters and page the runs page's URL asks for."""
+    params = request.query_params
+    page = params.get("page", "1")
+    number = int(page) if page.isascii() and page.isdigit() and len(page) < 8 else 1
+    return views.RunsQuery(
+        status=params.get("status", ""),
+        workflow=params.get("workflow", ""),
+        prefix=params.get("id", ""),
+        where=[w for w in params.getlist("where") if w.strip()],
+        parent=params.get("parent", ""),
+        page=min(max(number, 1), PAGES_MAX),
+    )
+
+
+async def _runs(control: Control, request: Request) -> Response:
+    q = runs_query(request)
+    status = 200
+    try:
+        runs, more, note = await list_runs(control, q)
+        body = views.runs_table(runs, q, more, note)
+    except FuseeError as e:  # a status or condition the engine does not take
+        status = 400
+        body = html.live(f'<p class="error">{html.esc(e)}</p>')
+    if _live(request):
+        return _html(body, status)
+    heading = f"Children of {html.run_link(q.parent)}" if q.parent else "Runs"
+    page = f"<h1>{heading}</h1>{views.runs_filters(q)}{body}"
+    return _html(html.page("Runs", page, "runs", _logged_in(request)), status)
+
+
+async def list_runs(control: Control, q: views.RunsQuery) -> tuple[list[Any], bool, str]:
+    """The runs of page `q.page` of the runs that pass `q`'s filters, whether there are
+    older ones, and a note on how they were found."""
+    where = search.parse(q.where) if q.where else None
+    status, workflow, parent = q.status or None, q.workflow or None, q.parent or None
+    skip = (q.page - 1) * PAGE_RUNS
+    note = ""
+    if q.prefix:
+        scanned = await control.list(status, workflow, PREFIX_SCAN_MAX, parent, where)
+        runs = [info for info in scanned if info.id.startswith(q.prefix)]
+        if len(scanned) == PREFIX_SCAN_MAX:
+            note = (
+                f"Ids starting with {q.prefix!r} among the newest {PREFIX_SCAN_MAX:,} runs "
+                "that pass the other filters."
+            )
+    else:
+        # Newest first with a limit: the history store reads no more rows than the page needs.
+        runs = await control.list(status, workflow, skip + PAGE_RUNS + 1, parent, where)
+    return runs[skip : skip + PAGE_RUNS], len(runs) > skip + PAGE_RUNS, note
+
+
+async def _run(control: Control, request: Request) -> Response:
+    id = request.path_params["id"]
+    try:
+        info = await control.describe(id)
+        records = await control.history(id)
+    except NotFound as e:
+        if _live(request):
+            return _html(html.live(f'<p class="error">{html.esc(e)}</p>'), 404)
+        return _html(html.error_page("No such run", str(e), "runs"), 404)
+    body = views.run_summary(info, fold(records, info.run_id))
+    if _live(request):
+        return _html(body)
+    crumbs = f'<p class="crumbs"><a href="/">Runs</a> / {html.esc(id)}</p>'
+    page = (
+        f'{crumbs}<h1 class="run-id" data-run-id="{html.esc(id)}">{html.esc(id)}</h1>'
+        f"{views.run_actions(info)}{body}"
+    )
+    return _html(html.page(f"Run {id}", page, "runs", _logged_in(request)))
+
+
+async def _static(request: Request) -> Response:
+    name = request.path_params["name"]
+    if name not in STATIC:
+        return _html(html.error_page("Not found", f"no file {name!r}"), 404)
+    body = resources.files("fusee_runtime.control.ui").joinpath("static", name).read_bytes()
+    return Response(body, headers={"Content-Type": STATIC[name], "Cache-Control": "no-cache"})
+
+
+async def _login(request: Request, token: str) -> Response:
+    """GET: the form. POST: the token checked; the cookie set, back to the page asked for."""
+    if request.method == "GET":
+        next = _local(request.query_params.get("next", "/"))
+        return _html(html.page("Log in", views.login_form(next, False), ""))
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > LOGIN_BYTES_MAX:
+            return _html(html.error_page("Too large", "the login form is too large"), 413)
+    form = parse_qs(body.decode("utf-8", "replace"))
+    next = _local((form.get("next") or ["/"])[0])
+    given = (form.get("token") or [""])[0]
+    if not auth.matches(given, token):
+        return _html(html.page("Log in", views.login_form(next, True), ""), 401)
+    secure = request.url.scheme == "https"
+    return RedirectResponse(next, 303, {"Set-Cookie": auth.set_cookie(token, secure)})
+
+
+async def _logout(request: Request) -> Response:
+    return RedirectResponse("/login", 303, {"Set-Cookie": auth.clear_cookie()})
+
+
+def _local(path: str) -> str:
+    """`path` if it is a path on this server, else "/": a login never sends a browser
+    to another site."""
+    if path.startswith("/") and not path.startswith(("//", "/\\")):
+        return path
+    return "/"

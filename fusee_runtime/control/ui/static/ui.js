@@ -1,0 +1,207 @@
+// fusee's web UI: the live part of each page, the status header, the buttons.
+//
+// - The element #live is the part of a page that follows the engine: every
+//   data-poll-ms, the page's own URL is fetched again with part=live and the
+//   part swapped in when it changed (details left open stay open).
+// - The status header reads /metrics every second: runs open, and from two
+//   readings steps and fdatasyncs per second and the time per fdatasync.
+// - Each [data-action] button or form asks for a confirmation (data-confirm)
+//   and posts to the JSON API under /v1, the same operations as the CLI.
+// No library, nothing fetched from elsewhere.
+"use strict";
+
+(() => {
+  const POLL_MS_DEFAULT = 1000;
+  const STATS_MS = 1000;
+
+  // -- the live part --------------------------------------------------------------
+
+  let lastLive = null;
+  let refreshing = false;
+
+  function liveUrl() {
+    const url = new URL(window.location.href);
+    url.searchParams.set("part", "live");
+    return url;
+  }
+
+  async function refresh() {
+    const live = document.getElementById("live");
+    if (!live || refreshing) return;
+    refreshing = true;
+    try {
+      const response = await fetch(liveUrl(), { cache: "no-store", credentials: "same-origin" });
+      if (response.status === 401 || response.redirected) {
+        window.location.reload(); // logged out: the login form
+        return;
+      }
+      const text = await response.text();
+      if (text !== lastLive) {
+        lastLive = text;
+        const template = document.createElement("template");
+        template.innerHTML = text;
+        const fresh = template.content.getElementById("live");
+        if (fresh) swap(live, fresh);
+      }
+      document.body.classList.remove("offline");
+    } catch (error) {
+      document.body.classList.add("offline"); // the server is away: try again next time
+    } finally {
+      refreshing = false;
+    }
+  }
+
+  function swap(live, fresh) {
+    const open = [...live.querySelectorAll("details")].map((d) => d.open);
+    live.replaceChildren(...fresh.childNodes);
+    live.querySelectorAll("details").forEach((d, i) => {
+      if (open[i]) d.open = true;
+    });
+  }
+
+  // -- the status header ----------------------------------------------------------
+
+  let previous = null;
+
+  function parseMetrics(text) {
+    const sums = {};
+    for (const line of text.split("\n")) {
+      if (!line || line.startsWith("#")) continue;
+      const cut = line.lastIndexOf(" ");
+      const name = line.slice(0, cut).split("{")[0];
+      sums[name] = (sums[name] || 0) + Number(line.slice(cut + 1));
+    }
+    return sums;
+  }
+
+  function show(name, text) {
+    const cell = document.querySelector(`[data-stat="${name}"]`);
+    if (cell) cell.textContent = text;
+  }
+
+  async function stats() {
+    let now;
+    try {
+      const response = await fetch("/metrics", { cache: "no-store", credentials: "same-origin" });
+      if (!response.ok) return;
+      now = { at: performance.now(), m: parseMetrics(await response.text()) };
+    } catch (error) {
+      return;
+    }
+    const m = now.m;
+    show("runs_open", String(m.fusee_runs_open ?? 0));
+    const syncTime = (sum, count) => (count > 0 ? `${((1000 * sum) / count).toFixed(2)} ms` : "–");
+    if (previous) {
+      const seconds = (now.at - previous.at) / 1000;
+      const rate = (name) => ((m[name] ?? 0) - (previous.m[name] ?? 0)) / seconds;
+      show("steps_s", rate("fusee_steps_total").toFixed(0));
+      show("syncs_s", rate("fusee_fdatasync_total").toFixed(0));
+      const count = (m.fusee_fdatasync_seconds_count ?? 0) - (previous.m.fusee_fdatasync_seconds_count ?? 0);
+      const sum = (m.fusee_fdatasync_seconds_sum ?? 0) - (previous.m.fusee_fdatasync_seconds_sum ?? 0);
+      show(
+        "sync_ms",
+        count > 0 ? syncTime(sum, count) : syncTime(m.fusee_fdatasync_seconds_sum, m.fusee_fdatasync_seconds_count),
+      );
+    }
+    previous = now;
+  }
+
+  // -- the buttons ----------------------------------------------------------------
+
+  function say(text, bad) {
+    const out = document.getElementById("flash");
+    if (!out) return;
+    out.textContent = text;
+    out.className = bad ? "flash bad" : "flash ok";
+    out.hidden = false;
+  }
+
+  function target(action, data) {
+    const heading = document.querySelector("[data-run-id]");
+    const run = heading ? `/v1/runs/${encodeURIComponent(heading.dataset.runId)}` : "";
+    const name = encodeURIComponent(data.name || "");
+    switch (action) {
+      case "cancel":
+      case "terminate":
+      case "resume":
+        return [`${run}/${action}`, "{}"];
+      case "reset":
+        return [`${run}/reset`, JSON.stringify({ to: Number(data.to) })];
+      case "signal":
+        return [`${run}/signals/${name}`, data.value];
+      case "query":
+        return [`${run}/queries/${name}`, data.value];
+      default: // pause, unpause, trigger
+        return [`/v1/schedules/${encodeURIComponent(data.schedule)}/${action}`, "{}"];
+    }
+  }
+
+  async function act(action, data) {
+    const [path, body] = target(action, data);
+    let response;
+    try {
+      response = await fetch(path, {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body,
+        credentials: "same-origin",
+      });
+    } catch (error) {
+      say(`${action}: the server did not answer (${error.message})`, true);
+      return;
+    }
+    const doc = await response.json().catch(() => null);
+    if (!response.ok) {
+      const why = doc && doc.error ? doc.error.message : `HTTP ${response.status}`;
+      say(`${action} refused: ${why}`, true);
+    } else if (action === "query") {
+      say(`${data.name} = ${JSON.stringify(doc.result, null, 2)}`, false);
+    } else {
+      say(`${action}: done${doc && doc.status ? ` (the run is ${doc.status})` : ""}`, false);
+    }
+    lastLive = null;
+    refresh();
+  }
+
+  document.addEventListener("click", (event) => {
+    const button = event.target.closest("button[data-action]");
+    if (!button || button.form) return;
+    event.preventDefault();
+    if (button.dataset.confirm && !window.confirm(button.dataset.confirm)) return;
+    act(button.dataset.action, button.dataset);
+  });
+
+  document.addEventListener("submit", (event) => {
+    const form = event.target.closest("form[data-action]");
+    if (!form) return;
+    event.preventDefault();
+    const action = form.dataset.action;
+    const name = form.elements.name.value.trim();
+    const value = form.elements.value.value.trim() || "null";
+    try {
+      JSON.parse(value);
+    } catch (error) {
+      say(`the value is not JSON: ${error.message}`, true);
+      return;
+    }
+    const heading = document.querySelector("[data-run-id]");
+    const question = `Send signal "${name}" with ${value} to run ${heading.dataset.runId}?`;
+    if (action === "signal" && !window.confirm(question)) return;
+    act(action, { name, value });
+  });
+
+  // -- start ----------------------------------------------------------------------
+
+  const live = document.getElementById("live");
+  const pollMs = Number(live && live.dataset.pollMs) || POLL_MS_DEFAULT;
+  if (live) {
+    lastLive = null;
+    setInterval(() => {
+      if (!document.hidden) refresh();
+    }, pollMs);
+  }
+  stats();
+  setInterval(() => {
+    if (!document.hidden) stats();
+  }, STATS_MS);
+})();

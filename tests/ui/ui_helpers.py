@@ -1,0 +1,157 @@
+"""What the web UI's browser tests and the screenshot script share: a `fusee serve
+--http 127.0.0.1:0` child on a temp home with a small workflow module, and a headless
+Chromium (Debian's `chromium`) driven by Playwright through `executable_path`.
+
+The workflows wait on signals between their steps, so a test decides when a run goes
+on: it never waits for the engine by the clock, only for the page to show something.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+
+from processes import fusee_script  # noqa: E402  (tests/ is where it lives)
+
+APP = "fusee_ui_testapp"
+APP_SOURCE = '''
+"""Workflows for the web UI's browser tests (tests/ui)."""
+
+from fusee_runtime import Ctx, step, workflow
+
+
+@step
+async def ui_first(x: int) -> int:
+    return x + 1
+
+
+@step
+async def ui_second(x: int) -> int:
+    return x * 10
+
+
+@workflow
+async def ui_quick(ctx: Ctx, x: int) -> int:
+    ctx.set_attributes({"customer": f"c-{x}"})
+    return await ui_first(x)
+
+
+@workflow
+async def ui_gated(ctx: Ctx, x: int) -> dict:
+    ctx.on_query("x", lambda arg: x)
+    a = await ui_first(x)
+    await ctx.wait_for("next")
+    b = await ui_second(a)
+    got = await ctx.wait_for("finish")
+    return {"b": b, "got": got}
+
+
+@workflow(cron="0 4 * * *")
+async def ui_nightly(ctx: Ctx, at: str) -> str:
+    return at
+'''
+
+BROWSER_WAIT_MS = 120_000
+"""A hang guard, not a time limit: how long a page may take to show what a test waits
+for before the test fails with what the page shows (Playwright's default is 5 s,
+too short for a loaded CI machine)."""
+
+
+def chromium() -> str | None:
+    """Debian's chromium binary, if installed."""
+    for name in ("chromium", "chromium-browser"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def accept(dialog: Any) -> None:
+    """Says yes to a page's `confirm()` (a dialog handler of Playwright's)."""
+    dialog.accept()
+
+
+@dataclass(frozen=True)
+class Served:
+    """A `fusee serve` child: its base URL, home and process."""
+
+    url: str
+    home: Path
+    child: subprocess.Popen[str]
+
+
+def write_app(directory: Path, source: str = APP_SOURCE, name: str = APP) -> Path:
+    """Writes the workflow module into `directory`; returns the directory."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{name}.py").write_text(textwrap.dedent(source))
+    return directory
+
+
+def start_serving(home: Path, app_dir: Path, *args: str, app: str = APP) -> Served:
+    """Starts `fusee serve --http 127.0.0.1:0 ARGS` on `home`; returns once it serves."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEE_")}
+    # This checkout, whatever the installed package points at.
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(app_dir), str(REPO), env.get("PYTHONPATH")])
+    )
+    command = [fusee_script(), "serve", "--home", str(home), "--app", app]
+    child = subprocess.Popen(
+        [*command, "--http", "127.0.0.1:0", *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    line = child.stdout.readline()
+    if not line:
+        _, err = child.communicate()
+        raise RuntimeError(f"fusee serve exited {child.returncode} before serving:\n{err}")
+    serving = orjson.loads(line)
+    assert serving["event"] == "serving", serving
+    return Served(serving["http"], home, child)
+
+
+def stop(served: Served) -> None:
+    """Stops the child (SIGTERM: it stops cleanly), killing it if it hangs."""
+    if served.child.poll() is None:
+        served.child.send_signal(signal.SIGTERM)
+    try:
+        served.child.communicate(timeout=30)
+    except subprocess.TimeoutExpired:  # not an assertion: a stuck child must not hang pytest
+        served.child.kill()
+        served.child.communicate()
+
+
+@contextmanager
+def browser() -> Iterator[object]:
+    """A headless Chromium (the system's), as a Playwright `Browser`."""
+    from playwright.sync_api import sync_playwright
+
+    executable = chromium()
+    if executable is None:
+        raise RuntimeError("no chromium on PATH: apt-get install chromium")
+    with sync_playwright() as p:
+        # --no-sandbox: CI runs as root, where Chromium's sandbox does not start.
+        launched = p.chromium.launch(
+            executable_path=executable, headless=True, args=["--no-sandbox"]
+        )
+        try:
+            yield launched
+        finally:
+            launched.close()
