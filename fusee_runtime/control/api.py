@@ -24,6 +24,8 @@ from collections.abc import AsyncGenerator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+import orjson
+
 from fusee_runtime.engine.state import RunInfo, Status
 from fusee_runtime.engine.waits import Waiting
 from fusee_runtime.errors import Cancelled, NotFound, RunFailed, Terminated, TimedOut
@@ -148,6 +150,17 @@ class Control:
     async def history(self, id: str) -> builtins.list[dict[str, Any]]:
         """The records of every run of `id` as JSON (`records.as_json`)."""
         return [records.as_json(r) for r in await self.engine.history(id)]
+
+    async def log(self, id: str, last: int = 200) -> builtins.list[dict[str, Any]]:
+        """The last `last` `ctx.log` lines of the runs of `id`, oldest first (read from
+        `<home>/logs`, on a thread: `fusee_runtime.engine.runlog`)."""
+        from fusee_runtime.engine.runlog import read_all
+
+        def read() -> builtins.list[dict[str, Any]]:
+            lines = (orjson.loads(raw) for raw in read_all(self.engine.home / "logs"))
+            return [line for line in lines if line.get("id") == id][-last:]
+
+        return await asyncio.to_thread(read)
 
     async def journal(self, id: str, run_id: str | None = None) -> dict[str, Any]:
         """The newest run of `id` (or its run `run_id`) as a history document

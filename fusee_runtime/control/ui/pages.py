@@ -162,11 +162,12 @@ async def _run(control: Control, request: Request) -> Response:
     try:
         info = await control.describe(id)
         records = await control.history(id)
+        log = await control.log(id)
     except NotFound as e:
         if _live(request):
             return _html(html.live(f'<p class="error">{html.esc(e)}</p>'), 404)
         return _html(html.error_page("No such run", str(e), "runs"), 404)
-    body = views.run_summary(info, fold(records, info.run_id))
+    body = views.run_summary(info, fold(records, info.run_id), log)
     if _live(request):
         return _html(body)
     crumbs = f'<p class="crumbs"><a href="/">Runs</a> / {html.esc(id)}</p>'

@@ -9,6 +9,7 @@ action needs; `ui.js` asks for a confirmation and posts it to the JSON API
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from fusee_runtime.control.ui.html import (
@@ -111,8 +112,9 @@ def _run_row(info: RunInfo) -> str:
 # -- one run ----------------------------------------------------------------------------
 
 
-def run_summary(info: RunInfo, timeline: Timeline) -> str:
-    """The live part of a run's page: what it is, its input and outcome, its timeline."""
+def run_summary(info: RunInfo, timeline: Timeline, log: list[dict[str, Any]]) -> str:
+    """The live part of a run's page: what it is, its input and outcome, its timeline,
+    its events, streams and `ctx.log` lines."""
     parent = run_link(info.parent[0]) if info.parent else "—"
     attrs = ", ".join(f"{k}={v}" for k, v in sorted(info.attributes.items())) or "—"
     waiting = "; ".join(
@@ -144,7 +146,7 @@ def run_summary(info: RunInfo, timeline: Timeline) -> str:
     return live(
         f"""<dl class="facts">{dl}</dl>
 <div class="io"><section><h2>Input</h2>{value(timeline.input)}</section>{outcome}</div>
-{_timeline(timeline, info)}{_events(timeline)}{_streams(timeline)}"""
+{_timeline(timeline, info)}{_events(timeline)}{_streams(timeline)}{_log(log)}"""
     )
 
 
@@ -207,6 +209,30 @@ def _events(timeline: Timeline) -> str:
     )
     return f"""<section><h2>Events</h2><table class="events"><thead><tr><th>Event</th>
 <th>At (UTC)</th><th>What</th><th>Value</th></tr></thead><tbody>{rows}</tbody></table></section>"""
+
+
+def _log(lines: list[dict[str, Any]]) -> str:
+    """The run's `ctx.log` lines (the last ones: `Control.log`)."""
+    if not lines:
+        return ""
+    rows = "".join(
+        f"<tr><td>{instant(_at(line))}</td><td>{esc(str(line.get('level', '')))}</td>"
+        f"<td>{esc(_where(line))}</td><td>{esc(str(line.get('msg', '')))}</td></tr>"
+        for line in lines
+    )
+    return f"""<section><h2>Log</h2><table class="log"><thead><tr><th>At</th><th>Level</th>
+<th>Step</th><th>Message</th></tr></thead><tbody>{rows}</tbody></table></section>"""
+
+
+def _at(line: dict[str, Any]) -> datetime | None:
+    ts = line.get("ts")
+    return datetime.fromtimestamp(ts, UTC) if isinstance(ts, int | float) else None
+
+
+def _where(line: dict[str, Any]) -> str:
+    """`step#attempt` of a log line written in a step, else empty."""
+    step = line.get("step")
+    return f"{step}#{line.get('attempt')}" if step else ""
 
 
 def _streams(timeline: Timeline) -> str:
