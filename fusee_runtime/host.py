@@ -52,8 +52,9 @@ class RunHost(Protocol):
     beats: Beats
     """Running steps' heartbeats (`current_ctx().heartbeat`, `progress()`)."""
     limits: Limits
-    tracing: Tracing | None
     """The named limits of steps (`limit=`) and their permits."""
+    tracing: Tracing | None
+    """OpenTelemetry spans, when the app set it up (`fusee_runtime.tracing`)."""
     replay_only: bool
     """The replay checker (`fusee replay`): the code replays its run's journal and stops
     (`Execution.journal_ends`) where it would go live; nothing runs, nothing is

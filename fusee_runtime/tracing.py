@@ -15,7 +15,10 @@ and under it a `fusee.step <name>` span per step attempt, with the attempt's
 failure as its error. A run replayed after a crash goes on in its trace: a
 new `fusee.run` span beside the one the crash cut short (never exported by
 the dead process). A child's traceparent is its parent's `fusee.run` span
-where one is, so children join their parent's trace.
+where one is, so children join their parent's trace; a run continued as new or reset goes
+on in its trace, and a run that recorded no traceparent (started untraced,
+or by an older fusee) gets one made of its run id at each execution, so its
+executions still share one trace.
 
 `Config.tracing`: None (the default) traces when the app has set up
 OpenTelemetry when the engine opens (it imported `opentelemetry.trace` and set
@@ -87,7 +90,8 @@ class Tracing:
         self.trace = trace
         self.tracer = trace.get_tracer("fusee", tracer_provider=provider)
         self.spans: dict[str, Any] = {}
-        """The `fusee.run` span of each run whose code runs here now, by run id."""
+        """The `fusee.run` span of the newest execution of each run whose code runs here
+        now, by run id (an execution still stopping may overlap the next one)."""
 
     def traceparent(self, workflow: str, workflow_id: str, parent: Run | None) -> str | None:
         """What a run starting now records: its parent's execution span (a child), the
@@ -103,29 +107,30 @@ class Tracing:
             context = root.get_span_context()
         return _format(context) if context.is_valid else None
 
-    def run_started(self, run: Run) -> None:
-        """The run's code runs here (again): its `fusee.run` span begins."""
-        self.spans[run.run_id] = self.tracer.start_span(
+    def run_started(self, run: Run) -> Any:
+        """The run's code runs here (again): its `fusee.run` span begins (returned)."""
+        span = self.spans[run.run_id] = self.tracer.start_span(
             f"fusee.run {run.workflow}",
-            context=self._context(traceparent_of(run)),
+            context=self._context(run),
             attributes={
                 "fusee.workflow": run.workflow,
                 "fusee.workflow_id": run.workflow_id,
                 "fusee.run_id": run.run_id,
             },
         )
+        return span
 
-    def run_stopped(self, run: Run) -> None:
-        """Its code stopped here (parked, closed, or the engine stops): the span ends."""
-        span = self.spans.pop(run.run_id, None)
-        if span is not None:
-            span.set_attribute("fusee.status", run.status.value)
-            span.end()
+    def run_stopped(self, run: Run, span: Any) -> None:
+        """The execution of `span` stopped (parked, closed, or the engine stops)."""
+        if self.spans.get(run.run_id) is span:
+            del self.spans[run.run_id]
+        span.set_attribute("fusee.status", run.status.value)
+        span.end()
 
     def attempt(self, run: Run, seq: str, name: str, attempt: int) -> Any:
         """A step attempt's span, begun now under the run's."""
         parent = self.spans.get(run.run_id)
-        context = self.trace.set_span_in_context(parent) if parent is not None else None
+        context = self.trace.set_span_in_context(parent) if parent else self._context(run)
         return self.tracer.start_span(
             f"fusee.step {name}",
             context=context,
@@ -149,8 +154,11 @@ class Tracing:
                 span.set_attribute("fusee.error_kind", outcome.kind)
         span.end()
 
-    def _context(self, traceparent: str | None) -> Any:
-        """An OpenTelemetry context whose parent is `traceparent` (None: a new trace)."""
+    def _context(self, run: Run) -> Any:
+        """An OpenTelemetry context whose parent is the traceparent `run` recorded; for a
+        run that recorded none (started untraced, or by an older fusee), one made of its
+        run id, so its executions still share a trace."""
+        traceparent = traceparent_of(run) or _of_run_id(run.run_id)
         if traceparent is None:
             return None
         _, trace_id, span_id, flags = traceparent.split("-")
@@ -162,6 +170,12 @@ class Tracing:
             trace_flags=trace.TraceFlags(int(flags, 16)),
         )
         return trace.set_span_in_context(trace.NonRecordingSpan(remote))
+
+
+def _of_run_id(run_id: str) -> str | None:
+    """A traceparent made of a run id (a uuid's 32 hex digits), if it is one."""
+    made = f"00-{run_id}-{run_id[:16]}-01"
+    return made if TRACEPARENT.fullmatch(made) and int(run_id[:16], 16) else None
 
 
 def _format(context: Any) -> str:

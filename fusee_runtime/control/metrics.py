@@ -75,11 +75,14 @@ class EngineCollector:
         yield from self._limits(engine)
 
     def _runs(self, engine: Engine) -> Iterator[Metric]:
-        open_by = Counter(run.status for run in engine.runs.by_run_id.values() if run.is_open)
+        # Closed runs stay in memory until the history store has them: its lag.
+        by = Counter(run.status if run.is_open else None for run in engine.runs.by_run_id.values())
         runs = GaugeMetricFamily("fusee_runs_open", "Open runs, by status.", labels=["status"])
         for status in OPEN_STATUSES:
-            runs.add_metric([status.value], open_by.get(status, 0))
+            runs.add_metric([status.value], by.get(status, 0))
         yield runs
+        doc = "Closed runs not in the history store yet (held in memory until they are)."
+        yield _gauge("fusee_history_lag_runs", doc, by.get(None, 0))
         doc = "Runs closed (and queued for history), by status."
         closed = CounterMetricFamily("fusee_runs_closed", doc, labels=["status"])
         for closing, n in sorted(engine.checkpoints.closed.items()):
@@ -101,10 +104,6 @@ class EngineCollector:
         yield _gauge("fusee_journal_disk_bytes", "Size of the journal's segments.", _disk(engine))
         lag = max(0, durable - engine.checkpoints.lsn)
         yield _gauge("fusee_checkpoint_lag_records", "Durable records since the checkpoint.", lag)
-        store = engine.runs.store
-        queued = engine.checkpoints.stored - (store.rows_written if store is not None else 0)
-        doc = "Closed runs queued for the history store, not yet written to it."
-        yield _gauge("fusee_history_lag_runs", doc, max(0, queued))
 
     def _limits(self, engine: Engine) -> Iterator[Metric]:
         infos = engine.limits()

@@ -81,10 +81,8 @@ class Checkpoints:
         """The checkpoint being written now, if one is."""
         self._lock = asyncio.Lock()
         self._closed = 0  # closed runs (not yet stored then) the newest one holds
-        self.stored = 0
-        """Closed runs given to the history store since open (`/metrics`: its lag)."""
         self.closed: dict[str, int] = {}
-        """Of those, how many by the status they closed with."""
+        """Runs closed since open (given to the history store), by status (`/metrics`)."""
         self._retention_task: asyncio.Task[None] | None = None
         self._stopping = False
 
@@ -262,8 +260,8 @@ class Checkpoints:
             dict(run.attributes),
         )
         self.runs.store.put(Closed(row, run.creation, run.records, again))
-        self.stored += 1
-        self.closed[row.status] = self.closed.get(row.status, 0) + 1
+        if not again:  # closed in this process, not one before it
+            self.closed[row.status] = self.closed.get(row.status, 0) + 1
 
     # -- retention -------------------------------------------------------------------------
 

@@ -49,7 +49,7 @@ from fusee_runtime.execution import run_code
 from fusee_runtime.journal.records import PAYLOAD_DEPTH_MAX, R, too_deep
 from fusee_runtime.scope import check_name
 from fusee_runtime.steps import StepWorkers
-from fusee_runtime.tracing import open_tracing, traceparent_of
+from fusee_runtime.tracing import Tracing, traceparent_of
 from fusee_runtime.typed import ANY, Shape, check, dumps, parameter, returns
 
 log = logging.getLogger("fusee")
@@ -99,7 +99,8 @@ class Driver:
         self.tokens = tokens
         self.workflows: dict[str, WorkflowDef] = registry()
         self.workers = StepWorkers(config.step_threads)
-        self.tracing = open_tracing(config.tracing, config.tracer_provider)
+        self.tracing: Tracing | None = None
+        """Set at open (`fusee_runtime.tracing.open_tracing`)."""
         self.run_log: RunLog | None = None
         """`ctx.log` lines; only an engine that runs code writes them."""
         self.timers = TimerQueue(self.clock, self._fire)
@@ -266,10 +267,10 @@ class Driver:
         traceparent = given
         ref = origin.get("parent") if origin else None
         parent = self.runs.by_run_id.get(ref["run_id"]) if ref else None
-        old = self.runs.by_run_id.get(origin["reset"]) if origin and "reset" in origin else None
-        if traceparent is None and old is not None:
-            traceparent = traceparent_of(old)  # a reset run goes on in the trace it was in
-        if traceparent is None and self.tracing is not None and "schedule" not in (origin or {}):
+        if traceparent is None and origin and "reset" in origin:
+            old = self.runs.by_id(origin["reset"])  # in memory, or in the history store
+            traceparent = traceparent_of(old) if old is not None else None
+        if traceparent is None and self.tracing is not None:
             traceparent = self.tracing.traceparent(workflow, workflow_id, parent)
         if traceparent is None and parent is not None:
             traceparent = traceparent_of(parent)  # traced or not here, the parent's trace
@@ -414,11 +415,11 @@ class Driver:
         if self.tracing is None:
             await self._ran(run, wf)
             return
-        self.tracing.run_started(run)
+        span = self.tracing.run_started(run)
         try:
             await self._ran(run, wf)
         finally:
-            self.tracing.run_stopped(run)
+            self.tracing.run_stopped(run, span)
 
     async def _ran(self, run: Run, wf: WorkflowDef) -> None:
         """Runs the run's code and records how it ended."""

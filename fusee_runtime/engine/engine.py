@@ -54,7 +54,7 @@ from fusee_runtime.errors import EngineClosed, Failure, IdConflict, Rejected
 from fusee_runtime.journal import records
 from fusee_runtime.journal.records import R
 from fusee_runtime.scope import check_id, check_name
-from fusee_runtime.tracing import check_traceparent
+from fusee_runtime.tracing import check_traceparent, open_tracing
 from fusee_runtime.typed import ANY, parameter
 
 if TYPE_CHECKING:
@@ -174,6 +174,7 @@ class Engine:
             self._lock.release()
             raise
         self.checkpoints.requeue_closed()
+        self.driver.tracing = open_tracing(self.config.tracing, self.config.tracer_provider)
         self.driver.opened = True
         if self.config.drive:
             self.driver.run_log = RunLog(self.home / "logs")

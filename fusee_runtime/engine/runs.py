@@ -191,6 +191,8 @@ class RunTable:
                 new = Run(rec[2], run.workflow_id, run.workflow, rec[3], rec[4], lsn, run.deadline)
                 # A child that continues as new is still its parent's child.
                 new.origin = {"parent": run.parent} if run.parent else None
+                if run.origin and "traceparent" in run.origin:  # and the same trace
+                    new.origin = {**(new.origin or {}), "traceparent": run.origin["traceparent"]}
                 new.carried_signals = list(run.signals)
                 new.signals = list(run.signals)
                 new.next_signal_id = run.next_signal_id

@@ -6,6 +6,7 @@ in-memory exporter (and, from the killed process, a file it wrote them to)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -121,6 +122,78 @@ async def test_a_reset_run_goes_on_in_the_trace_it_was_in(spans: Any) -> None:
         assert (await again.result())["traceparent"] == GIVEN
     runs = named(exporter, "fusee.run tr.order")
     assert len(runs) == 2 and {r.context.trace_id for r in runs} == {TRACE_ID}
+
+
+@workflow(name="tr.renew")
+async def renew(ctx: Ctx, n: int) -> Any:
+    if n:
+        return await ctx.continue_as_new(n - 1)
+    return ctx.traceparent
+
+
+async def test_a_run_continued_as_new_stays_in_its_trace(spans: Any) -> None:
+    _, make = spans
+    async with make() as engine:
+        h = await engine.start("tr.renew", 2, id="cn", traceparent=GIVEN)
+        assert await engine.handle("cn").result() == GIVEN
+        assert h.id == "cn"
+
+
+async def test_a_run_reset_from_the_history_store_stays_in_its_trace(spans: Any) -> None:
+    _, make = spans
+    FAILS.add("o-9")
+    async with make() as engine:
+        await (await engine.start("tr.order", "o-9", id="o-9", traceparent=GIVEN)).result()
+        await engine.checkpoints.flush_history()
+        assert "o-9" not in {r.workflow_id for r in engine.runs.by_run_id.values()}
+        again = await engine.reset("o-9", "tr.charge")
+        assert (await again.result())["traceparent"] == GIVEN
+
+
+@workflow(name="tr.waits")
+async def waits(ctx: Ctx, _: None) -> int:
+    try:
+        await ctx.wait_for("go")
+    finally:
+        if not PARKED_UNWINDS.is_set():
+            await PARKED_UNWINDS.wait()  # the parked execution stops slowly
+    return await ctx.step("s", lambda: 1)
+
+
+PARKED_UNWINDS = asyncio.Event()
+
+
+async def test_executions_that_overlap_each_end_their_own_span(spans: Any) -> None:
+    exporter, make = spans
+    global PARKED_UNWINDS
+    PARKED_UNWINDS = asyncio.Event()
+    async with make() as engine:
+        h = await engine.start("tr.waits", None, id="ov", traceparent=GIVEN)
+        await engine.wait_until(lambda: engine.runs.latest("ov").parked)
+        await h.signal("go")  # the next execution begins while the first still unwinds
+        await engine.wait_until(lambda: engine.runs.latest("ov").execution is not None)
+        PARKED_UNWINDS.set()
+        assert await h.result() == 1
+    runs = named(exporter, "fusee.run tr.waits")
+    (step_span,) = named(exporter, "fusee.step s")
+    assert len(runs) >= 2 and {r.context.trace_id for r in runs} == {TRACE_ID}
+    assert step_span.parent is not None
+    assert step_span.parent.span_id == runs[-1].context.span_id  # the newest execution's
+
+
+async def test_a_run_that_recorded_no_traceparent_keeps_one_trace(spans: Any) -> None:
+    exporter, make = spans
+    async with make(tracing=False) as engine:
+        h = await engine.start("tr.waits", None, id="old")
+        await engine.wait_until(lambda: engine.runs.latest("old").parked)
+        run_id = engine.runs.latest("old").run_id
+    PARKED_UNWINDS.set()
+    async with make() as engine:
+        await engine.handle("old").signal("go")
+        assert await engine.handle("old").result() == 1
+    spans_of = named(exporter, "fusee.")
+    assert spans_of and {s.context.trace_id for s in spans_of} == {int(run_id, 16)}
+    assert h.id == "old"
 
 
 async def test_a_traceparent_is_recorded_without_tracing_and_checked(make_engine: Any) -> None:

@@ -126,3 +126,21 @@ async def test_with_a_token_the_metrics_need_it_too(engine: Engine) -> None:
         given = await c.get("/metrics", headers={"Authorization": f"Bearer {'t' * 32}"})
         assert given.status_code == 200
         assert "fusee_steps_total" in given.text
+
+
+async def test_runs_closed_before_the_open_are_not_counted_again(make_engine: Any) -> None:
+    FAILED_ONCE.update({"c-0", "c-1", "c-2"})
+    engine = make_engine(control=False)
+    await engine.open()
+    for i in range(3):
+        await (await engine.start("hm.work", 0, id=f"c-{i}")).result()
+    await engine.close(crash=True)  # the history store may not have them yet
+    async with make_engine(control=False) as engine:
+        transport = httpx.ASGITransport(app=build_app(Control(engine)))
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
+            await engine.checkpoints.flush_history()
+            samples = await scrape(c)
+    closed = [v for (name, _), v in samples.items() if name == "fusee_runs_closed_total"]
+    assert closed == []  # none closed in this process
+    assert samples[("fusee_history_lag_runs", ())] == 0
+    assert samples[("fusee_steps_total", ())] == 0
