@@ -302,7 +302,7 @@ class _Output:
             return
         assert self._console is not None
         if name == "serving":
-            http = f" · HTTP {fields['http']}" if fields["http"] else ""
+            http = f" · web UI and HTTP API {fields['http']}/" if fields["http"] else ""
             self._console.print(
                 f"[bold]fusee serve[/bold] · home {fields['home']} · pid {fields['pid']}{http}"
             )
