@@ -86,10 +86,11 @@ def build_app(control: Control, token: str | None = None) -> Starlette:
         for path, served in paths.items()
     ]
     routes.append(Route("/metrics", _metrics, methods=["GET"]))
-    routes.extend(ui.routes(control, token))
+    sessions = ui_auth.Sessions()  # the UI's logins, when there is a token to log in with
+    routes.extend(ui.routes(control, token, sessions))
     middleware = [Middleware(_Browsers, guard_host=not token, control=control)]
     if token:
-        middleware.append(Middleware(_Auth, token=token))
+        middleware.append(Middleware(_Auth, token=token, sessions=sessions))
     app = Starlette(
         routes=routes,
         middleware=middleware,
@@ -150,13 +151,13 @@ class _Browsers:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            refused = self._refused(dict(scope["headers"]))
+            refused = self._refused(dict(scope["headers"]), scope["method"])
             if refused:
                 await error_response(403, "Forbidden", refused)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
-    def _refused(self, headers: dict[bytes, bytes]) -> str | None:
+    def _refused(self, headers: dict[bytes, bytes], method: str) -> str | None:
         raw = headers.get(b"host")
         if raw is None:
             return None  # not a browser: browsers always send Host
@@ -164,6 +165,9 @@ class _Browsers:
         public = self._public_host()
         if self.guard_host and host != public and not _is_loopback(_host_name(host)):
             return f"this server answers on loopback only, not to host {host!r}"
+        crossing = headers.get(b"sec-fetch-site") == b"cross-site"
+        if crossing and method not in ("GET", "HEAD"):  # a browser says so, Origin or not
+            return "requests from web pages of other origins are refused"
         origin = headers.get(b"origin")
         if origin is not None:
             came_from = origin.decode("latin-1").lower().partition("://")[2]
@@ -194,10 +198,10 @@ class _Auth:
     get a 401.
     """
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
+    def __init__(self, app: ASGIApp, token: str, sessions: ui_auth.Sessions) -> None:
         self.app = app
         self.token = token.encode()
-        self.text = token
+        self.sessions = sessions
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or self._allowed(scope):
@@ -230,10 +234,10 @@ class _Auth:
                 return scheme.lower() == b"bearer" and hmac.compare_digest(
                     given.strip(), self.token
                 )
-        return any(
-            name == b"cookie" and ui_auth.allowed(value, self.text)
-            for name, value in scope["headers"]
-        )
+        headers = dict(scope["headers"])
+        host = headers.get(b"host", b"").decode("latin-1")
+        cookie = headers.get(b"cookie")
+        return cookie is not None and self.sessions.allowed(cookie, host)
 
 
 _OPEN_PAGES = frozenset({"/login", "/logout"})

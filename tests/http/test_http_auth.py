@@ -122,3 +122,31 @@ async def test_the_public_url_host_is_answered_behind_a_proxy(engine: Engine, cl
     assert (await api.get("/v1/health", headers=headers)).status_code == 200
     other = await api.get("/v1/health", headers={"Host": "elsewhere.example.com"})
     error_of(other, 403, "Forbidden", "loopback only")
+
+
+async def test_a_cross_site_post_without_origin_is_refused(engine: Engine, client_of) -> None:
+    """Found in review of the web UI: with no Origin header the check let anything
+    through; a browser's `Sec-Fetch-Site: cross-site` now refuses it too."""
+    api = client_of(build_app(Control(engine)))
+    crossing = {"Sec-Fetch-Site": "cross-site"}
+    refused = await api.post("/v1/runs", json={"workflow": "x"}, headers=crossing)
+    error_of(refused, 403, "Forbidden", "other origins")
+    assert (await api.get("/v1/health", headers=crossing)).status_code == 200  # a link
+
+
+async def test_behind_an_https_proxy_the_login_cookie_is_secure(engine: Engine) -> None:
+    """Found in review of the web UI: uvicorn serves plain HTTP, so the scheme never said
+    HTTPS; the public URL does."""
+    engine.http_url = "https://fusee.example.com"
+    transport = httpx.ASGITransport(app=build_app(Control(engine), token=TOKEN))
+    async with httpx.AsyncClient(transport=transport, base_url="http://fusee.example.com") as c:
+        answer = await c.post(
+            "/login",
+            content=f"token={TOKEN}&next=/",
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+        )
+        assert answer.status_code == 303
+        assert "; Secure" in answer.headers["set-cookie"]
+        session = answer.headers["set-cookie"].split(";", 1)[0]
+        assert (await c.get("/v1/health", headers={"Cookie": session})).status_code == 200
+        assert (await c.get("/v1/health")).status_code == 401

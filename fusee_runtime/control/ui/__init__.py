@@ -3,7 +3,8 @@
 - `pages`: the routes (runs, a run, schedules, login) and what each reads;
 - `views`: the HTML of each page; `html`: escaping, the layout, small pieces;
 - `timeline`: a run's history folded into operations, events and streams;
-- `auth`: the token asked once, kept in an HttpOnly, SameSite=Strict cookie;
+- `auth`: the token asked once; a login kept in an HttpOnly, SameSite=Strict cookie
+  this server signed;
 - `static/`: `ui.css` and `ui.js` (live parts, the status header, the buttons).
 
 `http.build_app` adds `routes` beside the JSON API; the buttons post to the

@@ -60,8 +60,9 @@ HEADERS = {
 }
 
 
-def routes(control: Control, token: str | None) -> list[Route]:
-    """The UI's routes over `control`; with `token`, the login routes too."""
+def routes(control: Control, token: str | None, sessions: auth.Sessions) -> list[Route]:
+    """The UI's routes over `control`; with `token`, the login routes too (logins kept
+    by `sessions`)."""
 
     async def runs_page(request: Request) -> Response:
         return await _runs(control, request)
@@ -85,7 +86,7 @@ def routes(control: Control, token: str | None) -> list[Route]:
     if token:
 
         async def login(request: Request) -> Response:
-            return await _login(request, token)
+            return await _login(request, token, sessions, control)
 
         out.append(Route("/login", login, methods=["GET", "POST"]))
         out.append(Route("/logout", _logout, methods=["POST"]))
@@ -102,7 +103,7 @@ def _live(request: Request) -> bool:
 
 def _logged_in(request: Request) -> bool:
     """Whether the page shows a log-out button: the cookie came with it."""
-    return auth.COOKIE in request.cookies
+    return auth.logged_in(request.cookies, request.headers.get("host"))
 
 
 def runs_query(request: Request) -> views.RunsQuery:
@@ -186,7 +187,9 @@ async def _static(request: Request) -> Response:
     return Response(body, headers={"Content-Type": STATIC[name], "Cache-Control": "no-cache"})
 
 
-async def _login(request: Request, token: str) -> Response:
+async def _login(
+    request: Request, token: str, sessions: auth.Sessions, control: Control
+) -> Response:
     """GET: the form. POST: the token checked; the cookie set, back to the page asked for."""
     if request.method == "GET":
         next = _local(request.query_params.get("next", "/"))
@@ -201,12 +204,16 @@ async def _login(request: Request, token: str) -> Response:
     given = (form.get("token") or [""])[0]
     if not auth.matches(given, token):
         return _html(html.page("Log in", views.login_form(next, True), ""), 401)
-    secure = request.url.scheme == "https"
-    return RedirectResponse(next, 303, {"Set-Cookie": auth.set_cookie(token, secure)})
+    # Behind a proxy that ends TLS, the public URL says the browser uses HTTPS.
+    public = control.engine.http_url or ""
+    secure = request.url.scheme == "https" or public.startswith("https://")
+    cookie = sessions.issue(request.headers.get("host"), secure)
+    return RedirectResponse(next, 303, {"Set-Cookie": cookie})
 
 
 async def _logout(request: Request) -> Response:
-    return RedirectResponse("/login", 303, {"Set-Cookie": auth.clear_cookie()})
+    cookie = auth.clear_cookie(request.headers.get("host"))
+    return RedirectResponse("/login", 303, {"Set-Cookie": cookie})
 
 
 def _local(path: str) -> str:

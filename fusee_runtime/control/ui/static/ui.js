@@ -18,6 +18,7 @@
 
   let lastLive = null;
   let refreshing = false;
+  let again = false; // asked while a fetch was out: that one may predate an action
 
   function liveUrl() {
     const url = new URL(window.location.href);
@@ -27,7 +28,11 @@
 
   async function refresh() {
     const live = document.getElementById("live");
-    if (!live || refreshing) return;
+    if (!live) return;
+    if (refreshing) {
+      again = true;
+      return;
+    }
     refreshing = true;
     try {
       const response = await fetch(liveUrl(), { cache: "no-store", credentials: "same-origin" });
@@ -48,6 +53,10 @@
       document.body.classList.add("offline"); // the server is away: try again next time
     } finally {
       refreshing = false;
+      if (again) {
+        again = false;
+        refresh();
+      }
     }
   }
 
