@@ -9,18 +9,15 @@ that the document declares each status and describes each body.
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import textwrap
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import httpx
-import orjson
 import pytest
 from http_helpers import Seen, Served, noting
-from processes import fusee_script
+from processes import serve_http, stop_child
 from starlette.applications import Starlette
 
 from fusee_runtime import Engine
@@ -145,36 +142,13 @@ def serve(
 
     def start(*args: str) -> Served:
         home = tmp_path_factory.mktemp("served-home")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEE_")}
-        # This checkout, whatever the installed package points at.
-        env["PYTHONPATH"] = os.pathsep.join(
-            filter(None, [str(served_app), str(REPO), env.get("PYTHONPATH")])
-        )
-        command = [fusee_script(), "serve", "--home", str(home), "--app", SERVED_APP]
-        child = subprocess.Popen(
-            [*command, "--http", "127.0.0.1:0", *args],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        try:
+            child, serving = serve_http(home, served_app, SERVED_APP, *args)
+        except RuntimeError as e:
+            pytest.fail(str(e))
         children.append(child)
-        assert child.stdout is not None
-        line = child.stdout.readline()
-        if not line:
-            _, err = child.communicate()
-            pytest.fail(f"fusee serve exited {child.returncode} before serving:\n{err}")
-        serving = orjson.loads(line)
-        assert serving["event"] == "serving", serving
         return Served(serving["http"], home, child, serving)
 
     yield start
     for child in children:
-        if child.poll() is None:
-            child.send_signal(signal.SIGTERM)
-        try:
-            child.communicate(timeout=30)
-        except subprocess.TimeoutExpired:  # not an assertion: a stuck child must not hang pytest
-            child.kill()
-            child.communicate()
+        stop_child(child)

@@ -8,9 +8,7 @@ on: it never waits for the engine by the clock, only for the page to show someth
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import textwrap
@@ -20,12 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 
-from processes import fusee_script  # noqa: E402  (tests/ is where it lives)
+from processes import serve_http, stop_child  # noqa: E402  (tests/processes.py)
 
 APP = "fusee_ui_testapp"
 APP_SOURCE = '''
@@ -103,39 +99,13 @@ def write_app(directory: Path, source: str = APP_SOURCE, name: str = APP) -> Pat
 
 def start_serving(home: Path, app_dir: Path, *args: str, app: str = APP) -> Served:
     """Starts `fusee serve --http 127.0.0.1:0 ARGS` on `home`; returns once it serves."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEE_")}
-    # This checkout, whatever the installed package points at.
-    env["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(app_dir), str(REPO), env.get("PYTHONPATH")])
-    )
-    command = [fusee_script(), "serve", "--home", str(home), "--app", app]
-    child = subprocess.Popen(
-        [*command, "--http", "127.0.0.1:0", *args],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert child.stdout is not None
-    line = child.stdout.readline()
-    if not line:
-        _, err = child.communicate()
-        raise RuntimeError(f"fusee serve exited {child.returncode} before serving:\n{err}")
-    serving = orjson.loads(line)
-    assert serving["event"] == "serving", serving
+    child, serving = serve_http(home, app_dir, app, *args)
     return Served(serving["http"], home, child)
 
 
 def stop(served: Served) -> None:
     """Stops the child (SIGTERM: it stops cleanly), killing it if it hangs."""
-    if served.child.poll() is None:
-        served.child.send_signal(signal.SIGTERM)
-    try:
-        served.child.communicate(timeout=30)
-    except subprocess.TimeoutExpired:  # not an assertion: a stuck child must not hang pytest
-        served.child.kill()
-        served.child.communicate()
+    stop_child(served.child)
 
 
 @contextmanager
