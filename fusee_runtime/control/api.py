@@ -142,9 +142,10 @@ class Control:
         limit: int | None = None,
         parent: str | None = None,
         where: dict[str, Any] | None = None,
+        before: str | None = None,
     ) -> builtins.list[RunInfo]:
         return await self.engine.list(
-            status=status, workflow=workflow, limit=limit, parent=parent, where=where
+            status=status, workflow=workflow, limit=limit, parent=parent, where=where, before=before
         )
 
     async def history(self, id: str) -> builtins.list[dict[str, Any]]:

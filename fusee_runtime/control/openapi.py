@@ -118,6 +118,12 @@ _OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
                 "Only the children (ctx.child) of the runs of this workflow id.",
             ),
             _query("limit", {"type": "integer", "minimum": 1}, "At most this many runs."),
+            _query(
+                "before",
+                {"type": "string"},
+                "Only the runs that began before this run (a run id: the last of the page "
+                "before, for the next page).",
+            ),
             {
                 **_query(
                     "where",

@@ -246,7 +246,7 @@ async def _exists(control: Control, id: str) -> bool:
 
 
 async def _list(request: Request, api: Api) -> Response:
-    params = _params(request, ("status", "workflow", "limit", "parent"), ("where",))
+    params = _params(request, ("status", "workflow", "limit", "parent", "before"), ("where",))
     where = search.parse(request.query_params.getlist("where"))
     limit = None
     if "limit" in params:
@@ -260,7 +260,12 @@ async def _list(request: Request, api: Api) -> Response:
             raise _bad(f"limit is at most {LIST_LIMIT_MAX}, not {shown!r}")
         limit = int(digits)
     runs = await api.control.list(
-        params.get("status"), params.get("workflow"), limit, params.get("parent"), where
+        params.get("status"),
+        params.get("workflow"),
+        limit,
+        params.get("parent"),
+        where,
+        params.get("before"),
     )
     return _json([run_json(info) for info in runs])
 

@@ -455,6 +455,7 @@ class Engine:
         where: dict[str, Any] | None = None,
         limit: int | None = None,
         parent: str | None = None,
+        before: str | None = None,
     ) -> builtins.list[RunInfo]:
         """Runs, open and closed, newest first; at most `limit` (1 to `LIST_LIMIT_MAX`).
 
@@ -463,15 +464,16 @@ class Engine:
         the children (`ctx.child`) of the runs of that workflow id. `where` keeps the
         runs whose search attributes (`ctx.set_attributes`) meet every condition:
         `{"customer": "c-7", "amount": (">", 100)}`, a list of pairs for more than one
-        condition on a key (`fusee_runtime.search` has the rules).
+        condition on a key (`fusee_runtime.search` has the rules). `before` (a run id,
+        the last of a page) lists the runs that began before it: the next page.
 
         Raises:
-            Rejected: an unknown status, a limit out of range, or a `where` that is not
-                one.
+            Rejected: an unknown status, a limit out of range, a `where` that is not
+                one, or a `before` that is no run.
         """
         conditions = search.conditions(where)
         want = wanted(status, limit, LIST_LIMIT_MAX)
-        return self.runs.listed(want, workflow, limit, parent, conditions)
+        return self.runs.listed(want, workflow, limit, parent, conditions, before)
 
     async def history(self, id: str) -> builtins.list[dict[str, Any]]:
         """Every record of every run of `id`, oldest first, as mappings."""

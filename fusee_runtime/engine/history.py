@@ -470,14 +470,18 @@ class HistoryStore:
         limit: int | None,
         parent: str | None = None,
         where: Sequence[Condition] = (),
+        before: int | None = None,
     ) -> tuple[str, tuple[Any, ...]]:
-        """The query `list` runs, newest first (for `EXPLAIN QUERY PLAN` too)."""
+        """The query `list` runs: newest first, begun before record `before` (EXPLAIN too)."""
         clauses, args = search.sql(where)
         plus = "+" if where else ""  # see search.sql
         for column, value in (("parent_id", parent), ("status", status), ("workflow", workflow)):
             if value is not None:
                 clauses.append(f"{plus}{column} = ?")
                 args.append(value)
+        if before is not None:
+            clauses.append(f"{plus}start_lsn < ?")
+            args.append(before)
         sql = f"SELECT {COLUMNS} FROM runs"
         if clauses:
             sql += " WHERE " + " AND ".join(clauses)
@@ -494,8 +498,9 @@ class HistoryStore:
         limit: int | None,
         parent: str | None = None,
         where: Sequence[Condition] = (),
+        before: int | None = None,
     ) -> list[Row]:
-        sql, args = self.list_sql(status, workflow, limit, parent, where)
+        sql, args = self.list_sql(status, workflow, limit, parent, where, before)
         with self._reading() as db:
             return [_row(r) for r in db.execute(sql, args)]
 
@@ -510,10 +515,6 @@ class HistoryStore:
         sql, args = self.list_sql(status, workflow, limit, None, where)
         with self._reading() as db:
             return "\n".join(r[-1] for r in db.execute("EXPLAIN QUERY PLAN " + sql, args))
-
-    def counts(self) -> dict[str, int]:
-        with self._reading() as db:
-            return dict(db.execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall())
 
     def prune(self, before: float, floor: int = 0, keep: Iterable[str] = ()) -> int:
         """Deletes runs closed before `before` (Unix seconds); returns how many.

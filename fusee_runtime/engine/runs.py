@@ -302,10 +302,19 @@ class RunTable:
         limit: int | None,
         parent: str | None = None,
         where: Sequence[Condition] = (),
+        before: str | None = None,
     ) -> list[RunInfo]:
         """Runs of status `want` ("open": every status not closed; None: any),
         `workflow`, `parent` (a parent's workflow id; None: any) and search attributes
-        meeting `where`, open and closed, newest first, at most `limit`."""
+        meeting `where`, open and closed, newest first, at most `limit`; only those
+        that began before run `before` (a run id) began, if given (the next page).
+
+        Raises:
+            Rejected: `before` is no run.
+        """
+        lsn = self.start_lsn(before) if before is not None else None
+        if before is not None and lsn is None:
+            raise Rejected(f"no run {before!r} to list the runs before")
 
         # Memory holds the open runs and the closed ones not yet stored; the store the
         # rest (closed runs only). Both are ordered by where each run began in the journal.
@@ -319,17 +328,26 @@ class RunTable:
             and (workflow is None or run.workflow == workflow)
             and (parent is None or (run.parent is not None and run.parent["id"] == parent))
             and search.matches(run.attributes, where)
+            and (lsn is None or run.start_lsn < lsn)
         ]
         found: list[tuple[int, RunInfo]] = [(run.start_lsn, run.info()) for run in mine]
         closed = want is None or (isinstance(want, Status) and not want.is_open)
         if self.store is not None and closed:
             more = None if limit is None else limit + len(mine)
             stored = want.value if isinstance(want, Status) else None
-            for row in self.store.list(stored, workflow, more, parent, where):
+            for row in self.store.list(stored, workflow, more, parent, where, lsn):
                 if row.run_id not in self.by_run_id:
                     found.append((row.start_lsn, _row_info(row)))
         found.sort(key=lambda f: f[0], reverse=True)
         return [info for _, info in found[:limit]]
+
+    def start_lsn(self, run_id: str) -> int | None:
+        """Where run `run_id` began in the journal, from memory or the history store."""
+        run = self.by_run_id.get(run_id)
+        if run is not None:
+            return run.start_lsn
+        stored = self.store.full(run_id) if self.store is not None else None
+        return int(stored[1][0][0]) if stored and stored[1] else None
 
     def records_of(self, id: str) -> list[tuple[int, list[Any]]]:
         """Every record of every run of `id`, memory's and the store's, by lsn.

@@ -139,7 +139,8 @@ def test_where_on_200000_closed_runs_reads_the_attributes_index(tmp_path: Path) 
     rows = [{"customer": f"c-{n % 1000}", "amount": n % 333} for n in range(RUNS)]
     store = store_with(tmp_path, rows)
     try:
-        assert store.counts() == {"completed": RUNS}
+        counted = store.db.execute("SELECT status, count(*) FROM runs GROUP BY status")
+        assert dict(counted.fetchall()) == {"completed": RUNS}
         for where in (
             {"customer": "c-7"},
             {"amount": (">", 330)},

@@ -118,6 +118,7 @@ def runs_query(request: Request) -> views.RunsQuery:
         where=[w for w in params.getlist("where") if w.strip()],
         parent=params.get("parent", ""),
         page=min(max(number, 1), PAGES_MAX),
+        before=params.get("before", ""),
     )
 
 
@@ -142,10 +143,11 @@ async def list_runs(control: Control, q: views.RunsQuery) -> tuple[list[Any], bo
     older ones, and a note on how they were found."""
     where = search.parse(q.where) if q.where else None
     status, workflow, parent = q.status or None, q.workflow or None, q.parent or None
-    skip = (q.page - 1) * PAGE_RUNS
+    before = q.before or None
+    skip = (q.page - 1) * PAGE_RUNS if not q.before else 0
     note = ""
     if q.prefix:
-        scanned = await control.list(status, workflow, PREFIX_SCAN_MAX, parent, where)
+        scanned = await control.list(status, workflow, PREFIX_SCAN_MAX, parent, where, before)
         runs = [info for info in scanned if info.id.startswith(q.prefix)]
         if len(scanned) == PREFIX_SCAN_MAX:
             note = (
@@ -153,8 +155,9 @@ async def list_runs(control: Control, q: views.RunsQuery) -> tuple[list[Any], bo
                 "that pass the other filters."
             )
     else:
-        # Newest first with a limit: the history store reads no more rows than the page needs.
-        runs = await control.list(status, workflow, skip + PAGE_RUNS + 1, parent, where)
+        # Newest first, from the run the page goes on from, with a limit: the history
+        # store reads no more rows than the page needs.
+        runs = await control.list(status, workflow, skip + PAGE_RUNS + 1, parent, where, before)
     return runs[skip : skip + PAGE_RUNS], len(runs) > skip + PAGE_RUNS, note
 
 

@@ -40,6 +40,8 @@ class RunsQuery:
     where: list[str] = field(default_factory=list)
     parent: str = ""
     page: int = 1
+    before: str = ""
+    """The run id the page goes on from (the last of the page before it)."""
 
     def url(self, **changed: Any) -> str:
         """The runs page's URL with these filters, `changed` applied."""
@@ -50,6 +52,7 @@ class RunsQuery:
             "where": self.where,
             "parent": self.parent,
             "page": self.page if self.page > 1 else None,
+            "before": self.before or None,
         }
         params.update(changed)
         return "/" + query(**params)
@@ -84,8 +87,12 @@ def runs_table(runs: list[RunInfo], q: RunsQuery, more: bool, note: str = "") ->
         rows = "".join(_run_row(info) for info in runs)
     else:
         rows = '<tr><td colspan="6" class="empty">No runs match.</td></tr>'
-    newer = f'<a href="{esc(q.url(page=q.page - 1))}" rel="prev">← Newer</a>' if q.page > 1 else ""
-    older = f'<a href="{esc(q.url(page=q.page + 1))}" rel="next">Older →</a>' if more else ""
+    # Pages go on from the last run shown (a cursor: any page reads no more than one).
+    newest = q.url(page=None, before=None)
+    newer = f'<a href="{esc(newest)}" rel="first">← Newest</a>' if q.page > 1 else ""
+    after = runs[-1].run_id if runs else ""
+    older = q.url(page=q.page + 1, before=after)
+    older = f'<a href="{esc(older)}" rel="next">Older →</a>' if more else ""
     pager = f'<nav class="pager">{newer}<span>page {q.page}</span>{older}</nav>'
     shown = f'<p class="note">{esc(note)}</p>' if note else ""
     return live(
