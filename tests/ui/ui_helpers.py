@@ -117,10 +117,18 @@ def browser() -> Iterator[object]:
     if executable is None:
         raise RuntimeError("no chromium on PATH: apt-get install chromium")
     with sync_playwright() as p:
-        # --no-sandbox: CI runs as root, where Chromium's sandbox does not start.
-        launched = p.chromium.launch(
-            executable_path=executable, headless=True, args=["--no-sandbox"]
-        )
+        # --no-sandbox: CI runs as root, where Chromium's sandbox does not start. The
+        # rest keep it off the network, which this machine's closed network refuses.
+        quiet = [
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+        ]
+        launched = p.chromium.launch(executable_path=executable, headless=True, args=quiet)
         try:
             yield launched
         finally:
