@@ -46,7 +46,7 @@ COMMANDS: dict[str, str] = {
 }
 """Each command's name, in the order `fusee --help` lists them, and its function
 (module in `fusee_cli.commands`, then name)."""
-GLOBAL_OPTIONS = ("--home", "--app")
+GLOBAL_OPTIONS = ("--home", "--app", "--store")
 """The options of the group that take a value (`fusee --home DIR list`)."""
 
 
@@ -99,7 +99,7 @@ def _print_version(value: bool) -> None:
     raise typer.Exit()
 
 
-def _hand_down(ctx: typer.Context, name: str, value: str | None) -> None:
+def hand_down(ctx: typer.Context, name: str, value: str | None) -> None:
     """Makes a global option the command's default, through the variable it reads.
 
     The command's own option, after its name, still wins; the variable is put
@@ -141,6 +141,16 @@ def _before_any_command(
             show_default=False,
         ),
     ] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            help="Where the journal lives, like FUSEE_STORE: a PostgreSQL URL "
+            "(postgresql://user@host/db); default: FUSEE_STORE, else the local journal in "
+            "the home.",
+            show_default=False,
+        ),
+    ] = None,
     version: Annotated[
         bool,
         typer.Option(
@@ -154,8 +164,9 @@ def _before_any_command(
     # Each command reads FUSEE_HOME and FUSEE_APP for its own --home and
     # --app, so handing the values down that way keeps one precedence:
     # after the command > before it > the variable > the default.
-    _hand_down(ctx, "FUSEE_HOME", None if home is None else str(home))
-    _hand_down(ctx, "FUSEE_APP", app_)
+    hand_down(ctx, "FUSEE_HOME", None if home is None else str(home))
+    hand_down(ctx, "FUSEE_APP", app_)
+    hand_down(ctx, "FUSEE_STORE", store)
     # The CLI reports what the engine logs (a stuck run, a failed journal)
     # itself, as one line; without this, logging's last-resort handler would
     # print it a second time. (Not imported for `fusee --help`.)

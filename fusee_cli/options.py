@@ -32,6 +32,28 @@ Home = Annotated[
         file_okay=False,
     ),
 ]
+
+
+def _store_given(ctx: typer.Context, value: str | None) -> str | None:
+    # The engine is opened far from here (session.open_engine, session.control): a
+    # --store after the command reaches it as FUSEE_STORE, put back when the command ends.
+    if value is not None:
+        from fusee_cli.app import hand_down
+
+        hand_down(ctx, "FUSEE_STORE", value)
+    return value
+
+
+Store = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        help="Where the journal lives: a PostgreSQL URL (postgresql://user@host/db); "
+        "default: FUSEE_STORE, else the local journal in the home.",
+        callback=_store_given,
+        show_default=False,
+    ),
+]
 App = Annotated[
     str | None,
     typer.Option(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
@@ -104,10 +105,17 @@ def _code_of(e: Exception) -> Code | None:
         TimedOut,
     )
     from fusee_runtime.engine.registry import AppImportError
-    from fusee_runtime.errors import HistoryDamaged
+    from fusee_runtime.errors import HistoryDamaged, StoreUnavailable
 
     if isinstance(
-        e, AppImportError | CodecError | HistoryDamaged | HomeLocked | JournalCorrupt | Rejected
+        e,
+        AppImportError
+        | CodecError
+        | HistoryDamaged
+        | HomeLocked
+        | JournalCorrupt
+        | Rejected
+        | StoreUnavailable,
     ):
         return Code.USAGE
     if isinstance(e, NotFound):
@@ -325,12 +333,19 @@ def check_id(workflow_id: str) -> str:
 
 
 def has_journal(home: Path) -> bool:
-    """Whether anything was ever recorded in `home`; read-only commands do not create one."""
-    return (home / "journal").is_dir()
+    """Whether anything may have been recorded in `home`, so read-only commands do not
+    create one; with a store (`--store`, FUSEE_STORE) the database says, so: yes."""
+    return store() is not None or (home / "journal").is_dir()
 
 
 def no_run(workflow_id: str) -> CliError:
     return CliError(Code.NOT_FOUND, f"no run with id {workflow_id!r}")
+
+
+def store() -> str | None:
+    """The journal's store: `--store` (before the command) or FUSEE_STORE; None, the
+    local journal."""
+    return os.environ.get("FUSEE_STORE") or None
 
 
 def unusable_home(home: Path, e: OSError) -> CliError:
@@ -345,7 +360,7 @@ def opening_error(home: Path, e: Exception) -> CliError | None:
     The library says what went wrong (`fusee_runtime.control.connect`);
     this adds what the person can do about it, and exit 2.
     """
-    from fusee_runtime import HomeLocked, JournalCorrupt
+    from fusee_runtime import HomeLocked, JournalCorrupt, StoreUnavailable
     from fusee_runtime.control.client import OwnerUnanswered
     from fusee_runtime.engine.registry import AppImportError
 
@@ -353,7 +368,9 @@ def opening_error(home: Path, e: Exception) -> CliError | None:
         return unusable_home(home, e)
     if isinstance(e, HomeLocked):
         return CliError(Code.USAGE, f"{e}; stop it or wait for it to finish")
-    if isinstance(e, AppImportError | JournalCorrupt | OwnerUnanswered):
+    if isinstance(e, AppImportError | JournalCorrupt | OwnerUnanswered | StoreUnavailable):
+        return CliError(Code.USAGE, str(e))
+    if isinstance(e, ValueError) and "Config.store" in str(e):
         return CliError(Code.USAGE, str(e))
     return None
 
@@ -373,6 +390,7 @@ async def open_engine(
     """
     from fusee_runtime.control.connect import open_home
 
+    config.setdefault("store", store())
     async with contextlib.AsyncExitStack() as stack:
         try:
             engine = await stack.enter_async_context(
@@ -411,7 +429,9 @@ async def control(
 
     async with contextlib.AsyncExitStack() as stack:
         try:
-            ctl = await stack.enter_async_context(connect(home, app, drive=drive, waiting=waiting))
+            ctl = await stack.enter_async_context(
+                connect(home, app, drive=drive, waiting=waiting, store=store())
+            )
         except Exception as e:
             mapped = opening_error(home, e)
             if mapped is None:

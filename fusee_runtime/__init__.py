@@ -26,6 +26,7 @@ from fusee_runtime.errors import (
     Rejected,
     RunFailed,
     StepFailed,
+    StoreUnavailable,
     Terminated,
     TimedOut,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "StepDef",
     "StepFailed",
     "StepStreamWriter",
+    "StoreUnavailable",
     "StreamWriter",
     "SystemClock",
     "Terminated",

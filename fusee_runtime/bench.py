@@ -36,6 +36,8 @@ KEYS = (
     "cli_read_ms",
 )
 """What a run of the bench reports, in order."""
+Where = tuple[Path, str | None]
+"""Where one measurement runs: its home, and its PostgreSQL URL (None: the local journal)."""
 
 
 @step(name="fusee.bench.nothing")
@@ -85,39 +87,61 @@ async def parked(ctx: Ctx, _: Any) -> Any:
     return await ctx.wait_for("go")
 
 
-def run(home: Path, quick: bool = False) -> dict[str, Any]:
-    """Runs every measurement on the disk of `home`; returns them by `KEYS`."""
+def run(home: Path, quick: bool = False, store: str | None = None) -> dict[str, Any]:
+    """Runs every measurement on the disk of `home`, or with the journal in the
+    PostgreSQL database `store` (a schema of its own for each measurement, dropped
+    afterwards); returns them by `KEYS`."""
     home.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="bench-", dir=home))
     try:
-        return asyncio.run(_measure(scratch, quick))
+        if store is None:
+            return asyncio.run(_measure(_Local(scratch), quick))
+        from fusee_runtime import bench_pg
+
+        with bench_pg.Schemas(store) as schemas:
+            return asyncio.run(_measure(bench_pg.Places(scratch, schemas), quick))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-async def _measure(scratch: Path, quick: bool) -> dict[str, Any]:
+class _Local:
+    """Where each measurement runs: a fresh home in the scratch directory."""
+
+    def __init__(self, scratch: Path) -> None:
+        self.scratch = scratch
+        self.store: str | None = None
+
+    def __call__(self, name: str) -> tuple[Path, str | None]:
+        return self.scratch / name, None
+
+    def probe(self, count: int) -> Any:
+        return _Probe(self.scratch / "fdatasync.probe", count)
+
+
+async def _measure(place: Any, quick: bool) -> dict[str, Any]:
     n = 1 if quick else 10
     # The disk's latency drifts on a shared machine: it is sampled between the
-    # measurements too, and the ratios are to the median of every sample.
-    probe = _Probe(scratch / "fdatasync.probe", 5 * n)
+    # measurements too, and the ratios are to the median of every sample. (With
+    # PostgreSQL, the probe is an INSERT of 100 bytes and its COMMIT.)
+    probe = place.probe(5 * n)
     out: dict[str, Any] = {}
-    per_step = await _seq(scratch / "seq", 100 * n, "fdatasync")
+    per_step = await _seq(place("seq"), 100 * n, "fdatasync")
     probe.sample()
-    out["conc_steps_per_s"] = await _concurrent(scratch / "conc", 100 * n, 10)
+    out["conc_steps_per_s"] = await _concurrent(place("conc"), 100 * n, 10)
     probe.sample()
-    latencies = await _start_to_result(scratch / "str", 50 * n)
+    latencies = await _start_to_result(place("str"), 50 * n)
     probe.sample()
-    out["fanout_syncs"] = await _fanout(scratch / "fan", 100)
-    out["child_fanout"] = await _child_fanout(scratch / "kids", 100 * n)
-    out["cpu_step_us"] = round(await _seq(scratch / "cpu", 100 * n, "none"), 1)
-    out["recover_s"] = await _recover(scratch / "rec", 100 * n)
+    out["fanout_syncs"] = await _fanout(place("fan"), 100)
+    out["child_fanout"] = await _child_fanout(place("kids"), 100 * n)
+    out["cpu_step_us"] = round(await _seq(place("cpu"), 100 * n, "none"), 1)
+    out["recover_s"] = await _recover(place("rec"), 100 * n)
     out["fdatasync_us"] = base = probe.close()
     out["seq_step_us"] = {"per_step": per_step, "ratio": round(per_step / base["median"], 2)}
     out["start_to_result_us"] = {
         **latencies,
         "ratio": round(latencies["median"] / base["median"], 2),
     }
-    out["cli_start_ms"], out["cli_read_ms"] = _cli(scratch / "cli", 1 if quick else 5)
+    out["cli_start_ms"], out["cli_read_ms"] = _cli(place("cli"), 1 if quick else 5)
     return {key: out[key] for key in KEYS}
 
 
@@ -152,16 +176,16 @@ class _Probe:
         return _spread(self._times)
 
 
-async def _seq(home: Path, steps: int, durability: str) -> float:
+async def _seq(where: Where, steps: int, durability: str) -> float:
     """Microseconds per step of one workflow of `steps` steps in sequence."""
-    async with _engine(home, durability=durability) as engine:
+    async with _engine(where, durability=durability) as engine:
         t = time.perf_counter()
         await (await engine.start("fusee.bench.seq", steps)).result()
         return round((time.perf_counter() - t) / steps * 1e6, 1)
 
 
-async def _concurrent(home: Path, runs: int, steps: int) -> dict[str, float]:
-    async with _engine(home) as engine:
+async def _concurrent(where: Where, runs: int, steps: int) -> dict[str, float]:
+    async with _engine(where) as engine:
         before = engine.counters()
         t = time.perf_counter()
         handles = await asyncio.gather(
@@ -178,8 +202,8 @@ async def _concurrent(home: Path, runs: int, steps: int) -> dict[str, float]:
     }
 
 
-async def _start_to_result(home: Path, count: int) -> dict[str, float]:
-    async with _engine(home) as engine:
+async def _start_to_result(where: Where, count: int) -> dict[str, float]:
+    async with _engine(where) as engine:
         times = []
         for _ in range(count):
             t = time.perf_counter()
@@ -188,9 +212,9 @@ async def _start_to_result(home: Path, count: int) -> dict[str, float]:
     return _spread(times)
 
 
-async def _fanout(home: Path, legs: int) -> int:
+async def _fanout(where: Where, legs: int) -> int:
     """How many `fdatasync`s the legs of one `ctx.all` of `legs` steps needed."""
-    async with _engine(home) as engine:
+    async with _engine(where) as engine:
         h = await engine.start("fusee.bench.fanout", legs)
         await engine.wait_until(
             lambda: engine.durability.durable_lsn >= engine.runs.latest(h.id).start_lsn
@@ -200,11 +224,11 @@ async def _fanout(home: Path, legs: int) -> int:
         return int(engine.counters()["syncs"] - before)
 
 
-async def _child_fanout(home: Path, children: int) -> dict[str, Any]:
+async def _child_fanout(where: Where, children: int) -> dict[str, Any]:
     """A parent that starts `children` children at once (`ctx.start_child` in `ctx.all`),
     each one step, and gathers their results: the time from its start to its result,
     and the `fdatasync`s it took (each child is a start, a step and a close)."""
-    async with _engine(home) as engine:
+    async with _engine(where) as engine:
         before = engine.counters()["syncs"]
         t = time.perf_counter()
         await (await engine.start("fusee.bench.parent", children)).result()
@@ -213,21 +237,21 @@ async def _child_fanout(home: Path, children: int) -> dict[str, Any]:
         return {"children": children, "s": round(took, 3), "syncs": syncs}
 
 
-async def _recover(home: Path, runs: int) -> float:
+async def _recover(where: Where, runs: int) -> float:
     """Seconds from opening a home with `runs` runs interrupted mid-workflow until every
     one of them runs again (its code replayed to where it waits)."""
-    async with _engine(home) as engine:
+    async with _engine(where) as engine:
         handles = [await engine.start("fusee.bench.parked", None) for _ in range(runs)]
         await engine.wait_until(lambda: all(engine.runs.latest(h.id).parked for h in handles))
     t = time.perf_counter()
-    async with _engine(home, warm=False) as engine:
+    async with _engine(where, warm=False) as engine:
         await engine.wait_until(
             lambda: all(r.parked for r in engine.runs.newest.values() if r.is_open)
         )
         return round(time.perf_counter() - t, 3)
 
 
-def _cli(home: Path, repeat: int) -> tuple[dict[str, float], dict[str, float]]:
+def _cli(where: Where, repeat: int) -> tuple[dict[str, float], dict[str, float]]:
     """Whole processes, the best of `repeat` tries of each, in milliseconds.
 
     `cli_start_ms`: `fusee --help`, a `fusee start` of a one-step workflow, and
@@ -247,18 +271,23 @@ def _cli(home: Path, repeat: int) -> tuple[dict[str, float], dict[str, float]]:
     for package in (Path(__file__).parent, Path(__file__).parent.parent / "fusee_cli"):
         compileall.compile_dir(package, quiet=2)
     fusee = shutil.which("fusee") or str(Path(sys.executable).with_name("fusee"))
-    where = ["--home", str(home), "--app", __name__]
+    home, store = where
+    where_args = ["--home", str(home), "--app", __name__]
+    if store is not None:
+        where_args = ["--store", store, *where_args]
     commands = {
         "import_typer": [sys.executable, "-c", "import typer"],
         "help": [fusee, "--help"],
-        "start": [fusee, "start", "fusee.bench.one", *where],
+        "start": [fusee, *where_args[:2], "start", "fusee.bench.one", *where_args[2:]],
     }
     start = {name: _best(command, repeat) for name, command in commands.items()}
     start["help_ratio"] = round(start["help"] / start["import_typer"], 2)
     subprocess.run([*commands["start"], "--id", "bench-read"], capture_output=True, check=True)
     read = {
-        "list": _best([fusee, "list", *where], repeat),
-        "describe": _best([fusee, "describe", "bench-read", *where], repeat),
+        "list": _best([fusee, *where_args[:2], "list", *where_args[2:]], repeat),
+        "describe": _best(
+            [fusee, *where_args[:2], "describe", "bench-read", *where_args[2:]], repeat
+        ),
     }
     read["ratio_to_help"] = round(max(read.values()) / start["help"], 2)
     return start, read
@@ -290,16 +319,16 @@ class _Warm:
         await self.engine.__aexit__(*exc)
 
 
-def _engine(home: Path, durability: str = "fdatasync", warm: bool = True) -> Any:
+def _engine(where: Where, durability: str = "fdatasync", warm: bool = True) -> Any:
     import logging
 
     # durability="none" says loudly that it is unsafe; here that is the point.
     logging.getLogger("fusee").disabled = durability == "none"
     try:
-        config = Config(durability=durability, segment_bytes=64 << 20)  # type: ignore[arg-type]
+        config = Config(durability=durability, segment_bytes=64 << 20, store=where[1])  # type: ignore[arg-type]
     finally:
         logging.getLogger("fusee").disabled = False
-    engine = Engine(home, app=None, config=config)
+    engine = Engine(where[0], app=None, config=config)
     return _Warm(engine) if warm else engine
 
 

@@ -276,10 +276,12 @@ class CodecError(FuseeError):
 
 
 class JournalCorrupt(FuseeError):
-    """The journal is damaged before its tail; names the segment and offset."""
+    """The journal is damaged before its tail; names the segment and offset (or, in
+    PostgreSQL, the table and record, with no offset)."""
 
-    def __init__(self, path: str, offset: int, reason: str) -> None:
-        super().__init__(f"journal corrupt in {path} at byte {offset}: {reason}")
+    def __init__(self, path: str, offset: int | None, reason: str) -> None:
+        at = f" at byte {offset}" if offset is not None else ""
+        super().__init__(f"journal corrupt in {path}{at}: {reason}")
         self.path = path
         self.offset = offset
         self.reason = reason
@@ -305,11 +307,16 @@ class JournalFailed(FuseeError):
     """A write or fdatasync failed; the engine stopped accepting work."""
 
 
+class StoreUnavailable(FuseeError):
+    """The journal's store (`Config.store`: PostgreSQL) cannot be reached or used: the
+    message names it (never its password) and says what the database answered."""
+
+
 class HomeLocked(FuseeError):
     """Another process owns the home."""
 
-    def __init__(self, home: str, pid: int | None) -> None:
-        who = f"process {pid}" if pid else "another process"
+    def __init__(self, home: str, pid: int | None, who: str | None = None) -> None:
+        who = who or (f"process {pid}" if pid else "another process")
         super().__init__(f"home {home} is locked by {who}")
         self.home = home
         self.pid = pid

@@ -1,11 +1,12 @@
-"""Fixtures shared by every test directory."""
+"""Fixtures shared by every test directory (`tests/` is on sys.path: the helpers here,
+postgres_server and processes, import by name)."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,15 +58,55 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def make_engine(home: Path, clock: FakeClock):
-    """Builds an engine on the test's home and fake clock; small segments by default."""
+def make_engine(home: Path, clock: FakeClock, store: str | None):
+    """Builds an engine on the test's home, store and fake clock; small segments by default."""
 
     def make(**config: object) -> Engine:
         config.setdefault("clock", clock)
         config.setdefault("segment_bytes", 8 << 20)
+        config.setdefault("store", store)
         return Engine(home, app=None, config=Config(**config))  # type: ignore[arg-type]
 
     return make
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A module that sets `STORES = ("local", "postgresql")` runs each of its tests that
+    uses the `store` fixture (`make_engine` does) once on each store."""
+    stores = getattr(metafunc.module, "STORES", None)
+    if stores and "store" in metafunc.fixturenames:
+        metafunc.parametrize("store", stores, indirect=True)
+
+
+@pytest.fixture
+def store(request: pytest.FixtureRequest) -> str | None:
+    """Where the test's engines keep their journal: None (the local journal), or the URL
+    of a new database on the test session's PostgreSQL server."""
+    if getattr(request, "param", "local") == "local":
+        return None
+    return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Any]:
+    """A real PostgreSQL server for this test process (started on first use)."""
+    import postgres_server
+
+    postgres_server.require()
+    bindir = postgres_server.binaries()
+    assert bindir is not None
+    server = postgres_server.Server(bindir)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server: Any) -> str:
+    """A new, empty database on the session's PostgreSQL server."""
+    return str(pg_server.database())
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from fusee_cli import session
-from fusee_cli.options import DEFAULT_HOME, App, Home, Json
+from fusee_cli.options import DEFAULT_HOME, App, Home, Json, Store
 
 MIB = 1 << 20
 
@@ -32,6 +32,7 @@ def bench(
     ] = 200_000,
     as_json: Json = False,
     home: Home = DEFAULT_HOME,
+    store: Store = None,
     app: App = None,
 ) -> None:
     """Measure this disk's fdatasync and fusee's step rates on it, in a scratch directory
@@ -50,7 +51,7 @@ def bench(
             else:
                 from fusee_runtime import bench as measure
 
-                report = measure.run(home, quick=quick)
+                report = measure.run(home, quick=quick, store=session.store())
         except OSError as e:
             raise session.unusable_home(home, e) from None
         if as_json:
@@ -58,16 +59,17 @@ def bench(
         elif storage:
             _storage_table(report)
         else:
-            _table(report)
+            _table(report, session.store())
 
 
-def _table(report: dict[str, Any]) -> None:
+def _table(report: dict[str, Any], store: str | None) -> None:
     f, s, c = report["fdatasync_us"], report["seq_step_us"], report["conc_steps_per_s"]
     r, cli, read = report["start_to_result_us"], report["cli_start_ms"], report["cli_read_ms"]
     kids = report["child_fanout"]
+    probe = "fdatasync (100 B write)" if store is None else "COMMIT (100 B INSERT)"
     _print(
         [
-            ("fdatasync (100 B write)", f"{f['median']:.0f} µs", f"p99 {f['p99']:.0f} µs"),
+            (probe, f"{f['median']:.0f} µs", f"p99 {f['p99']:.0f} µs"),
             ("sequential step", f"{s['per_step']:.0f} µs", f"{s['ratio']:.2f} x fdatasync"),
             (
                 "concurrent steps",

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from fusee_cli import session
-from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, app_module
+from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, Store, app_module
 
 if TYPE_CHECKING:
     from fusee_runtime import RunInfo
@@ -23,6 +23,7 @@ def cancel(
     ] = "requested with fusee cancel",
     as_json: Json = False,
     home: Home = DEFAULT_HOME,
+    store: Store = None,
     app: App = None,
 ) -> None:
     """Cancel run ID: its code gets Cancelled, its compensations run, it closes as cancelled.

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from fusee_cli import session
-from fusee_cli.options import DEFAULT_HOME, App, Home, Json, ValueFile, app_module
+from fusee_cli.options import DEFAULT_HOME, App, Home, Json, Store, ValueFile, app_module
 
 Token = Annotated[
     str,
@@ -41,6 +41,7 @@ def complete(
     input_file: ValueFile = None,
     as_json: Json = False,
     home: Home = DEFAULT_HOME,
+    store: Store = None,
     app: App = None,
 ) -> None:
     """Finish the await_completion step of TOKEN with VALUE as its result, durably.
@@ -75,6 +76,7 @@ def fail(
     ],
     as_json: Json = False,
     home: Home = DEFAULT_HOME,
+    store: Store = None,
     app: App = None,
 ) -> None:
     """Fail the await_completion step of TOKEN with MESSAGE, durably.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fusee_cli import session
-from fusee_cli.options import DEFAULT_HOME, Home, Id, Json, ReadApp, Verbose
+from fusee_cli.options import DEFAULT_HOME, Home, Id, Json, ReadApp, Store, Verbose
 
 
 def describe(
@@ -13,6 +13,7 @@ def describe(
     as_json: Json = False,
     verbose: Verbose = False,
     home: Home = DEFAULT_HOME,
+    store: Store = None,
     app: ReadApp = None,
 ) -> None:
     """Show the state of run ID: what it waits for if it is open, why it stopped

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from fusee_cli import session
-from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, app_module
+from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, Store, app_module
 
 if TYPE_CHECKING:
     from fusee_runtime import RunInfo
@@ -47,6 +47,7 @@ def query(
     arg: Arg = None,
     as_json: Json = False,
     home: Home = DEFAULT_HOME,
+    store: Store = None,
     app: App = None,
 ) -> None:
     """Ask run ID's query handler NAME, with ARG, and print its answer; nothing is recorded.
@@ -91,6 +92,7 @@ def update(
     ] = None,
     as_json: Json = False,
     home: Home = DEFAULT_HOME,
+    store: Store = None,
     app: App = None,
 ) -> None:
     """Send update NAME, with ARG, to run ID; print its answer once the update is durable.

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from fusee_cli import session
-from fusee_cli.options import DEFAULT_HOME, Home, Id, Json, ReadApp, Verbose
+from fusee_cli.options import DEFAULT_HOME, Home, Id, Json, ReadApp, Store, Verbose
 from fusee_cli.session import CliError, Code
 
 
@@ -27,6 +27,7 @@ def history(
         ),
     ] = None,
     home: Home = DEFAULT_HOME,
+    store: Store = None,
     app: ReadApp = None,
 ) -> None:
     """Show the journal of run ID as a timeline of steps and attempts.

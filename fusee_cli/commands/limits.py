@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from fusee_cli import session
-from fusee_cli.options import DEFAULT_HOME, Home, Json, ReadApp
+from fusee_cli.options import DEFAULT_HOME, Home, Json, ReadApp, Store
 from fusee_cli.session import CliError, Code
 
 
@@ -32,6 +32,7 @@ def limits(
     ] = None,
     as_json: Json = False,
     home: Home = DEFAULT_HOME,
+    store: Store = None,
     app: ReadApp = None,
 ) -> None:
     """List the named limits (size, permits in use, attempts waiting), or set one's size.

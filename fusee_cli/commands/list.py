@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from fusee_cli import session, suggest
-from fusee_cli.options import DEFAULT_HOME, Home, Json, ReadApp
+from fusee_cli.options import DEFAULT_HOME, Home, Json, ReadApp, Store
 from fusee_cli.session import CliError, Code
 
 DEFAULT_LIMIT = 20
@@ -67,6 +67,7 @@ def list_runs(
     ] = None,
     as_json: Json = False,
     home: Home = DEFAULT_HOME,
+    store: Store = None,
     app: ReadApp = None,
 ) -> None:
     """List runs, newest first: the newest 20 unless --limit says otherwise.

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from fusee_cli import session
-from fusee_cli.options import DEFAULT_HOME, App, Home, Id, app_module
+from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Store, app_module
 from fusee_cli.session import CliError, Code, echo_err
 
 if TYPE_CHECKING:
@@ -57,6 +57,7 @@ def logs(
         ),
     ] = False,
     home: Home = DEFAULT_HOME,
+    store: Store = None,
     app: App = None,
 ) -> None:
     """Print the ctx.log lines of every run of ID, oldest first.

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from fusee_cli import session
-from fusee_cli.options import DEFAULT_HOME, App, Home, Json, app_module, duration
+from fusee_cli.options import DEFAULT_HOME, App, Home, Json, Store, app_module, duration
 
 
 def prune(
@@ -28,6 +28,7 @@ def prune(
     ],
     as_json: Json = False,
     home: Home = DEFAULT_HOME,
+    store: Store = None,
     app: App = None,
 ) -> None:
     """Delete the runs that closed longer ago than --older-than from the history store;

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from fusee_cli import session, suggest
-from fusee_cli.options import DEFAULT_HOME, App, Home, Json, app_module
+from fusee_cli.options import DEFAULT_HOME, App, Home, Json, Store, app_module
 from fusee_cli.session import CliError, Code
 
 
@@ -53,6 +53,7 @@ def replay(
     ] = None,
     as_json: Json = False,
     home: Home = DEFAULT_HOME,
+    store: Store = None,
     app: App = None,
 ) -> None:
     """Replay recorded journals against the workflow code loaded now, to check a deploy

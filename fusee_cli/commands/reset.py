@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from fusee_cli import session
-from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, app_module
+from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, Store, app_module
 from fusee_cli.session import CliError, Code
 
 if TYPE_CHECKING:
@@ -36,6 +36,7 @@ def reset(
     ],
     as_json: Json = False,
     home: Home = DEFAULT_HOME,
+    store: Store = None,
     app: App = None,
 ) -> None:
     """Run ID again from --to in a new run that keeps the journal before it; print its id.

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from fusee_cli import session
-from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, app_module
+from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, Store, app_module
 from fusee_cli.session import Code
 
 
@@ -36,6 +36,7 @@ def result(
     ] = None,
     as_json: Json = False,
     home: Home = DEFAULT_HOME,
+    store: Store = None,
     app: App = None,
 ) -> None:
     """Print the result of run ID, once it is durable.

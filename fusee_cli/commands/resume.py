@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from fusee_cli import session
-from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, app_module
+from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, Store, app_module
 from fusee_cli.session import CliError, Code
 
 if TYPE_CHECKING:
@@ -18,6 +18,7 @@ def resume(
     workflow_id: Id,
     as_json: Json = False,
     home: Home = DEFAULT_HOME,
+    store: Store = None,
     app: App = None,
 ) -> None:
     """Resume paused run ID: its paused step runs again with a fresh retry budget.

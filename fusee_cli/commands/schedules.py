@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, cast
 import typer
 
 from fusee_cli import session, suggest
-from fusee_cli.options import DEFAULT_HOME, App, Home, Json, app_module
+from fusee_cli.options import DEFAULT_HOME, App, Home, Json, Store, app_module
 from fusee_cli.session import CliError, Code
 
 
@@ -41,6 +41,7 @@ def schedules(
     ] = None,
     as_json: Json = False,
     home: Home = DEFAULT_HOME,
+    store: Store = None,
     app: App = None,
 ) -> None:
     """List the cron schedules, or pause, unpause or trigger one.

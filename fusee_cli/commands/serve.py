@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from fusee_cli import session
-from fusee_cli.options import DEFAULT_HOME, App, Home, app_module, duration
+from fusee_cli.options import DEFAULT_HOME, App, Home, Store, app_module, duration
 from fusee_cli.session import CliError, Code
 
 if TYPE_CHECKING:
@@ -98,6 +98,7 @@ def serve(
         ),
     ] = STATS_S,
     home: Home = DEFAULT_HOME,
+    store: Store = None,
     app: App = None,
 ) -> None:
     """Own the home until stopped: run every open run, fire timers and cron schedules,

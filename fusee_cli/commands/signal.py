@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from fusee_cli import session, suggest
-from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, ValueFile, app_module
+from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, Store, ValueFile, app_module
 from fusee_cli.session import CliError, Code
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ def signal(
     input_file: ValueFile = None,
     as_json: Json = False,
     home: Home = DEFAULT_HOME,
+    store: Store = None,
     app: App = None,
 ) -> None:
     """Deliver signal NAME, with VALUE, to run ID; return once it is durable.

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from fusee_cli import session, suggest
-from fusee_cli.options import DEFAULT_HOME, App, Home, Json, app_module
+from fusee_cli.options import DEFAULT_HOME, App, Home, Json, Store, app_module
 from fusee_cli.session import CliError, Code, echo_err
 
 
@@ -60,6 +60,7 @@ def start(
     ] = None,
     as_json: Json = False,
     home: Home = DEFAULT_HOME,
+    store: Store = None,
     app: App = None,
 ) -> None:
     """Start a run of WORKFLOW, show its progress and print its result.

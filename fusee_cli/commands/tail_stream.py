@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from fusee_cli import session
-from fusee_cli.options import DEFAULT_HOME, App, Home, Id, app_module
+from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Store, app_module
 from fusee_cli.session import CliError, Code
 
 
@@ -40,6 +40,7 @@ def tail_stream(
         ),
     ] = False,
     home: Home = DEFAULT_HOME,
+    store: Store = None,
     app: App = None,
 ) -> None:
     """Print the items of stream NAME of run ID, one JSON line each, following until it closes.

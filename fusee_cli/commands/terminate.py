@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from fusee_cli import session
-from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, app_module
+from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, Store, app_module
 
 if TYPE_CHECKING:
     from fusee_runtime import RunInfo
@@ -23,6 +23,7 @@ def terminate(
     ] = "requested with fusee terminate",
     as_json: Json = False,
     home: Home = DEFAULT_HOME,
+    store: Store = None,
     app: App = None,
 ) -> None:
     """Terminate run ID: it closes now as terminated; no compensation runs.

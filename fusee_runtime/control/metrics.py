@@ -12,7 +12,6 @@ Counters count since the engine opened; gauges are now.
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -141,13 +140,6 @@ def _histogram(name: str, doc: str, buckets: Buckets) -> Metric:
 
 
 def _disk(engine: Engine) -> int:
-    """Bytes of the journal's segment files now (0 if the directory cannot be read)."""
-    size = 0
-    try:
-        with os.scandir(engine.home / "journal") as entries:
-            for entry in entries:
-                if entry.name.endswith(".seg"):
-                    size += entry.stat().st_size
-    except OSError:
-        return 0
-    return size
+    """Bytes of the journal now: its segment files (0 if they cannot be read), or the
+    PostgreSQL table as of the last checkpoint."""
+    return engine.journal.disk_bytes()

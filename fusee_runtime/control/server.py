@@ -52,6 +52,18 @@ def _error_line(e: Exception) -> bytes:
     return _line({"error": {"type": type(e).__name__, "message": str(e)}})
 
 
+async def serve_control(engine: Engine) -> ControlServer | None:
+    """Starts serving `engine`'s control API on its home's socket; None if it cannot (the
+    runs go on, and commands from other processes will say the owner does not answer)."""
+    server = ControlServer(engine)
+    try:
+        await server.start()
+    except OSError as e:
+        log.warning("fusee: cannot serve the control API in %s: %s", engine.home, e)
+        return None
+    return server
+
+
 class ControlServer:
     """Serves `Control` on the home's socket while the engine is open."""
 

@@ -29,7 +29,6 @@ import bisect
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from fusee_runtime.dsl import seconds
@@ -37,12 +36,12 @@ from fusee_runtime.engine.config import Config
 from fusee_runtime.engine.durability import Durability
 from fusee_runtime.engine.history import Closed, Row
 from fusee_runtime.engine.limits import Limits
-from fusee_runtime.engine.runs import JournalRead, RunTable
+from fusee_runtime.engine.runs import RunTable
 from fusee_runtime.engine.schedules import Schedules
 from fusee_runtime.engine.state import Run
 from fusee_runtime.errors import HistoryDamaged, Rejected
-from fusee_runtime.journal import checkpoint as ckpt
-from fusee_runtime.journal.reader import first_lsns
+from fusee_runtime.journal.reader import JournalRead
+from fusee_runtime.journal.store import JournalStore
 
 log = logging.getLogger("fusee")
 
@@ -57,15 +56,14 @@ class Checkpoints:
 
     def __init__(
         self,
-        home: Path,
+        store: JournalStore,
         config: Config,
         durability: Durability,
         runs: RunTable,
         schedules: Schedules,
         limits: Limits,
     ) -> None:
-        self.home = home
-        self.journal = home / "journal"
+        self.store = store
         self.config = config
         self.durability = durability
         self.runs = runs
@@ -92,7 +90,7 @@ class Checkpoints:
         """Memory was rebuilt from what recovery read: its checkpoint is the newest one,
         and the damaged ones it passed over are set aside."""
         self.lsn = read.checkpoint_lsn
-        self._set_aside(read.damaged)
+        self.store.set_aside(read.damaged)
 
     def requeue_closed(self) -> None:
         """Runs closed in the journal after the checkpoint may not have reached the store
@@ -100,14 +98,6 @@ class Checkpoints:
         for run in list(self.runs.by_run_id.values()):
             if not run.status.is_open:
                 self.to_history(run, again=True)
-
-    def _set_aside(self, damaged: list[Path]) -> None:
-        """Renames damaged checkpoints to `.damaged` once the home opened without them:
-        kept to look at, and no longer counted as the one to fall back on."""
-        for path in damaged:
-            self.config.storage.rename(path, path.with_name(path.name + ".damaged"))
-        if damaged:
-            self.config.storage.sync_dir(damaged[0].parent)
 
     # -- checkpoints -----------------------------------------------------------------------
 
@@ -191,22 +181,8 @@ class Checkpoints:
 
     def _write(self, lsn: int, body: dict[str, Any]) -> int:
         """On a thread: writes the checkpoint and compacts; returns its size in bytes."""
-        journal = self.journal
-        storage = self.config.storage
         body["runs"] = [(creation, recs[:n]) for creation, recs, n in body["runs"]]
-        path = ckpt.write(journal, storage, lsn, body)
-        size = path.stat().st_size
-        try:
-            segments = [(p, first or 0) for p, first in first_lsns(journal, storage)]
-            doomed, old = ckpt.compactable(segments, ckpt.listed(journal))
-            for p in [*old, *doomed]:
-                storage.remove(p)
-            if doomed or old:
-                storage.sync_dir(journal)
-        except OSError as e:
-            # The checkpoint holds; what was not deleted is deleted after the next one.
-            log.error("fusee: compaction after the checkpoint at lsn %d stopped: %s", lsn, e)
-        return size
+        return self.store.write_checkpoint(lsn, body)
 
     async def close(self, crash: bool = False) -> None:
         """On close: the history store takes what closed, then the last checkpoint (with
@@ -275,7 +251,7 @@ class Checkpoints:
         assert store is not None
         await self.flush_history()
         # Runs a reset that opening may replay started from stay (see HistoryStore.prune).
-        floor = ckpt.replay_floor(ckpt.listed(self.journal))
+        floor = self.store.replay_floor()
         keep = {
             run.origin["reset"]
             for run in self.runs.by_run_id.values()

@@ -22,6 +22,10 @@ RECORD_FIELDS_BYTES_MAX = 4096
 """Room in a record for its fields (ids, names, times) beside a payload at its limit."""
 
 
+STORE_SCHEMES = ("postgresql://", "postgres://")
+"""How `Config.store` URLs start."""
+
+
 @dataclass
 class Config:
     """Engine settings. The defaults are what production wants.
@@ -35,6 +39,11 @@ class Config:
     on_exhausted: Exhausted = Exhausted.FAIL
     durability: Literal["fdatasync", "none"] = "fdatasync"
     storage: Storage = field(default_factory=Storage)
+    store: str | None = None
+    """Where the journal lives: None, the local journal in `<home>/journal` (the
+    default, and the fastest); or a PostgreSQL URL (`postgresql://user@host/db`),
+    whose database then holds the journal and checkpoints (`pip install
+    'fusee[postgres]'`; see docs/postgresql.md). `FUSEE_STORE` sets it for `fusee`."""
     segment_bytes: int = 16 << 20
     payload_bytes_max: int = 4 << 20
     checkpoint_bytes: int | None = 4 << 20
@@ -74,6 +83,11 @@ class Config:
     def __post_init__(self) -> None:
         if self.durability not in ("fdatasync", "none"):
             raise ValueError("Config.durability is 'fdatasync' or 'none'")
+        if self.store is not None and not self.store.startswith(STORE_SCHEMES):
+            raise ValueError(
+                f"Config.store is None (the local journal) or a PostgreSQL URL starting "
+                f"with postgresql://, not {self.store!r}"
+            )
         if self.payload_bytes_max < 1 or self.record_bytes_max > fmt.RECORD_BYTES_MAX:
             raise ValueError(
                 "Config.payload_bytes_max is between 1 and "

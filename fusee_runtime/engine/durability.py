@@ -48,7 +48,7 @@ import orjson
 from fusee_runtime.engine.config import Config
 from fusee_runtime.errors import JournalFailed, Rejected
 from fusee_runtime.journal.reader import Tail
-from fusee_runtime.journal.writer import JournalWriter
+from fusee_runtime.journal.store import JournalStore, Writer
 
 log = logging.getLogger("fusee")
 
@@ -78,12 +78,14 @@ class Durability:
         on_failed: Callable[[JournalFailed], None],
     ) -> None:
         self.home = home
+        self.where = str(home)
+        """The journal's place, for messages (the store's name once started)."""
         self.config = config
         self.durable_lsn = 0
         """Every record up to here is durable."""
         self.failed: JournalFailed | None = None
         """Why the journal stopped accepting work, once it did."""
-        self.writer: JournalWriter | None = None
+        self.writer: Writer | None = None
         self.commit_here = config.storage.loop_safe
         """Whether commits may run on the loop (a storage that is not loop-safe: never)."""
         self._on_durable = on_durable
@@ -100,20 +102,19 @@ class Durability:
         """The loop the engine runs on, once open (for threads that report to it)."""
         return self._loop
 
-    def start(self, journal: Path, tail: Tail) -> None:
-        """Starts writing after `tail` (what recovery found), on the running loop."""
+    def start(self, store: JournalStore, tail: Tail) -> None:
+        """Starts writing to `store` after `tail` (what recovery found), on the running
+        loop."""
         loop = self._loop = asyncio.get_running_loop()
         self.durable_lsn = tail.next_lsn - 1
-        self.writer = JournalWriter(
-            journal,
-            self.config.storage,
+        self.commit_here = self.commit_here and store.loop_safe
+        self.where = store.name
+        self.writer = store.writer(
             tail,
-            self.config.segment_bytes,
             on_durable=lambda lsn: soon(loop, self._durable_to, lsn),
             on_failed=lambda e: soon(loop, self._journal_failed, e),
             sync=self.config.durability == "fdatasync",
             record_bytes_max=self.config.record_bytes_max,
-            commit_on_append=False,
         )
 
     async def close(self) -> None:
@@ -264,7 +265,7 @@ class Durability:
 
     def _journal_failed(self, error: BaseException) -> None:
         self.failed = JournalFailed(
-            f"the journal in {self.home} stopped accepting work after a failed write or "
+            f"the journal in {self.where} stopped accepting work after a failed write or "
             f"fdatasync ({error}); nothing after the last durable record was acknowledged. "
             "Fix the disk and reopen the home."
         )

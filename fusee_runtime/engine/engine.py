@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import dataclasses
 import logging
 import os
 import uuid
@@ -46,13 +47,14 @@ from fusee_runtime.engine.home import HomeLock, private_dir
 from fusee_runtime.engine.limits import LimitInfo
 from fusee_runtime.engine.registry import load_app
 from fusee_runtime.engine.runlog import RunLog
-from fusee_runtime.engine.runs import RunTable, read_journal, reset_point, wanted
+from fusee_runtime.engine.runs import RunTable, reset_point, wanted
 from fusee_runtime.engine.schedules import Schedules
 from fusee_runtime.engine.state import Run, RunInfo, Status
 from fusee_runtime.engine.waits import wake_at
 from fusee_runtime.errors import EngineClosed, Failure, IdConflict, Rejected
 from fusee_runtime.journal import records
 from fusee_runtime.journal.records import R
+from fusee_runtime.journal.store import off_loop, open_store
 from fusee_runtime.scope import check_id, check_name
 from fusee_runtime.tracing import check_traceparent, open_tracing
 from fusee_runtime.typed import ANY, parameter
@@ -76,6 +78,9 @@ class Engine:
         async with Engine(home=".fusee", app="workflows") as engine:
             h = await engine.start("order", {"id": "o-1"}, id="o-1")
             print(await h.result(timeout=30))
+
+    `store="postgresql://..."` (as `Config.store`) keeps the journal in PostgreSQL
+    (docs/postgresql.md); the rest of the home stays in `home`.
     """
 
     def __init__(
@@ -83,10 +88,13 @@ class Engine:
         home: str | os.PathLike[str] = ".fusee",
         app: str | ModuleType | Iterable[str] | None = "workflows",
         config: Config | None = None,
+        store: str | None = None,
     ) -> None:
         self.home = Path(home)
         self.app = app
         self.config = config or Config()
+        if store is not None:
+            self.config = dataclasses.replace(self.config, store=store)
         self.clock = self.config.clock
         self.runs = RunTable()
         """Every run in memory, and the way to the closed ones in the history store."""
@@ -105,8 +113,10 @@ class Engine:
         """Runs the runs' code; what a run's code talks to (`RunHost`)."""
         self.schedules = Schedules(self.driver)
         limits = self.driver.limits
+        self.journal = open_store(self.home, self.config)
+        """Where the journal lives: `<home>/journal`, or PostgreSQL (`Config.store`)."""
         self.checkpoints = Checkpoints(
-            self.home, self.config, self.durability, self.runs, self.schedules, limits
+            self.journal, self.config, self.durability, self.runs, self.schedules, limits
         )
         """Checkpoints, compaction, the history store and retention."""
         self.handlers = Handlers(self.driver, self.runs, tokens)
@@ -158,19 +168,20 @@ class Engine:
         private_dir(self.home, parents=True)
         self._lock = HomeLock(self.home)
         self._lock.acquire()
-        storage = self.config.storage
+        journal = self.journal
         try:
-            journal = self.home / "journal"
-            private_dir(journal)
-            read = read_journal(journal, storage)
+            private_dir(self.home / "journal")
+            await off_loop(journal, journal.open)
+            read = await off_loop(journal, journal.read)
             self.runs.store = HistoryStore(self.home, lambda ids: soon(loop, self._stored, ids))
             self.runs.store.open()
-            self.runs.rebuild(read, journal, storage, self.schedules, self.driver.limits)
+            self.runs.rebuild(read, journal.locate, self.schedules, self.driver.limits)
             self.checkpoints.opened(read)
             self.durability.start(journal, read.scan.tail)
         except BaseException:
             if self.runs.store is not None:
                 self.runs.store.close()
+            await off_loop(journal, journal.close)
             self._lock.release()
             raise
         self.checkpoints.requeue_closed()
@@ -180,7 +191,11 @@ class Engine:
             self.driver.run_log = RunLog(self.home / "logs")
             self.driver.timers.start()
             if self.config.control:
-                await self._serve_control()
+                # Only an engine that drives its runs serves: a passive one (a command
+                # reading the home) does not load the socket server.
+                from fusee_runtime.control.server import serve_control
+
+                self._control = await serve_control(self)
         for run in sorted(self.runs.by_run_id.values(), key=lambda r: r.start_lsn):
             if run.is_open:
                 self.driver.arm(run)
@@ -192,21 +207,6 @@ class Engine:
             self.schedules.start()
         if self.config.drive and self.config.retention is not None:
             self.checkpoints.start_retention(self.prune, self.durability.progressed)
-
-    async def _serve_control(self) -> None:
-        # Only an engine that drives its runs serves: a passive one (a command reading
-        # the home) does not load the socket server.
-        from fusee_runtime.control.server import ControlServer
-
-        server = ControlServer(self)
-        try:
-            await server.start()
-        except OSError as e:
-            # The runs go on; commands from other processes will say that the
-            # owner does not answer.
-            log.warning("fusee: cannot serve the control API in %s: %s", self.home, e)
-            return
-        self._control = server
 
     async def close(self, grace: float = 0.0, *, crash: bool = False) -> None:
         """Stops running code (open runs resume on the next open) and syncs the journal.
@@ -263,6 +263,7 @@ class Engine:
         )
         if self._control is not None:
             await self._control.close()
+        await off_loop(self.journal, self.journal.close)
         if self._lock is not None:
             self._lock.release()
 

@@ -7,10 +7,11 @@ back from the history store (`store`) when asked for.
 
 Recovery, the one story. Opening a home rebuilds this table in two steps:
 
-1. `read_journal`: cut the leftovers of an interrupted checkpoint; take the
-   newest checkpoint that reads whole (a damaged one is passed over for the
-   one before, and set aside later); scan the journal after it, from where
-   the checkpoint says the next record went, cutting a torn tail.
+1. `JournalStore.read` (`journal/store.py`; the local journal: cut the
+   leftovers of an interrupted checkpoint; take the newest checkpoint that
+   reads whole, a damaged one passed over for the one before and set aside
+   later; scan the journal after it, from where the checkpoint says the
+   next record went, cutting a torn tail).
 2. `rebuild` (the history store is open by then): restore the checkpoint's
    runs and schedules, then fold every record scanned after it, in lsn
    order, exactly as `fold` folds a record appended live.
@@ -32,8 +33,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import replace
 from typing import Any, Literal
 
 from fusee_runtime import search
@@ -53,40 +53,11 @@ from fusee_runtime.engine.waits import utc
 from fusee_runtime.errors import JournalCorrupt, NotFound, Rejected
 from fusee_runtime.journal import checkpoint as ckpt
 from fusee_runtime.journal import records
-from fusee_runtime.journal.reader import Scan, locate, recover
+from fusee_runtime.journal.reader import JournalRead
 from fusee_runtime.journal.records import CLOSES, SCHEDULES, R
-from fusee_runtime.journal.storage import Storage
 from fusee_runtime.search import Condition
 
 log = logging.getLogger("fusee")
-
-
-@dataclass
-class JournalRead:
-    """What step 1 of recovery found: the checkpoint to start from, the damaged ones
-    passed over, and the journal after it."""
-
-    base: ckpt.Checkpoint | None
-    damaged: list[Path]
-    scan: Scan
-
-    @property
-    def checkpoint_lsn(self) -> int:
-        return self.base.lsn if self.base is not None else 0
-
-
-def read_journal(journal: Path, storage: Storage) -> JournalRead:
-    """Step 1 of recovery: the newest whole checkpoint and the journal after it."""
-    ckpt.remove_leftovers(journal, storage)
-    # A damaged newest one is passed over for the one before (compaction keeps
-    # the journal that one needs).
-    base, passed = ckpt.newest(journal, storage)
-    for e in passed:
-        log.error("fusee: passing over a damaged checkpoint: %s", e)
-    after = base.lsn if base is not None else 0
-    at = base.body.get("at") if base is not None else None
-    scan = recover(journal, storage, after=after, at=at)
-    return JournalRead(base, [e.path for e in passed], scan)
 
 
 class RunTable:
@@ -105,8 +76,7 @@ class RunTable:
     def rebuild(
         self,
         read: JournalRead,
-        journal: Path,
-        storage: Storage,
+        locate: Callable[[int], tuple[str, int | None]],
         schedules: Schedules,
         limits: Limits,
     ) -> None:
@@ -129,7 +99,7 @@ class RunTable:
                     self.fold(lsn, rec, durable=True)
             except (ValueError, KeyError, IndexError, TypeError) as e:
                 # A whole frame (its checksum holds) that this version cannot read.
-                path, offset = locate(journal, storage, lsn)
+                path, offset = locate(lsn)
                 raise JournalCorrupt(
                     path, offset, f"record {lsn} cannot be read by this version ({e!r})"
                 ) from None

@@ -39,7 +39,7 @@ def inspect_journal(
         start = heads[0][1] if heads and heads[0][1] is not None else 1
         scan = recover(directory, storage, repair=False, after=start - 1)
     except JournalCorrupt as e:
-        reason = e.reason + _unread_on_open(heads, Path(e.path), e.offset, base)
+        reason = e.reason + _unread_on_open(heads, Path(e.path), e.offset or 0, base)
         damage = {"kind": "journal", "file": e.path, "offset": e.offset, "reason": reason}
         return _report(directory, data, damage=damage)
     except FileNotFoundError as e:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fusee_runtime.errors import JournalCorrupt
+from fusee_runtime.journal import checkpoint as ckpt
 from fusee_runtime.journal import format as fmt
 from fusee_runtime.journal.storage import Storage
 
@@ -48,6 +49,20 @@ class _Segment:
     zero_from: int | None = None
     """An offset from which the segment is known to hold only zeros (found once, so
     that 16 MiB of them are not compared twice)."""
+
+
+@dataclass
+class JournalRead:
+    """What step 1 of recovery found: the checkpoint to start from, the damaged ones
+    passed over (what the store needs to set them aside), and the journal after it."""
+
+    base: ckpt.Checkpoint | None
+    damaged: list[Any]
+    scan: Scan
+
+    @property
+    def checkpoint_lsn(self) -> int:
+        return self.base.lsn if self.base is not None else 0
 
 
 def segment_path(directory: Path, index: int) -> Path:

@@ -42,6 +42,7 @@ def cli(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Result]:
     # the environment the suite runs in.
     monkeypatch.delenv("FUSEE_HOME", raising=False)
     monkeypatch.delenv("FUSEE_APP", raising=False)
+    monkeypatch.delenv("FUSEE_STORE", raising=False)
     monkeypatch.delenv("NO_COLOR", raising=False)
     runner = CliRunner()
 

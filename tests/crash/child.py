@@ -1,6 +1,7 @@
 """A child process for the crash tests: owns a home, runs one workflow, prints progress.
 
-Usage: python child.py HOME WORKFLOW_ID INPUT  (env LEDGER, CRASH_AT, APP_VERSION)
+Usage: python child.py HOME WORKFLOW_ID INPUT  (env LEDGER, CRASH_AT, APP_VERSION,
+FUSEE_STORE: a PostgreSQL URL for the journal)
 
 Prints `STARTED <id>` once the start is durable and `RESULT <json>` once the
 result is; with `DESCRIBE=1` it prints `DESCRIBE <json>` of the run instead
@@ -53,9 +54,33 @@ class ReportingClock(SystemClock):
         await super().sleep_until(deadline)
 
 
+def hold_postgres_commits() -> None:
+    """The same freeze for a journal in PostgreSQL: no batch reaches the server once
+    `crash_app.HOLD` is set (the database stays real; only this process stops writing)."""
+    from fusee_runtime.journal.postgres import PgWriter
+
+    write = PgWriter._write
+
+    def held(self: PgWriter, batch: list[bytes], first: int) -> float:
+        if crash_app.HOLD.is_set():
+            crash_app.emit("AT", "hold")
+            threading.Event().wait()
+        return write(self, batch, first)
+
+    PgWriter._write = held  # type: ignore[method-assign]
+
+
 async def main(home: str, workflow_id: str, value: int) -> None:
     global ENGINE
-    config = Config(storage=HoldingStorage(), clock=ReportingClock(), segment_bytes=8 << 20)
+    store = os.environ.get("FUSEE_STORE") or None
+    if store:
+        hold_postgres_commits()
+    config = Config(
+        storage=HoldingStorage(),
+        clock=ReportingClock(),
+        segment_bytes=8 << 20,
+        store=store,
+    )
     engine = Engine(home, app="crash_app", config=config)
     await engine.open()
     try:

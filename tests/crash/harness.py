@@ -89,5 +89,18 @@ def calls(ledger: Path, step: str) -> list[dict[str, Any]]:
 
 
 def journal(home: Path) -> list[list[Any]]:
-    scan = recover(home / "journal", Storage(), repair=False)
-    return [decode(p) for _, p in scan.records]
+    """The records the children left: in the home's journal, or in the PostgreSQL
+    database `FUSEE_STORE` names (the store the children were given too)."""
+    store = os.environ.get("FUSEE_STORE")
+    if store:
+        from fusee_runtime.journal.postgres import PgJournal
+
+        pg = PgJournal(store)
+        pg.open()
+        try:
+            payloads = [p for _, p in pg.records()]
+        finally:
+            pg.close()
+    else:
+        payloads = [p for _, p in recover(home / "journal", Storage(), repair=False).records]
+    return [decode(p) for p in payloads]

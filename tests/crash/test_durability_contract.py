@@ -21,8 +21,18 @@ from fusee_runtime.journal.records import R
 EXPECTED = {"a": 6, "b": 12, "c": 112}  # crashy(5)
 
 
+STORES = ("local", "postgresql")
+"""Each test runs on the local journal and on PostgreSQL."""
+
+
 @pytest.fixture
-def paths(tmp_path: Path) -> tuple[Path, Path]:
+def paths(tmp_path: Path, store: str | None, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """The home and the side ledger; the children (and `journal`) are given the store
+    through `FUSEE_STORE`."""
+    if store is None:
+        monkeypatch.delenv("FUSEE_STORE", raising=False)
+    else:
+        monkeypatch.setenv("FUSEE_STORE", store)
     return tmp_path / "home", tmp_path / "ledger.jsonl"
 
 
@@ -165,8 +175,10 @@ def test_replay_mismatch_after_a_kill_stops_the_run_as_stuck(paths: tuple[Path, 
     assert len(calls(ledger, "a")) == 1
 
 
-async def test_reopened_home_reports_the_durable_result(paths: tuple[Path, Path]) -> None:
+async def test_reopened_home_reports_the_durable_result(
+    paths: tuple[Path, Path], store: str | None
+) -> None:
     home, ledger = paths
     Child(home, ledger).finish()
-    async with Engine(home, app=None) as engine:
+    async with Engine(home, app=None, store=store) as engine:
         assert await engine.handle("wf-1").result() == EXPECTED

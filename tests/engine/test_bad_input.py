@@ -32,6 +32,8 @@ from fusee_runtime import (
     step,
     workflow,
 )
+from fusee_runtime.journal import records
+from fusee_runtime.journal.postgres import PgJournal
 from fusee_runtime.journal.reader import recover
 from fusee_runtime.journal.storage import Storage
 
@@ -251,17 +253,40 @@ CASES = [
 ]
 
 
-def engine(home: Path) -> Engine:
-    return Engine(home, app=None, config=Config(clock=FakeClock()))
+STORES = ("local", "postgresql")
+"""The tests that take the `store` fixture run on the local journal and on PostgreSQL."""
+
+
+def engine(home: Path, store: str | None = None) -> Engine:
+    return Engine(home, app=None, config=Config(clock=FakeClock(), store=store))
+
+
+def whole(home: Path, store: str | None) -> None:
+    """The journal reads back with nothing to cut and every record decodes."""
+    if store is None:
+        scan = recover(home / "journal", Storage(), repair=False)
+        assert scan.cut is None, "a refused call left damage in the journal"
+        payloads = [p for _, p in scan.records]
+    else:
+        pg = PgJournal(store)
+        pg.open()
+        try:
+            payloads = [p for _, p in pg.records()]
+        finally:
+            pg.close()
+    for payload in payloads:
+        records.decode(payload)
 
 
 async def _states(e: Engine) -> dict[str, tuple[Status, str | None]]:
     return {r.id: (r.status, r.error) for r in await e.list()}
 
 
-async def test_each_bad_call_gets_its_error_and_the_home_stays_whole(home: Path) -> None:
+async def test_each_bad_call_gets_its_error_and_the_home_stays_whole(
+    home: Path, store: str | None
+) -> None:
     SHAPE["v"] = 1
-    async with engine(home) as e:
+    async with engine(home, store) as e:
         assert await (await e.start("bad_ok", 5, id="done")).result() == 5
         await e.start("bad_waits", 1, id="waiting")
         for case in CASES:
@@ -276,9 +301,8 @@ async def test_each_bad_call_gets_its_error_and_the_home_stays_whole(home: Path)
     assert before["done"] == (Status.COMPLETED, None)
     assert before["waiting"] == (Status.PARKED, None)
 
-    scan = recover(home / "journal", Storage(), repair=False)
-    assert scan.cut is None, "a refused call left damage in the journal"
-    async with engine(home) as e:
+    whole(home, store)
+    async with engine(home, store) as e:
         await e.wait_until(lambda: e.runs.newest["waiting"].status == Status.PARKED)
         assert await _states(e) == before
         assert await e.handle("done").result() == 5

@@ -22,6 +22,9 @@ from fusee_runtime import (
 )
 from fusee_runtime.errors import IdConflict
 
+STORES = ("local", "postgresql")
+"""Each test that opens an engine runs on the local journal and on PostgreSQL."""
+
 # -- options out of range are refused where they are declared ---------------------------
 
 

@@ -305,7 +305,8 @@ async def test_the_http_api_takes_the_traceparent_header(make_engine: Any) -> No
         assert (await engine.handle("o-6").result())["traceparent"] == GIVEN
 
 
-def test_an_app_without_opentelemetry_imports_none_of_it(tmp_path: Path) -> None:
+def test_an_app_without_opentelemetry_or_a_store_imports_neither(tmp_path: Path) -> None:
+    """Nor psycopg and the PostgreSQL store, when the journal is local."""
     code = textwrap.dedent(
         """
         import asyncio, sys
@@ -324,7 +325,8 @@ def test_an_app_without_opentelemetry_imports_none_of_it(tmp_path: Path) -> None
                 assert await (await engine.start("tn.w", None, id="w")).result() == 1
                 assert engine.driver.tracing is None
                 assert not engine.runs.latest("w").origin  # no traceparent recorded
-            print(sorted(m for m in sys.modules if m.startswith("opentelemetry")))
+            optional = ("opentelemetry", "psycopg", "fusee_runtime.journal.postgres")
+            print(sorted(m for m in sys.modules if m.startswith(optional)))
 
         asyncio.run(main())
         """

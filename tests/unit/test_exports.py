@@ -50,6 +50,7 @@ PUBLIC = [
     "StepDef",
     "StepFailed",
     "StepStreamWriter",
+    "StoreUnavailable",
     "StreamWriter",
     "SystemClock",
     "Terminated",

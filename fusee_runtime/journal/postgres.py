@@ -1,0 +1,508 @@
+"""The journal in PostgreSQL (`Config.store = "postgresql://..."`), through psycopg 3.
+
+The same journal as the local one, in tables: `fusee_journal` holds each
+record under its lsn, `fusee_checkpoints` the checkpoints, `fusee_owner`
+who drives the journal now. The engine above it does not change: records
+get their lsn at `append`, and the writer thread commits the pending batch
+as one transaction, so a `COMMIT` plays the part of the `fdatasync`
+(PostgreSQL flushes its WAL before it answers) and one commit covers every
+run that appended meanwhile. A batch of one record is one `INSERT`; a larger
+one is a binary `COPY`.
+
+One process drives a journal at a time. `open` takes a session-level
+advisory lock on the connection the writer then commits through, so the
+lock and the writes share one session: if that session dies (the process
+killed, the network lost long enough for the server to drop it), the lock
+is released and the writer's next commit fails, which stops the engine
+(fail-stop), before another process that took the lock can have read the
+journal. Opening also adds one to `fusee_owner.epoch`; checkpoints, written
+on a second connection, first read the epoch `FOR SHARE` and give up if it
+moved, so a process that lost the journal never compacts it under its new
+owner. A second process opening the journal meanwhile gets `HomeLocked`,
+naming the owner.
+
+The schema is fusee's own: `open` creates it in an empty database and
+migrates an older one (`fusee_schema.version`, `MIGRATIONS`), under the lock;
+a database made by a newer fusee is refused. psycopg is imported here only,
+when a store is opened (`pip install 'fusee[postgres]'`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fusee_runtime.errors import HomeLocked, JournalCorrupt, JournalFailed, StoreUnavailable
+from fusee_runtime.journal import checkpoint as ckpt
+from fusee_runtime.journal.reader import JournalRead, Scan, Tail
+from fusee_runtime.journal.writer import BATCH_RECORDS_MAX, Counters
+
+if TYPE_CHECKING:
+    import psycopg
+
+log = logging.getLogger("fusee")
+
+SCHEMA_VERSION = 1
+"""The version of fusee's tables this code reads and writes."""
+MIGRATIONS: tuple[str, ...] = (
+    # 1: the journal, its checkpoints, and who drives it.
+    """
+    CREATE TABLE fusee_journal (lsn bigint PRIMARY KEY, record bytea NOT NULL);
+    CREATE TABLE fusee_checkpoints (
+        lsn bigint PRIMARY KEY,
+        body bytea NOT NULL,
+        damaged boolean NOT NULL DEFAULT false
+    );
+    CREATE TABLE fusee_owner (
+        one boolean PRIMARY KEY DEFAULT true CHECK (one),
+        epoch bigint NOT NULL,
+        holder text NOT NULL,
+        since timestamptz NOT NULL DEFAULT now()
+    );
+    INSERT INTO fusee_owner (epoch, holder) VALUES (0, '');
+    """,
+)
+"""`MIGRATIONS[v]` takes the schema from version v to v + 1."""
+LOCK_CLASS = 0x66757365
+"""The advisory lock its driving process holds is (LOCK_CLASS, a hash of the schema the
+tables are in): one journal per schema, so a database can hold several (`options=-c
+search_path=...` in the URL picks one)."""
+CONNECT_TIMEOUT_S = 10
+
+
+def describe(url: str) -> str:
+    """The URL for messages: database, host and port, never a password."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        info = conninfo_to_dict(url)
+    except Exception:
+        return "PostgreSQL (an unreadable URL)"
+    host = str(info.get("host") or "localhost")
+    port = f":{info['port']}" if info.get("port") else ""
+    return f"PostgreSQL database {info.get('dbname') or info.get('user') or '?'} on {host}{port}"
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError:
+        raise StoreUnavailable(
+            "a PostgreSQL store needs psycopg: pip install 'fusee[postgres]'"
+        ) from None
+    return psycopg
+
+
+class PgJournal:
+    """The journal in a PostgreSQL database (see the module)."""
+
+    loop_safe = False
+    """Commits go to the writer thread: a `COMMIT` is a round trip to the server."""
+    remote = True
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.name = describe(url)
+        self.epoch = 0
+        """This process's turn as the journal's owner (`fusee_owner.epoch`)."""
+        self._conn: psycopg.Connection[Any] | None = None  # holds the lock; the writer's
+        self._side: psycopg.Connection[Any] | None = None  # checkpoints and compaction
+        self._side_lock = threading.Lock()
+        self._bytes = 0
+        self.writer_made: PgWriter | None = None
+
+    # -- taking the journal ------------------------------------------------------------
+
+    def connect(self) -> psycopg.Connection[Any]:
+        psycopg = _psycopg()
+        try:
+            return psycopg.connect(
+                self.url,
+                connect_timeout=CONNECT_TIMEOUT_S,
+                application_name=f"fusee pid {os.getpid()} on {socket.gethostname()}"[:63],
+            )
+        except psycopg.Error as e:
+            raise StoreUnavailable(f"cannot connect to {self.name}: {_said(e)}") from None
+
+    def open(self) -> None:
+        """Connects, takes the journal for this process, creates or migrates the schema.
+
+        Raises:
+            HomeLocked: another process drives this journal (named by its holder).
+            StoreUnavailable: the server cannot be reached, refused, or holds a newer schema.
+        """
+        psycopg = _psycopg()
+        conn = self.connect()
+        try:
+            if _one(conn, "SELECT current_schema()")[0] is None:
+                raise StoreUnavailable(
+                    f"{self.name} has no schema for fusee's tables: the search_path names "
+                    "none that exists (CREATE SCHEMA it first)"
+                )
+            (got,) = _one(
+                conn,
+                "SELECT pg_try_advisory_lock(%s, hashtext(current_schema()))",
+                (LOCK_CLASS,),
+            )
+            conn.commit()
+            if not got:
+                raise HomeLocked(self.name, None, self._holder(conn))
+            self._migrate(conn)
+            me = f"pid {os.getpid()} on {socket.gethostname()}"
+            (self.epoch,) = _one(
+                conn,
+                "UPDATE fusee_owner SET epoch = epoch + 1, holder = %s, since = now() "
+                "RETURNING epoch",
+                (me,),
+            )
+            conn.commit()
+        except psycopg.Error as e:
+            conn.close()
+            raise StoreUnavailable(f"cannot open the journal in {self.name}: {_said(e)}") from None
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+
+    def _holder(self, conn: psycopg.Connection[Any]) -> str:
+        try:
+            row = conn.execute("SELECT holder FROM fusee_owner").fetchone()
+            conn.commit()
+        except Exception:
+            conn.rollback()
+            row = None
+        return f"fusee {row[0]}" if row and row[0] else "another process"
+
+    def _migrate(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute("CREATE TABLE IF NOT EXISTS fusee_schema (version integer NOT NULL)")
+        row = conn.execute("SELECT version FROM fusee_schema").fetchone()
+        version = row[0] if row else 0
+        if version > SCHEMA_VERSION:
+            conn.rollback()
+            raise StoreUnavailable(
+                f"{self.name} holds fusee's tables in version {version}, newer than this "
+                f"fusee knows ({SCHEMA_VERSION}): upgrade fusee"
+            )
+        for v in range(version, SCHEMA_VERSION):
+            conn.execute(MIGRATIONS[v])
+        if row is None:
+            conn.execute("INSERT INTO fusee_schema VALUES (%s)", (SCHEMA_VERSION,))
+        elif version < SCHEMA_VERSION:
+            conn.execute("UPDATE fusee_schema SET version = %s", (SCHEMA_VERSION,))
+        conn.commit()
+        if version < SCHEMA_VERSION:
+            log.info("fusee: %s: fusee's tables at version %d", self.name, SCHEMA_VERSION)
+
+    def close(self) -> None:
+        """Gives the journal back (closing the session releases the lock)."""
+        for conn in (self._side, self._conn):
+            if conn is not None:
+                conn.close()
+        self._side = self._conn = None
+
+    # -- recovery ------------------------------------------------------------------------
+
+    def read(self) -> JournalRead:
+        """The newest whole checkpoint and every record after it.
+
+        Raises:
+            JournalCorrupt: a record is missing after the checkpoint.
+        """
+        conn = self._owner()
+        lsns = [r[0] for r in conn.execute(_NEWEST_CHECKPOINTS, (1 << 62,)).fetchall()]
+        base: ckpt.Checkpoint | None = None
+        passed: list[int] = []
+        for lsn in lsns:
+            (body,) = _one(conn, "SELECT body FROM fusee_checkpoints WHERE lsn = %s", (lsn,))
+            try:
+                base = ckpt.decode(Path(f"fusee_checkpoints/{lsn}"), bytes(body))
+                break
+            except ckpt.CheckpointDamaged as e:
+                log.error("fusee: passing over a damaged checkpoint: %s", e)
+                passed.append(lsn)
+        after = base.lsn if base is not None else 0
+        records = self.records(after)
+        conn.commit()
+        if base is None and records and records[0][0] != 1:
+            raise JournalCorrupt(*self.locate(records[0][0]), "records before it are missing")
+        next_lsn = records[-1][0] + 1 if records else after + 1
+        return JournalRead(base, passed, Scan(records, Tail(None, 0, next_lsn)))
+
+    def records(self, after: int = 0) -> list[tuple[int, bytes]]:
+        """(lsn, payload) of every record kept after `after`, in order (compaction
+        deletes those a checkpoint made unnecessary).
+
+        Raises:
+            JournalCorrupt: a record is missing between two kept ones (or just after `after`
+                when a checkpoint covers it).
+        """
+        out: list[tuple[int, bytes]] = []
+        with self._owner().cursor(binary=True) as cur:
+            cur.execute(
+                "SELECT lsn, record FROM fusee_journal WHERE lsn > %s ORDER BY lsn", (after,)
+            )
+            for lsn, record in cur:
+                expected = out[-1][0] + 1 if out else (after + 1 if after else lsn)
+                if lsn != expected:
+                    raise JournalCorrupt(*self.locate(lsn), f"record {expected} is missing")
+                out.append((lsn, bytes(record)))
+        return out
+
+    def set_aside(self, damaged: list[Any]) -> None:
+        """Marks damaged checkpoints: kept to look at, never read or counted again."""
+        if damaged:
+            conn = self._owner()
+            conn.execute(
+                "UPDATE fusee_checkpoints SET damaged = true WHERE lsn = ANY(%s)", (damaged,)
+            )
+            conn.commit()
+
+    def locate(self, lsn: int) -> tuple[str, int | None]:
+        """Where record `lsn` is, for messages: the table and the lsn, no byte offset."""
+        return f"{self.name}, table fusee_journal, record {lsn}", None
+
+    # -- writing -------------------------------------------------------------------------
+
+    def writer(
+        self,
+        tail: Tail,
+        on_durable: Callable[[int], None],
+        on_failed: Callable[[BaseException], None],
+        sync: bool,
+        record_bytes_max: int,
+    ) -> PgWriter:
+        self.writer_made = PgWriter(
+            self._owner(), tail, on_durable, on_failed, sync, record_bytes_max
+        )
+        return self.writer_made
+
+    def write_checkpoint(self, lsn: int, body: dict[str, Any]) -> int:
+        """Stores the checkpoint and compacts, in one transaction fenced by the epoch:
+        the records and checkpoints before the older of the two newest go. Returns the
+        checkpoint's size in bytes.
+
+        Raises:
+            JournalFailed: another process took the journal since this one opened it.
+        """
+        data = ckpt.encode(lsn, body)
+        with self._side_lock:
+            side = self._side_conn()
+            try:
+                with side.transaction():
+                    (epoch,) = _one(side, "SELECT epoch FROM fusee_owner FOR SHARE")
+                    if epoch != self.epoch:
+                        raise JournalFailed(
+                            f"another process took the journal in {self.name} (turn {epoch}, "
+                            f"this one's {self.epoch}): no checkpoint written"
+                        )
+                    side.execute(
+                        "INSERT INTO fusee_checkpoints (lsn, body) VALUES (%s, %s) "
+                        "ON CONFLICT (lsn) DO UPDATE SET body = excluded.body, damaged = false",
+                        (lsn, data),
+                    )
+                    kept = side.execute(_NEWEST_CHECKPOINTS, (lsn,)).fetchall()[: ckpt.KEEP]
+                    if len(kept) == ckpt.KEEP:
+                        floor = kept[-1][0]
+                        side.execute("DELETE FROM fusee_checkpoints WHERE lsn < %s", (floor,))
+                        side.execute("DELETE FROM fusee_journal WHERE lsn <= %s", (floor,))
+                    (self._bytes,) = _one(side, "SELECT pg_total_relation_size('fusee_journal')")
+            except _psycopg().Error as e:
+                raise StoreUnavailable(f"checkpoint in {self.name} failed: {_said(e)}") from None
+        return len(data)
+
+    def replay_floor(self) -> int:
+        with self._side_lock:
+            side = self._side_conn()
+            kept = side.execute(_NEWEST_CHECKPOINTS, (1 << 62,)).fetchall()[: ckpt.KEEP]
+            side.commit()
+        return kept[-1][0] if len(kept) == ckpt.KEEP else 0
+
+    def disk_bytes(self) -> int:
+        """The journal table's size as of the last checkpoint."""
+        return self._bytes
+
+    def _owner(self) -> psycopg.Connection[Any]:
+        if self._conn is None:
+            raise StoreUnavailable(f"the journal in {self.name} is not open")
+        return self._conn
+
+    def _side_conn(self) -> psycopg.Connection[Any]:
+        if self._side is None or self._side.closed:
+            self._side = self.connect()
+        return self._side
+
+
+_NEWEST_CHECKPOINTS = (
+    "SELECT lsn FROM fusee_checkpoints WHERE NOT damaged AND lsn <= %s ORDER BY lsn DESC"
+)
+
+
+def _one(conn: psycopg.Connection[Any], sql: str, params: tuple[Any, ...] = ()) -> Any:
+    """The one row `sql` returns."""
+    row = conn.execute(sql, params).fetchone()
+    assert row is not None, sql
+    return row
+
+
+def _said(e: BaseException) -> str:
+    """What the server or driver said, on one line."""
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+class PgWriter:
+    """Group commit into `fusee_journal`: appended on the loop, committed by a thread.
+
+    The same promises as the local writer (`journal/writer.py`): `append` gives the
+    next lsn at once; a commit publishes a batch's last lsn only after PostgreSQL
+    acknowledged its `COMMIT`; a failed commit is fail-stop (its outcome may be
+    unknown, so nothing after the last published lsn is ever acknowledged, and the
+    next owner reads what the database kept).
+    """
+
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        tail: Tail,
+        on_durable: Callable[[int], None],
+        on_failed: Callable[[BaseException], None],
+        sync: bool,
+        record_bytes_max: int,
+    ) -> None:
+        self._conn = conn
+        self._on_durable = on_durable
+        self._on_failed = on_failed
+        self._record_bytes_max = record_bytes_max
+        self.counters = Counters()
+        self.sync_s_recent = 0.0
+        self.synced_lsn = tail.next_lsn - 1
+        self.synced_at: tuple[int, str | None, int] = (self.synced_lsn, None, 0)
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._pending: list[bytes] = []
+        self._next_lsn = tail.next_lsn
+        self._asked = False
+        self._closing = False
+        self._failed: BaseException | None = None
+        if not sync:
+            # durability="none": UNSAFE, as on the local journal (no wait for the WAL).
+            conn.execute("SET synchronous_commit TO off")
+            conn.commit()
+        self._thread = threading.Thread(target=self._run, name="fusee-journal-pg", daemon=True)
+        self._thread.start()
+
+    @property
+    def next_lsn(self) -> int:
+        return self._next_lsn
+
+    def append(self, payload: bytes) -> int:
+        """Queues a record; returns its lsn. Durable once a commit publishes it."""
+        if not payload:
+            raise ValueError("a record is at least one byte")
+        if len(payload) > self._record_bytes_max:
+            raise ValueError(
+                f"record of {len(payload)} bytes is over the limit of {self._record_bytes_max}"
+            )
+        with self._lock:
+            if self._failed is not None:
+                raise JournalFailed(f"the journal stopped accepting work: {self._failed}")
+            if self._closing:
+                raise JournalFailed("the journal is closed")
+            lsn = self._next_lsn
+            self._next_lsn = lsn + 1
+            self._pending.append(payload)
+        return lsn
+
+    def ask(self) -> None:
+        """Has the thread commit what is pending (and whatever comes while it does)."""
+        with self._lock:
+            self._asked = True
+            self._wake.notify()
+
+    def commit_here(self) -> int | None:
+        """Never on the caller's thread: a commit is a round trip. Asks the thread."""
+        self.ask()
+        return None
+
+    def close(self) -> None:
+        """Commits what is pending, then stops the thread (the store closes the session)."""
+        with self._lock:
+            self._closing = True
+            self._wake.notify()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._asked and not self._closing:
+                    self._wake.wait()
+                self._asked = False
+                closing = self._closing
+            while True:
+                try:
+                    lsn = self._commit_pending()
+                except BaseException as e:
+                    self._on_failed(e)
+                    return
+                if lsn is None:
+                    break
+                self._on_durable(lsn)
+            if closing:
+                return
+
+    def _commit_pending(self) -> int | None:
+        with self._lock:
+            pending = self._pending
+            if not pending or self._failed is not None:
+                return None
+            batch = pending[:BATCH_RECORDS_MAX]
+            del pending[:BATCH_RECORDS_MAX]
+            first = self._next_lsn - len(pending) - len(batch)
+        try:
+            took = self._write(batch, first)
+        except BaseException as e:
+            with self._lock:
+                self._failed = e
+                self._pending.clear()
+            raise
+        last = first + len(batch) - 1
+        self.synced_lsn = last
+        self.synced_at = (last, None, 0)
+        c = self.counters
+        c.records += len(batch)
+        c.bytes += sum(map(len, batch))
+        c.batches += 1
+        c.syncs += 1
+        c.sync_seconds += took
+        c.sync_times.observe(took)
+        c.batch_sizes.observe(len(batch))
+        if c.syncs == 1:
+            self.sync_s_recent = took
+        else:
+            self.sync_s_recent += (took - self.sync_s_recent) / 8
+        return last
+
+    def _write(self, batch: list[bytes], first: int) -> float:
+        """Inserts the batch and commits; returns the commit's seconds."""
+        conn = self._conn
+        with conn.cursor() as cur:
+            if len(batch) == 1:
+                cur.execute(
+                    "INSERT INTO fusee_journal (lsn, record) VALUES (%s, %s)",
+                    (first, batch[0]),
+                    prepare=True,
+                    binary=True,
+                )
+            else:
+                with cur.copy("COPY fusee_journal (lsn, record) FROM STDIN (FORMAT BINARY)") as cp:
+                    cp.set_types(["int8", "bytea"])
+                    for i, payload in enumerate(batch):
+                        cp.write_row((first + i, payload))
+        t0 = time.perf_counter()
+        conn.commit()
+        return time.perf_counter() - t0

@@ -1,0 +1,176 @@
+"""The journal in PostgreSQL: its tables, who owns it, checkpoints, damage, bad input.
+
+Every test runs against a real server (`tests/postgres_server.py` starts one
+from the machine's binaries) and a database of its own. The contract tests
+that hold for both stores (`STORES` in tests/crash/test_durability_contract.py,
+tests/engine/test_contract_points.py, tests/engine/test_bad_input.py) run here
+too; these are what only a database has.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from fusee_runtime import (
+    Config,
+    Ctx,
+    Engine,
+    HomeLocked,
+    JournalCorrupt,
+    JournalFailed,
+    Status,
+    StoreUnavailable,
+    step,
+    workflow,
+)
+from fusee_runtime.journal import postgres
+
+RAN: list[int] = []
+
+
+@step
+async def pg_add(x: int) -> int:
+    RAN.append(x)
+    return x + 1
+
+
+@workflow
+async def pg_sum(ctx: Ctx, n: int) -> int:
+    total = 0
+    for i in range(n):
+        total += await pg_add(i)
+    return total
+
+
+@workflow
+async def pg_waits(ctx: Ctx, x: int) -> int:
+    got = await ctx.wait_for("go")
+    return x + int(got)
+
+
+def engine(home: Path, url: str, **config: Any) -> Engine:
+    return Engine(home, app=None, config=Config(store=url, **config))
+
+
+def rows(url: str, sql: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(url) as conn:
+        return conn.execute(sql).fetchall()  # type: ignore[arg-type]
+
+
+async def test_an_empty_database_gets_fusees_tables_and_a_second_open_keeps_them(
+    tmp_path: Path, pg_url: str
+) -> None:
+    async with engine(tmp_path / "h", pg_url) as e:
+        assert await (await e.start("pg_sum", 3, id="s-1")).result() == 6
+    assert rows(pg_url, "SELECT version FROM fusee_schema") == [(postgres.SCHEMA_VERSION,)]
+    assert rows(pg_url, "SELECT epoch FROM fusee_owner") == [(1,)]
+    async with engine(tmp_path / "h", pg_url) as e:
+        assert await e.handle("s-1").result() == 6
+    assert rows(pg_url, "SELECT version FROM fusee_schema") == [(postgres.SCHEMA_VERSION,)]
+    assert rows(pg_url, "SELECT epoch FROM fusee_owner") == [(2,)]
+
+
+async def test_a_database_from_a_newer_fusee_is_refused_and_left_alone(
+    tmp_path: Path, pg_url: str
+) -> None:
+    async with engine(tmp_path / "h", pg_url):
+        pass
+    with psycopg.connect(pg_url) as conn:
+        conn.execute("UPDATE fusee_schema SET version = 99")
+    with pytest.raises(StoreUnavailable, match=r"version 99, newer than this fusee knows"):
+        await engine(tmp_path / "h", pg_url).open()
+    assert rows(pg_url, "SELECT version FROM fusee_schema") == [(99,)]
+
+
+async def test_a_second_process_on_the_journal_is_refused_naming_the_owner(
+    tmp_path: Path, pg_url: str
+) -> None:
+    async with engine(tmp_path / "a", pg_url):
+        with pytest.raises(HomeLocked, match=r"locked by fusee pid \d+ on "):
+            await engine(tmp_path / "b", pg_url).open()
+    async with engine(tmp_path / "b", pg_url) as e:  # free once the owner closed
+        assert e.journal.epoch == 2  # type: ignore[attr-defined]
+
+
+async def test_an_unreachable_server_is_one_clear_error_without_the_password(
+    tmp_path: Path,
+) -> None:
+    url = f"postgresql://fusee:s3cret@/orders?host={tmp_path}&port=1"
+    with pytest.raises(StoreUnavailable) as raised:
+        await engine(tmp_path / "h", url).open()
+    said = str(raised.value)
+    assert said.startswith(f"cannot connect to PostgreSQL database orders on {tmp_path}:1: ")
+    assert "s3cret" not in said and "\n" not in said
+
+
+@pytest.mark.parametrize("url", ["mysql://db/x", "sqlite:///x.db", "orders"])
+def test_a_store_of_another_kind_is_refused_when_configured(url: str) -> None:
+    with pytest.raises(ValueError, match=r"Config.store is None .* or a PostgreSQL URL"):
+        Config(store=url)
+
+
+async def test_checkpoints_compact_the_journal_table_and_a_reopen_starts_from_them(
+    tmp_path: Path, pg_url: str
+) -> None:
+    RAN.clear()
+    async with engine(tmp_path / "h", pg_url, checkpoint_bytes=1) as e:
+        for i in range(20):
+            assert await (await e.start("pg_sum", 5, id=f"c-{i}")).result() == 15
+        await e.start("pg_waits", 1, id="open-1")
+        await e.checkpoint()
+        lsn = e.checkpoints.lsn
+    checkpoints = [r[0] for r in rows(pg_url, "SELECT lsn FROM fusee_checkpoints ORDER BY lsn")]
+    assert len(checkpoints) == 2 and checkpoints[-1] >= lsn
+    (first_kept,) = rows(pg_url, "SELECT min(lsn) FROM fusee_journal")[0]
+    assert first_kept is None or first_kept > checkpoints[0]
+    async with engine(tmp_path / "h", pg_url) as e:
+        assert await e.handle("c-7").result() == 15
+        await e.signal("open-1", "go", 41)
+        assert await e.handle("open-1").result() == 42
+    assert len(RAN) == 100  # every step ran once: none again after the reopen
+
+
+async def test_a_missing_record_is_journal_corrupt_naming_the_table_and_record(
+    tmp_path: Path, pg_url: str
+) -> None:
+    async with engine(tmp_path / "h", pg_url, checkpoint_bytes=None) as e:
+        await e.start("pg_waits", 1, id="w-1")
+        await e.start("pg_waits", 2, id="w-2")
+    with psycopg.connect(pg_url) as conn:
+        conn.execute("DELETE FROM fusee_checkpoints")
+        conn.execute("DELETE FROM fusee_journal WHERE lsn = 2")
+    with pytest.raises(JournalCorrupt, match=r"table fusee_journal, record 3: record 2 is missing"):
+        await engine(tmp_path / "h", pg_url).open()
+
+
+async def test_an_owner_whose_session_died_stops_and_cannot_compact_under_the_next(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """The server dropping the owner's session (as it does for a lost network) frees the
+    journal for another process; the old owner's next commit fails (fail-stop), and its
+    checkpoint, fenced by the epoch, writes and deletes nothing."""
+    old = engine(tmp_path / "a", pg_url)
+    await old.open()
+    try:
+        await old.start("pg_waits", 1, id="w-1")
+        journal: postgres.PgJournal = old.journal  # type: ignore[assignment]
+        assert journal._conn is not None
+        backend = journal._conn.info.backend_pid
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+        async with engine(tmp_path / "b", pg_url) as new:
+            await new.wait_until(lambda: new.runs.newest["w-1"].status == Status.PARKED)
+            with pytest.raises(JournalFailed):
+                await old.signal("w-1", "go", 41)
+            before = rows(pg_url, "SELECT lsn FROM fusee_checkpoints")
+            with pytest.raises(JournalFailed, match="another process took the journal"):
+                journal.write_checkpoint(10_000, {"lsn": 10_000, "runs": [], "schedules": {}})
+            assert rows(pg_url, "SELECT lsn FROM fusee_checkpoints") == before
+            await new.signal("w-1", "go", 41)
+            assert await new.handle("w-1").result() == 42
+    finally:
+        await old.close()
