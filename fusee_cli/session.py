@@ -54,6 +54,10 @@ class CliError(Exception):
         self.message = message
 
 
+class Locked(CliError):
+    """Another process owns the home (or drives the journal in the store)."""
+
+
 def not_available(what: str, missing: str) -> CliError:
     """The error of a command (or option) whose engine feature is not built yet: exit 2."""
     return CliError(
@@ -367,7 +371,7 @@ def opening_error(home: Path, e: Exception) -> CliError | None:
     if isinstance(e, OSError):
         return unusable_home(home, e)
     if isinstance(e, HomeLocked):
-        return CliError(Code.USAGE, f"{e}; stop it or wait for it to finish")
+        return Locked(Code.USAGE, f"{e}; stop it or wait for it to finish")
     if isinstance(e, AppImportError | JournalCorrupt | OwnerUnanswered | StoreUnavailable):
         return CliError(Code.USAGE, str(e))
     if isinstance(e, ValueError) and "Config.store" in str(e):

@@ -16,6 +16,7 @@ JSON lines on stdout: `serving` first (with the HTTP URL), `stats` every
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -119,6 +120,28 @@ def serve(
         )
 
 
+async def _standby(store: str, stop: Any, out: _Output) -> bool:
+    """Waits until no other process drives the journal in `store`; False if stopped first.
+
+    Several `fusee serve --store URL` (on one host or several) share a journal so:
+    one drives it, the others wait, and one of them takes it over the moment the
+    driver lets go or dies (its session ends: at once for a killed process, after
+    `Config.lease` for one cut off the network).
+    """
+    from fusee_runtime.journal.postgres import describe, wait_for_journal
+
+    def waiting(holder: str) -> None:
+        out.event("standby", store=describe(store), holder=holder)
+
+    try:
+        return await wait_for_journal(store, stop, waiting)
+    except Exception as e:
+        mapped = session.opening_error(Path("."), e)
+        if mapped is None:
+            raise
+        raise mapped from None
+
+
 def _address(http: str, token: str | None) -> tuple[str, int]:
     """HOST and PORT of `--http`, checked before anything opens.
 
@@ -180,9 +203,24 @@ async def _serve(
         # Bound before the home opens, so the runs it resumes hand out completion URLs.
         bound = bind(*address)  # Rejected (exit 2) if it cannot bind
     url = public_url or (bound[1] if bound else None)
-    async with session.open_engine(
-        home, app, schedules=True, grace=grace, http_url=url, retention=retention_s
-    ) as engine:
+    store = session.store()
+    while True:
+        if store is not None and not await _standby(store, stop, out):
+            out.event("stopping", signal=got[0] if got else None, grace=grace)
+            out.close()
+            return
+        try:
+            opening = session.open_engine(
+                home, app, schedules=True, grace=grace, http_url=url, retention=retention_s
+            )
+            engine = await opening.__aenter__()
+        except session.Locked:
+            if store is None:
+                raise
+            continue  # another standby took the journal first: wait for it in turn
+        break
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_exit(opening)
         opened.append(engine)
         http_server = None
         tasks: list[asyncio.Task[Any]] = []

@@ -44,6 +44,12 @@ class Config:
     default, and the fastest); or a PostgreSQL URL (`postgresql://user@host/db`),
     whose database then holds the journal and checkpoints (`pip install
     'fusee[postgres]'`; see docs/postgresql.md). `FUSEE_STORE` sets it for `fusee`."""
+    lease: float = 10.0
+    """With a PostgreSQL store: how long, in seconds, an owner cut off from the server
+    (a lost network) keeps the journal before the server ends its session, so that a
+    standby (`fusee serve --store`) takes over; the owner's own side gives up as soon
+    (fail-stop). TCP keepalives and timeouts on both ends: over TCP only (a killed
+    process's session ends at once, whatever the lease)."""
     segment_bytes: int = 16 << 20
     payload_bytes_max: int = 4 << 20
     checkpoint_bytes: int | None = 4 << 20
@@ -101,6 +107,8 @@ class Config:
                 f"{need} bytes with Config.payload_bytes_max={self.payload_bytes_max}: "
                 "raise segment_bytes or lower payload_bytes_max"
             )
+        if not self.lease >= 2:
+            raise ValueError("Config.lease is at least 2 seconds")
         if self.checkpoint_bytes is not None and self.checkpoint_bytes < 1:
             raise ValueError("Config.checkpoint_bytes is at least 1, or None")
         if self.retention is not None and not (seconds(self.retention) or 0) > 0:

@@ -29,6 +29,8 @@ when a store is opened (`pip install 'fusee[postgres]'`).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -74,6 +76,10 @@ LOCK_CLASS = 0x66757365
 tables are in): one journal per schema, so a database can hold several (`options=-c
 search_path=...` in the URL picks one)."""
 CONNECT_TIMEOUT_S = 10
+STANDBY_POLL_S = 0.1
+"""How often a standby (`wait_for_journal`) asks whether the journal is free: the
+takeover delay after its owner let go (the server ends a killed process's session at
+once; a silent one after the owner's lease)."""
 
 
 def describe(url: str) -> str:
@@ -87,6 +93,49 @@ def describe(url: str) -> str:
     host = str(info.get("host") or "localhost")
     port = f":{info['port']}" if info.get("port") else ""
     return f"PostgreSQL database {info.get('dbname') or info.get('user') or '?'} on {host}{port}"
+
+
+async def wait_for_journal(
+    url: str,
+    stop: asyncio.Event,
+    waiting: Callable[[str], None],
+    poll_s: float = STANDBY_POLL_S,
+) -> bool:
+    """Waits, as a standby, until no process holds the journal in `url`; True then (open
+    it at once: another standby may be quicker, and `open` then raises `HomeLocked`),
+    False if `stop` was set first. Calls `waiting(holder)` once if it has to wait.
+
+    Raises:
+        StoreUnavailable: the server cannot be reached.
+    """
+    pg = PgJournal(url)
+    conn = await asyncio.to_thread(pg.connect)
+    said = False
+    try:
+        while not stop.is_set():
+            if await asyncio.to_thread(_free, conn):
+                return True
+            if not said:
+                said = True
+                waiting(await asyncio.to_thread(pg.holder, conn))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), poll_s)
+        return False
+    finally:
+        await asyncio.to_thread(conn.close)
+
+
+def _free(conn: psycopg.Connection[Any]) -> bool:
+    """Whether the journal's lock is free now (taken and given back at once)."""
+    (got,) = _one(conn, _TRY_LOCK, (LOCK_CLASS,))
+    if got:
+        conn.execute(_UNLOCK, (LOCK_CLASS,))
+    conn.commit()
+    return bool(got)
+
+
+_TRY_LOCK = "SELECT pg_try_advisory_lock(%s, hashtext(current_schema()))"
+_UNLOCK = "SELECT pg_advisory_unlock(%s, hashtext(current_schema()))"
 
 
 def _psycopg() -> Any:
@@ -106,8 +155,9 @@ class PgJournal:
     """Commits go to the writer thread: a `COMMIT` is a round trip to the server."""
     remote = True
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, lease: float = 10.0) -> None:
         self.url = url
+        self.lease = lease
         self.name = describe(url)
         self.epoch = 0
         """This process's turn as the journal's owner (`fusee_owner.epoch`)."""
@@ -120,12 +170,20 @@ class PgJournal:
     # -- taking the journal ------------------------------------------------------------
 
     def connect(self) -> psycopg.Connection[Any]:
+        """A new connection, named after this process, that gives up on a silent server
+        within the lease (TCP keepalives and timeout: ignored on a Unix socket)."""
         psycopg = _psycopg()
+        lease = self.lease
         try:
             return psycopg.connect(
                 self.url,
                 connect_timeout=CONNECT_TIMEOUT_S,
                 application_name=f"fusee pid {os.getpid()} on {socket.gethostname()}"[:63],
+                keepalives=1,
+                keepalives_idle=max(1, int(lease / 3)),
+                keepalives_interval=max(1, int(lease / 6)),
+                keepalives_count=2,
+                tcp_user_timeout=int(lease * 1000),
             )
         except psycopg.Error as e:
             raise StoreUnavailable(f"cannot connect to {self.name}: {_said(e)}") from None
@@ -145,14 +203,17 @@ class PgJournal:
                     f"{self.name} has no schema for fusee's tables: the search_path names "
                     "none that exists (CREATE SCHEMA it first)"
                 )
-            (got,) = _one(
-                conn,
-                "SELECT pg_try_advisory_lock(%s, hashtext(current_schema()))",
-                (LOCK_CLASS,),
-            )
+            (got,) = _one(conn, _TRY_LOCK, (LOCK_CLASS,))
+            # The server's side of the lease: it ends this session (and so lets go of the
+            # lock) once the owner has been silent for about the lease.
+            idle, interval = max(1, int(self.lease / 3)), max(1, int(self.lease / 6))
+            conn.execute(f"SET tcp_keepalives_idle = {idle}")
+            conn.execute(f"SET tcp_keepalives_interval = {interval}")
+            conn.execute("SET tcp_keepalives_count = 2")
+            conn.execute(f"SET tcp_user_timeout = {int(self.lease * 1000)}")
             conn.commit()
             if not got:
-                raise HomeLocked(self.name, None, self._holder(conn))
+                raise HomeLocked(self.name, None, self.holder(conn))
             self._migrate(conn)
             me = f"pid {os.getpid()} on {socket.gethostname()}"
             (self.epoch,) = _one(
@@ -170,7 +231,8 @@ class PgJournal:
             raise
         self._conn = conn
 
-    def _holder(self, conn: psycopg.Connection[Any]) -> str:
+    def holder(self, conn: psycopg.Connection[Any]) -> str:
+        """Who drives the journal, as `fusee_owner` says (for messages)."""
         try:
             row = conn.execute("SELECT holder FROM fusee_owner").fetchone()
             conn.commit()

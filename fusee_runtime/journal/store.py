@@ -95,7 +95,7 @@ def open_store(home: Path, config: Config) -> JournalStore:
         return LocalJournal(home / "journal", config.storage, config.segment_bytes)
     from fusee_runtime.journal.postgres import PgJournal
 
-    return PgJournal(config.store)
+    return PgJournal(config.store, lease=config.lease)
 
 
 class LocalJournal:

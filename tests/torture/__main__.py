@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tests.torture import torture_app
 from tests.torture.harness import Report, trial, workdir_for
-from tests.torture.torture_app import FAULTS
+from tests.torture.torture_app import FAULTS, PG_FAULTS
 
 
 def main() -> int:
@@ -31,8 +31,15 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=200, help="workflow runs per trial")
     parser.add_argument("--dir", type=Path, default=None, help="where trials run (kept on failure)")
     parser.add_argument(
+        "--store",
+        default=None,
+        help="a PostgreSQL URL: each trial's journal in a schema of its own there "
+        "(torture_<seed>, dropped when the trial passes), its first life ended by "
+        "each of torture_app.PG_FAULTS in turn",
+    )
+    parser.add_argument(
         "--fault",
-        choices=FAULTS,
+        choices=sorted({*FAULTS, *PG_FAULTS}),
         default=None,
         help="end every first life so (default: each in turn, by seed)",
     )
@@ -46,14 +53,17 @@ def main() -> int:
         "elsewhere"
     )
     totals = dict.fromkeys(counted.split(), 0)
-    by_fault = dict.fromkeys(FAULTS, 0)
+    faults_in_turn = PG_FAULTS if args.store else FAULTS
+    by_fault = dict.fromkeys(faults_in_turn, 0)
     injected: dict[str, int] = {}  # by operation
     t0 = time.monotonic()
     for seed in range(args.seed, args.seed + args.trials):
         workdir = workdir_for(base, seed)
-        fault = args.fault or FAULTS[seed % len(FAULTS)]
+        fault = args.fault or faults_in_turn[seed % len(faults_in_turn)]
+        by_fault.setdefault(fault, 0)
+        store = _schema(args.store, f"torture_{seed}") if args.store else None
         try:
-            report, _ = trial(seed, workdir, runs=args.runs, fault=fault)
+            report, _ = trial(seed, workdir, runs=args.runs, fault=fault, store=store)
         except Exception as e:  # the harness or the recovery broke: still a failed trial
             report = Report(seed, fault, violations=[f"the trial raised {e!r}"])
         totals["trials"] += 1
@@ -83,6 +93,8 @@ def main() -> int:
                 print(f"  {line}", file=sys.stderr)
         else:
             shutil.rmtree(workdir)
+            if args.store:
+                _schema(args.store, f"torture_{seed}", drop=True)
     if totals["violations"] == 0 and args.dir is None:
         shutil.rmtree(base, ignore_errors=True)
     faults = ", ".join(f"{n} {f}" for f, n in by_fault.items() if n)
@@ -101,6 +113,19 @@ def main() -> int:
         f"{totals['violations']} violations ({time.monotonic() - t0:.0f} s)"
     )
     return 1 if totals["violations"] else 0
+
+
+def _schema(url: str, schema: str, drop: bool = False) -> str:
+    """Makes `schema` anew in the database (or drops it); returns the URL that uses it."""
+    import psycopg
+
+    from fusee_runtime.bench_pg import with_schema
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        if not drop:
+            conn.execute(f'CREATE SCHEMA "{schema}"')
+    return with_schema(url, schema)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,8 @@ def emit(*words: object) -> None:
 async def main(home: str, seed: int, runs: int, fault: str, at: int) -> None:
     storage = torture_app.FaultStorage(fault, at, seed)
     torture_app.watch_history(at if fault == "history-kill" else 0)
-    config = dataclasses.replace(torture_app.CONFIG, storage=storage)
+    store = os.environ.get("FUSEE_STORE") or None  # a PostgreSQL URL: the journal there
+    config = dataclasses.replace(torture_app.CONFIG, storage=storage, store=store)
     async with Engine(home, app=None, config=config) as engine:
         emit("READY")
         try:

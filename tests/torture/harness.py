@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import os
 import queue
 import random
 import re
@@ -180,9 +181,11 @@ def trial(
     runs: int = 200,
     fault: str = "kill",
     between: Callable[[Path, Seen], None] | None = None,
+    store: str | None = None,
 ) -> tuple[Report, Evidence]:
     """Runs trial `seed` in `workdir` (its home and ledger stay there), its first
-    life ended by `fault` (one of `torture_app.FAULTS`).
+    life ended by `fault` (one of `torture_app.FAULTS`, or with a PostgreSQL `store`,
+    which then holds the journal, one of `torture_app.PG_FAULTS`).
 
     `between(workdir, seen)`, if given, runs after the kill and before recovery: the
     harness's own tests damage the home there, to see the check catch it.
@@ -192,14 +195,14 @@ def trial(
     rng = random.Random(seed)
     report = Report(seed, fault)
     planned = dict(torture_app.plan(seed, runs))
-    seen = _live(home, ledger, seed, planned, rng, report)
+    seen = _live(home, ledger, seed, planned, rng, report, store)
     if between is not None:
         between(workdir, seen)
-    crashed = read_home(home)
+    crashed = read_home(home, store)
     report.cut, report.compacted_records = crashed.cut, crashed.compacted
     torture_app.LEDGER = str(ledger)
-    finals, limits, updated = asyncio.run(_finish(home, planned, crashed.records))
-    final = read_home(home)
+    finals, limits, updated = asyncio.run(_finish(home, planned, crashed.records, store))
+    final = read_home(home, store)
     evidence = Evidence(
         planned,
         seen,
@@ -224,13 +227,18 @@ def _live(
     planned: dict[str, dict[str, Any]],
     rng: random.Random,
     report: Report,
+    store: str | None = None,
 ) -> Seen:
     runs = len(planned)
     at = rng.randint(1, FAULT_WITHIN.get(report.fault, 40))
     args = [str(seed), str(runs), report.fault, str(at)]
+    env = {k: v for k, v in os.environ.items() if k != "FUSEE_STORE"}
+    if store is not None:
+        env["FUSEE_STORE"] = store
     with open(ledger.with_name("child.err"), "wb") as err:
         child = subprocess.Popen(
             [sys.executable, str(HERE / "child.py"), str(home), str(ledger), *args],
+            env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=err,
@@ -248,13 +256,20 @@ def _live(
     reader.start()
     seen = Seen(pid=child.pid)
     kill_at: float | None = None
-    parent_kills = ("kill", "short", "ckpt-fail")
+    parent_kills = ("kill", "short", "ckpt-fail", "drop")
     kill_after = rng.randint(0, runs * 4 // 5) if report.fault in parent_kills else None
     heard = time.monotonic()
     sends: list[tuple[float, str]] = []  # (when, workflow id)
     eof = parent_killed = False
     while not eof:
         now = time.monotonic()
+        if kill_at is not None and now >= kill_at and report.fault == "drop" and store:
+            # The server drops the child's sessions (as for a lost network): it must
+            # stop (fail-stop), acknowledging nothing more; killed once it says DONE.
+            _drop_sessions(store, child.pid)
+            report.killed = True
+            kill_at = kill_after = None
+            continue
         if kill_at is not None and now >= kill_at:
             child.send_signal(signal.SIGKILL)
             report.killed = parent_killed = True
@@ -291,7 +306,7 @@ def _live(
             child.stdin.close()
     reader.join()
     child.stdout.close()  # type: ignore[union-attr]
-    if report.killed and seen.done:
+    if report.killed and seen.done and report.fault != "drop":
         report.killed = False  # the kill came after the end: not a crash mid-work
     if seen.fault_records is not None and report.fault != "short":
         report.killed = True
@@ -308,6 +323,17 @@ def _live(
             f"the child died by itself (exit {child.returncode}): {tail[-1] if tail else ''}"
         )
     return seen
+
+
+def _drop_sessions(store: str, pid: int) -> None:
+    """Has the server end every session of process `pid` (fusee names them by pid)."""
+    import psycopg
+
+    with psycopg.connect(store, autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE %s",
+            (f"fusee pid {pid} on %",),
+        )
 
 
 def _take(line: str, seen: Seen) -> None:
@@ -343,7 +369,10 @@ def _take(line: str, seen: Seen) -> None:
 
 
 async def _finish(
-    home: Path, planned: dict[str, dict[str, Any]], journal: list[list[Any]]
+    home: Path,
+    planned: dict[str, dict[str, Any]],
+    journal: list[list[Any]],
+    store: str | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
     """Reopens the home, sends the signals its `journal` does not hold and the update
     of each run still open (again, with its id, if the journal holds it: it must not
@@ -353,7 +382,8 @@ async def _finish(
     received = {(wids[r[1]], r[3]) for r in journal if r[0] == R.SignalReceived}
     closed = {wids[r[1]] for r in journal if r[0] in CLOSES}
     updated: dict[str, Any] = {}
-    async with Engine(home, app=None, config=torture_app.CONFIG) as engine:
+    config = dataclasses.replace(torture_app.CONFIG, store=store)
+    async with Engine(home, app=None, config=config) as engine:
         # The planned runs; their children run as part of them.
         ids = {info.id for info in await engine.list() if info.id in planned}
         for wid in sorted(ids):
@@ -393,7 +423,7 @@ class Read:
     """Rows in the history store, by workflow id."""
 
 
-def read_home(home: Path) -> Read:
+def read_home(home: Path, store: str | None = None) -> Read:
     """Every record `home` holds, as the engine will find them on open, in lsn order;
     read without changing anything (the journal is not repaired, `history.db` is
     opened read-only).
@@ -409,9 +439,12 @@ def read_home(home: Path) -> Read:
     has not deleted yet may also hold records up to the checkpoint's lsn: each of
     those must be in the checkpoint or the history store, as the same record,
     or the engine (which reads neither) has lost it.
+
+    With a PostgreSQL `store`, the checkpoint and the records come from its tables
+    (the rows compaction has not deleted play the segments' part).
     """
     directory = home / "journal"
-    if not directory.exists():
+    if store is None and not directory.exists():
         return Read([], False, [])
     held: dict[int, tuple[list[Any], str]] = {}
     disagreements: list[str] = []
@@ -426,7 +459,7 @@ def read_home(home: Path) -> Read:
         elif len(rec) > len(had):
             held[lsn] = (rec, where)
 
-    base = newest_checkpoint(directory)
+    base = newest_checkpoint(directory) if store is None else _pg_checkpoint(store)
     after = base.lsn if base is not None else 0
     sizes: dict[str, int] = {}  # the lsn of each limit's size the checkpoint holds
     if base is not None:
@@ -448,18 +481,22 @@ def read_home(home: Path) -> Read:
             hold(lsn, rec, history.NAME)
     # From the first segment left, not just those after the checkpoint: the older
     # ones' records are compared with the checkpoint and the store.
-    heads = [first for _, first in first_lsns(directory, Storage()) if first is not None]
+    if store is None:
+        heads = [first for _, first in first_lsns(directory, Storage()) if first is not None]
+        scan = recover(directory, Storage(), repair=False, after=heads[0] - 1 if heads else 0)
+        kept, cut, end = scan.records, scan.cut is not None, scan.tail.next_lsn - 1
+    else:
+        kept, cut = _pg_rows(store), False
+        heads = [kept[0][0]] if kept else []
+        end = kept[-1][0] if kept else 0
     if heads and heads[0] > after + 1:
         disagreements.append(
             f"records {after + 1} to {heads[0] - 1}: compacted, though no checkpoint holds them"
         )
-    scan = recover(directory, Storage(), repair=False, after=heads[0] - 1 if heads else 0)
-    if scan.tail.next_lsn - 1 < after:
-        disagreements.append(
-            f"the segments end at record {scan.tail.next_lsn - 1}, before the checkpoint ({after})"
-        )
+    if end < after:
+        disagreements.append(f"the segments end at record {end}, before the checkpoint ({after})")
     superseded: list[tuple[int, list[Any]]] = []
-    for lsn, payload in scan.records:
+    for lsn, payload in kept:
         rec = decode(payload)
         if lsn > after:
             hold(lsn, rec, "the segments")
@@ -500,7 +537,7 @@ def read_home(home: Path) -> Read:
         )
     records = [rec for _, (rec, _) in sorted(held.items())]
     elsewhere = sum(1 for lsn in held if not heads or lsn < heads[0])
-    return Read(records, scan.cut is not None, disagreements, elsewhere, dict(stored))
+    return Read(records, cut, disagreements, elsewhere, dict(stored))
 
 
 def _spans(lsns: list[int]) -> str:
@@ -517,6 +554,39 @@ def _spans(lsns: list[int]) -> str:
 def newest_checkpoint(directory: Path) -> ckpt.Checkpoint | None:
     """As the engine chooses it: the newest that reads whole."""
     return ckpt.newest(directory, Storage())[0]
+
+
+def _pg_checkpoint(store: str) -> ckpt.Checkpoint | None:
+    """As the engine chooses it in PostgreSQL: the newest that reads whole."""
+    import psycopg
+
+    with psycopg.connect(store) as conn:
+        if not _has_tables(conn):
+            return None  # killed before its first open made them
+        rows = conn.execute(
+            "SELECT lsn, body FROM fusee_checkpoints WHERE NOT damaged ORDER BY lsn DESC"
+        ).fetchall()
+    for lsn, body in rows:
+        with contextlib.suppress(ckpt.CheckpointDamaged):
+            return ckpt.decode(Path(f"fusee_checkpoints/{lsn}"), bytes(body))
+    return None
+
+
+def _pg_rows(store: str) -> list[tuple[int, bytes]]:
+    """Every (lsn, payload) `fusee_journal` holds, in order, gaps and all."""
+    import psycopg
+
+    with psycopg.connect(store) as conn:
+        if not _has_tables(conn):
+            return []
+        rows = conn.execute("SELECT lsn, record FROM fusee_journal ORDER BY lsn").fetchall()
+    return [(lsn, bytes(record)) for lsn, record in rows]
+
+
+def _has_tables(conn: Any) -> bool:
+    """Whether fusee made its tables in the store yet (the schema is made on first open)."""
+    row = conn.execute("SELECT to_regclass('fusee_journal') IS NOT NULL").fetchone()
+    return bool(row[0])
 
 
 def _stored(home: Path) -> list[tuple[str, list[list[Any]]]]:

@@ -65,6 +65,13 @@ child's own SIGKILL in the middle of writing a checkpoint or of compacting; a
 checkpoint or compaction whose I/O fails (which changes nothing), then the
 parent's SIGKILL; or the child's own SIGKILL as the history store commits."""
 
+PG_FAULTS = ("kill", "drop", "history-kill")
+"""What ends a first life with the journal in PostgreSQL: the parent's SIGKILL at a
+random instant; the server dropping the child's sessions at a random instant (as for
+a lost network), after which the child must acknowledge nothing more; or the child's
+own SIGKILL as the history store commits. (The storage faults are the local
+journal's files'.)"""
+
 CHECKPOINT_FAULTS = ("ckpt-kill", "ckpt-fail")
 
 

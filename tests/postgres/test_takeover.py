@@ -1,0 +1,198 @@
+"""Takeover: three `fusee serve --store URL` workers on one database, the driving one
+killed with SIGKILL mid-work, its runs finished by a standby.
+
+The workers are real processes on a real PostgreSQL server, each with a home of its
+own (as on three hosts). One drives the journal; the others print `standby` and
+wait. The test starts runs and signals them through the driver's HTTP API, kills it
+once steps are running, and finishes every run through the worker that took over.
+The side ledger (`takeover_app`) shows that no step whose result was committed ran
+again, and every acknowledged start and signal is in the final results. The time
+from the kill to the first step the new driver ran is printed (run with -s to see
+it): it is reported, not asserted.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from processes import REPO, fusee_script, stop_child
+
+APP_DIR = Path(__file__).resolve().parent / "takeover"
+RUNS = 30
+STEPS = 4  # a run: STEPS steps, "go", STEPS more, "end"
+KILL_AFTER = 60  # step executions seen before the driver is killed
+
+# Several processes at once each: one worker of the suite at a time runs them.
+pytestmark = pytest.mark.xdist_group("postgres-takeover")
+
+
+class Worker:
+    """One `fusee serve` child and the events it prints (JSON lines)."""
+
+    def __init__(self, home: Path, store: str, env: dict[str, str]) -> None:
+        command = [fusee_script(), "--store", store, "serve", "--home", str(home)]
+        self.proc = subprocess.Popen(
+            [*command, "--app", "takeover_app", "--http", "127.0.0.1:0"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.events: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.events.put(orjson.loads(line))
+        self.events.put(None)
+
+    def next_event(self) -> dict[str, Any]:
+        """The next event but log lines (the first open's "tables at version 1", say)."""
+        while True:
+            event = self.events.get()
+            if event is None:
+                _, err = self.proc.communicate()
+                raise AssertionError(f"worker {self.proc.pid} exited {self.proc.returncode}: {err}")
+            if event["event"] != "log":
+                return event
+
+
+def test_a_killed_driver_s_runs_are_taken_over_and_none_of_its_steps_runs_again(
+    tmp_path: Path, pg_url: str
+) -> None:
+    ledger, progress = tmp_path / "ledger.jsonl", tmp_path / "progress"
+    os.mkfifo(progress)
+    # Held open for reading and writing: the steps' writes never fail for want of a reader.
+    hint = os.open(progress, os.O_RDWR)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEE_")}
+    env.update(
+        PYTHONPATH=os.pathsep.join(filter(None, [str(APP_DIR), str(REPO), env.get("PYTHONPATH")])),
+        TAKEOVER_LEDGER=str(ledger),
+        TAKEOVER_PROGRESS=str(progress),
+    )
+    first = Worker(tmp_path / "w0", pg_url, env)
+    workers = [first]
+    try:
+        serving = first.next_event()
+        assert serving["event"] == "serving", serving
+        workers += [Worker(tmp_path / f"w{i}", pg_url, env) for i in (1, 2)]
+        for standby in workers[1:]:
+            event = standby.next_event()
+            assert event["event"] == "standby", event
+            assert event["holder"] == f"fusee pid {first.proc.pid} on {os.uname().nodename}"
+
+        with httpx.Client(base_url=serving["http"], timeout=60) as driver:
+            for i in range(RUNS):
+                started = driver.post(
+                    "/v1/runs", json={"workflow": "takeover", "input": STEPS, "id": f"t-{i}"}
+                )
+                assert started.status_code == 201, started.text
+            for i in range(RUNS):
+                sent = driver.post(f"/v1/runs/t-{i}/signals/go", json=100 + i)
+                assert sent.status_code == 200, sent.text
+        seen = 0
+        with os.fdopen(os.dup(hint), "rb", buffering=0) as hints:
+            while seen < KILL_AFTER:
+                seen += hints.read(65536).count(b"\n")
+        first.proc.send_signal(signal.SIGKILL)
+        killed_at = time.time()
+        first.proc.wait()
+
+        taken = _first_to_serve(workers[1:])
+        with httpx.Client(base_url=taken["http"], timeout=120) as driver:
+            for i in range(RUNS):
+                sent = driver.post(f"/v1/runs/t-{i}/signals/end", json=1000 + i)
+                assert sent.status_code == 200, sent.text
+            results = {}
+            histories = {}
+            for i in range(RUNS):
+                got = driver.get(f"/v1/runs/t-{i}/result", params={"wait": 60})
+                assert got.status_code == 200, got.text
+                results[i] = got.json()["result"]
+                histories[i] = driver.get(f"/v1/runs/t-{i}/history").json()
+    finally:
+        os.close(hint)
+        for worker in workers:
+            stop_child(worker.proc)
+
+    done = sum(range(2 * STEPS))
+    assert results == {i: done + 100 + i + 1000 + i for i in range(RUNS)}
+
+    executions: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for line in ledger.read_bytes().splitlines():
+        entry = orjson.loads(line)
+        executions[entry["key"]].append(entry)
+    key_of = {e["nonce"]: key for key, runs in executions.items() for e in runs}
+    recorded = [
+        r["value"]["nonce"]
+        for records in histories.values()
+        for r in records
+        if r["type"] == "StepCompleted"
+    ]
+    assert len(recorded) == len(executions) == RUNS * 2 * STEPS
+    for nonce in recorded:
+        runs = executions[key_of[nonce]]
+        # The execution the journal recorded is the last one: once committed, never again.
+        assert runs[-1]["nonce"] == nonce, runs
+        assert len(runs) <= 2, runs
+    pids = {e["pid"] for runs in executions.values() for e in runs}
+    assert first.proc.pid in pids and len(pids) == 2  # the driver, and the one that took over
+    again = sum(len(runs) - 1 for runs in executions.values())
+    resumed = min(
+        e["t"] for runs in executions.values() for e in runs if e["pid"] != first.proc.pid
+    )
+    print(
+        f"\ntakeover: {resumed - killed_at:.3f} s from the SIGKILL to the first step the new "
+        f"driver ran ({taken['at'] - killed_at:.3f} s to serving); {again} step(s) whose "
+        f"result was not committed ran again"
+    )
+
+
+def _first_to_serve(standbys: list[Worker]) -> dict[str, Any]:
+    """The `serving` event of whichever standby takes the journal over first."""
+    found: queue.Queue[dict[str, Any]] = queue.Queue()
+
+    def watch(worker: Worker) -> None:
+        try:
+            event = worker.next_event()
+        except AssertionError:
+            return
+        if event["event"] == "serving":
+            found.put(event)
+
+    for worker in standbys:
+        threading.Thread(target=watch, args=(worker,), daemon=True).start()
+    return found.get()
+
+
+def test_a_standby_stopped_while_it_waits_exits_0_and_never_took_the_journal(
+    tmp_path: Path, pg_url: str
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEE_")}
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(APP_DIR), str(REPO)])))
+    workers = [Worker(tmp_path / "w0", pg_url, env)]
+    try:
+        assert workers[0].next_event()["event"] == "serving"
+        standby = Worker(tmp_path / "w1", pg_url, env)
+        workers.append(standby)
+        assert standby.next_event()["event"] == "standby"
+        standby.proc.send_signal(signal.SIGTERM)
+        assert standby.next_event()["event"] == "stopping"
+        assert standby.proc.wait() == 0
+        assert not (tmp_path / "w1" / "journal").exists()  # it never opened a home
+    finally:
+        for worker in workers:
+            stop_child(worker.proc)
