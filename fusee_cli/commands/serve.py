@@ -128,7 +128,14 @@ async def _standby(store: str, stop: Any, out: _Output) -> bool:
     driver lets go or dies (its session ends: at once for a killed process, after
     `Config.lease` for one cut off the network).
     """
-    from fusee_runtime.journal.postgres import describe, wait_for_journal
+    from fusee_runtime import Config
+    from fusee_runtime.journal.postgres import describe
+    from fusee_runtime.journal.standby import wait_for_journal
+
+    try:
+        Config(store=store)  # a URL of another kind is said before anything connects
+    except ValueError as e:
+        raise CliError(Code.USAGE, str(e)) from None
 
     def waiting(holder: str) -> None:
         out.event("standby", store=describe(store), holder=holder)

@@ -92,7 +92,7 @@ class Config:
         if self.store is not None and not self.store.startswith(STORE_SCHEMES):
             raise ValueError(
                 f"Config.store is None (the local journal) or a PostgreSQL URL starting "
-                f"with postgresql://, not {self.store!r}"
+                f"with postgresql://, not {self.store.partition(':')[0][:20]!r}..."
             )
         if self.payload_bytes_max < 1 or self.record_bytes_max > fmt.RECORD_BYTES_MAX:
             raise ValueError(

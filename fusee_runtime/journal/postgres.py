@@ -29,8 +29,6 @@ when a store is opened (`pip install 'fusee[postgres]'`).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import os
 import socket
@@ -76,10 +74,6 @@ LOCK_CLASS = 0x66757365
 tables are in): one journal per schema, so a database can hold several (`options=-c
 search_path=...` in the URL picks one)."""
 CONNECT_TIMEOUT_S = 10
-STANDBY_POLL_S = 0.1
-"""How often a standby (`wait_for_journal`) asks whether the journal is free: the
-takeover delay after its owner let go (the server ends a killed process's session at
-once; a silent one after the owner's lease)."""
 
 
 def describe(url: str) -> str:
@@ -95,50 +89,11 @@ def describe(url: str) -> str:
     return f"PostgreSQL database {info.get('dbname') or info.get('user') or '?'} on {host}{port}"
 
 
-async def wait_for_journal(
-    url: str,
-    stop: asyncio.Event,
-    waiting: Callable[[str], None],
-    poll_s: float = STANDBY_POLL_S,
-) -> bool:
-    """Waits, as a standby, until no process holds the journal in `url`; True then (open
-    it at once: another standby may be quicker, and `open` then raises `HomeLocked`),
-    False if `stop` was set first. Calls `waiting(holder)` once if it has to wait.
-
-    Raises:
-        StoreUnavailable: the server cannot be reached.
-    """
-    pg = PgJournal(url)
-    conn = await asyncio.to_thread(pg.connect)
-    said = False
-    try:
-        while not stop.is_set():
-            if await asyncio.to_thread(_free, conn):
-                return True
-            if not said:
-                said = True
-                waiting(await asyncio.to_thread(pg.holder, conn))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), poll_s)
-        return False
-    finally:
-        await asyncio.to_thread(conn.close)
+TRY_LOCK = "SELECT pg_try_advisory_lock(%s, hashtext(current_schema()))"
+UNLOCK = "SELECT pg_advisory_unlock(%s, hashtext(current_schema()))"
 
 
-def _free(conn: psycopg.Connection[Any]) -> bool:
-    """Whether the journal's lock is free now (taken and given back at once)."""
-    (got,) = _one(conn, _TRY_LOCK, (LOCK_CLASS,))
-    if got:
-        conn.execute(_UNLOCK, (LOCK_CLASS,))
-    conn.commit()
-    return bool(got)
-
-
-_TRY_LOCK = "SELECT pg_try_advisory_lock(%s, hashtext(current_schema()))"
-_UNLOCK = "SELECT pg_advisory_unlock(%s, hashtext(current_schema()))"
-
-
-def _psycopg() -> Any:
+def import_psycopg() -> Any:
     try:
         import psycopg
     except ImportError:
@@ -164,6 +119,7 @@ class PgJournal:
         self._conn: psycopg.Connection[Any] | None = None  # holds the lock; the writer's
         self._side: psycopg.Connection[Any] | None = None  # checkpoints and compaction
         self._side_lock = threading.Lock()
+        self._closed = False
         self._bytes = 0
         self.writer_made: PgWriter | None = None
 
@@ -172,7 +128,7 @@ class PgJournal:
     def connect(self) -> psycopg.Connection[Any]:
         """A new connection, named after this process, that gives up on a silent server
         within the lease (TCP keepalives and timeout: ignored on a Unix socket)."""
-        psycopg = _psycopg()
+        psycopg = import_psycopg()
         lease = self.lease
         try:
             return psycopg.connect(
@@ -186,7 +142,15 @@ class PgJournal:
                 tcp_user_timeout=int(lease * 1000),
             )
         except psycopg.Error as e:
-            raise StoreUnavailable(f"cannot connect to {self.name}: {_said(e)}") from None
+            raise StoreUnavailable(f"cannot connect to {self.name}: {self.said(e)}") from None
+
+    def said(self, e: BaseException) -> str:
+        """What the server or driver said, on one line, without the URL or its password
+        (libpq quotes a URL it cannot read)."""
+        text = _said(e)
+        if self.url in text or self.name.endswith("(an unreadable URL)"):
+            return "the URL cannot be read (check its form and its percent-escapes)"
+        return text
 
     def open(self) -> None:
         """Connects, takes the journal for this process, creates or migrates the schema.
@@ -195,15 +159,15 @@ class PgJournal:
             HomeLocked: another process drives this journal (named by its holder).
             StoreUnavailable: the server cannot be reached, refused, or holds a newer schema.
         """
-        psycopg = _psycopg()
+        psycopg = import_psycopg()
         conn = self.connect()
         try:
-            if _one(conn, "SELECT current_schema()")[0] is None:
+            if one_row(conn, "SELECT current_schema()")[0] is None:
                 raise StoreUnavailable(
                     f"{self.name} has no schema for fusee's tables: the search_path names "
                     "none that exists (CREATE SCHEMA it first)"
                 )
-            (got,) = _one(conn, _TRY_LOCK, (LOCK_CLASS,))
+            (got,) = one_row(conn, TRY_LOCK, (LOCK_CLASS,))
             # The server's side of the lease: it ends this session (and so lets go of the
             # lock) once the owner has been silent for about the lease.
             idle, interval = max(1, int(self.lease / 3)), max(1, int(self.lease / 6))
@@ -216,7 +180,7 @@ class PgJournal:
                 raise HomeLocked(self.name, None, self.holder(conn))
             self._migrate(conn)
             me = f"pid {os.getpid()} on {socket.gethostname()}"
-            (self.epoch,) = _one(
+            (self.epoch,) = one_row(
                 conn,
                 "UPDATE fusee_owner SET epoch = epoch + 1, holder = %s, since = now() "
                 "RETURNING epoch",
@@ -225,11 +189,17 @@ class PgJournal:
             conn.commit()
         except psycopg.Error as e:
             conn.close()
-            raise StoreUnavailable(f"cannot open the journal in {self.name}: {_said(e)}") from None
+            raise StoreUnavailable(
+                f"cannot open the journal in {self.name}: {self.said(e)}"
+            ) from None
         except BaseException:
             conn.close()
             raise
-        self._conn = conn
+        with self._side_lock:
+            if self._closed:  # the engine gave up on this open (cancelled) meanwhile
+                conn.close()
+                raise StoreUnavailable(f"the journal in {self.name} was closed while opening")
+            self._conn = conn
 
     def holder(self, conn: psycopg.Connection[Any]) -> str:
         """Who drives the journal, as `fusee_owner` says (for messages)."""
@@ -242,7 +212,10 @@ class PgJournal:
         return f"fusee {row[0]}" if row and row[0] else "another process"
 
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
-        conn.execute("CREATE TABLE IF NOT EXISTS fusee_schema (version integer NOT NULL)")
+        # No CREATE once the tables exist: a role with only SELECT, INSERT, UPDATE and
+        # DELETE on them may open the journal.
+        if one_row(conn, "SELECT to_regclass('fusee_schema') IS NULL")[0]:
+            conn.execute("CREATE TABLE fusee_schema (version integer NOT NULL)")
         row = conn.execute("SELECT version FROM fusee_schema").fetchone()
         version = row[0] if row else 0
         if version > SCHEMA_VERSION:
@@ -262,11 +235,15 @@ class PgJournal:
             log.info("fusee: %s: fusee's tables at version %d", self.name, SCHEMA_VERSION)
 
     def close(self) -> None:
-        """Gives the journal back (closing the session releases the lock)."""
-        for conn in (self._side, self._conn):
+        """Gives the journal back (closing the session releases the lock); an `open`
+        still running on its thread then gives it back too."""
+        with self._side_lock:
+            self._closed = True
+            conns = (self._side, self._conn)
+            self._side = self._conn = None
+        for conn in conns:
             if conn is not None:
                 conn.close()
-        self._side = self._conn = None
 
     # -- recovery ------------------------------------------------------------------------
 
@@ -275,13 +252,20 @@ class PgJournal:
 
         Raises:
             JournalCorrupt: a record is missing after the checkpoint.
+            StoreUnavailable: the database failed the reads (its message).
         """
+        try:
+            return self._read()
+        except import_psycopg().Error as e:
+            raise StoreUnavailable(f"cannot read the journal in {self.name}: {_said(e)}") from None
+
+    def _read(self) -> JournalRead:
         conn = self._owner()
         lsns = [r[0] for r in conn.execute(_NEWEST_CHECKPOINTS, (1 << 62,)).fetchall()]
         base: ckpt.Checkpoint | None = None
         passed: list[int] = []
         for lsn in lsns:
-            (body,) = _one(conn, "SELECT body FROM fusee_checkpoints WHERE lsn = %s", (lsn,))
+            (body,) = one_row(conn, "SELECT body FROM fusee_checkpoints WHERE lsn = %s", (lsn,))
             try:
                 base = ckpt.decode(Path(f"fusee_checkpoints/{lsn}"), bytes(body))
                 break
@@ -357,7 +341,7 @@ class PgJournal:
             side = self._side_conn()
             try:
                 with side.transaction():
-                    (epoch,) = _one(side, "SELECT epoch FROM fusee_owner FOR SHARE")
+                    (epoch,) = one_row(side, "SELECT epoch FROM fusee_owner FOR SHARE")
                     if epoch != self.epoch:
                         raise JournalFailed(
                             f"another process took the journal in {self.name} (turn {epoch}, "
@@ -373,8 +357,8 @@ class PgJournal:
                         floor = kept[-1][0]
                         side.execute("DELETE FROM fusee_checkpoints WHERE lsn < %s", (floor,))
                         side.execute("DELETE FROM fusee_journal WHERE lsn <= %s", (floor,))
-                    (self._bytes,) = _one(side, "SELECT pg_total_relation_size('fusee_journal')")
-            except _psycopg().Error as e:
+                    (self._bytes,) = one_row(side, "SELECT pg_total_relation_size('fusee_journal')")
+            except import_psycopg().Error as e:
                 raise StoreUnavailable(f"checkpoint in {self.name} failed: {_said(e)}") from None
         return len(data)
 
@@ -405,10 +389,11 @@ _NEWEST_CHECKPOINTS = (
 )
 
 
-def _one(conn: psycopg.Connection[Any], sql: str, params: tuple[Any, ...] = ()) -> Any:
+def one_row(conn: psycopg.Connection[Any], sql: str, params: tuple[Any, ...] = ()) -> Any:
     """The one row `sql` returns."""
     row = conn.execute(sql, params).fetchone()
-    assert row is not None, sql
+    if row is None:  # fusee_owner's one row deleted by hand, say
+        raise StoreUnavailable(f"fusee's tables are damaged: no row for {sql!r}")
     return row
 
 
@@ -451,10 +436,11 @@ class PgWriter:
         self._asked = False
         self._closing = False
         self._failed: BaseException | None = None
-        if not sync:
-            # durability="none": UNSAFE, as on the local journal (no wait for the WAL).
-            conn.execute("SET synchronous_commit TO off")
-            conn.commit()
+        # A COMMIT is durable only if the server flushed its WAL first: forced on, whatever
+        # the database or role sets (a common tuning turns it off). durability="none":
+        # UNSAFE, as on the local journal (no wait for the WAL).
+        conn.execute(f"SET synchronous_commit TO {'on' if sync else 'off'}")
+        conn.commit()
         self._thread = threading.Thread(target=self._run, name="fusee-journal-pg", daemon=True)
         self._thread.start()
 

@@ -174,3 +174,53 @@ async def test_an_owner_whose_session_died_stops_and_cannot_compact_under_the_ne
             assert await new.handle("w-1").result() == 42
     finally:
         await old.close()
+
+
+def test_a_store_url_s_password_is_never_said(tmp_path: Path) -> None:
+    with pytest.raises(ValueError) as raised:
+        Config(store="postgres+psycopg://alice:TOPSECRET@db/x")
+    assert "TOPSECRET" not in str(raised.value)
+    with pytest.raises(StoreUnavailable) as unread:
+        PgOpen("postgresql://u:Top%zzSecret@db/x")
+    assert "Secret" not in str(unread.value) and "cannot be read" in str(unread.value)
+
+
+def PgOpen(url: str) -> None:
+    journal = postgres.PgJournal(url)
+    try:
+        journal.open()
+    finally:
+        journal.close()
+
+
+async def test_commits_wait_for_the_wal_whatever_the_database_says(
+    tmp_path: Path, pg_url: str
+) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        name = conn.info.dbname
+        conn.execute(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
+    async with engine(tmp_path / "h", pg_url) as e:
+        journal: postgres.PgJournal = e.journal  # type: ignore[assignment]
+        assert journal._conn is not None
+        (setting,) = journal._conn.execute("SHOW synchronous_commit").fetchone()  # type: ignore[misc]
+        journal._conn.commit()
+        assert setting == "on"
+        assert await (await e.start("pg_sum", 2, id="s-1")).result() == 3
+
+
+async def test_a_role_with_only_row_rights_opens_a_made_journal(
+    tmp_path: Path, pg_url: str
+) -> None:
+    async with engine(tmp_path / "h", pg_url) as e:
+        assert await (await e.start("pg_sum", 2, id="s-1")).result() == 3
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE ROLE rows_only LOGIN")
+        conn.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+        conn.execute(
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON fusee_journal, fusee_checkpoints, "
+            "fusee_owner, fusee_schema TO rows_only"
+        )
+    limited = pg_url.replace("postgresql://postgres@", "postgresql://rows_only@")
+    async with engine(tmp_path / "h", limited) as e:
+        assert await e.handle("s-1").result() == 3
+        assert await (await e.start("pg_sum", 3, id="s-2")).result() == 6
