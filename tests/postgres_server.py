@@ -99,6 +99,19 @@ class Server:
             shutil.rmtree(self.root, ignore_errors=True)
 
 
+def journal_payloads(url: str) -> list[bytes]:
+    """Every record payload the journal in `url` keeps, in lsn order (opened as its
+    owner would, so a gap is `JournalCorrupt`)."""
+    from fusee_runtime.journal.postgres import PgJournal
+
+    pg = PgJournal(url)
+    pg.open()
+    try:
+        return [payload for _, payload in pg.records()]
+    finally:
+        pg.close()
+
+
 def skip_reason() -> str | None:
     """Why a test needing PostgreSQL cannot run here (None: it can)."""
     if binaries() is None:

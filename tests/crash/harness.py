@@ -93,14 +93,9 @@ def journal(home: Path) -> list[list[Any]]:
     database `FUSEE_STORE` names (the store the children were given too)."""
     store = os.environ.get("FUSEE_STORE")
     if store:
-        from fusee_runtime.journal.postgres import PgJournal
+        from postgres_server import journal_payloads
 
-        pg = PgJournal(store)
-        pg.open()
-        try:
-            payloads = [p for _, p in pg.records()]
-        finally:
-            pg.close()
+        payloads = journal_payloads(store)
     else:
         payloads = [p for _, p in recover(home / "journal", Storage(), repair=False).records]
     return [decode(p) for p in payloads]

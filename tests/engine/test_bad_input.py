@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from postgres_server import journal_payloads
 
 from fusee_runtime import (
     CodecError,
@@ -33,7 +34,6 @@ from fusee_runtime import (
     workflow,
 )
 from fusee_runtime.journal import records
-from fusee_runtime.journal.postgres import PgJournal
 from fusee_runtime.journal.reader import recover
 from fusee_runtime.journal.storage import Storage
 
@@ -268,12 +268,7 @@ def whole(home: Path, store: str | None) -> None:
         assert scan.cut is None, "a refused call left damage in the journal"
         payloads = [p for _, p in scan.records]
     else:
-        pg = PgJournal(store)
-        pg.open()
-        try:
-            payloads = [p for _, p in pg.records()]
-        finally:
-            pg.close()
+        payloads = journal_payloads(store)
     for payload in payloads:
         records.decode(payload)
 
