@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from processes import REPO, fusee_script, stop_child
+from processes import REPO, fusee_script
 
 APP_DIR = Path(__file__).resolve().parent / "takeover"
 RUNS = 30
@@ -42,16 +42,33 @@ class Worker:
 
     def __init__(self, home: Path, store: str, env: dict[str, str]) -> None:
         command = [fusee_script(), "--store", store, "serve", "--home", str(home)]
-        self.proc = subprocess.Popen(
-            [*command, "--app", "takeover_app", "--http", "127.0.0.1:0"],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        self.stderr = home.with_name(home.name + ".err")
+        with open(self.stderr, "wb") as err:
+            self.proc = subprocess.Popen(
+                [*command, "--app", "takeover_app", "--http", "127.0.0.1:0"],
+                cwd=REPO,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+            )
         self.events: queue.Queue[dict[str, Any] | None] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
+        # The one reader of its stdout, to the end (so nothing else may read or close it).
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def stop(self) -> None:
+        """SIGTERM (a clean stop), SIGKILL if it hangs; then its stdout is closed."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # not an assertion: a stuck child must not hang
+            self.proc.kill()
+            self.proc.wait()
+        self._reader.join()
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -64,8 +81,9 @@ class Worker:
         while True:
             event = self.events.get()
             if event is None:
-                _, err = self.proc.communicate()
-                raise AssertionError(f"worker {self.proc.pid} exited {self.proc.returncode}: {err}")
+                code = self.proc.wait()
+                err = self.stderr.read_text(errors="replace")
+                raise AssertionError(f"worker {self.proc.pid} exited {code}: {err}")
             if event["event"] != "log":
                 return event
 
@@ -126,7 +144,7 @@ def test_a_killed_driver_s_runs_are_taken_over_and_none_of_its_steps_runs_again(
     finally:
         os.close(hint)
         for worker in workers:
-            stop_child(worker.proc)
+            worker.stop()
 
     done = sum(range(2 * STEPS))
     assert results == {i: done + 100 + i + 1000 + i for i in range(RUNS)}
@@ -195,4 +213,4 @@ def test_a_standby_stopped_while_it_waits_exits_0_and_never_took_the_journal(
         assert not (tmp_path / "w1" / "journal").exists()  # it never opened a home
     finally:
         for worker in workers:
-            stop_child(worker.proc)
+            worker.stop()
