@@ -109,7 +109,6 @@ class _Local:
 
     def __init__(self, scratch: Path) -> None:
         self.scratch = scratch
-        self.store: str | None = None
 
     def __call__(self, name: str) -> tuple[Path, str | None]:
         return self.scratch / name, None

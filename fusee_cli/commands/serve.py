@@ -211,23 +211,23 @@ async def _serve(
         bound = bind(*address)  # Rejected (exit 2) if it cannot bind
     url = public_url or (bound[1] if bound else None)
     store = session.store()
-    while True:
-        if store is not None and not await _standby(store, stop, out):
-            out.event("stopping", signal=got[0] if got else None, grace=grace)
-            out.close()
-            return
-        try:
-            opening = session.open_engine(
-                home, app, schedules=True, grace=grace, http_url=url, retention=retention_s
-            )
-            engine = await opening.__aenter__()
-        except session.Locked:
-            if store is None:
-                raise
-            continue  # another standby took the journal first: wait for it in turn
-        break
     async with contextlib.AsyncExitStack() as stack:
-        stack.push_async_exit(opening)
+        while True:
+            if store is not None and not await _standby(store, stop, out):
+                out.event("stopping", signal=got[0] if got else None, grace=grace)
+                out.close()
+                return
+            try:
+                engine = await stack.enter_async_context(
+                    session.open_engine(
+                        home, app, schedules=True, grace=grace, http_url=url, retention=retention_s
+                    )
+                )
+            except session.Locked:
+                if store is None:
+                    raise
+                continue  # another standby took the journal first: wait for it in turn
+            break
         opened.append(engine)
         http_server = None
         tasks: list[asyncio.Task[Any]] = []

@@ -121,7 +121,6 @@ class PgJournal:
         self._side_lock = threading.Lock()
         self._closed = False
         self._bytes = 0
-        self.writer_made: PgWriter | None = None
 
     # -- taking the journal ------------------------------------------------------------
 
@@ -323,10 +322,7 @@ class PgJournal:
         sync: bool,
         record_bytes_max: int,
     ) -> PgWriter:
-        self.writer_made = PgWriter(
-            self._owner(), tail, on_durable, on_failed, sync, record_bytes_max
-        )
-        return self.writer_made
+        return PgWriter(self._owner(), tail, on_durable, on_failed, sync, record_bytes_max)
 
     def write_checkpoint(self, lsn: int, body: dict[str, Any]) -> int:
         """Stores the checkpoint and compacts, in one transaction fenced by the epoch:
@@ -525,14 +521,8 @@ class PgWriter:
         c.records += len(batch)
         c.bytes += sum(map(len, batch))
         c.batches += 1
-        c.syncs += 1
-        c.sync_seconds += took
-        c.sync_times.observe(took)
         c.batch_sizes.observe(len(batch))
-        if c.syncs == 1:
-            self.sync_s_recent = took
-        else:
-            self.sync_s_recent += (took - self.sync_s_recent) / 8
+        self.sync_s_recent = c.synced(took, self.sync_s_recent)
         return last
 
     def _write(self, batch: list[bytes], first: int) -> float:

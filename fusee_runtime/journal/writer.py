@@ -87,6 +87,14 @@ class Counters:
     def snapshot(self) -> dict[str, float]:
         return {k: v for k, v in vars(self).items() if not isinstance(v, Buckets)}
 
+    def synced(self, took: float, recent: float) -> float:
+        """Counts one sync (or COMMIT) of `took` seconds; returns the moving average of
+        the latest ones, `recent` before it (how slow the disk or server is now)."""
+        self.sync_seconds += took
+        self.syncs += 1
+        self.sync_times.observe(took)
+        return took if self.syncs == 1 else recent + (took - recent) / 8
+
 
 class JournalWriter:
     """Appends records and makes them durable in batches, on its thread or the caller's."""
@@ -327,14 +335,7 @@ class JournalWriter:
             return
         t0 = time.perf_counter()
         self._storage.sync(self._fd)
-        took = time.perf_counter() - t0
-        self.counters.sync_seconds += took
-        self.counters.syncs += 1
-        self.counters.sync_times.observe(took)
-        if self.counters.syncs == 1:
-            self.sync_s_recent = took
-        else:
-            self.sync_s_recent += (took - self.sync_s_recent) / 8
+        self.sync_s_recent = self.counters.synced(time.perf_counter() - t0, self.sync_s_recent)
 
     def _rotate(self, first_lsn: int) -> None:
         if self._fd is not None:
