@@ -125,8 +125,14 @@ CHILDREN_SHOWN = 20
 """How many child workflows `fusee describe` lists; `list --parent` shows them all."""
 
 
-def run_details(info: Any, verbose: bool = False, children: list[Any] | None = None) -> None:
-    """One run's state, as `fusee describe` shows it, with its children's statuses."""
+def run_details(
+    info: Any,
+    verbose: bool = False,
+    children: list[Any] | None = None,
+    driver: str | None = None,
+) -> None:
+    """One run's state, as `fusee describe` shows it, with its children's statuses and
+    the process driving it (`driver`, when another one: shown while the run is open)."""
     grid = Table.grid(padding=(0, GAP))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column(overflow="fold")
@@ -146,6 +152,8 @@ def run_details(info: Any, verbose: bool = False, children: list[Any] | None = N
         for k, v in sorted(info.attributes.items())
     ]
     rows += [("waits for", waits_for(w)) for w in info.waiting]
+    if driver is not None and info.closed_at is None:
+        rows.append(("driven by", driver))
     kids = list(reversed(children or []))  # in the order they started
     rows += [
         ("child", Text.assemble(f"{kid.id} ", status_text(kid.status), f" ({kid.workflow})"))

@@ -122,9 +122,13 @@ class Tokens:
         self.storage = storage
         self.http_url = http_url
         self._secret: bytes | None = None
+        self.shared: bytes | None = None
+        """The secret the journal's store keeps (PostgreSQL), used instead of the home's."""
 
     def secret(self, create: bool) -> bytes | None:
         """The home's token secret; made (once per home) when the first token is issued."""
+        if self.shared is not None:
+            return self.shared
         if self._secret is None:
             path = self.home / SECRET_NAME
             if create or path.exists():

@@ -36,6 +36,7 @@ async def _describe(home: Path, workflow_id: str, as_json: bool, verbose: bool) 
     async with session.control(home, None, drive=False) as ctl:
         info = await session.find_run(ctl, workflow_id)
         kids = [] if as_json else await ctl.list(parent=workflow_id)
+        driver = ctl.driver  # None: this command opened the home itself
     if as_json:
         # One shape with `list --json`; the children are `fusee list --parent ID --json`.
         session.print_json(run_json(info))
@@ -43,4 +44,4 @@ async def _describe(home: Path, workflow_id: str, as_json: bool, verbose: bool) 
         from fusee_cli import tables
 
         mine = [kid for kid in kids if kid.parent is not None and kid.parent[1] == info.run_id]
-        tables.run_details(info, verbose, mine)
+        tables.run_details(info, verbose, mine, driver)

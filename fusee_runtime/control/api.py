@@ -20,6 +20,7 @@ import builtins
 import contextlib
 import dataclasses
 import os
+import socket
 from collections.abc import AsyncGenerator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -114,8 +115,13 @@ class Control:
         """The pid of the owner serving the calls, or None when they run in this process."""
         return None
 
+    @property
+    def driver(self) -> str | None:
+        """The process that serves the calls, for people: None, this one."""
+        return None
+
     async def ping(self) -> dict[str, Any]:
-        return {"pid": os.getpid(), "home": str(self.engine.home)}
+        return {"pid": os.getpid(), "home": str(self.engine.home), "host": socket.gethostname()}
 
     async def start(
         self,

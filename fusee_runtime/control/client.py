@@ -32,11 +32,11 @@ from fusee_runtime.errors import FuseeError, Rejected
 class OwnerUnanswered(Rejected):
     """The process that owns the home does not answer on its control socket."""
 
-    def __init__(self, home: Path, pid: int | None, why: str) -> None:
+    def __init__(self, home: Path, pid: int | None, why: str, where: str | None = None) -> None:
         who = f"pid {pid}" if pid else "another process"
         super().__init__(
-            f"the home {home} is owned by {who}, which {why} on {home / protocol.SOCKET_NAME}; "
-            "wait for it, or stop it"
+            f"the home {home} is owned by {who}, which {why} on "
+            f"{where or home / protocol.SOCKET_NAME}; wait for it, or stop it"
         )
         self.pid = pid
 
@@ -74,11 +74,18 @@ class ControlClient:
         self.home = home
         self._path = home / protocol.SOCKET_NAME
         self._pid = pid
+        self.where: str | None = None
+        """Where requests go, for messages (None: the home's socket)."""
 
     @property
     def owner(self) -> int | None:
         """The pid of the process that serves the calls."""
         return self._pid
+
+    @property
+    def driver(self) -> str:
+        """The process that serves the calls, for people."""
+        return f"pid {self._pid}" if self._pid else "another process"
 
     @classmethod
     async def connect(cls, home: Path) -> ControlClient | None:
@@ -96,6 +103,10 @@ class ControlClient:
             return None
         client._pid = pong["pid"]
         return client
+
+    async def ping(self) -> dict[str, Any]:
+        """Who serves the calls: `pid`, `home`, `host`."""
+        return await self._call("ping")
 
     async def start(
         self,
@@ -218,7 +229,7 @@ class ControlClient:
             FuseeError: the error the owner answered, as its own type where it is known.
             OwnerUnanswered: the owner stayed silent for `ANSWER_S`.
         """
-        reader, writer = await self._open()
+        reader, writer = await self.open_stream()
         lost = OwnerLost(
             f"the owner of {self.home} (pid {self._pid}) closed the connection "
             f"before answering {op!r}; it may have stopped"
@@ -240,7 +251,9 @@ class ControlClient:
                 except ConnectionError:
                     raise lost from None
                 except TimeoutError:
-                    raise OwnerUnanswered(self.home, self._pid, "stopped answering") from None
+                    raise OwnerUnanswered(
+                        self.home, self._pid, "stopped answering", self.where
+                    ) from None
                 except ValueError:  # a line over LINE_BYTES_MAX
                     raise Rejected(
                         f"the answer to {op!r} is over {protocol.LINE_BYTES_MAX} bytes; "
@@ -264,7 +277,10 @@ class ControlClient:
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
-    async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def open_stream(self) -> tuple[asyncio.StreamReader, Any]:
+        """A connection for one request: its lines are read from the reader and written
+        to the writer (`write`, `drain`, `close`, `wait_closed`). The home's socket here;
+        the database for a `StoreClient` (`control/remote.py`)."""
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.setblocking(False)
         try:

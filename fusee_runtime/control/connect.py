@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -104,9 +104,10 @@ async def connect(
     loop = asyncio.get_running_loop()
     began = loop.time()
     said = False
+    reach = _reach(home, config)
     async with contextlib.AsyncExitStack() as stack:
         while True:
-            client = await ControlClient.connect(home)
+            client = await reach()
             if client is not None:
                 ctl: Control | ControlClient = client
                 break
@@ -115,12 +116,28 @@ async def connect(
                 ctl = Control(await stack.enter_async_context(opening))
                 break
             except HomeLocked:
+                # With a store, the holder may be on another host: no pid to name.
+                pid = HomeLock(home).owner() if config.get("store") is None else None
                 waited = loop.time() - began
                 if waited >= LOCK_WAIT_S:
                     why = f"has held it for {LOCK_WAIT_S:g} s without serving it"
-                    raise OwnerUnanswered(home, HomeLock(home).owner(), why) from None
+                    raise OwnerUnanswered(home, pid, why) from None
                 if waiting is not None and not said and waited >= SAY_WAITING_S:
                     said = True
-                    waiting(HomeLock(home).owner())
+                    waiting(pid)
             await asyncio.sleep(RETRY_OPEN_S * random.uniform(0.5, 1.5))
         yield ctl
+
+
+def _reach(home: Path, config: dict[str, Any]) -> Callable[[], Awaitable[ControlClient | None]]:
+    """How to reach the owner: the home's socket, or with a PostgreSQL store the
+    database, whichever host drives the journal (`control/remote.py`)."""
+    url = config.get("store")
+    if url is None:
+        return lambda: ControlClient.connect(home)
+    Config(store=url)  # a URL of another kind is said before anything connects
+    from fusee_runtime.control.remote import StoreClient
+    from fusee_runtime.journal.postgres import PgJournal
+
+    journal = PgJournal(url, config.get("lease", Config.lease))
+    return lambda: StoreClient.reach(journal)

@@ -26,6 +26,7 @@ from fusee_runtime.engine.state import RunInfo
 from fusee_runtime.errors import FuseeError, Rejected
 
 if TYPE_CHECKING:
+    from fusee_runtime.control.remote import Relay
     from fusee_runtime.engine.engine import Engine
 
 log = logging.getLogger("fusee")
@@ -72,6 +73,8 @@ class ControlServer:
         self._path = engine.home / protocol.SOCKET_NAME
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._journal = engine.journal
+        self._relay: Relay | None = None
 
     async def start(self) -> None:
         """Binds the socket; the caller holds the home's lock, so a socket left there is stale."""
@@ -93,6 +96,22 @@ class ControlServer:
         except BaseException:
             sock.close()
             raise
+        if self._journal.remote:
+            # Commands on other hosts ask through the database (`control/remote.py`).
+            from fusee_runtime.control.remote import Relay
+            from fusee_runtime.journal.postgres import PgJournal
+
+            assert isinstance(self._journal, PgJournal)
+            relay = Relay(self._journal, self._accept)
+            try:
+                await relay.start()
+            except Exception as e:
+                await relay.close()
+                log.warning(
+                    "fusee: cannot take control requests from %s: %s", self._journal.name, e
+                )
+            else:
+                self._relay = relay
 
     def stop_accepting(self) -> None:
         """Refuses new connections; calls in progress go on."""
@@ -101,6 +120,8 @@ class ControlServer:
             self._server = None
             with contextlib.suppress(FileNotFoundError):
                 self._path.unlink()
+        if self._relay is not None:
+            self._relay.stop_taking()
 
     async def close(self) -> None:
         """Lets calls in progress write their last line for up to `CLOSE_GRACE_S`, then cuts them.
@@ -115,25 +136,30 @@ class ControlServer:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self._relay is not None:
+            await self._relay.close()
 
     async def idle(self) -> None:
         """Returns once no call is in progress (one that starts meanwhile included)."""
         while self._tasks:
             await asyncio.wait(set(self._tasks))
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _accept(self, reader: asyncio.StreamReader, writer: Any) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
         try:
-            await self._serve(reader, writer)
+            await self.answer(reader, writer)
         except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
             self._tasks.discard(task)
             writer.close()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def answer(self, reader: asyncio.StreamReader, writer: Any) -> None:
+        """Reads one request from `reader` and writes its answer's lines to `writer`
+        (`write` and `drain`): a socket's, or a request made in the database
+        (`control/remote.py`)."""
         try:
             async with asyncio.timeout(protocol.ANSWER_S):
                 line = await reader.readline()

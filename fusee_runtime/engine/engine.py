@@ -42,7 +42,6 @@ from fusee_runtime.engine.driver import Driver
 from fusee_runtime.engine.durability import Durability, soon
 from fusee_runtime.engine.handle import RunHandle
 from fusee_runtime.engine.handlers import Handlers
-from fusee_runtime.engine.history import HistoryStore
 from fusee_runtime.engine.home import HomeLock, private_dir
 from fusee_runtime.engine.limits import LimitInfo
 from fusee_runtime.engine.registry import load_app
@@ -173,7 +172,8 @@ class Engine:
             private_dir(self.home / "journal")
             await off_loop(journal, journal.open)
             read = await off_loop(journal, journal.read)
-            self.runs.store = HistoryStore(self.home, lambda ids: soon(loop, self._stored, ids))
+            self.handlers.tokens.shared = journal.token_secret()
+            self.runs.store = journal.history(self.home, lambda ids: soon(loop, self._stored, ids))
             self.runs.store.open()
             self.runs.rebuild(read, journal.locate, self.schedules, self.driver.limits)
             self.checkpoints.opened(read)

@@ -17,9 +17,7 @@ record (every record of its journal, and how it was created when that is
 not a `RunStarted` of its own) as JSON, from which `history()` and a
 closed run's `result()` are answered.
 
-The loop reads through its own connection; WAL lets it read while the
-thread writes.
-
+The loop reads through its own connection (WAL: while the thread writes).
 When the store fails. The store holds nothing the engine needs to keep the
 open runs going, so its failures never stop the home:
 
@@ -274,6 +272,10 @@ class HistoryStore:
             )
         return HistoryDamaged(str(self.damage), self.damage.path)
 
+    def broken(self, why: str) -> HistoryDamaged:
+        """The error for a stored run that cannot be used (`damaged`)."""
+        return damaged(self.path, why)
+
     def _usable(self) -> None:
         """Raises `HistoryDamaged` if the store was found damaged."""
         if self.damage is not None:
@@ -299,8 +301,7 @@ class HistoryStore:
     # -- writes (the thread) -------------------------------------------------------
 
     def put(self, closed: Closed) -> None:
-        """Queues a closed run; it is written with the next batch. A store that cannot be
-        used takes nothing: memory and the checkpoints keep the run."""
+        """Queues a closed run for the next batch (a damaged store takes none)."""
         if self.damage is None:
             self._queue.put(closed)
 
@@ -439,9 +440,8 @@ class HistoryStore:
 
     def exists(self, run_id: str) -> bool:
         with self._reading() as db:
-            return (
-                db.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is not None
-            )
+            got = db.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,))
+            return got.fetchone() is not None
 
     def full(self, run_id: str) -> tuple[dict[str, Any] | None, list[list[Any]]] | None:
         """(creation, records) of a stored run."""

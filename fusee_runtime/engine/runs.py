@@ -34,7 +34,7 @@ import itertools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from fusee_runtime import search
 from fusee_runtime.attributes import attributes_of
@@ -45,7 +45,7 @@ from fusee_runtime.engine.creation import (
     rebuilt,
     reset_creation,
 )
-from fusee_runtime.engine.history import HistoryStore, Row, damaged
+from fusee_runtime.engine.history import HistoryStore, Row
 from fusee_runtime.engine.limits import Limits
 from fusee_runtime.engine.schedules import Schedules
 from fusee_runtime.engine.state import Op, Run, RunInfo, Status, top
@@ -56,6 +56,9 @@ from fusee_runtime.journal import records
 from fusee_runtime.journal.reader import JournalRead
 from fusee_runtime.journal.records import CLOSES, SCHEDULES, R
 from fusee_runtime.search import Condition
+
+if TYPE_CHECKING:
+    from fusee_runtime.journal.pg_history import PgHistory
 
 log = logging.getLogger("fusee")
 
@@ -68,7 +71,7 @@ class RunTable:
         """Runs in memory by run id, in the order they began."""
         self.newest: dict[str, Run] = {}
         """The newest run in memory of each workflow id."""
-        self.store: HistoryStore | None = None
+        self.store: HistoryStore | PgHistory | None = None
         """Where closed runs go once they leave memory (open while the engine is)."""
 
     # -- recovery ------------------------------------------------------------------------
@@ -263,7 +266,7 @@ class RunTable:
             return rebuilt(*got)
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
             # A row SQLite reads whole but whose records make no sense.
-            raise damaged(self.store.path, f"run {run_id} cannot be rebuilt: {e!r}") from None
+            raise self.store.broken(f"run {run_id} cannot be rebuilt: {e!r}") from None
 
     def listed(
         self,

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import socket
 import threading
 import time
@@ -38,37 +39,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fusee_runtime.completions import SECRET_BYTES
 from fusee_runtime.errors import HomeLocked, JournalCorrupt, JournalFailed, StoreUnavailable
 from fusee_runtime.journal import checkpoint as ckpt
+from fusee_runtime.journal.pg_schema import MIGRATIONS, SCHEMA_VERSION
 from fusee_runtime.journal.reader import JournalRead, Scan, Tail
 from fusee_runtime.journal.writer import BATCH_RECORDS_MAX, Counters
 
 if TYPE_CHECKING:
     import psycopg
 
+    from fusee_runtime.journal.pg_history import PgHistory
+
 log = logging.getLogger("fusee")
 
-SCHEMA_VERSION = 1
-"""The version of fusee's tables this code reads and writes."""
-MIGRATIONS: tuple[str, ...] = (
-    # 1: the journal, its checkpoints, and who drives it.
-    """
-    CREATE TABLE fusee_journal (lsn bigint PRIMARY KEY, record bytea NOT NULL);
-    CREATE TABLE fusee_checkpoints (
-        lsn bigint PRIMARY KEY,
-        body bytea NOT NULL,
-        damaged boolean NOT NULL DEFAULT false
-    );
-    CREATE TABLE fusee_owner (
-        one boolean PRIMARY KEY DEFAULT true CHECK (one),
-        epoch bigint NOT NULL,
-        holder text NOT NULL,
-        since timestamptz NOT NULL DEFAULT now()
-    );
-    INSERT INTO fusee_owner (epoch, holder) VALUES (0, '');
-    """,
-)
-"""`MIGRATIONS[v]` takes the schema from version v to v + 1."""
 LOCK_CLASS = 0x66757365
 """The advisory lock its driving process holds is (LOCK_CLASS, a hash of the schema the
 tables are in): one journal per schema, so a database can hold several (`options=-c
@@ -91,6 +75,13 @@ def describe(url: str) -> str:
 
 TRY_LOCK = "SELECT pg_try_advisory_lock(%s, hashtext(current_schema()))"
 UNLOCK = "SELECT pg_advisory_unlock(%s, hashtext(current_schema()))"
+HELD = (
+    "SELECT count(*) > 0 FROM pg_locks WHERE locktype = 'advisory' AND granted "
+    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+    "AND classid = %s::bigint::oid AND objsubid = 2 "
+    "AND objid = (hashtext(current_schema())::bigint & 4294967295)::oid"
+)
+"""Whether a process holds the journal (without taking it, as `TRY_LOCK` would)."""
 
 
 def import_psycopg() -> Any:
@@ -114,6 +105,8 @@ class PgJournal:
         self.url = url
         self.lease = lease
         self.name = describe(url)
+        self.secret: bytes | None = None
+        """The completion tokens' secret (`fusee_secret`), read by `open`."""
         self.epoch = 0
         """This process's turn as the journal's owner (`fusee_owner.epoch`)."""
         self._conn: psycopg.Connection[Any] | None = None  # holds the lock; the writer's
@@ -128,20 +121,32 @@ class PgJournal:
         """A new connection, named after this process, that gives up on a silent server
         within the lease (TCP keepalives and timeout: ignored on a Unix socket)."""
         psycopg = import_psycopg()
-        lease = self.lease
         try:
-            return psycopg.connect(
-                self.url,
-                connect_timeout=CONNECT_TIMEOUT_S,
-                application_name=f"fusee pid {os.getpid()} on {socket.gethostname()}"[:63],
-                keepalives=1,
-                keepalives_idle=max(1, int(lease / 3)),
-                keepalives_interval=max(1, int(lease / 6)),
-                keepalives_count=2,
-                tcp_user_timeout=int(lease * 1000),
+            return psycopg.connect(self.url, **self._options())
+        except psycopg.Error as e:
+            raise StoreUnavailable(f"cannot connect to {self.name}: {self.said(e)}") from None
+
+    async def connect_async(self) -> psycopg.AsyncConnection[Any]:
+        """As `connect`, for asyncio, in autocommit (for LISTEN and one-statement calls)."""
+        psycopg = import_psycopg()
+        try:
+            return await psycopg.AsyncConnection.connect(
+                self.url, autocommit=True, **self._options()
             )
         except psycopg.Error as e:
             raise StoreUnavailable(f"cannot connect to {self.name}: {self.said(e)}") from None
+
+    def _options(self) -> dict[str, Any]:
+        lease = self.lease
+        return {
+            "connect_timeout": CONNECT_TIMEOUT_S,
+            "application_name": f"fusee pid {os.getpid()} on {socket.gethostname()}"[:63],
+            "keepalives": 1,
+            "keepalives_idle": max(1, int(lease / 3)),
+            "keepalives_interval": max(1, int(lease / 6)),
+            "keepalives_count": 2,
+            "tcp_user_timeout": int(lease * 1000),
+        }
 
     def said(self, e: BaseException) -> str:
         """What the server or driver said, on one line, without the URL or its password
@@ -178,6 +183,12 @@ class PgJournal:
             if not got:
                 raise HomeLocked(self.name, None, self.holder(conn))
             self._migrate(conn)
+            conn.execute(
+                "INSERT INTO fusee_secret (secret) VALUES (%s) ON CONFLICT DO NOTHING",
+                (secrets.token_bytes(SECRET_BYTES),),
+            )
+            (secret,) = one_row(conn, "SELECT secret FROM fusee_secret")
+            self.secret = bytes(secret)
             me = f"pid {os.getpid()} on {socket.gethostname()}"
             (self.epoch,) = one_row(
                 conn,
@@ -357,6 +368,15 @@ class PgJournal:
             except import_psycopg().Error as e:
                 raise StoreUnavailable(f"checkpoint in {self.name} failed: {_said(e)}") from None
         return len(data)
+
+    def history(self, home: Path, on_stored: Callable[[list[str]], None]) -> PgHistory:
+        """The closed runs, in `fusee_runs` beside the journal (not in the home)."""
+        from fusee_runtime.journal.pg_history import PgHistory
+
+        return PgHistory(self, on_stored)
+
+    def token_secret(self) -> bytes | None:
+        return self.secret
 
     def replay_floor(self) -> int:
         with self._side_lock:

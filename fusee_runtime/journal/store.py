@@ -32,6 +32,8 @@ from fusee_runtime.journal.writer import Counters, JournalWriter
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.config import Config
+    from fusee_runtime.engine.history import HistoryStore
+    from fusee_runtime.journal.pg_history import PgHistory
 
 log = logging.getLogger("fusee")
 T = TypeVar("T")
@@ -78,6 +80,16 @@ class JournalStore(Protocol):
     ) -> Writer: ...
     def write_checkpoint(self, lsn: int, body: dict[str, Any]) -> int: ...
     def replay_floor(self) -> int: ...
+    def history(
+        self, home: Path, on_stored: Callable[[list[str]], None]
+    ) -> HistoryStore | PgHistory:
+        """Where the runs that closed go (`on_stored` is called with those committed)."""
+        ...
+
+    def token_secret(self) -> bytes | None:
+        """The completion tokens' secret, when the store keeps it (else the home does)."""
+        ...
+
     def set_aside(self, damaged: list[Any]) -> None: ...
     def locate(self, lsn: int) -> tuple[str, int | None]: ...
     def disk_bytes(self) -> int: ...
@@ -149,6 +161,14 @@ class LocalJournal:
             record_bytes_max=record_bytes_max,
             commit_on_append=False,
         )
+
+    def history(self, home: Path, on_stored: Callable[[list[str]], None]) -> HistoryStore:
+        from fusee_runtime.engine.history import HistoryStore
+
+        return HistoryStore(home, on_stored)
+
+    def token_secret(self) -> None:
+        return None
 
     def write_checkpoint(self, lsn: int, body: dict[str, Any]) -> int:
         """Writes the checkpoint atomically and durably, then deletes the segments and

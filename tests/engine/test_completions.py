@@ -26,6 +26,8 @@ from fusee_runtime import (
 from fusee_runtime.engine.state import Status
 from fusee_runtime.journal.records import R
 
+STORES = ("local", "postgresql")
+
 sent: list[Completion] = []
 send_failures: list[int] = []
 

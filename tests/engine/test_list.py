@@ -8,6 +8,8 @@ import pytest
 
 from fusee_runtime import Ctx, Rejected, step, workflow
 
+STORES = ("local", "postgresql")
+
 BLOCK = asyncio.Event()
 
 

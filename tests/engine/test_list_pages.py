@@ -10,6 +10,8 @@ import pytest
 
 from fusee_runtime import Ctx, Rejected, workflow
 
+STORES = ("local", "postgresql")
+
 
 @workflow(name="lp.quick")
 async def quick(ctx: Ctx, _: None) -> None:

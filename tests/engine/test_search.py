@@ -2,7 +2,8 @@
 ones by the history store through its attributes index, both by the same rules (one
 kind per condition, ranges on numbers and text, `!=` needs the key); bad conditions
 are `Rejected` with what is wrong; pruning takes a run's attributes with it; a store
-written before the attributes table gets one, filled."""
+written before the attributes table gets one, filled. The tests that take `store` run
+on the local home and on PostgreSQL (issue 22: closed runs in `fusee_runs`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,11 @@ from typing import Any
 import pytest
 
 from fusee_runtime import Ctx, Rejected, search, workflow
+from fusee_runtime.engine.config import Config
 from fusee_runtime.engine.history import NAME, Closed, HistoryStore, Row
+from fusee_runtime.journal.store import open_store
+
+STORES = ("local", "postgresql")
 
 
 @workflow(name="search.tagged")
@@ -78,8 +83,17 @@ VALUES: list[Any] = [
 number or an instant."""
 
 
-def store_with(home: Path, rows: list[dict[str, Any]]) -> HistoryStore:
-    store = HistoryStore(home, on_stored=lambda _: None)
+def store_with(home: Path, rows: list[dict[str, Any]], url: str | None = None) -> Any:
+    """A history store holding a closed run per row of attributes: the home's, or with
+    `url` the one beside a PostgreSQL journal (its `close` closes the journal too)."""
+    if url is None:
+        store: Any = HistoryStore(home, on_stored=lambda _: None)
+    else:
+        journal = open_store(home, Config(store=url))
+        journal.open()
+        store = journal.history(home, on_stored=lambda _: None)
+        close = store.close
+        store.close = lambda: (close(), journal.close())
     store.open()
     for n, attributes in enumerate(rows):
         row = Row(
@@ -101,9 +115,9 @@ def store_with(home: Path, rows: list[dict[str, Any]]) -> HistoryStore:
     return store
 
 
-def test_memory_and_the_history_store_find_the_same_runs(tmp_path: Path) -> None:
+def test_memory_and_the_history_store_find_the_same_runs(tmp_path: Path, store: Any) -> None:
     rows = [{"v": value} for value in VALUES] + [{}, {"other": 1}]
-    store = store_with(tmp_path, rows)
+    store = store_with(tmp_path, rows, store)
     try:
         for op, wanted in itertools.product(search.OPERATORS, VALUES):
             if op in search.RANGES and isinstance(wanted, bool):
@@ -172,9 +186,11 @@ async def test_pruned_runs_leave_no_attributes_behind(make_engine: Any, clock: A
         await engine.checkpoints.flush_history()
         clock.advance(86400)
         assert await engine.prune(3600) == 3
-        db = sqlite3.connect(engine.home / NAME)
-        assert db.execute("SELECT count(*) FROM attributes").fetchone() == (0,)
-        db.close()
+        assert engine.runs.store.list(None, None, None, where=search.conditions({"n": 1})) == []
+        if engine.config.store is None:
+            db = sqlite3.connect(engine.home / NAME)
+            assert db.execute("SELECT count(*) FROM attributes").fetchone() == (0,)
+            db.close()
 
 
 def test_a_store_from_before_the_attributes_table_gets_it_filled(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from fusee_runtime import (
     step,
     workflow,
 )
+from fusee_runtime.errors import IdConflict
 from fusee_runtime.journal import postgres
 
 RAN: list[int] = []
@@ -218,9 +219,65 @@ async def test_a_role_with_only_row_rights_opens_a_made_journal(
         conn.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
         conn.execute(
             "GRANT SELECT, INSERT, UPDATE, DELETE ON fusee_journal, fusee_checkpoints, "
-            "fusee_owner, fusee_schema TO rows_only"
+            "fusee_owner, fusee_schema, fusee_runs, fusee_pruned, fusee_secret TO rows_only"
         )
     limited = pg_url.replace("postgresql://postgres@", "postgresql://rows_only@")
     async with engine(tmp_path / "h", limited) as e:
         assert await e.handle("s-1").result() == 3
         assert await (await e.start("pg_sum", 3, id="s-2")).result() == 6
+
+
+TOKENS: list[str] = []
+
+
+@workflow
+async def pg_approval(ctx: Ctx, what: str) -> Any:
+    return [what, await ctx.await_completion("review", lambda c: TOKENS.append(c.token))]
+
+
+async def test_another_home_on_the_store_finds_closed_runs_and_takes_their_tokens(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """Closed runs and the tokens' secret live in the database, not in the home: the next
+    process to drive the journal (a standby on another host) answers a start with the id
+    of a completed run with that run, never a second charge, and takes a token issued
+    before it."""
+    RAN.clear()
+    TOKENS.clear()
+    async with engine(tmp_path / "a", pg_url) as e:
+        assert await (await e.start("pg_sum", 2, id="paid-1")).result() == 3
+        await e.start("pg_approval", "invoice-7", id="ask-1")
+        await e.wait_until(lambda: len(TOKENS) == 1)
+        await e.checkpoints.flush_history()
+        assert e.runs.by_run_id.keys() == {e.runs.latest("ask-1").run_id}, (
+            "paid-1 left memory (and so the checkpoint) for fusee_runs"
+        )
+    assert rows(pg_url, "SELECT workflow_id, status FROM fusee_runs") == [("paid-1", "completed")]
+    assert RAN == [0, 1]
+    async with engine(tmp_path / "b", pg_url) as e:
+        with pytest.raises(IdConflict):
+            await e.start("pg_sum", 2, id="paid-1", on_conflict="fail")
+        assert await (await e.start("pg_sum", 2, id="paid-1")).result() == 3
+        assert RAN == [0, 1], "the completed run was answered, not run again"
+        assert [i.id for i in await e.list(status="completed")] == ["paid-1"]
+        await e.complete(TOKENS[0], "approved")
+        assert await e.handle("ask-1").result() == ["invoice-7", "approved"]
+    assert not (tmp_path / "a" / "history.db").exists()
+    assert not (tmp_path / "a" / "secret").exists()
+
+
+async def test_runs_found_closed_on_open_reach_fusee_runs_with_those_after_them(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """Opening queues the runs it finds closed in the journal again (they may have been
+    pruned meanwhile, which `fusee_pruned` says): that batch and the next commit."""
+    e = engine(tmp_path / "h", pg_url)
+    await e.open()
+    assert await (await e.start("pg_sum", 1, id="x")).result() == 1
+    await e.close(crash=True)  # no checkpoint: opening finds x closed in the journal
+    async with engine(tmp_path / "h", pg_url) as e:
+        await e.checkpoints.flush_history()
+        assert await (await e.start("pg_sum", 1, id="y")).result() == 1
+        await e.checkpoints.flush_history()
+        assert e.runs.by_run_id == {}
+    assert sorted(rows(pg_url, "SELECT workflow_id FROM fusee_runs")) == [("x",), ("y",)]

@@ -475,7 +475,7 @@ def read_home(home: Path, store: str | None = None) -> Read:
             sizes[name] = lsn
             hold(lsn, [R.LimitSet, name, permits], f"checkpoint {base.path.name}")
     stored: dict[str, int] = defaultdict(int)
-    for workflow_id, recs in _stored(home):
+    for workflow_id, recs in _stored(home) if store is None else _pg_stored(store):
         stored[workflow_id] += 1
         for lsn, rec in recs:
             hold(lsn, rec, history.NAME)
@@ -587,6 +587,17 @@ def _has_tables(conn: Any) -> bool:
     """Whether fusee made its tables in the store yet (the schema is made on first open)."""
     row = conn.execute("SELECT to_regclass('fusee_journal') IS NOT NULL").fetchone()
     return bool(row[0])
+
+
+def _pg_stored(store: str) -> list[tuple[str, list[list[Any]]]]:
+    """(workflow id, [[lsn, record], ...]) of every run in `fusee_runs`."""
+    import psycopg
+
+    with psycopg.connect(store) as conn:
+        if not conn.execute("SELECT to_regclass('fusee_runs') IS NOT NULL").fetchone()[0]:
+            return []
+        rows = conn.execute("SELECT workflow_id, records FROM fusee_runs").fetchall()
+    return [(workflow_id, orjson.loads(records)) for workflow_id, records in rows]
 
 
 def _stored(home: Path) -> list[tuple[str, list[list[Any]]]]:

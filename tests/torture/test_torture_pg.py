@@ -12,15 +12,12 @@ found nothing.
 
 from __future__ import annotations
 
-import contextlib
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
-from fusee_runtime.engine import history
 from fusee_runtime.journal.records import R, decode
 
 from .harness import Seen, read_home, trial
@@ -79,9 +76,7 @@ def test_an_acknowledged_record_lost_from_the_database_is_caught(
             lsn, loss = acknowledged[-1]
             with psycopg.connect(store) as conn:
                 conn.execute("DELETE FROM fusee_journal WHERE lsn >= %s", (lsn,))
-            with contextlib.closing(sqlite3.connect(home / history.NAME)) as db:
-                db.execute("DELETE FROM runs WHERE close_lsn >= ?", (lsn,))
-                db.commit()
+                conn.execute("DELETE FROM fusee_runs WHERE close_lsn >= %s", (lsn,))
             lost.append(f"{loss} after the crash lacks it")
 
         report, _ = trial(

@@ -234,6 +234,18 @@ def watch_history(kill_at: int) -> None:
 
     history.connect = connect
 
+    # With a PostgreSQL store, closed runs go to fusee_runs: each batch is one
+    # transaction, killed here before it commits.
+    from fusee_runtime.journal import pg_history
+
+    write = pg_history.PgHistory._write
+
+    def pg_write(self: Any, conn: Any, closed: Any) -> None:
+        trace("COMMIT")
+        write(self, conn, closed)
+
+    pg_history.PgHistory._write = pg_write  # type: ignore[method-assign]
+
 
 def _say(*words: object) -> None:
     """One line to the parent, in one write(2) (any thread may say it)."""

@@ -1,0 +1,70 @@
+"""fusee's tables in PostgreSQL, by version: what `PgJournal.open` creates in an empty
+schema and how it migrates an older one (`fusee_schema.version`)."""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 2
+"""The version of fusee's tables this code reads and writes."""
+MIGRATIONS: tuple[str, ...] = (
+    # 1: the journal, its checkpoints, and who drives it.
+    """
+    CREATE TABLE fusee_journal (lsn bigint PRIMARY KEY, record bytea NOT NULL);
+    CREATE TABLE fusee_checkpoints (
+        lsn bigint PRIMARY KEY,
+        body bytea NOT NULL,
+        damaged boolean NOT NULL DEFAULT false
+    );
+    CREATE TABLE fusee_owner (
+        one boolean PRIMARY KEY DEFAULT true CHECK (one),
+        epoch bigint NOT NULL,
+        holder text NOT NULL,
+        since timestamptz NOT NULL DEFAULT now()
+    );
+    INSERT INTO fusee_owner (epoch, holder) VALUES (0, '');
+    """,
+    # 2: the closed runs (`journal/pg_history.py`), the completion tokens' secret, and
+    # the control API's requests and answers (`control/remote.py`).
+    """
+    CREATE TABLE fusee_runs (
+        run_id text PRIMARY KEY,
+        workflow_id text NOT NULL,
+        workflow text NOT NULL,
+        status text NOT NULL,
+        started_at double precision NOT NULL,
+        closed_at double precision NOT NULL,
+        start_lsn bigint NOT NULL,
+        close_lsn bigint NOT NULL,
+        error text,
+        parent_id text,
+        parent_run_id text,
+        attributes jsonb NOT NULL,
+        creation bytea,
+        records bytea NOT NULL
+    );
+    CREATE INDEX fusee_runs_by_start ON fusee_runs (start_lsn);
+    CREATE INDEX fusee_runs_by_status ON fusee_runs (status, start_lsn);
+    CREATE INDEX fusee_runs_by_workflow ON fusee_runs (workflow, start_lsn);
+    CREATE INDEX fusee_runs_by_id ON fusee_runs (workflow_id, start_lsn);
+    CREATE INDEX fusee_runs_by_parent ON fusee_runs (parent_id, start_lsn);
+    CREATE INDEX fusee_runs_by_closed_at ON fusee_runs (closed_at);
+    CREATE INDEX fusee_runs_by_attributes ON fusee_runs USING gin (attributes jsonb_path_ops);
+    CREATE TABLE fusee_pruned (run_id text PRIMARY KEY, close_lsn bigint NOT NULL);
+    CREATE TABLE fusee_secret (
+        one boolean PRIMARY KEY DEFAULT true CHECK (one),
+        secret bytea NOT NULL
+    );
+    CREATE TABLE fusee_requests (
+        id bigint PRIMARY KEY,
+        line bytea NOT NULL,
+        taken boolean NOT NULL DEFAULT false,
+        asked timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE TABLE fusee_answers (
+        request bigint NOT NULL,
+        seq integer NOT NULL,
+        line bytea NOT NULL,
+        PRIMARY KEY (request, seq)
+    );
+    """,
+)
+"""`MIGRATIONS[v]` takes the schema from version v to v + 1."""
