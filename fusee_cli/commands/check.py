@@ -40,6 +40,16 @@ def check(
     Example: fusee check --home .fusee --json
     """
     with session.reporting():
+        if session.store() is not None:
+            # Not the home's files: they hold no journal with a store (a silent "no
+            # damage" about them would mislead).
+            raise CliError(
+                Code.USAGE,
+                "fusee check reads a home's own journal files; with --store (or "
+                "FUSEE_STORE) the journal is in PostgreSQL, which fusee checks each time "
+                "it opens it (a missing record is JournalCorrupt, a damaged checkpoint is "
+                "passed over): run `fusee --store URL list` to open it",
+            )
         from fusee_runtime.inspect import HomeUnreadable, inspect_home
 
         try:

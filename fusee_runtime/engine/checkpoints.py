@@ -39,7 +39,7 @@ from fusee_runtime.engine.limits import Limits
 from fusee_runtime.engine.runs import RunTable
 from fusee_runtime.engine.schedules import Schedules
 from fusee_runtime.engine.state import Run
-from fusee_runtime.errors import HistoryDamaged, Rejected
+from fusee_runtime.errors import HistoryDamaged, JournalFailed, Rejected
 from fusee_runtime.journal.reader import JournalRead
 from fusee_runtime.journal.store import JournalStore
 
@@ -148,6 +148,8 @@ class Checkpoints:
                 size = await asyncio.to_thread(self._write, lsn, body)
                 self.lsn = lsn
                 self._due = max(self.config.checkpoint_bytes or 0, size)
+        except JournalFailed as e:  # another process drives the journal now: stop
+            durability.fail(e)
         except Exception as e:
             log.error(
                 "fusee: checkpoint at lsn %d failed (the journal keeps everything): %s", lsn, e

@@ -264,11 +264,20 @@ class Durability:
         await self.future(lsn)
 
     def _journal_failed(self, error: BaseException) -> None:
-        self.failed = JournalFailed(
-            f"the journal in {self.where} stopped accepting work after a failed write or "
-            f"fdatasync ({error}); nothing after the last durable record was acknowledged. "
-            "Fix the disk and reopen the home."
+        self.fail(
+            JournalFailed(
+                f"the journal in {self.where} stopped accepting work after a failed write or "
+                f"fdatasync ({error}); nothing after the last durable record was "
+                "acknowledged. Fix the disk and reopen the home."
+            )
         )
+
+    def fail(self, failed: JournalFailed) -> None:
+        """Stops accepting work for good (fail-stop): a failed commit, or another process
+        found driving the journal. Waiters get `failed`; nothing more is acknowledged."""
+        if self.failed is not None:
+            return
+        self.failed = failed
         log.error("fusee: %s", self.failed)
         for _, _, fut in self._waiters:
             if not fut.done():

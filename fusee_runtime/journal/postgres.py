@@ -172,14 +172,7 @@ class PgJournal:
                     "none that exists (CREATE SCHEMA it first)"
                 )
             (got,) = one_row(conn, TRY_LOCK, (LOCK_CLASS,))
-            # The server's side of the lease: it ends this session (and so lets go of the
-            # lock) once the owner has been silent for about the lease.
-            idle, interval = max(1, int(self.lease / 3)), max(1, int(self.lease / 6))
-            conn.execute(f"SET tcp_keepalives_idle = {idle}")
-            conn.execute(f"SET tcp_keepalives_interval = {interval}")
-            conn.execute("SET tcp_keepalives_count = 2")
-            conn.execute(f"SET tcp_user_timeout = {int(self.lease * 1000)}")
-            conn.commit()
+            self._server_lease(conn)
             if not got:
                 raise HomeLocked(self.name, None, self.holder(conn))
             self._migrate(conn)
@@ -333,7 +326,9 @@ class PgJournal:
         sync: bool,
         record_bytes_max: int,
     ) -> PgWriter:
-        return PgWriter(self._owner(), tail, on_durable, on_failed, sync, record_bytes_max)
+        return PgWriter(
+            self._owner(), tail, on_durable, on_failed, sync, record_bytes_max, self.lease / 3
+        )
 
     def write_checkpoint(self, lsn: int, body: dict[str, Any]) -> int:
         """Stores the checkpoint and compacts, in one transaction fenced by the epoch:
@@ -352,7 +347,8 @@ class PgJournal:
                     if epoch != self.epoch:
                         raise JournalFailed(
                             f"another process took the journal in {self.name} (turn {epoch}, "
-                            f"this one's {self.epoch}): no checkpoint written"
+                            f"this one's {self.epoch}): no checkpoint written, and this "
+                            "process stops driving it"
                         )
                     side.execute(
                         "INSERT INTO fusee_checkpoints (lsn, body) VALUES (%s, %s) "
@@ -397,7 +393,20 @@ class PgJournal:
     def _side_conn(self) -> psycopg.Connection[Any]:
         if self._side is None or self._side.closed:
             self._side = self.connect()
+            # It holds fusee_owner FOR SHARE while it checkpoints: silent, it must not
+            # keep a successor's open waiting longer than the lease either.
+            self._server_lease(self._side)
         return self._side
+
+    def _server_lease(self, conn: psycopg.Connection[Any]) -> None:
+        """The server's side of the lease: it ends this session (letting go of its locks)
+        once this process has been silent for about the lease."""
+        idle, interval = max(1, int(self.lease / 3)), max(1, int(self.lease / 6))
+        conn.execute(f"SET tcp_keepalives_idle = {idle}")
+        conn.execute(f"SET tcp_keepalives_interval = {interval}")
+        conn.execute("SET tcp_keepalives_count = 2")
+        conn.execute(f"SET tcp_user_timeout = {int(self.lease * 1000)}")
+        conn.commit()
 
 
 _NEWEST_CHECKPOINTS = (
@@ -436,6 +445,7 @@ class PgWriter:
         on_failed: Callable[[BaseException], None],
         sync: bool,
         record_bytes_max: int,
+        probe_s: float = 10.0 / 3,
     ) -> None:
         self._conn = conn
         self._on_durable = on_durable
@@ -452,6 +462,8 @@ class PgWriter:
         self._asked = False
         self._closing = False
         self._failed: BaseException | None = None
+        self.probe_s = probe_s
+        """How long the writer stays idle before it checks its session (`_probe`)."""
         # A COMMIT is durable only if the server flushed its WAL first: forced on, whatever
         # the database or role sets (a common tuning turns it off). durability="none":
         # UNSAFE, as on the local journal (no wait for the WAL).
@@ -503,10 +515,13 @@ class PgWriter:
     def _run(self) -> None:
         while True:
             with self._lock:
-                while not self._asked and not self._closing:
-                    self._wake.wait()
+                idle = False
+                while not self._asked and not self._closing and not idle:
+                    idle = not self._wake.wait(self.probe_s)
                 self._asked = False
                 closing = self._closing
+            if idle and not self._probe():
+                return
             while True:
                 try:
                     lsn = self._commit_pending()
@@ -518,6 +533,21 @@ class PgWriter:
                 self._on_durable(lsn)
             if closing:
                 return
+
+    def _probe(self) -> bool:
+        """An idle writer asks its session (the one holding the lock) whether it is still
+        there: one that is gone (the server restarted, or ended it) stops the engine
+        now (fail-stop), not at its next commit, so a driver that lost the journal
+        stops answering for it too. False then."""
+        try:
+            self._conn.execute("SELECT 1")
+            self._conn.commit()
+        except BaseException as e:
+            with self._lock:
+                self._failed = e
+            self._on_failed(e)
+            return False
+        return True
 
     def _commit_pending(self) -> int | None:
         with self._lock:

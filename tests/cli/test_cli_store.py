@@ -47,3 +47,9 @@ def test_a_store_that_cannot_be_used_is_one_line_and_exit_2(
     assert r.stderr.startswith(said)
     assert r.stderr.count("\n") == 1 and "s3cret" not in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_check_with_a_store_says_it_reads_a_home_s_files_only(cli, home: Path) -> None:
+    r = cli("--store", "postgresql://u@/db?host=/nonexistent", "check", "--home", str(home))
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1
+    assert r.stderr.startswith("error: fusee check reads a home's own journal files; with --store")

@@ -173,6 +173,23 @@ async def test_an_owner_whose_session_died_stops_and_cannot_compact_under_the_ne
             assert rows(pg_url, "SELECT lsn FROM fusee_checkpoints") == before
             await new.signal("w-1", "go", 41)
             assert await new.handle("w-1").result() == 42
+        # A checkpoint that finds another process took the journal stops this one too
+        # (fail-stop), even if it had nothing to commit meanwhile.
+        idle = engine(tmp_path / "c", pg_url)
+        await idle.open()
+        try:
+            await idle.start("pg_waits", 1, id="w-2")
+            idle_journal: postgres.PgJournal = idle.journal  # type: ignore[assignment]
+            idle_journal.epoch -= 1  # as if another process had opened it since
+            await idle.checkpoint()
+            assert idle.durability.failed is not None
+            assert "another process took the journal" in str(idle.durability.failed)
+            with pytest.raises(JournalFailed):
+                await idle.start("pg_sum", 1, id="after")
+        finally:
+            await idle.close()
+        async with engine(tmp_path / "b", pg_url) as new:
+            assert await new.handle("w-1").result() == 42
     finally:
         await old.close()
 
@@ -281,3 +298,24 @@ async def test_runs_found_closed_on_open_reach_fusee_runs_with_those_after_them(
         await e.checkpoints.flush_history()
         assert e.runs.by_run_id == {}
     assert sorted(rows(pg_url, "SELECT workflow_id FROM fusee_runs")) == [("x",), ("y",)]
+
+
+async def test_an_idle_owner_whose_session_ended_stops_without_waiting_for_a_commit(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """The writer checks its session when idle (every lease / 3): a driver with nothing
+    to commit learns it lost the journal (a server restart, the session ended) and stops,
+    rather than keep answering for runs another process now drives."""
+    e = engine(tmp_path / "h", pg_url, lease=2.0)
+    await e.open()
+    try:
+        await e.start("pg_waits", 1, id="w-1")
+        journal: postgres.PgJournal = e.journal  # type: ignore[assignment]
+        assert journal._conn is not None
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (journal._conn.info.backend_pid,))
+        await e.wait_until(lambda: e.durability.failed is not None)
+        with pytest.raises(JournalFailed):
+            await e.signal("w-1", "go", 1)
+    finally:
+        await e.close()
