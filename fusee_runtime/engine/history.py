@@ -18,6 +18,7 @@ not a `RunStarted` of its own) as JSON, from which `history()` and a
 closed run's `result()` are answered.
 
 The loop reads through its own connection (WAL: while the thread writes).
+
 When the store fails. The store holds nothing the engine needs to keep the
 open runs going, so its failures never stop the home:
 
@@ -32,12 +33,9 @@ open runs going, so its failures never stop the home:
   a run that only the store holds: that raises `HistoryDamaged` too.)
 - *It cannot be written* (a full disk): the batch is kept and written again
   every `RETRY_S`; the log says once what failed, and once that it writes
-  again. SQLite ends the transaction itself on such an error, so the
-  failure path rolls back only a transaction that is still open (a
-  `ROLLBACK` after SQLite's own would fail and hide why).
+  again (`_rollback` says why it may find no transaction to roll back).
 
-The file and SQLite's `-wal` and `-shm` beside it are created 0600
-(SQLite gives those two the mode of the database file).
+The file, and SQLite's `-wal` and `-shm` beside it, are created 0600.
 """
 
 from __future__ import annotations
@@ -49,7 +47,7 @@ import queue
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +122,10 @@ class Row:
     parent_run_id: str | None
     attributes: dict[str, Any]
 
+    def columns(self) -> tuple[Any, ...]:
+        """Its values in the order of `COLUMNS` (the same as its fields')."""
+        return tuple(getattr(self, name) for name in COLUMNS.split(", "))
+
 
 @dataclass
 class Closed:
@@ -136,10 +138,10 @@ class Closed:
     """Queued again on open: it may have been stored, then pruned, before the crash."""
 
 
+@dataclass
 class _Flush:
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.error: BaseException | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
 
 
 _STOP = object()
@@ -210,7 +212,8 @@ def _rollback(db: sqlite3.Connection) -> None:
 
 
 class HistoryStore:
-    """`<home>/history.db`: a writer thread for closed runs, and reads for the loop."""
+    """`<home>/history.db`: a writer thread for closed runs, and reads for the loop
+    (`journal/pg_history.PgHistory` keeps the thread and the rest, in PostgreSQL)."""
 
     def __init__(self, home: Path, on_stored: Callable[[list[str]], None]) -> None:
         """`on_stored(run_ids)` is called on the writer thread after each commit."""
@@ -223,8 +226,8 @@ class HistoryStore:
         self.failed: BaseException | None = None
         """Why the last batch failed (None once one is written)."""
         self.damage: HistoryDamaged | None = None
-        """Why the store cannot be used (found on open, by a read or by a write): reads
-        raise it, and nothing more is written to it until the next open."""
+        """Why the store cannot be used (found on open, a read or a write): reads raise
+        it, and nothing more is written to it until the next open."""
         self.pruned_before = 0.0
         """The latest cutoff this store pruned at (0: none since open)."""
         self.rows_written = 0
@@ -331,7 +334,7 @@ class HistoryStore:
             self._db = None
 
     def _run(self) -> None:
-        db: sqlite3.Connection | None = None
+        db: Any = None  # the writer's connection (`_connect_writer`)
         try:
             while True:
                 first = self._queue.get()
@@ -350,7 +353,7 @@ class HistoryStore:
                 if closed:
                     try:
                         if db is None:
-                            db = connect(self.path)
+                            db = self._connect_writer()
                         self._write(db, closed)
                     except Exception as e:
                         if db is not None:
@@ -373,6 +376,9 @@ class HistoryStore:
             if db is not None:
                 db.close()
 
+    def _connect_writer(self) -> Any:
+        return connect(self.path)
+
     def _failed(self, e: Exception, closed: list[Closed]) -> bool:
         """A batch failed: says what failed, once; returns whether to write it again."""
         # Memory and the checkpoints keep the runs (nothing is dropped before it is stored).
@@ -391,12 +397,12 @@ class HistoryStore:
             self._queue.put(c)
         return True
 
-    def _write(self, db: sqlite3.Connection, closed: list[Closed]) -> None:
+    def _write(self, db: Any, closed: list[Closed]) -> None:
         gone: set[str] = set()
         if any(c.again for c in closed):
             gone = {run_id for (run_id,) in db.execute("SELECT run_id FROM pruned")}
         rows = [
-            (*_row_values(c.row), c.creation, c.records)
+            (*c.row.columns()[:-1], orjson.dumps(c.row.attributes).decode(), c.creation, c.records)
             for c in closed
             if not (c.again and c.row.run_id in gone)
         ]
@@ -575,23 +581,6 @@ class HistoryStore:
         finally:
             db.close()
         return n
-
-
-def _row_values(row: Row) -> tuple[Any, ...]:
-    return (
-        row.run_id,
-        row.workflow_id,
-        row.workflow,
-        row.status,
-        row.started_at,
-        row.closed_at,
-        row.start_lsn,
-        row.close_lsn,
-        row.error,
-        row.parent_id,
-        row.parent_run_id,
-        orjson.dumps(row.attributes).decode(),
-    )
 
 
 def _row(values: Iterable[Any]) -> Row:

@@ -34,7 +34,7 @@ import itertools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from fusee_runtime import search
 from fusee_runtime.attributes import attributes_of
@@ -57,9 +57,6 @@ from fusee_runtime.journal.reader import JournalRead
 from fusee_runtime.journal.records import CLOSES, SCHEDULES, R
 from fusee_runtime.search import Condition
 
-if TYPE_CHECKING:
-    from fusee_runtime.journal.pg_history import PgHistory
-
 log = logging.getLogger("fusee")
 
 
@@ -71,7 +68,7 @@ class RunTable:
         """Runs in memory by run id, in the order they began."""
         self.newest: dict[str, Run] = {}
         """The newest run in memory of each workflow id."""
-        self.store: HistoryStore | PgHistory | None = None
+        self.store: HistoryStore | None = None
         """Where closed runs go once they leave memory (open while the engine is)."""
 
     # -- recovery ------------------------------------------------------------------------

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -37,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from fusee_runtime.engine.history import BATCH_DELAY_S, BATCH_ROWS_MAX, RETRY_S, Closed, Row
+from fusee_runtime.engine.history import Closed, HistoryStore, Row
 from fusee_runtime.errors import HistoryDamaged
 from fusee_runtime.search import RANGES, Condition
 
@@ -60,43 +59,26 @@ _UPSERT = (
 )
 
 
-class _Flush:
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.error: BaseException | None = None
-
-
-_STOP = object()
-
-
-class PgHistory:
-    """`fusee_runs`: a writer thread for closed runs, and reads for the loop."""
+class PgHistory(HistoryStore):
+    """`fusee_runs`: the writer thread of `HistoryStore` for closed runs, and reads for
+    the loop, in PostgreSQL."""
 
     def __init__(self, journal: PgJournal, on_stored: Callable[[list[str]], None]) -> None:
         """`on_stored(run_ids)` is called on the writer thread after each commit."""
+        super().__init__(Path("."), on_stored)
         self._journal = journal
-        self.path = Path("fusee_runs")
-        self._on_stored = on_stored
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._hurry = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.path = Path(f"{journal.name}, table fusee_runs")
         self._reads: psycopg.Connection[Any] | None = None
         self._reads_lock = threading.Lock()
-        self.failed: BaseException | None = None
-        """Why the last batch failed (None once one is written)."""
-        self.damage: HistoryDamaged | None = None
-        """Always None: a database has no damaged file to set aside (a failed read
-        raises, and the next one tries again)."""
-        self.pruned_before = 0.0
-        self.rows_written = 0
-        self.batches = 0
+        # `damage` stays None: a database has no damaged file to set aside (a failed
+        # read raises, and the next one tries again).
 
     def open(self) -> None:
         """Starts the writer thread (the journal's `open` made the tables)."""
         self._thread = threading.Thread(target=self._run, name="fusee-history-pg", daemon=True)
         self._thread.start()
 
-    def _connect(self) -> psycopg.Connection[Any]:
+    def _connect_writer(self) -> psycopg.Connection[Any]:
         """A connection of the store's own, in autocommit: each `transaction()` block is
         one transaction (without it, the first statement would open one that the block
         only nests a savepoint in, committed by nothing)."""
@@ -108,95 +90,14 @@ class PgHistory:
         """The error for a stored run that cannot be used, naming where it is."""
         return HistoryDamaged(f"the closed runs in {self._journal.name} cannot be read: {why}")
 
-    # -- writes (the thread) -------------------------------------------------------
-
-    def put(self, closed: Closed) -> None:
-        """Queues a closed run; it is written with the next batch."""
-        self._queue.put(closed)
-
-    def flush(self) -> None:
-        """Returns once everything queued before is committed (raises what failed)."""
-        if self._thread is None or not self._thread.is_alive():
-            if self.failed is not None:
-                raise self.failed
-            return
-        flush = _Flush()
-        self._queue.put(flush)
-        self._hurry.set()
-        flush.done.wait()
-        if flush.error is not None:
-            raise flush.error
-
     def close(self) -> None:
         """Writes what is queued (or gives up on it, the server gone: the checkpoint
         keeps it), then stops the thread and closes the connections."""
-        if self._thread is not None:
-            self._queue.put(_STOP)
-            self._hurry.set()
-            self._thread.join()
-            self._thread = None
+        super().close()
         with self._reads_lock:
             if self._reads is not None:
                 self._reads.close()
                 self._reads = None
-
-    def _run(self) -> None:
-        conn: psycopg.Connection[Any] | None = None
-        try:
-            while True:
-                first = self._queue.get()
-                if isinstance(first, Closed):
-                    self._hurry.wait(BATCH_DELAY_S)
-                self._hurry.clear()
-                items = [first]
-                while len(items) < BATCH_ROWS_MAX:
-                    try:
-                        items.append(self._queue.get_nowait())
-                    except queue.Empty:
-                        break
-                closed = [i for i in items if isinstance(i, Closed)]
-                stop = any(i is _STOP for i in items)
-                retry = False
-                if closed:
-                    try:
-                        if conn is None:
-                            conn = self._connect()
-                        self._write(conn, closed)
-                    except Exception as e:
-                        if conn is not None:
-                            conn.close()
-                            conn = None
-                        retry = not stop and self._failed(e, closed)
-                    else:
-                        if self.failed is not None:
-                            log.warning("fusee: %s takes closed runs again", self._journal.name)
-                        self.failed = None
-                for item in items:
-                    if isinstance(item, _Flush):
-                        item.error = self.failed
-                        item.done.set()
-                if stop:
-                    return
-                if retry:
-                    self._hurry.wait(RETRY_S)
-        finally:
-            if conn is not None:
-                conn.close()
-
-    def _failed(self, e: Exception, closed: list[Closed]) -> bool:
-        if self.failed is None:
-            log.error(
-                "fusee: %s cannot take closed runs (%s); they stay in memory and in "
-                "checkpoints, and are written again once it can",
-                self._journal.name,
-                self._journal.said(e),
-            )
-        self.failed = HistoryDamaged(
-            f"{self._journal.name} cannot take closed runs: {self._journal.said(e)}"
-        )
-        for c in closed:
-            self._queue.put(c)
-        return True
 
     def _write(self, conn: psycopg.Connection[Any], closed: list[Closed]) -> None:
         Jsonb = _jsonb()
@@ -209,7 +110,7 @@ class PgHistory:
             gone = {run_id for (run_id,) in got}
         rows = [
             (
-                *_values(c.row),
+                *c.row.columns()[:-1],
                 Jsonb(c.row.attributes),
                 orjson.dumps(c.creation) if c.creation is not None else None,
                 orjson.dumps(c.records),
@@ -226,7 +127,7 @@ class PgHistory:
     # -- reads (the loop) ----------------------------------------------------------
 
     @contextlib.contextmanager
-    def _reading(self) -> Iterator[psycopg.Connection[Any]]:
+    def _reading(self) -> Iterator[psycopg.Connection[Any]]:  # type: ignore[override]
         """The reads' connection, in a transaction; a failure becomes `HistoryDamaged`
         (and the next read connects again)."""
         import psycopg
@@ -234,7 +135,7 @@ class PgHistory:
         with self._reads_lock:
             try:
                 if self._reads is None or self._reads.closed:
-                    self._reads = self._connect()
+                    self._reads = self._connect_writer()
                 with self._reads.transaction():
                     yield self._reads
             except (psycopg.Error, orjson.JSONDecodeError) as e:
@@ -340,7 +241,7 @@ class PgHistory:
         import psycopg
 
         try:
-            conn = self._connect()  # its own: this runs on a thread, beside reads
+            conn = self._connect_writer()  # its own: on a thread, beside reads
             try:
                 n = _prune(conn, before, floor, set(keep))
             finally:
@@ -394,22 +295,6 @@ def where_sql(where: Sequence[Condition]) -> tuple[list[str], list[Any]]:
             clauses.append(f"CASE WHEN jsonb_typeof(attributes -> %s) = '{kind}' THEN {test} END")
             args += [key, key, wanted]
     return clauses, args
-
-
-def _values(row: Row) -> tuple[Any, ...]:
-    return (
-        row.run_id,
-        row.workflow_id,
-        row.workflow,
-        row.status,
-        row.started_at,
-        row.closed_at,
-        row.start_lsn,
-        row.close_lsn,
-        row.error,
-        row.parent_id,
-        row.parent_run_id,
-    )
 
 
 def _jsonb() -> Any:

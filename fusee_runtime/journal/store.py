@@ -33,7 +33,6 @@ from fusee_runtime.journal.writer import Counters, JournalWriter
 if TYPE_CHECKING:
     from fusee_runtime.engine.config import Config
     from fusee_runtime.engine.history import HistoryStore
-    from fusee_runtime.journal.pg_history import PgHistory
 
 log = logging.getLogger("fusee")
 T = TypeVar("T")
@@ -80,9 +79,7 @@ class JournalStore(Protocol):
     ) -> Writer: ...
     def write_checkpoint(self, lsn: int, body: dict[str, Any]) -> int: ...
     def replay_floor(self) -> int: ...
-    def history(
-        self, home: Path, on_stored: Callable[[list[str]], None]
-    ) -> HistoryStore | PgHistory:
+    def history(self, home: Path, on_stored: Callable[[list[str]], None]) -> HistoryStore:
         """Where the runs that closed go (`on_stored` is called with those committed)."""
         ...
 
