@@ -29,8 +29,10 @@ when a store is opened (`pip install 'fusee[postgres]'`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import re
 import secrets
 import socket
 import threading
@@ -43,8 +45,8 @@ from fusee_runtime.completions import SECRET_BYTES
 from fusee_runtime.errors import HomeLocked, JournalCorrupt, JournalFailed, StoreUnavailable
 from fusee_runtime.journal import checkpoint as ckpt
 from fusee_runtime.journal.pg_schema import MIGRATIONS, SCHEMA_VERSION
+from fusee_runtime.journal.pg_writer import PgWriter
 from fusee_runtime.journal.reader import JournalRead, Scan, Tail
-from fusee_runtime.journal.writer import BATCH_RECORDS_MAX, Counters
 
 if TYPE_CHECKING:
     import psycopg
@@ -173,7 +175,7 @@ class PgJournal:
                 )
             (got,) = one_row(conn, TRY_LOCK, (LOCK_CLASS,))
             self._server_lease(conn)
-            if not got:
+            if not got and not self._after_dead_holder(conn):
                 raise HomeLocked(self.name, None, self.holder(conn))
             self._migrate(conn)
             conn.execute(
@@ -214,6 +216,20 @@ class PgJournal:
             row = None
         return f"fusee {row[0]}" if row and row[0] else "another process"
 
+    def _after_dead_holder(self, conn: psycopg.Connection[Any]) -> bool:
+        """Takes the lock once its holder's session ends, if the holder is a process of
+        this host that is gone: killed, its session outlives it a moment on the server
+        (at most the lease). False at once for a holder alive or elsewhere."""
+        holder = re.fullmatch(r"fusee pid (\d+) on (.*)", self.holder(conn))
+        if holder is None or holder[2] != socket.gethostname() or _alive(int(holder[1])):
+            return False
+        deadline = time.monotonic() + self.lease
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
+            if one_row(conn, TRY_LOCK, (LOCK_CLASS,))[0]:
+                return True
+        return False
+
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
         # No CREATE once the tables exist: a role with only SELECT, INSERT, UPDATE and
         # DELETE on them may open the journal.
@@ -242,11 +258,17 @@ class PgJournal:
         still running on its thread then gives it back too."""
         with self._side_lock:
             self._closed = True
-            conns = (self._side, self._conn)
+            side, owner = self._side, self._conn
             self._side = self._conn = None
-        for conn in conns:
-            if conn is not None:
-                conn.close()
+        if side is not None:
+            side.close()
+        if owner is not None:
+            # A closed session's lock outlives it a moment on the server: free it now. A
+            # dead session holds nothing.
+            with contextlib.suppress(Exception):
+                owner.execute(UNLOCK, (LOCK_CLASS,))
+                owner.commit()
+            owner.close()
 
     # -- recovery ------------------------------------------------------------------------
 
@@ -422,175 +444,16 @@ def one_row(conn: psycopg.Connection[Any], sql: str, params: tuple[Any, ...] = (
     return row
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # another user's
+    return True
+
+
 def _said(e: BaseException) -> str:
     """What the server or driver said, on one line."""
     return " ".join(str(e).split()) or type(e).__name__
-
-
-class PgWriter:
-    """Group commit into `fusee_journal`: appended on the loop, committed by a thread.
-
-    The same promises as the local writer (`journal/writer.py`): `append` gives the
-    next lsn at once; a commit publishes a batch's last lsn only after PostgreSQL
-    acknowledged its `COMMIT`; a failed commit is fail-stop (its outcome may be
-    unknown, so nothing after the last published lsn is ever acknowledged, and the
-    next owner reads what the database kept).
-    """
-
-    def __init__(
-        self,
-        conn: psycopg.Connection[Any],
-        tail: Tail,
-        on_durable: Callable[[int], None],
-        on_failed: Callable[[BaseException], None],
-        sync: bool,
-        record_bytes_max: int,
-        probe_s: float = 10.0 / 3,
-    ) -> None:
-        self._conn = conn
-        self._on_durable = on_durable
-        self._on_failed = on_failed
-        self._record_bytes_max = record_bytes_max
-        self.counters = Counters()
-        self.sync_s_recent = 0.0
-        self.synced_lsn = tail.next_lsn - 1
-        self.synced_at: tuple[int, str | None, int] = (self.synced_lsn, None, 0)
-        self._lock = threading.Lock()
-        self._wake = threading.Condition(self._lock)
-        self._pending: list[bytes] = []
-        self._next_lsn = tail.next_lsn
-        self._asked = False
-        self._closing = False
-        self._failed: BaseException | None = None
-        self.probe_s = probe_s
-        """How long the writer stays idle before it checks its session (`_probe`)."""
-        # A COMMIT is durable only if the server flushed its WAL first: forced on, whatever
-        # the database or role sets (a common tuning turns it off). durability="none":
-        # UNSAFE, as on the local journal (no wait for the WAL).
-        conn.execute(f"SET synchronous_commit TO {'on' if sync else 'off'}")
-        conn.commit()
-        self._thread = threading.Thread(target=self._run, name="fusee-journal-pg", daemon=True)
-        self._thread.start()
-
-    @property
-    def next_lsn(self) -> int:
-        return self._next_lsn
-
-    def append(self, payload: bytes) -> int:
-        """Queues a record; returns its lsn. Durable once a commit publishes it."""
-        if not payload:
-            raise ValueError("a record is at least one byte")
-        if len(payload) > self._record_bytes_max:
-            raise ValueError(
-                f"record of {len(payload)} bytes is over the limit of {self._record_bytes_max}"
-            )
-        with self._lock:
-            if self._failed is not None:
-                raise JournalFailed(f"the journal stopped accepting work: {self._failed}")
-            if self._closing:
-                raise JournalFailed("the journal is closed")
-            lsn = self._next_lsn
-            self._next_lsn = lsn + 1
-            self._pending.append(payload)
-        return lsn
-
-    def ask(self) -> None:
-        """Has the thread commit what is pending (and whatever comes while it does)."""
-        with self._lock:
-            self._asked = True
-            self._wake.notify()
-
-    def commit_here(self) -> int | None:
-        """Never on the caller's thread: a commit is a round trip. Asks the thread."""
-        self.ask()
-        return None
-
-    def close(self) -> None:
-        """Commits what is pending, then stops the thread (the store closes the session)."""
-        with self._lock:
-            self._closing = True
-            self._wake.notify()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while True:
-            with self._lock:
-                idle = False
-                while not self._asked and not self._closing and not idle:
-                    idle = not self._wake.wait(self.probe_s)
-                self._asked = False
-                closing = self._closing
-            if idle and not self._probe():
-                return
-            while True:
-                try:
-                    lsn = self._commit_pending()
-                except BaseException as e:
-                    self._on_failed(e)
-                    return
-                if lsn is None:
-                    break
-                self._on_durable(lsn)
-            if closing:
-                return
-
-    def _probe(self) -> bool:
-        """An idle writer asks its session (the one holding the lock) whether it is still
-        there: one that is gone (the server restarted, or ended it) stops the engine
-        now (fail-stop), not at its next commit, so a driver that lost the journal
-        stops answering for it too. False then."""
-        try:
-            self._conn.execute("SELECT 1")
-            self._conn.commit()
-        except BaseException as e:
-            with self._lock:
-                self._failed = e
-            self._on_failed(e)
-            return False
-        return True
-
-    def _commit_pending(self) -> int | None:
-        with self._lock:
-            pending = self._pending
-            if not pending or self._failed is not None:
-                return None
-            batch = pending[:BATCH_RECORDS_MAX]
-            del pending[:BATCH_RECORDS_MAX]
-            first = self._next_lsn - len(pending) - len(batch)
-        try:
-            took = self._write(batch, first)
-        except BaseException as e:
-            with self._lock:
-                self._failed = e
-                self._pending.clear()
-            raise
-        last = first + len(batch) - 1
-        self.synced_lsn = last
-        self.synced_at = (last, None, 0)
-        c = self.counters
-        c.records += len(batch)
-        c.bytes += sum(map(len, batch))
-        c.batches += 1
-        c.batch_sizes.observe(len(batch))
-        self.sync_s_recent = c.synced(took, self.sync_s_recent)
-        return last
-
-    def _write(self, batch: list[bytes], first: int) -> float:
-        """Inserts the batch and commits; returns the commit's seconds."""
-        conn = self._conn
-        with conn.cursor() as cur:
-            if len(batch) == 1:
-                cur.execute(
-                    "INSERT INTO fusee_journal (lsn, record) VALUES (%s, %s)",
-                    (first, batch[0]),
-                    prepare=True,
-                    binary=True,
-                )
-            else:
-                with cur.copy("COPY fusee_journal (lsn, record) FROM STDIN (FORMAT BINARY)") as cp:
-                    cp.set_types(["int8", "bytea"])
-                    for i, payload in enumerate(batch):
-                        cp.write_row((first + i, payload))
-        t0 = time.perf_counter()
-        conn.commit()
-        return time.perf_counter() - t0

@@ -9,6 +9,10 @@ too; these are what only a database has.
 
 from __future__ import annotations
 
+import asyncio
+import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +99,39 @@ async def test_a_second_process_on_the_journal_is_refused_naming_the_owner(
             await engine(tmp_path / "b", pg_url).open()
     async with engine(tmp_path / "b", pg_url) as e:  # free once the owner closed
         assert e.journal.epoch == 2  # type: ignore[attr-defined]
+
+
+async def test_the_lock_of_a_killed_process_of_this_host_is_taken_once_its_session_ends(
+    tmp_path: Path, pg_url: str
+) -> None:
+    # A process killed on this host leaves its session (and the lock) on the server a
+    # moment: an open then waits for it rather than call the dead process the owner.
+    async with engine(tmp_path / "a", pg_url):
+        pass
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    lock = f"SELECT pg_advisory_lock({postgres.LOCK_CLASS}, hashtext(current_schema()))"
+    left = psycopg.connect(pg_url, autocommit=True)
+    left.execute(lock)  # type: ignore[arg-type]
+    left.execute(
+        "UPDATE fusee_owner SET holder = %s", (f"pid {dead.pid} on {socket.gethostname()}",)
+    )
+    b = engine(tmp_path / "b", pg_url)
+    opening = asyncio.create_task(b.open())
+    tried = (  # the opener's first try failed: it went on to read the holder, or waits
+        "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+        "AND datname = current_database() AND (query LIKE '%FROM fusee_owner%' "
+        "OR (query LIKE '%pg_try_advisory_lock%' AND state = 'idle in transaction'))"
+    )
+    with psycopg.connect(pg_url, autocommit=True) as watch:
+        while not opening.done() and not watch.execute(tried).fetchone()[0]:  # type: ignore[index]
+            await asyncio.sleep(0)
+    left.close()
+    await opening
+    try:
+        assert b.journal.epoch == 2  # type: ignore[attr-defined]
+    finally:
+        await b.close()
 
 
 async def test_an_unreachable_server_is_one_clear_error_without_the_password(
