@@ -99,7 +99,15 @@ def run(home: Path, quick: bool = False, store: str | None = None) -> dict[str, 
         from fusee_runtime import bench_pg
 
         with bench_pg.Schemas(store) as schemas:
-            return asyncio.run(_measure(bench_pg.Places(scratch, schemas), quick))
+            report = asyncio.run(_measure(bench_pg.Places(scratch, schemas), quick))
+            # The concurrent runs again, spread over 1, 2 and 4 worker processes.
+            report["workers_steps_per_s"] = {
+                str(p): bench_pg.workers_steps_per_s(
+                    schemas, scratch, p, 100 * (1 if quick else 10), 10
+                )
+                for p in (1, 2, 4)
+            }
+            return report
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -12,17 +12,12 @@ from __future__ import annotations
 
 import statistics
 import time
-import urllib.parse
 from pathlib import Path
 from typing import Any
 
+from fusee_runtime.journal.shards import with_schema
+
 PREFIX = "fusee_bench_"
-
-
-def with_schema(url: str, schema: str) -> str:
-    """`url` with its `search_path` set to `schema` (libpq's `options`)."""
-    option = urllib.parse.quote(f"-c search_path={schema}", safe="")
-    return f"{url}{'&' if '?' in url else '?'}options={option}"
 
 
 class Schemas:
@@ -95,3 +90,86 @@ class CommitProbe:
         ordered = sorted(self._times)
         p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
         return {"median": round(statistics.median(ordered), 1), "p99": round(p99, 1)}
+
+
+def workers_steps_per_s(
+    schemas: Schemas, scratch: Path, processes: int, runs: int, steps: int
+) -> int:
+    """Steps a second of `runs` workflows of `steps` steps, spread over a database laid
+    out as `processes` journals, each driven by a worker process of its own (as
+    `fusee serve --store URL` workers settle: one journal each). Timed from the go
+    given to every ready worker to the last one's end."""
+    import subprocess
+    import sys
+
+    from fusee_runtime.journal.postgres import PgJournal
+    from fusee_runtime.journal.shards import layout, prepare_shard
+
+    url = schemas.make(f"workers{processes}")
+    with PgJournal(url).connect() as conn:
+        conn.autocommit = True
+        laid = layout(conn, url, processes)
+        for k in range(1, processes):
+            prepare_shard(conn, laid, k)
+            schemas.made.append(laid.schema_of(k))
+    children = [
+        subprocess.Popen(
+            [
+                *(sys.executable, "-m", "fusee_runtime.bench_pg", laid.url_of(k)),
+                *(str(scratch / f"workers{processes}-{k}"), str(runs // processes), str(steps)),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for k in range(processes)
+    ]
+    try:
+        for child in children:
+            assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        for child in children:
+            assert child.stdin is not None
+            child.stdin.write("go\n")
+            child.stdin.flush()
+        spans = []
+        for child in children:
+            out, _ = child.communicate()
+            if child.returncode != 0:
+                raise RuntimeError(f"a bench worker exited {child.returncode}")
+            spans.append(tuple(map(float, out.split())))
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    began, ended = min(s[0] for s in spans), max(s[1] for s in spans)
+    return round((runs // processes) * processes * steps / (ended - began))
+
+
+async def _worker(url: str, home: str, runs: int, steps: int) -> None:
+    """One bench worker: drives its journal, says it is ready, runs on `go`."""
+    import asyncio
+    import sys
+
+    from fusee_runtime.engine.engine import Config, Engine
+
+    config = Config(segment_bytes=64 << 20, store=url)
+    engine = Engine(Path(home), app="fusee_runtime.bench", config=config)  # its workflows
+    async with engine:
+        await (await engine.start("fusee.bench.one", None)).result()  # warm, as the others
+        print("ready", flush=True)
+        await asyncio.to_thread(sys.stdin.readline)
+        began = time.time()
+        handles = await asyncio.gather(
+            *(engine.start("fusee.bench.seq", steps) for _ in range(runs))
+        )
+        await asyncio.gather(*(h.result() for h in handles))
+        print(began, time.time(), flush=True)
+
+
+if __name__ == "__main__":
+    import asyncio
+    import sys
+
+    url, home, runs, steps = sys.argv[1:]
+    asyncio.run(_worker(url, home, int(runs), int(steps)))

@@ -76,6 +76,17 @@ def _table(report: dict[str, Any], store: str | None) -> None:
                 f"{c['steps_per_s']:,}/s",
                 f"{c['records_per_fdatasync']} rec/sync",
             ),
+            *(
+                [
+                    (
+                        "the same, 1 / 2 / 4 workers",
+                        " / ".join(f"{v:,}" for v in report["workers_steps_per_s"].values()) + "/s",
+                        "a process and a journal each",
+                    )
+                ]
+                if "workers_steps_per_s" in report
+                else []
+            ),
             ("start to result", f"{r['median']:.0f} µs", f"p99 {r['p99']:.0f}; {r['ratio']} x"),
             ("fan-out of 100: syncs", str(report["fanout_syncs"]), ""),
             (

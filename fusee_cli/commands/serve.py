@@ -31,6 +31,7 @@ from fusee_cli.session import CliError, Code
 
 if TYPE_CHECKING:
     from fusee_runtime import Engine
+    from fusee_runtime.journal.shards import Layout
 
 STATS_S = 10.0
 """How often the JSON output reports its counters (the live line: every second)."""
@@ -90,6 +91,17 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    shards: Annotated[
+        int | None,
+        typer.Option(
+            "--shards",
+            min=1,
+            help="With --store: lay a new database out as this many journals, so as many "
+            "workers (fusee serve --store on any hosts) drive its runs at once; the first "
+            "worker lays it out for good. Default: as the database is (one journal if new).",
+            show_default=False,
+        ),
+    ] = None,
     stats_every: Annotated[
         float,
         typer.Option(
@@ -116,7 +128,9 @@ def serve(
         module = app_module(app)
         out = _Output(sys.stdout.isatty(), stats_every)
         session.run(
-            _serve(home, module, address, token, reload, grace, out, public_url, retention_s)
+            _serve(
+                home, module, address, token, reload, grace, out, public_url, retention_s, shards
+            )
         )
 
 
@@ -147,6 +161,85 @@ async def _standby(store: str, stop: Any, out: _Output) -> bool:
         if mapped is None:
             raise
         raise mapped from None
+
+
+async def _layout(store: str | None, shards: int | None) -> Layout | None:
+    """How many journals the database in `store` holds (laid out as `shards` if new);
+    None for the local journal.
+
+    Raises:
+        CliError: --shards without --store, or a layout other than --shards.
+    """
+    import asyncio
+
+    from fusee_runtime import Config
+    from fusee_runtime.journal.postgres import PgJournal
+    from fusee_runtime.journal.shards import read_layout
+
+    if store is None:
+        if shards is not None and shards > 1:
+            raise CliError(Code.USAGE, "--shards needs --store: a home's journal has one driver")
+        return None
+    try:
+        Config(store=store)  # a URL of another kind is said before anything connects
+    except ValueError as e:
+        raise CliError(Code.USAGE, str(e)) from None
+    try:
+        return await asyncio.to_thread(read_layout, PgJournal(store), shards)
+    except Exception as e:
+        mapped = session.opening_error(Path("."), e)
+        if mapped is None:
+            raise
+        raise mapped from None
+
+
+async def _serve_shards(
+    home: Path,
+    app: str,
+    layout: Layout,
+    grace: float,
+    retention_s: float | None,
+    out: _Output,
+    stop: Any,
+    got: list[str],
+) -> None:
+    """Serves as one worker of a sharded database (`control/worker.py`)."""
+    from fusee_runtime.control.connect import open_home
+    from fusee_runtime.control.worker import ShardWorker
+    from fusee_runtime.journal.postgres import describe
+
+    def open_shard(k: int) -> Any:
+        return open_home(
+            home / f"shard-{k}",
+            app,
+            grace=grace,
+            store=layout.url_of(k),
+            schedules=k == 0,
+            retention=retention_s,
+        )
+
+    worker = ShardWorker(layout, open_shard, out.event)
+    out.event(
+        "serving",
+        pid=os.getpid(),
+        home=str(home),
+        app=app,
+        store=describe(layout.url),
+        shards=layout.shards,
+        retention_s=retention_s,
+    )
+    try:
+        try:
+            await worker.run(stop)
+        except Exception as e:
+            mapped = session.opening_error(home, e)
+            if mapped is None:
+                raise
+            raise mapped from None
+        out.event("stopping", signal=got[0] if got else None, grace=grace)
+    finally:
+        out.close()
+    out.event("stopped")
 
 
 def _address(http: str, token: str | None) -> tuple[str, int]:
@@ -181,6 +274,7 @@ async def _serve(
     out: _Output,
     public_url: str | None,
     retention_s: float | None = None,
+    shards: int | None = None,
 ) -> None:
     import asyncio
     import signal
@@ -203,6 +297,17 @@ async def _serve(
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
+    store = session.store()
+    layout = await _layout(store, shards)
+    if layout is not None and layout.shards > 1:
+        if address is not None or reload:
+            raise CliError(
+                Code.USAGE,
+                f"--http and --reload are not there yet for a database of {layout.shards} "
+                "journals (its workers do not route HTTP calls between them)",
+            )
+        await _serve_shards(home, app, layout, grace, retention_s, out, stop, got)
+        return
     bound = None
     if address is not None:
         from fusee_runtime.control.http import bind
@@ -210,7 +315,6 @@ async def _serve(
         # Bound before the home opens, so the runs it resumes hand out completion URLs.
         bound = bind(*address)  # Rejected (exit 2) if it cannot bind
     url = public_url or (bound[1] if bound else None)
-    store = session.store()
     async with contextlib.AsyncExitStack() as stack:
         while True:
             if store is not None and not await _standby(store, stop, out):

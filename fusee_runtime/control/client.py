@@ -98,7 +98,7 @@ class ControlClient:
         # The pid in the lock file names the owner if it does not answer.
         client = cls(home, HomeLock(home).owner())
         try:
-            pong = await client._call("ping")
+            pong = await client.call("ping")
         except OwnerGone:
             return None
         client._pid = pong["pid"]
@@ -106,7 +106,7 @@ class ControlClient:
 
     async def ping(self) -> dict[str, Any]:
         """Who serves the calls: `pid`, `home`, `host`."""
-        return await self._call("ping")
+        return await self.call("ping")
 
     async def start(
         self,
@@ -115,13 +115,13 @@ class ControlClient:
         id: str | None = None,
         on_conflict: Literal["return", "fail", "new_run"] = "return",
     ) -> tuple[RunInfo, bool]:
-        info, existed = await self._call(
+        info, existed = await self.call(
             "start", workflow=workflow, input=input, id=id, on_conflict=on_conflict
         )
         return run_info(info), existed
 
     async def describe(self, id: str) -> RunInfo:
-        return run_info(await self._call("describe", id=id))
+        return run_info(await self.call("describe", id=id))
 
     async def list(
         self,
@@ -141,80 +141,83 @@ class ControlClient:
             for key, op, value in search.conditions(where):
                 pairs.setdefault(key, []).append([op, value])
             args["where"] = pairs
-        docs = await self._call("list", **args)
+        docs = await self.call("list", **args)
         return [run_info(d) for d in docs]
 
     async def history(self, id: str) -> builtins.list[dict[str, Any]]:
-        return await self._call("history", id=id)
+        return await self.call("history", id=id)
 
     async def journal(self, id: str, run_id: str | None = None) -> dict[str, Any]:
-        return await self._call("journal", id=id, **({"run_id": run_id} if run_id else {}))
+        return await self.call("journal", id=id, **({"run_id": run_id} if run_id else {}))
 
     async def run_ids(
         self, workflow: str | None = None, open: bool = False
     ) -> builtins.list[builtins.list[str]]:
         args: dict[str, Any] = {"workflow": workflow} if workflow else {}
-        return await self._call("run_ids", **args, **({"open": True} if open else {}))
+        return await self.call("run_ids", **args, **({"open": True} if open else {}))
 
     async def signal(self, id: str, name: str, value: Any = None) -> None:
-        await self._call("signal", id=id, name=name, value=value)
+        await self.call("signal", id=id, name=name, value=value)
 
     async def cancel(self, id: str, reason: str = "cancelled") -> None:
-        await self._call("cancel", id=id, reason=reason)
+        await self.call("cancel", id=id, reason=reason)
 
     async def terminate(self, id: str, reason: str = "terminated") -> None:
-        await self._call("terminate", id=id, reason=reason)
+        await self.call("terminate", id=id, reason=reason)
 
     async def resume(self, id: str) -> None:
-        await self._call("resume", id=id)
+        await self.call("resume", id=id)
 
     async def reset(self, id: str, to: int | str) -> RunInfo:
-        return run_info(await self._call("reset", id=id, to=to))
+        return run_info(await self.call("reset", id=id, to=to))
 
     async def complete(self, token: str, value: Any = None) -> dict[str, Any]:
-        return await self._call("complete", token=token, value=value)
+        return await self.call("complete", token=token, value=value)
 
     async def fail(self, token: str, message: str) -> dict[str, Any]:
-        return await self._call("fail", token=token, message=message)
+        return await self.call("fail", token=token, message=message)
 
     async def query(self, id: str, name: str, arg: Any = None) -> Any:
-        return await self._call("query", id=id, name=name, arg=arg)
+        return await self.call("query", id=id, name=name, arg=arg)
 
     async def update(
         self, id: str, name: str, arg: Any = None, update_id: str | None = None
     ) -> Any:
-        return await self._call("update", id=id, name=name, arg=arg, update_id=update_id)
+        return await self.call("update", id=id, name=name, arg=arg, update_id=update_id)
 
     async def schedules(self) -> builtins.list[dict[str, Any]]:
-        return await self._call("schedules")
+        return await self.call("schedules")
 
     async def schedule(self, name: str, action: Literal["pause", "unpause", "trigger"]) -> Any:
-        value = await self._call("schedule", name=name, action=action)
+        value = await self.call("schedule", name=name, action=action)
         return run_info(value) if action == "trigger" else value
 
     async def prune(self, older_than: float) -> int:
-        return await self._call("prune", older_than=older_than)
+        return await self.call("prune", older_than=older_than)
 
     async def limits(self) -> builtins.list[dict[str, Any]]:
-        return await self._call("limits")
+        return await self.call("limits")
 
     async def limit(self, name: str, permits: int) -> dict[str, Any]:
-        return await self._call("limit", name=name, permits=permits)
+        return await self.call("limit", name=name, permits=permits)
 
     def watch(self, id: str, timeout: float | None = None) -> AsyncGenerator[dict[str, Any], None]:
-        return self._events("watch", id=id, timeout=timeout)
+        return self.events("watch", id=id, timeout=timeout)
 
     def stream(self, id: str, name: str, follow: bool = True) -> AsyncGenerator[Any, None]:
-        return self._events("stream", id=id, name=name, follow=follow)
+        return self.events("stream", id=id, name=name, follow=follow)
 
-    async def _call(self, op: str, **args: Any) -> Any:
+    async def call(self, op: str, **args: Any) -> Any:
+        """Operation `op` of the protocol (`control/protocol.py`), by name, with its
+        arguments as JSON: its answer as JSON."""
         async with contextlib.aclosing(self._exchange(op, args)) as lines:
             async for is_event, value in lines:
                 if not is_event:
                     return value
         raise AssertionError("unreachable: an exchange ends with its value or an error")
 
-    async def _events(self, op: str, **args: Any) -> AsyncGenerator[Any, None]:
+    async def events(self, op: str, **args: Any) -> AsyncGenerator[Any, None]:
+        """As `call`, for an operation that answers with events (`watch`, `stream`)."""
         async with contextlib.aclosing(self._exchange(op, args)) as lines:
             async for is_event, value in lines:
                 if is_event:

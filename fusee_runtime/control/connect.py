@@ -25,12 +25,15 @@ import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fusee_runtime import Config, Engine, HomeLocked
 from fusee_runtime.control.api import Control
 from fusee_runtime.control.client import ControlClient, OwnerUnanswered
 from fusee_runtime.engine.home import HomeLock
+
+if TYPE_CHECKING:
+    from fusee_runtime.journal.shards import Layout
 
 RETRY_OPEN_S = 0.05
 """Pause between two tries to reach the owner or take the home, while another process has it
@@ -138,6 +141,19 @@ def _reach(home: Path, config: dict[str, Any]) -> Callable[[], Awaitable[Control
     Config(store=url)  # a URL of another kind is said before anything connects
     from fusee_runtime.control.remote import StoreClient
     from fusee_runtime.journal.postgres import PgJournal
+    from fusee_runtime.journal.shards import read_layout
 
-    journal = PgJournal(url, config.get("lease", Config.lease))
-    return lambda: StoreClient.reach(journal)
+    lease = config.get("lease", Config.lease)
+    journal = PgJournal(url, lease)
+    layouts: list[Layout] = []
+
+    async def reach() -> ControlClient | None:
+        if not layouts:
+            layouts.append(await asyncio.to_thread(read_layout, journal))
+        if layouts[0].shards == 1:
+            return await StoreClient.reach(journal)
+        from fusee_runtime.control.router import ShardRouter
+
+        return await ShardRouter.reach(layouts[0], lease)
+
+    return reach

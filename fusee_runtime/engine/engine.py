@@ -26,7 +26,6 @@ import builtins
 import dataclasses
 import logging
 import os
-import uuid
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 from pathlib import Path
@@ -53,6 +52,7 @@ from fusee_runtime.engine.waits import wake_at
 from fusee_runtime.errors import EngineClosed, Failure, IdConflict, Rejected
 from fusee_runtime.journal import records
 from fusee_runtime.journal.records import R
+from fusee_runtime.journal.shards import owned_id
 from fusee_runtime.journal.store import off_loop, open_store
 from fusee_runtime.scope import check_id, check_name
 from fusee_runtime.tracing import check_traceparent, open_tracing
@@ -322,7 +322,7 @@ class Engine:
         if signal is not None:
             check_name("signal", signal[0])
             self.driver.encode(signal[1], f"signal {signal[0]!r}", ANY)
-        workflow_id = check_id(id) if id is not None else uuid.uuid4().hex
+        workflow_id = owned_id(id, self.journal.shard)
         traceparent = check_traceparent(traceparent) if traceparent is not None else None
         existing = self.runs.find_latest(workflow_id) if id is not None else None
         if existing is not None:

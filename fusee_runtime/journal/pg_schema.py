@@ -3,7 +3,7 @@ schema and how it migrates an older one (`fusee_schema.version`)."""
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The version of fusee's tables this code reads and writes."""
 MIGRATIONS: tuple[str, ...] = (
     # 1: the journal, its checkpoints, and who drives it.
@@ -66,5 +66,15 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (request, seq)
     );
     """,
+    # 3: which shard of how many this journal is (`journal/shards.py`). IF NOT EXISTS: in
+    # the URL's own schema, the first worker lays the database out before any journal.
+    """
+    CREATE TABLE IF NOT EXISTS fusee_layout (
+        one boolean PRIMARY KEY DEFAULT true CHECK (one),
+        shard integer NOT NULL,
+        shards integer NOT NULL
+    );
+    """,
 )
 """`MIGRATIONS[v]` takes the schema from version v to v + 1."""
+LAYOUT = MIGRATIONS[2]

@@ -72,7 +72,9 @@ def describe(url: str) -> str:
         return "PostgreSQL (an unreadable URL)"
     host = str(info.get("host") or "localhost")
     port = f":{info['port']}" if info.get("port") else ""
-    return f"PostgreSQL database {info.get('dbname') or info.get('user') or '?'} on {host}{port}"
+    where = f"PostgreSQL database {info.get('dbname') or info.get('user') or '?'} on {host}{port}"
+    schema = re.search(r"search_path\s*=\s*(\S+)", str(info.get("options") or ""))
+    return f"{where}, schema {schema[1]}" if schema else where
 
 
 TRY_LOCK = "SELECT pg_try_advisory_lock(%s, hashtext(current_schema()))"
@@ -107,6 +109,9 @@ class PgJournal:
         self.url = url
         self.lease = lease
         self.name = describe(url)
+        self.shard: tuple[int, int] = (0, 1)
+        """Which journal of how many in its database (`journal/shards.py`), as its
+        `fusee_layout` row says once open."""
         self.secret: bytes | None = None
         """The completion tokens' secret (`fusee_secret`), read by `open`."""
         self.epoch = 0
@@ -178,6 +183,7 @@ class PgJournal:
             if not got and not self._after_dead_holder(conn):
                 raise HomeLocked(self.name, None, self.holder(conn))
             self._migrate(conn)
+            self._place(conn)
             conn.execute(
                 "INSERT INTO fusee_secret (secret) VALUES (%s) ON CONFLICT DO NOTHING",
                 (secrets.token_bytes(SECRET_BYTES),),
@@ -229,6 +235,14 @@ class PgJournal:
             if one_row(conn, TRY_LOCK, (LOCK_CLASS,))[0]:
                 return True
         return False
+
+    def _place(self, conn: psycopg.Connection[Any]) -> None:
+        """Which shard this journal is: one of one unless a worker laid it out before."""
+        conn.execute(
+            "INSERT INTO fusee_layout (shard, shards) VALUES (0, 1) ON CONFLICT DO NOTHING"
+        )
+        shard, shards = one_row(conn, "SELECT shard, shards FROM fusee_layout")
+        self.shard = (shard, shards)
 
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
         # No CREATE once the tables exist: a role with only SELECT, INSERT, UPDATE and

@@ -65,6 +65,9 @@ class JournalStore(Protocol):
     """Whether commits may run on the engine's loop when it is idle."""
     remote: bool
     """Whether its calls go over the network (the engine makes them off its loop)."""
+    shard: tuple[int, int]
+    """Which journal of how many its database holds, once open (`journal/shards.py`):
+    a run's id must belong to it. (0, 1) alone."""
 
     def open(self) -> None: ...
     def close(self) -> None: ...
@@ -118,6 +121,7 @@ class LocalJournal:
         self.name = str(directory)
         self.loop_safe = storage.loop_safe
         self.remote = False
+        self.shard = (0, 1)
 
     def open(self) -> None:
         pass  # the engine made the directory, under the home's lock

@@ -273,7 +273,8 @@ async def test_a_role_with_only_row_rights_opens_a_made_journal(
         conn.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
         conn.execute(
             "GRANT SELECT, INSERT, UPDATE, DELETE ON fusee_journal, fusee_checkpoints, "
-            "fusee_owner, fusee_schema, fusee_runs, fusee_pruned, fusee_secret TO rows_only"
+            "fusee_owner, fusee_schema, fusee_runs, fusee_pruned, fusee_secret, fusee_layout "
+            "TO rows_only"
         )
     limited = pg_url.replace("postgresql://postgres@", "postgresql://rows_only@")
     async with engine(tmp_path / "h", limited) as e:

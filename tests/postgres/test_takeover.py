@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import queue
 import signal
-import subprocess
 import threading
 import time
 from collections import defaultdict
@@ -26,7 +25,8 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from processes import REPO, fusee_script
+from pg_workers import Worker
+from processes import REPO
 
 APP_DIR = Path(__file__).resolve().parent / "takeover"
 RUNS = 30
@@ -35,57 +35,6 @@ KILL_AFTER = 60  # step executions seen before the driver is killed
 
 # Several processes at once each: one worker of the suite at a time runs them.
 pytestmark = pytest.mark.xdist_group("postgres-takeover")
-
-
-class Worker:
-    """One `fusee serve` child and the events it prints (JSON lines)."""
-
-    def __init__(self, home: Path, store: str, env: dict[str, str]) -> None:
-        command = [fusee_script(), "--store", store, "serve", "--home", str(home)]
-        self.stderr = home.with_name(home.name + ".err")
-        with open(self.stderr, "wb") as err:
-            self.proc = subprocess.Popen(
-                [*command, "--app", "takeover_app", "--http", "127.0.0.1:0"],
-                cwd=REPO,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=err,
-                text=True,
-            )
-        self.events: queue.Queue[dict[str, Any] | None] = queue.Queue()
-        # The one reader of its stdout, to the end (so nothing else may read or close it).
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def stop(self) -> None:
-        """SIGTERM (a clean stop), SIGKILL if it hangs; then its stdout is closed."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:  # not an assertion: a stuck child must not hang
-            self.proc.kill()
-            self.proc.wait()
-        self._reader.join()
-        assert self.proc.stdout is not None
-        self.proc.stdout.close()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.events.put(orjson.loads(line))
-        self.events.put(None)
-
-    def next_event(self) -> dict[str, Any]:
-        """The next event but log lines (the first open's "tables at version 1", say)."""
-        while True:
-            event = self.events.get()
-            if event is None:
-                code = self.proc.wait()
-                err = self.stderr.read_text(errors="replace")
-                raise AssertionError(f"worker {self.proc.pid} exited {code}: {err}")
-            if event["event"] != "log":
-                return event
 
 
 def test_a_killed_driver_s_runs_are_taken_over_and_none_of_its_steps_runs_again(

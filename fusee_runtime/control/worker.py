@@ -1,0 +1,184 @@
+"""A worker of a sharded database: `fusee serve --store URL` beside other workers.
+
+A database laid out as N journals (`journal/shards.py`) is driven by as many
+`fusee serve --store URL` processes as its operators start, on any hosts.
+Each worker holds an advisory lock of its own while it lives, so the workers
+count one another in `pg_locks` (a killed worker stops counting the moment
+its session ends), and drives its fair share of the journals, ceil(N ÷
+workers), one engine per journal (home `<home>/shard-<k>`):
+
+- it takes free journals while it has fewer than its share, and any journal
+  left free for two rounds whatever its share (so none stays undriven);
+- it gives one back per round while it has more (a worker that joined gets it:
+  the engine closes with its grace, and the next driver replays the runs);
+- a journal whose engine failed (its session lost) is closed and free again.
+
+A journal is taken as any is (its lock, `journal/postgres.py`), so two workers
+never drive one, and one that dies is taken over within a round of its
+session's end. Cron schedules fire in shard 0's engine alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import random
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any
+
+from fusee_runtime.errors import HomeLocked, StoreUnavailable
+from fusee_runtime.journal.postgres import LOCK_CLASS, PgJournal, import_psycopg
+from fusee_runtime.journal.shards import Layout, prepare_shard
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from fusee_runtime.engine.engine import Engine
+
+log = logging.getLogger("fusee")
+
+ROUND_S = 0.25
+"""How often a worker looks at who drives what: the delay before a free journal is
+taken (after its driver's session ended, at once for a killed process)."""
+MASK = 0xFFFFFFFF  # pg_locks shows the keys of an advisory lock as unsigned
+_LOCKS = (
+    "SELECT classid::bigint, objid::bigint FROM pg_locks WHERE locktype = 'advisory' "
+    "AND granted AND objsubid = 2 AND database = "
+    "(SELECT oid FROM pg_database WHERE datname = current_database())"
+)
+
+
+class ShardWorker:
+    """Drives a fair share of a sharded database's journals until stopped (see the
+    module). `open_shard(k)` opens shard k's engine (`HomeLocked` when another
+    worker was quicker); `event(name, **fields)` is told what it takes and gives."""
+
+    def __init__(
+        self,
+        layout: Layout,
+        open_shard: Callable[[int], AbstractAsyncContextManager[Engine]],
+        event: Callable[..., None],
+        lease: float = 10.0,
+        round_s: float = ROUND_S,
+    ) -> None:
+        self.layout = layout
+        self.engines: dict[int, Engine] = {}
+        """The engines this worker drives, by shard."""
+        self.changed = asyncio.Event()
+        """Set each time `engines` changes (for whoever waits on it)."""
+        self._open_shard = open_shard
+        self._event = event
+        self._pg = PgJournal(layout.url, lease)
+        self._round_s = round_s
+        self._stacks: dict[int, contextlib.AsyncExitStack] = {}
+        self._free_before: set[int] = set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Takes and gives journals until `stop` is set, then closes its engines.
+
+        Raises:
+            StoreUnavailable: the server cannot be reached at the start.
+            AppImportError, JournalCorrupt: as a journal's engine opens.
+        """
+        first = await asyncio.to_thread(self._connect)
+        keys = await asyncio.to_thread(self._register, first)
+        conn: psycopg.Connection[Any] | None = first
+        failed = import_psycopg().Error
+        try:
+            while not stop.is_set():
+                try:
+                    if conn is None:  # its session was lost: count itself in again
+                        conn = await asyncio.to_thread(self._connect)
+                        keys = await asyncio.to_thread(self._register, conn)
+                    await self._round(conn, keys)
+                except (failed, StoreUnavailable) as e:
+                    # The server restarted, or the network blipped: the engines whose
+                    # sessions went too stop on their own and are given back.
+                    log.warning("fusee: worker lost its session (%s); reconnecting", e)
+                    if conn is not None:
+                        await asyncio.to_thread(conn.close)
+                    conn = None
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self._round_s)
+        finally:
+            for shard in sorted(self._stacks, reverse=True):
+                await self._give(shard, "stopping")
+            if conn is not None:
+                await asyncio.to_thread(conn.close)
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        conn = self._pg.connect()
+        conn.autocommit = True
+        return conn
+
+    def _register(self, conn: psycopg.Connection[Any]) -> tuple[int, list[int]]:
+        """Takes this worker's own lock; returns the workers' lock class and each
+        journal's lock key, as `pg_locks` shows them."""
+        schemas = [self.layout.schema_of(k) for k in range(self.layout.shards)]
+        row = conn.execute(
+            "SELECT hashtext(%s)::bigint & 4294967295, "
+            "array_agg(hashtext(s)::bigint & 4294967295 ORDER BY k) "
+            "FROM unnest(%s::text[]) WITH ORDINALITY AS t(s, k)",
+            (self.layout.schema + "/workers", schemas),
+        ).fetchone()
+        assert row is not None
+        workers, journals = row
+        while True:  # a key no other worker holds
+            key = random.randrange(1, 2**31)
+            (got,) = conn.execute(
+                "SELECT pg_try_advisory_lock(%s, %s)", (_signed(workers), key)
+            ).fetchone() or (False,)
+            if got:
+                return workers, list(journals)
+
+    async def _round(self, conn: psycopg.Connection[Any], keys: tuple[int, list[int]]) -> None:
+        for shard, engine in list(self.engines.items()):
+            if engine.durability.failed is not None:
+                await self._give(shard, "failed", error=str(engine.durability.failed))
+        locks = await asyncio.to_thread(lambda: conn.execute(_LOCKS).fetchall())
+        workers_class, journal_keys = keys
+        workers = max(1, sum(1 for c, _ in locks if c == workers_class))
+        held = {o for c, o in locks if c == LOCK_CLASS}
+        free = {k for k, key in enumerate(journal_keys) if key not in held}
+        share = math.ceil(self.layout.shards / workers)
+        if len(self.engines) > share:
+            await self._give(max(self.engines), "rebalancing")
+            return
+        long_free, self._free_before = free & self._free_before, free
+        start = random.randrange(self.layout.shards)
+        for k in sorted(free, key=lambda k: (k - start) % self.layout.shards):
+            if k in self.engines or (len(self.engines) >= share and k not in long_free):
+                continue
+            await self._take(conn, k)
+
+    async def _take(self, conn: psycopg.Connection[Any], shard: int) -> None:
+        stack = contextlib.AsyncExitStack()
+        try:
+            await asyncio.to_thread(prepare_shard, conn, self.layout, shard)
+            engine = await stack.enter_async_context(self._open_shard(shard))
+        except HomeLocked:
+            return  # another worker was quicker
+        except (StoreUnavailable, import_psycopg().Error) as e:  # a restart: next round
+            log.warning("fusee: cannot take shard %d: %s", shard, e)
+            return
+        self.engines[shard] = engine
+        self._stacks[shard] = stack
+        self.changed.set()
+        self._event("shard_taken", shard=shard, runs_open=int(engine.counters()["runs_open"]))
+
+    async def _give(self, shard: int, why: str, **fields: Any) -> None:
+        self.engines.pop(shard, None)
+        stack = self._stacks.pop(shard)
+        self.changed.set()
+        try:
+            await stack.aclose()
+        finally:
+            self._event("shard_given", shard=shard, why=why, **fields)
+
+
+def _signed(key: int) -> int:
+    """An advisory lock key as int4 (`pg_locks` shows it unsigned)."""
+    return key - 2**32 if key >= 2**31 else key

@@ -1,0 +1,308 @@
+"""Several workers driving one database's runs at once: a database of several journals.
+
+`fusee serve --store URL --shards N` lays the database out as N journals
+(`journal/shards.py`); every worker drives its fair share of them at once
+(`control/worker.py`), and a command's call goes to the journal its id
+belongs to (`control/router.py`). Real worker processes on a real server; the
+test process is a client on another "host" (a home of its own).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import orjson
+import psycopg
+import pytest
+from pg_workers import Worker
+from processes import REPO, fusee_script
+
+from fusee_runtime import Config, Ctx, Engine, Rejected, StoreUnavailable, workflow
+from fusee_runtime.control.client import OwnerGone
+from fusee_runtime.control.router import ShardRouter
+from fusee_runtime.journal.postgres import PgJournal
+from fusee_runtime.journal.shards import Layout, read_layout, shard_of
+
+APP_DIR = Path(__file__).resolve().parent / "takeover"
+SHARDS = 3
+RUNS = 30
+STEPS = 4  # a run: STEPS steps, "go", STEPS more, "end"
+KILL_AFTER = 60  # step executions seen before a worker is killed
+
+pytestmark = pytest.mark.xdist_group("postgres-takeover")
+
+
+@workflow(name="shards.echo")
+async def echo(ctx: Ctx, x: int) -> int:
+    return x
+
+
+def _merged(workers: list[Worker]) -> queue.Queue[tuple[Worker, dict[str, Any]]]:
+    """Every worker's events in one queue, as they come."""
+    merged: queue.Queue[tuple[Worker, dict[str, Any]]] = queue.Queue()
+
+    def forward(worker: Worker) -> None:
+        while True:
+            try:
+                merged.put((worker, worker.next_event()))
+            except AssertionError:  # it exited
+                return
+
+    for worker in workers:
+        threading.Thread(target=forward, args=(worker,), daemon=True).start()
+    return merged
+
+
+def _until_balanced(
+    events: queue.Queue[tuple[Worker, dict[str, Any]]], held: dict[Worker, set[int]]
+) -> None:
+    """Follows the workers' takes and gives until each drives one journal."""
+    while not (
+        all(len(shards) == 1 for shards in held.values())
+        and set().union(*held.values()) == set(range(SHARDS))
+    ):
+        worker, event = events.get()
+        if event["event"] == "shard_taken":
+            held[worker].add(event["shard"])
+        elif event["event"] == "shard_given":
+            held[worker].discard(event["shard"])
+
+
+def test_workers_drive_journals_at_once_and_a_killed_one_s_runs_are_taken_over(
+    tmp_path: Path, pg_url: str
+) -> None:
+    ledger, progress = tmp_path / "ledger.jsonl", tmp_path / "progress"
+    os.mkfifo(progress)
+    hint = os.open(progress, os.O_RDWR)  # read and write: the steps' writes never fail
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEE_")}
+    env.update(
+        PYTHONPATH=os.pathsep.join(filter(None, [str(APP_DIR), str(REPO), env.get("PYTHONPATH")])),
+        TAKEOVER_LEDGER=str(ledger),
+        TAKEOVER_PROGRESS=str(progress),
+    )
+    args = ("--app", "takeover_app", "--shards", str(SHARDS))
+    workers = [Worker(tmp_path / f"w{i}", pg_url, env, args) for i in range(3)]
+    try:
+        events = _merged(workers)
+        held: dict[Worker, set[int]] = {w: set() for w in workers}
+        _until_balanced(events, held)
+        layout = read_layout(PgJournal(pg_url))
+        assert layout.shards == SHARDS
+
+        async def begin() -> None:
+            router = await ShardRouter.reach(layout, 10.0)
+            for i in range(RUNS):
+                await router.start("takeover", STEPS, id=f"t-{i}")
+            for i in range(RUNS):
+                await router.signal(f"t-{i}", "go", 100 + i)
+
+        asyncio.run(begin())
+        seen = 0
+        with os.fdopen(os.dup(hint), "rb", buffering=0) as hints:
+            while seen < KILL_AFTER:
+                seen += hints.read(65536).count(b"\n")
+        victim = workers[0]
+        (lost,) = held.pop(victim)
+        victim.proc.send_signal(signal.SIGKILL)
+        killed_at = time.time()
+        victim.proc.wait()
+        while True:  # another worker takes the dead one's journal
+            worker, event = events.get()
+            if event["event"] == "shard_taken" and event["shard"] == lost:
+                taken_at = event["at"]
+                break
+
+        async def finish() -> tuple[dict[int, Any], dict[int, Any]]:
+            router = await ShardRouter.reach(layout, 10.0)
+            for i in range(RUNS):
+                await router.signal(f"t-{i}", "end", 1000 + i)
+            results, histories = {}, {}
+            for i in range(RUNS):
+                async for event in router.watch(f"t-{i}", timeout=120):
+                    outcome = event.get("outcome")
+                assert outcome is not None and outcome["code"] == "ok", outcome
+                results[i] = outcome["result"]
+                histories[i] = await router.history(f"t-{i}")
+            return results, histories
+
+        results, histories = asyncio.run(finish())
+    finally:
+        os.close(hint)
+        for worker in workers:
+            worker.stop()
+
+    done = sum(range(2 * STEPS))
+    assert results == {i: done + 100 + i + 1000 + i for i in range(RUNS)}
+    executions: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for line in ledger.read_bytes().splitlines():
+        entry = orjson.loads(line)
+        executions[entry["key"]].append(entry)
+    key_of = {e["nonce"]: key for key, runs in executions.items() for e in runs}
+    recorded = {
+        i: [r["value"]["nonce"] for r in records if r["type"] == "StepCompleted"]
+        for i, records in histories.items()
+    }
+    assert sum(map(len, recorded.values())) == len(executions) == RUNS * 2 * STEPS
+    for nonces in recorded.values():
+        for nonce in nonces:
+            runs = executions[key_of[nonce]]
+            # The execution the journal recorded is the last one: once committed, never again.
+            assert runs[-1]["nonce"] == nonce, runs
+            assert len(runs) <= 2, runs
+    # Every worker drove runs at once; the dead one's journal went on elsewhere.
+    pids = {e["pid"] for runs in executions.values() for e in runs}
+    assert {w.proc.pid for w in workers} <= pids
+    moved = [i for i in range(RUNS) if shard_of(f"t-{i}", SHARDS) == lost]
+    after = [
+        e
+        for i in moved
+        for nonce in recorded[i]
+        for e in executions[key_of[nonce]]
+        if e["pid"] != victim.proc.pid
+    ]
+    assert after, "the killed worker's runs finished elsewhere"
+    resumed = min(e["t"] for e in after)
+    again = sum(len(runs) - 1 for runs in executions.values())
+    print(
+        f"\nsharded takeover: journal {lost} taken {taken_at - killed_at:.3f} s after the "
+        f"SIGKILL, its first step {resumed - killed_at:.3f} s after; {again} step(s) whose "
+        "result was not committed ran again"
+    )
+
+
+def test_a_layout_is_made_once_and_an_engine_keeps_to_its_journal_s_ids(
+    tmp_path: Path, pg_url: str
+) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        from fusee_runtime.journal.shards import layout, prepare_shard
+
+        made = layout(conn, pg_url, 4)
+        assert made == Layout(pg_url, "public", 4)
+        assert layout(conn, pg_url, None) == made  # a client finds it
+        with pytest.raises(StoreUnavailable, match=r"holds 4 journals .* not the 2 asked"):
+            layout(conn, pg_url, 2)
+        prepare_shard(conn, made, 2)
+
+    async def drive() -> None:
+        async with Engine(tmp_path / "s2", [__name__], config=Config(store=made.url_of(2))) as e:
+            assert e.journal.shard == (2, 4)
+            fresh = await e.start("shards.echo", 1)
+            assert shard_of(fresh.id, 4) == 2  # a fresh id belongs to its journal
+            mine = next(f"x-{i}" for i in range(100) if shard_of(f"x-{i}", 4) == 2)
+            assert await (await e.start("shards.echo", 5, id=mine)).result() == 5
+            other = next(f"x-{i}" for i in range(100) if shard_of(f"x-{i}", 4) == 1)
+            with pytest.raises(Rejected, match=rf"id '{other}' belongs to journal 1 of the 4"):
+                await e.start("shards.echo", 1, id=other)
+        async with Engine(tmp_path / "s0", [__name__], config=Config(store=pg_url)) as e:
+            assert e.journal.shard == (0, 4)  # the base journal is shard 0 of the layout
+
+    asyncio.run(drive())
+
+
+async def test_a_journal_from_before_shards_stays_one_and_is_not_laid_out_again(
+    tmp_path: Path, pg_url: str
+) -> None:
+    async with Engine(tmp_path / "h", [__name__], config=Config(store=pg_url)) as e:
+        await (await e.start("shards.echo", 1, id="old-1")).result()
+    with pytest.raises(StoreUnavailable, match=r"holds 1 journal \(its runs' ids"):
+        read_layout(PgJournal(pg_url), 4)
+    assert read_layout(PgJournal(pg_url)).shards == 1
+
+
+async def test_a_journal_nobody_drives_is_said_and_nothing_is_done(pg_url: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        from fusee_runtime.journal.shards import layout
+
+        made = layout(conn, pg_url, 2)
+    with pytest.raises(OwnerGone, match=r"journal 0, 1 of the 2 in .* has no worker driving it"):
+        await ShardRouter.reach(made, 10.0)
+
+
+def test_shards_without_a_store_is_a_usage_error(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEE_")}
+    done = subprocess.run(
+        [fusee_script(), "serve", "--home", str(tmp_path / "h"), "--shards", "2"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: --shards needs --store: a home's journal has one driver"
+    ]
+
+
+async def test_two_workers_share_the_journals_and_go_on_after_losing_sessions(
+    tmp_path: Path, pg_url: str
+) -> None:
+    from contextlib import AbstractAsyncContextManager
+
+    from fusee_runtime.control.connect import open_home
+    from fusee_runtime.control.worker import ShardWorker
+    from fusee_runtime.journal.postgres import LOCK_CLASS
+    from fusee_runtime.journal.shards import layout
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        made = layout(conn, pg_url, 2)
+    said: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
+
+    def worker(name: str) -> ShardWorker:
+        def open_shard(k: int) -> AbstractAsyncContextManager[Engine]:
+            home = tmp_path / name / f"shard-{k}"
+            return open_home(home, [__name__], store=made.url_of(k), lease=2.0)
+
+        return ShardWorker(made, open_shard, lambda event, **f: said.put_nowait((event, f)))
+
+    def pids(conn: psycopg.Connection[Any], classid: str, objid: str | None = None) -> set[int]:
+        """The sessions holding advisory locks of a class (and key), as SQL says them."""
+        sql = "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
+        sql += f" AND classid = ({classid})::oid"
+        sql += f" AND objid = ({objid})::oid" if objid else ""
+        return {pid for (pid,) in conn.execute(sql)}  # type: ignore[call-overload]
+
+    workers_class = "hashtext('public/workers')::bigint & 4294967295"
+    a, b = worker("a"), worker("b")
+    stop = asyncio.Event()
+    running = [asyncio.create_task(w.run(stop)) for w in (a, b)]
+    try:
+        while not (len(a.engines) == len(b.engines) == 1):
+            await said.get()
+        shards = (set(a.engines), set(b.engines))
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            # A worker's own session (the one that counts it) ended by the server: it
+            # counts itself in again, and both keep driving their journals.
+            counted = pids(conn, workers_class)
+            assert len(counted) == 2
+            gone = min(counted)
+            conn.execute("SELECT pg_terminate_backend(%s)", (gone,))
+            while len(pids(conn, workers_class) - {gone}) < 2:
+                await asyncio.sleep(0)
+            assert (set(a.engines), set(b.engines)) == shards
+            # A journal's session ended: its engine stops (fail-stop), is given back,
+            # and a worker takes the journal again.
+            (mine,) = shards[0]
+            key = f"hashtext('{made.schema_of(mine)}')::bigint & 4294967295"
+            (driving,) = pids(conn, str(LOCK_CLASS), key)
+            conn.execute("SELECT pg_terminate_backend(%s)", (driving,))
+        while True:
+            event, fields = await said.get()
+            if event == "shard_given":
+                assert fields["shard"] == mine and fields["why"] == "failed", fields
+                break
+        while True:
+            event, fields = await said.get()
+            if event == "shard_taken" and fields["shard"] == mine:
+                break
+    finally:
+        stop.set()
+        await asyncio.gather(*running)
