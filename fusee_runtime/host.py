@@ -79,6 +79,11 @@ class RunHost(Protocol):
         ...
 
     @property
+    def shard(self) -> tuple[int, int]:
+        """Which journal of how many its database holds (`journal/shards.py`)."""
+        ...
+
+    @property
     def failed(self) -> JournalFailed | None:
         """Why the journal stopped accepting work, once it did."""
         ...

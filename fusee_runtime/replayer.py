@@ -349,6 +349,10 @@ class ReplayHost:
     def durable_lsn(self) -> int:
         return 2**63
 
+    @property
+    def shard(self) -> tuple[int, int]:
+        return (0, 1)  # it starts nothing
+
     def check_accepting(self) -> None:
         pass
 

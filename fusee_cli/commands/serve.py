@@ -20,6 +20,7 @@ import contextlib
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -202,6 +203,7 @@ async def _serve_shards(
     out: _Output,
     stop: Any,
     got: list[str],
+    hurry: list[Callable[[], None]],
 ) -> None:
     """Serves as one worker of a sharded database (`control/worker.py`)."""
     from fusee_runtime.control.connect import open_home
@@ -219,6 +221,7 @@ async def _serve_shards(
         )
 
     worker = ShardWorker(layout, open_shard, out.event)
+    hurry.append(worker.end_grace)
     out.event(
         "serving",
         pid=os.getpid(),
@@ -240,6 +243,10 @@ async def _serve_shards(
     finally:
         out.close()
     out.event("stopped")
+    if worker.threads_left:  # as a home's serve: a cut-off step's thread would hold the exit
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def _address(http: str, token: str | None) -> tuple[str, int]:
@@ -285,13 +292,13 @@ async def _serve(
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     got: list[str] = []
-    opened: list[Engine] = []
+    hurry: list[Callable[[], None]] = []  # what cuts the grace short
 
     def on_signal(sig: signal.Signals) -> None:
-        if stop.is_set() and opened:
+        if stop.is_set() and hurry:
             # A second SIGTERM or Ctrl-C: no more grace for the steps still running.
             out.event("hurrying", signal=sig.name)
-            opened[0].end_grace()
+            hurry[0]()
         got.append(sig.name)
         stop.set()
 
@@ -306,7 +313,7 @@ async def _serve(
                 f"--http and --reload are not there yet for a database of {layout.shards} "
                 "journals (its workers do not route HTTP calls between them)",
             )
-        await _serve_shards(home, app, layout, grace, retention_s, out, stop, got)
+        await _serve_shards(home, app, layout, grace, retention_s, out, stop, got, hurry)
         return
     bound = None
     if address is not None:
@@ -332,7 +339,7 @@ async def _serve(
                     raise
                 continue  # another standby took the journal first: wait for it in turn
             break
-        opened.append(engine)
+        hurry.append(engine.end_grace)
         http_server = None
         tasks: list[asyncio.Task[Any]] = []
         try:

@@ -110,11 +110,14 @@ async def connect(
     reach = _reach(home, config)
     async with contextlib.AsyncExitStack() as stack:
         while True:
-            client = await reach()
-            if client is not None:
-                ctl: Control | ControlClient = client
-                break
+            # The journals of a sharded database that no worker drives open here.
             try:
+                async with contextlib.AsyncExitStack() as shards:
+                    client = await reach(_opener(shards, home, app, drive, grace, config))
+                    stack.push_async_exit(shards.pop_all())  # kept open once all are reached
+                if client is not None:
+                    ctl: Control | ControlClient = client
+                    break
                 opening = open_home(home, app, drive=drive, grace=grace, **config)
                 ctl = Control(await stack.enter_async_context(opening))
                 break
@@ -132,28 +135,64 @@ async def connect(
         yield ctl
 
 
-def _reach(home: Path, config: dict[str, Any]) -> Callable[[], Awaitable[ControlClient | None]]:
+Opener = Callable[[int, str], Awaitable[ControlClient]]
+"""Opens journal k of a sharded database (at its URL) in this process."""
+Reach = Callable[[Opener], Awaitable[ControlClient | None]]
+"""Reaches the owner (None: no process serves it), opening what it must with an `Opener`."""
+
+
+def _opener(
+    stack: contextlib.AsyncExitStack,
+    home: Path,
+    app: str | ModuleType | Iterable[str] | None,
+    drive: bool,
+    grace: float,
+    config: dict[str, Any],
+) -> Opener:
+    """Opens a journal no worker drives as `open_home` would, in `<home>/shard-<k>`
+    (as a worker's), into `stack`."""
+
+    async def open_shard(k: int, url: str) -> ControlClient:
+        from fusee_runtime.control.router import LocalClient
+
+        where = home / f"shard-{k}"
+        opening = open_home(where, app, drive=drive, grace=grace, **{**config, "store": url})
+        return LocalClient(Control(await stack.enter_async_context(opening)))
+
+    return open_shard
+
+
+def _reach(
+    home: Path, config: dict[str, Any]
+) -> Callable[[Opener], Awaitable[ControlClient | None]]:
     """How to reach the owner: the home's socket, or with a PostgreSQL store the
-    database, whichever host drives the journal (`control/remote.py`)."""
+    database, whichever host drives the journal (`control/remote.py`); for a
+    sharded database every journal's (`control/router.py`), opening those none
+    drives with the `Opener` it is given."""
     url = config.get("store")
     if url is None:
-        return lambda: ControlClient.connect(home)
+        return lambda _: ControlClient.connect(home)
     Config(store=url)  # a URL of another kind is said before anything connects
     from fusee_runtime.control.remote import StoreClient
     from fusee_runtime.journal.postgres import PgJournal
-    from fusee_runtime.journal.shards import read_layout
+    from fusee_runtime.journal.shards import prepare, read_layout
 
     lease = config.get("lease", Config.lease)
     journal = PgJournal(url, lease)
     layouts: list[Layout] = []
 
-    async def reach() -> ControlClient | None:
+    async def reach(open_shard: Opener) -> ControlClient | None:
         if not layouts:
             layouts.append(await asyncio.to_thread(read_layout, journal))
-        if layouts[0].shards == 1:
+        layout = layouts[0]
+        if layout.shards == 1:
             return await StoreClient.reach(journal)
         from fusee_runtime.control.router import ShardRouter
 
-        return await ShardRouter.reach(layouts[0], lease)
+        async def open_undriven(k: int) -> ControlClient:
+            await asyncio.to_thread(prepare, journal, layout, k)  # as a worker would
+            return await open_shard(k, layout.url_of(k))
+
+        return await ShardRouter.reach(layout, lease, open_undriven)
 
     return reach

@@ -4,31 +4,37 @@ A command given `--store URL` on a database laid out as N journals reaches
 each journal's driver through the database (`control/remote.py`), and
 `ShardRouter` sends each call where it belongs:
 
-- a call about a workflow id goes to the journal the id belongs to (a child
-  runs in its parent's journal: an id found in none there is asked of the
-  others before it is `NotFound`); a start without an id goes to any;
+- a call about a workflow id goes to the journal the id belongs to (where
+  every run of that id is: a child's id belongs to its parent's journal, a
+  cron run's to journal 0); a start without an id goes to any;
 - `list`, `run_ids` and `prune` ask every journal and merge the answers
   (newest first, cut to the limit); `limit` sets a concurrency limit in each
   (`limits` shows journal 0's);
 - a completion token is tried on each journal until one knows it;
 - schedules live in journal 0 (they fire there alone).
 
-Every journal needs a worker driving it (`fusee serve --store URL`): one
-with none is said at once (`OwnerGone`), and nothing is done anywhere.
+A journal that no worker drives is opened by the command itself, as a home
+with no owner is (`connect`'s `open_shard`): its calls then run here
+(`LocalClient`), and nothing else changes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
+
+from fusee_runtime.control.api import Control
 from fusee_runtime.control.client import ControlClient, OwnerGone
 from fusee_runtime.control.remote import StoreClient
+from fusee_runtime.control.server import to_json
 from fusee_runtime.errors import NotFound, Rejected
-from fusee_runtime.journal.postgres import PgJournal
+from fusee_runtime.journal.postgres import PgJournal, describe
 from fusee_runtime.journal.shards import Layout
 
 _EVERY = {"list", "run_ids", "prune", "limit"}
@@ -39,8 +45,8 @@ _FIRST = {"ping", "schedules", "schedule", "limits"}
 class ShardRouter(ControlClient):
     """The control API of every journal of a sharded database (see the module)."""
 
-    def __init__(self, layout: Layout, clients: list[StoreClient]) -> None:
-        super().__init__(Path(clients[0].store.name), clients[0].owner)
+    def __init__(self, layout: Layout, clients: list[ControlClient]) -> None:
+        super().__init__(Path(describe(layout.url)), clients[0].owner)
         self.layout = layout
         self.clients = clients
         self.where = clients[0].where
@@ -51,22 +57,30 @@ class ShardRouter(ControlClient):
         return ", ".join(drivers) + f" ({self.layout.shards} journals)"
 
     @classmethod
-    async def reach(cls, layout: Layout, lease: float) -> ShardRouter:
-        """The drivers of every journal.
+    async def reach(
+        cls,
+        layout: Layout,
+        lease: float,
+        open_shard: Callable[[int], Awaitable[ControlClient]] | None = None,
+    ) -> ShardRouter:
+        """The drivers of every journal; `open_shard(k)` opens one no worker drives
+        (in this process).
 
         Raises:
-            OwnerGone: a journal has no worker driving it.
+            OwnerGone: a journal has no worker driving it, and no `open_shard`.
+            HomeLocked: as `open_shard` (a process took the journal meanwhile).
         """
         journals = [PgJournal(layout.url_of(k), lease) for k in range(layout.shards)]
-        clients = await asyncio.gather(*(StoreClient.reach(j) for j in journals))
-        undriven = [k for k, client in enumerate(clients) if client is None]
-        if undriven:
-            which = ", ".join(map(str, undriven))
-            raise OwnerGone(
-                f"journal {which} of the {layout.shards} in {journals[0].name} has no worker "
-                "driving it: start one (fusee --store URL serve) and run the command again"
-            )
-        return cls(layout, [c for c in clients if c is not None])
+        found = await asyncio.gather(*(StoreClient.reach(j) for j in journals))
+        clients: list[ControlClient] = []
+        for k, client in enumerate(found):
+            if client is None and open_shard is None:
+                raise OwnerGone(
+                    f"journal {k} of the {layout.shards} in {journals[0].name} has no worker "
+                    "driving it: start one (fusee --store URL serve) and run the command again"
+                )
+            clients.append(client if client is not None else await open_shard(k))  # type: ignore[misc]
+        return cls(layout, clients)
 
     async def call(self, op: str, **args: Any) -> Any:
         if op in _FIRST:
@@ -80,32 +94,14 @@ class ShardRouter(ControlClient):
             if op != "start":
                 raise Rejected(f"the control API has no operation {op!r} without an id")
             return await random.choice(self.clients).call(op, **args)
-        home = self.clients[self.layout.shard_of(id)]
-        if op == "start":  # a new run's id belongs to its journal, whatever its parent's
-            return await home.call(op, **args)
-        others = [c for c in self.clients if c is not home]
-        return await self._first_that_knows([home, *others], op, args)
+        return await self.clients[self.layout.shard_of(id)].call(op, **args)
 
     async def events(self, op: str, **args: Any) -> AsyncGenerator[Any, None]:
-        id = args["id"]
-        home = self.clients[self.layout.shard_of(id)]
-        client = home
-        try:
-            await home.call("describe", id=id)
-        except NotFound:  # a child, in its parent's journal
-            for other in self.clients:
-                if other is not home:
-                    try:
-                        await other.call("describe", id=id)
-                    except NotFound:
-                        continue
-                    client = other
-                    break
-        async for event in client.events(op, **args):
+        async for event in self.clients[self.layout.shard_of(args["id"])].events(op, **args):
             yield event
 
     async def _first_that_knows(
-        self, clients: list[StoreClient], op: str, args: dict[str, Any]
+        self, clients: list[ControlClient], op: str, args: dict[str, Any]
     ) -> Any:
         first: NotFound | None = None
         for client in clients:
@@ -132,3 +128,29 @@ class ShardRouter(ControlClient):
             merged.sort(key=lambda doc: doc["started_at"], reverse=True)
             return merged[: args["limit"]] if args.get("limit") else merged
         return merged
+
+
+class LocalClient(ControlClient):
+    """The control API of an engine opened in this process, called by operation name
+    as a driver's is (the answers as JSON, as it sends them): a journal no worker
+    drives, opened by the command that asks it."""
+
+    def __init__(self, control: Control) -> None:
+        super().__init__(control.engine.home, None)
+        self.control = control
+
+    @property
+    def driver(self) -> str:
+        return "this command"
+
+    async def call(self, op: str, **args: Any) -> Any:
+        return _as_json(await getattr(self.control, op)(**args))
+
+    async def events(self, op: str, **args: Any) -> AsyncGenerator[Any, None]:
+        async with contextlib.aclosing(getattr(self.control, op)(**args)) as events:
+            async for event in events:
+                yield _as_json(event)
+
+
+def _as_json(value: Any) -> Any:
+    return orjson.loads(orjson.dumps(value, default=to_json))

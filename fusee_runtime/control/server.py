@@ -39,14 +39,15 @@ _CALLS = frozenset(
 _ITERATORS = frozenset({"watch", "stream"})
 
 
-def _to_json(value: Any) -> Any:
+def to_json(value: Any) -> Any:
+    """What the protocol sends for a value that is not JSON already (a `RunInfo`)."""
     if isinstance(value, RunInfo):
         return run_json(value)
     raise TypeError(f"cannot send a {type(value).__name__}")
 
 
 def _line(doc: dict[str, Any]) -> bytes:
-    return orjson.dumps(doc, default=_to_json, option=orjson.OPT_APPEND_NEWLINE)
+    return orjson.dumps(doc, default=to_json, option=orjson.OPT_APPEND_NEWLINE)
 
 
 def _error_line(e: Exception) -> bytes:

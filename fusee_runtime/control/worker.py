@@ -43,7 +43,9 @@ log = logging.getLogger("fusee")
 ROUND_S = 0.25
 """How often a worker looks at who drives what: the delay before a free journal is
 taken (after its driver's session ended, at once for a killed process)."""
-MASK = 0xFFFFFFFF  # pg_locks shows the keys of an advisory lock as unsigned
+KEEP_S = 30.0
+"""How long a worker keeps a journal it took beyond its share (nobody else did) before
+it may give it back: a worker counted but unable to open any costs a churn this often."""
 _LOCKS = (
     "SELECT classid::bigint, objid::bigint FROM pg_locks WHERE locktype = 'advisory' "
     "AND granted AND objsubid = 2 AND database = "
@@ -73,8 +75,13 @@ class ShardWorker:
         self._event = event
         self._pg = PgJournal(layout.url, lease)
         self._round_s = round_s
+        self.threads_left = False
+        """A step function's thread of a closed engine still runs (cut off at the end of
+        its grace): the process should exit without waiting for it."""
         self._stacks: dict[int, contextlib.AsyncExitStack] = {}
         self._free_before: set[int] = set()
+        self._kept: dict[int, float] = {}  # taken beyond its share: kept until then
+        self._closing: set[Engine] = set()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Takes and gives journals until `stop` is set, then closes its engines.
@@ -83,10 +90,14 @@ class ShardWorker:
             StoreUnavailable: the server cannot be reached at the start.
             AppImportError, JournalCorrupt: as a journal's engine opens.
         """
-        first = await asyncio.to_thread(self._connect)
-        keys = await asyncio.to_thread(self._register, first)
-        conn: psycopg.Connection[Any] | None = first
         failed = import_psycopg().Error
+        first = await asyncio.to_thread(self._connect)
+        try:
+            keys = await asyncio.to_thread(self._register, first)
+        except failed as e:
+            first.close()
+            raise StoreUnavailable(f"cannot join {self._pg.name}: {self._pg.said(e)}") from None
+        conn: psycopg.Connection[Any] | None = first
         try:
             while not stop.is_set():
                 try:
@@ -104,8 +115,9 @@ class ShardWorker:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self._round_s)
         finally:
-            for shard in sorted(self._stacks, reverse=True):
-                await self._give(shard, "stopping")
+            # Together: a stop takes one grace, not one a journal.
+            giving = [self._give(k, "stopping") for k in sorted(self.engines, reverse=True)]
+            await asyncio.gather(*giving, return_exceptions=True)
             if conn is not None:
                 await asyncio.to_thread(conn.close)
 
@@ -144,39 +156,55 @@ class ShardWorker:
         held = {o for c, o in locks if c == LOCK_CLASS}
         free = {k for k, key in enumerate(journal_keys) if key not in held}
         share = math.ceil(self.layout.shards / workers)
-        if len(self.engines) > share:
-            await self._give(max(self.engines), "rebalancing")
-            return
         long_free, self._free_before = free & self._free_before, free
+        now = asyncio.get_running_loop().time()
+        if len(self.engines) > share:
+            # One a round, and not one it took because nobody did (a worker counted but
+            # unable to open any would have it given back and taken again forever).
+            given = [k for k in self.engines if self._kept.get(k, 0.0) <= now]
+            if given:
+                await self._give(max(given), "rebalancing")
+            return
         start = random.randrange(self.layout.shards)
         for k in sorted(free, key=lambda k: (k - start) % self.layout.shards):
             if k in self.engines or (len(self.engines) >= share and k not in long_free):
                 continue
-            await self._take(conn, k)
+            if await self._take(conn, k) and len(self.engines) > share:
+                self._kept[k] = now + KEEP_S
 
-    async def _take(self, conn: psycopg.Connection[Any], shard: int) -> None:
+    async def _take(self, conn: psycopg.Connection[Any], shard: int) -> bool:
         stack = contextlib.AsyncExitStack()
         try:
             await asyncio.to_thread(prepare_shard, conn, self.layout, shard)
             engine = await stack.enter_async_context(self._open_shard(shard))
         except HomeLocked:
-            return  # another worker was quicker
+            return False  # another worker was quicker
         except (StoreUnavailable, import_psycopg().Error) as e:  # a restart: next round
             log.warning("fusee: cannot take shard %d: %s", shard, e)
-            return
+            return False
         self.engines[shard] = engine
         self._stacks[shard] = stack
         self.changed.set()
         self._event("shard_taken", shard=shard, runs_open=int(engine.counters()["runs_open"]))
+        return True
 
     async def _give(self, shard: int, why: str, **fields: Any) -> None:
-        self.engines.pop(shard, None)
+        engine = self.engines.pop(shard)
         stack = self._stacks.pop(shard)
+        self._kept.pop(shard, None)
         self.changed.set()
+        self._closing.add(engine)
         try:
             await stack.aclose()
         finally:
+            self._closing.discard(engine)
+            self.threads_left = self.threads_left or bool(engine.driver.workers.threads_busy)
             self._event("shard_given", shard=shard, why=why, **fields)
+
+    def end_grace(self) -> None:
+        """Cuts short the grace of the engines closing now (a second SIGTERM)."""
+        for engine in [*self.engines.values(), *self._closing]:
+            engine.end_grace()
 
 
 def _signed(key: int) -> int:

@@ -137,6 +137,10 @@ class Driver:
         return self.durability.durable_lsn
 
     @property
+    def shard(self) -> tuple[int, int]:
+        return self.durability.shard
+
+    @property
     def failed(self) -> JournalFailed | None:
         return self.durability.failed
 

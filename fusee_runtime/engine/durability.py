@@ -79,6 +79,8 @@ class Durability:
     ) -> None:
         self.home = home
         self.where = str(home)
+        self.shard: tuple[int, int] = (0, 1)
+        """Which journal of how many in its database (`journal/shards.py`), once started."""
         """The journal's place, for messages (the store's name once started)."""
         self.config = config
         self.durable_lsn = 0
@@ -109,6 +111,7 @@ class Durability:
         self.durable_lsn = tail.next_lsn - 1
         self.commit_here = self.commit_here and store.loop_safe
         self.where = store.name
+        self.shard = store.shard
         self.writer = store.writer(
             tail,
             on_durable=lambda lsn: soon(loop, self._durable_to, lsn),

@@ -39,6 +39,7 @@ import orjson
 from fusee_runtime.engine.state import Op, Run, Status
 from fusee_runtime.errors import Failure, NotFound
 from fusee_runtime.journal.records import R
+from fusee_runtime.journal.shards import shard_of
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.driver import Driver
@@ -71,13 +72,8 @@ class Family:
         open refuses the start (recorded: a replay gets the same refusal)."""
         now = self.driver.clock.now()
         head = (parent.run_id, seq, child_id)
-        existing = self.runs.find_latest(child_id)
-        if existing is not None and existing.is_open:
-            message = (
-                f"child id {child_id!r} is in use by an open run of workflow "
-                f"{existing.workflow!r} (status {existing.status}): a child's id must be free "
-                "or its runs closed"
-            )
+        message = self._refusal(child_id)
+        if message is not None:
             error = {"kind": "IdConflict", "message": message}
             rec = [R.ChildStarted, *head, None, workflow, None, deadline, policy, error, now]
             self.driver.append(parent, rec)
@@ -89,6 +85,25 @@ class Family:
         wire = (int(R.ChildStarted), *head, *fields, orjson.Fragment(encoded), *tail)
         self.driver.append(parent, rec, wire)
         self._start(parent, seq, parent.ops[seq], encoded)
+
+    def _refusal(self, child_id: str) -> str | None:
+        """Why a child of this id cannot start (None: it can)."""
+        k, n = self.driver.shard
+        if shard_of(child_id, n) != k:
+            # It would be found (and started again) in the journal of its id.
+            return (
+                f"child id {child_id!r} belongs to journal {shard_of(child_id, n)} of the {n} "
+                f"in this database, not to its parent's ({k}): a child runs beside its parent, "
+                "so name it after its parent's id and '#' (f\"{ctx.workflow_id}#name\")"
+            )
+        existing = self.runs.find_latest(child_id)
+        if existing is not None and existing.is_open:
+            return (
+                f"child id {child_id!r} is in use by an open run of workflow "
+                f"{existing.workflow!r} (status {existing.status}): a child's id must be free "
+                "or its runs closed"
+            )
+        return None
 
     def _start(self, parent: Run, seq: str, op: Op, encoded: bytes) -> None:
         assert op.peer is not None and op.workflow is not None and op.policy is not None
@@ -138,6 +153,13 @@ class Family:
         try:
             target = self.runs.get(id, run_id)
         except NotFound as e:
+            k, n = self.driver.shard
+            if shard_of(id, n) != k:  # (with several journals in the database)
+                message = (
+                    f"{e}: its id belongs to journal {shard_of(id, n)} of the {n} in this "
+                    f"database, and {what} between journals are not there yet"
+                )
+                return None, {"kind": "Rejected", "message": message}
             return None, {"kind": "NotFound", "message": str(e)}
         if run_id is not None and target.closing == Status.CONTINUED_AS_NEW:
             # A child's handle names the run started; the child goes on in its successor.

@@ -33,6 +33,7 @@ from fusee_runtime.engine.state import RunInfo
 from fusee_runtime.engine.waits import utc
 from fusee_runtime.errors import Rejected
 from fusee_runtime.journal.records import R
+from fusee_runtime.journal.shards import beside
 
 if TYPE_CHECKING:
     from fusee_runtime.host import RunHost
@@ -193,7 +194,7 @@ class Schedules:
             await host.wait_durable(lsn)
             return next(s for s in self.list() if s["workflow"] == wf.name)
         if action == "trigger":
-            run = self._start(wf, now, instant_id(wf.name, now, exact=True), manual=True)
+            run = self._start(wf, now, self._id(wf.name, now, exact=True), manual=True)
             await host.wait_durable(run.last_lsn)
             return run.info()
         raise Rejected(f"a schedule action is pause, unpause or trigger, not {action!r}")
@@ -266,7 +267,7 @@ class Schedules:
             if st.paused:
                 continue
             if st.buffered is not None and not self._open_runs(wf.name):
-                workflow_id = instant_id(wf.name, st.buffered)
+                workflow_id = self._id(wf.name, st.buffered)
                 self._start(wf, st.buffered, workflow_id)
                 self._record([R.ScheduleFired, wf.name, st.buffered, "started", workflow_id, now])
                 log.info("fusee: schedule %s: started %s (buffered)", wf.name, workflow_id)
@@ -305,7 +306,7 @@ class Schedules:
     def _fire(
         self, wf: WorkflowDef, st: ScheduleState, at: float, now: float, catching_up: bool = False
     ) -> None:
-        workflow_id = instant_id(wf.name, at)
+        workflow_id = self._id(wf.name, at)
         if self._host.find_latest(workflow_id) is not None:
             outcome = "started"  # started before a crash that came before this record
         elif wf.overlap == "allow" or catching_up or not self._open_runs(wf.name):
@@ -317,6 +318,11 @@ class Schedules:
             outcome = "skipped"
         self._record([R.ScheduleFired, wf.name, at, outcome, workflow_id, now])
         log.info("fusee: schedule %s: %s %s", wf.name, outcome, workflow_id)
+
+    def _id(self, workflow: str, at: float, exact: bool = False) -> str:
+        """The id of a firing: its instant's, made to belong to this journal (with
+        several in the database, cron fires in journal 0 alone: `journal/shards.py`)."""
+        return beside(instant_id(workflow, at, exact=exact), self._host.shard)
 
     def _start(self, wf: WorkflowDef, at: float, workflow_id: str, *, manual: bool = False) -> Any:
         host = self._host

@@ -4,9 +4,11 @@ A journal has one driver at a time (`journal/postgres.py`). To let N processes
 drive at once, a database holds a fixed number of journals, its *shards*: shard
 0 in the URL's own schema (so a database of one journal is today's), shard k in
 the schema `<that schema>_shard<k>`. A workflow id belongs to one shard,
-`crc32(id) % shards`, for good: a start, a signal or a query for that id goes to
-that shard's driver, and a shard's engine refuses to start a run of an id of
-another (`owned_id`). Children run in their parent's shard.
+`crc32(id) % shards` of its part before the first `#`, for good: a start, a
+signal or a query for that id goes to that shard's driver, and a shard's engine
+refuses to start a run of an id of another (`owned_id`). A child runs in its
+parent's shard, so its id must belong there (`f"{parent id}#{name}"` does);
+cron runs are started in shard 0 under ids that belong to it (`beside`).
 
 The count is laid out once, in `fusee_layout` of the URL's schema, by the first
 worker given `--shards N` (`layout`); a journal laid out alone, or from before
@@ -17,6 +19,8 @@ shard of how many it is, so a worker that opened the wrong one finds out.
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import re
 import urllib.parse
 import uuid
 import zlib
@@ -35,8 +39,20 @@ SHARDS_MAX = 256
 
 
 def shard_of(id: str, shards: int) -> int:
-    """The shard whose journal keeps the runs of workflow id `id`."""
-    return zlib.crc32(id.encode()) % shards if shards > 1 else 0
+    """The shard whose journal keeps the runs of workflow id `id`: decided by its part
+    before the first `#`, so `f"{parent}#{name}"` is always beside `parent`."""
+    return zlib.crc32(id.partition("#")[0].encode()) % shards if shards > 1 else 0
+
+
+def beside(id: str, shard: tuple[int, int]) -> str:
+    """`id` if it belongs to shard `shard[0]`, else the first of `id~1`, `id~2`... that
+    does (the same one each time for one layout, so a replay finds it again)."""
+    k, n = shard
+    if shard_of(id, n) == k:
+        return id
+    head, sep, tail = id.partition("#")
+    found = (f"{head}~{i}{sep}{tail}" for i in itertools.count(1))
+    return next(c for c in found if shard_of(c, n) == k)
 
 
 def owned_id(id: str | None, shard: tuple[int, int]) -> str:
@@ -92,7 +108,10 @@ def read_layout(journal: PgJournal, wanted: int | None = None) -> Layout:
     its own)."""
     with journal.connect() as conn:
         conn.autocommit = True
-        return layout(conn, journal.url, wanted)
+        try:
+            return layout(conn, journal.url, wanted)
+        except journal.psycopg_error as e:
+            raise StoreUnavailable(f"cannot lay out {journal.name}: {journal.said(e)}") from None
 
 
 def layout(conn: psycopg.Connection[Any], url: str, wanted: int | None) -> Layout:
@@ -111,6 +130,11 @@ def layout(conn: psycopg.Connection[Any], url: str, wanted: int | None) -> Layou
         raise StoreUnavailable(
             f"{url.partition('@')[2] or 'the database'} has no schema for fusee's tables: "
             "the search_path names none that exists (CREATE SCHEMA it first)"
+        )
+    if wanted is not None and wanted > 1 and not re.fullmatch(r"[a-z_][a-z0-9_]{0,40}", schema):
+        raise StoreUnavailable(
+            f"the schema {schema!r} names shards badly: lay several journals out in a schema "
+            "named in lower-case letters, digits and _ (up to 41 of them)"
         )
     with conn.transaction():
         # One layout however many workers start at once.
@@ -144,6 +168,18 @@ def layout(conn: psycopg.Connection[Any], url: str, wanted: int | None) -> Layou
     return Layout(url, schema, shards)
 
 
+def prepare(journal: PgJournal, layout: Layout, shard: int) -> None:
+    """`prepare_shard` on a connection of its own (to the database of `journal`)."""
+    with journal.connect() as conn:
+        conn.autocommit = True
+        try:
+            prepare_shard(conn, layout, shard)
+        except journal.psycopg_error as e:
+            raise StoreUnavailable(
+                f"cannot make {layout.schema_of(shard)}: {journal.said(e)}"
+            ) from None
+
+
 def prepare_shard(conn: psycopg.Connection[Any], layout: Layout, shard: int) -> None:
     """Makes shard `shard`'s schema, if it is not there, and says in it which shard it
     is, before its journal first opens (`conn` in autocommit, on the base schema).
@@ -158,6 +194,14 @@ def prepare_shard(conn: psycopg.Connection[Any], layout: Layout, shard: int) -> 
         if conn.execute("SELECT to_regnamespace(%s) IS NULL", (quoted,)).fetchone() == (True,):
             conn.execute(f"CREATE SCHEMA {quoted}")
         conn.execute(f"SET LOCAL search_path TO {quoted}")
+        if conn.execute(
+            "SELECT to_regclass('fusee_journal') IS NOT NULL "
+            "AND to_regclass('fusee_layout') IS NULL"
+        ).fetchone() == (True,):
+            raise StoreUnavailable(
+                f"the schema {schema} holds a journal of its own already: it cannot be shard "
+                f"{shard} of {layout.shards} (move it away, or lay the database out elsewhere)"
+            )
         conn.execute(LAYOUT)
         conn.execute(
             "INSERT INTO fusee_layout (shard, shards) VALUES (%s, %s) ON CONFLICT DO NOTHING",

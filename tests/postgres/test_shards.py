@@ -29,6 +29,7 @@ from processes import REPO, fusee_script
 from fusee_runtime import Config, Ctx, Engine, Rejected, StoreUnavailable, workflow
 from fusee_runtime.control.client import OwnerGone
 from fusee_runtime.control.router import ShardRouter
+from fusee_runtime.errors import IdConflict
 from fusee_runtime.journal.postgres import PgJournal
 from fusee_runtime.journal.shards import Layout, read_layout, shard_of
 
@@ -46,6 +47,22 @@ async def echo(ctx: Ctx, x: int) -> int:
     return x
 
 
+@workflow(name="shards.nightly", cron="0 3 * * *")
+async def nightly(ctx: Ctx, _: Any) -> str:
+    return ctx.workflow_id
+
+
+@workflow(name="shards.parent")
+async def parent(ctx: Ctx, foreign: str) -> list[str]:
+    said = [str(await ctx.child(echo, f"{ctx.workflow_id}#child", 7))]
+    for attempt in (ctx.child(echo, foreign, 1), ctx.signal_workflow(foreign, "go")):
+        try:
+            await attempt
+        except (IdConflict, Rejected) as e:
+            said.append(f"{type(e).__name__}: {e}")
+    return said
+
+
 def _merged(workers: list[Worker]) -> queue.Queue[tuple[Worker, dict[str, Any]]]:
     """Every worker's events in one queue, as they come."""
     merged: queue.Queue[tuple[Worker, dict[str, Any]]] = queue.Queue()
@@ -54,12 +71,20 @@ def _merged(workers: list[Worker]) -> queue.Queue[tuple[Worker, dict[str, Any]]]
         while True:
             try:
                 merged.put((worker, worker.next_event()))
-            except AssertionError:  # it exited
+            except AssertionError as e:  # it exited: said to whoever waits on the queue
+                merged.put((worker, {"event": "exited", "error": str(e)}))
                 return
 
     for worker in workers:
         threading.Thread(target=forward, args=(worker,), daemon=True).start()
     return merged
+
+
+def _next(events: queue.Queue[tuple[Worker, dict[str, Any]]]) -> tuple[Worker, dict[str, Any]]:
+    worker, event = events.get()
+    if event["event"] == "exited" and worker.proc.returncode != -signal.SIGKILL:
+        raise AssertionError(event["error"])
+    return worker, event
 
 
 def _until_balanced(
@@ -70,7 +95,7 @@ def _until_balanced(
         all(len(shards) == 1 for shards in held.values())
         and set().union(*held.values()) == set(range(SHARDS))
     ):
-        worker, event = events.get()
+        worker, event = _next(events)
         if event["event"] == "shard_taken":
             held[worker].add(event["shard"])
         elif event["event"] == "shard_given":
@@ -116,7 +141,7 @@ def test_workers_drive_journals_at_once_and_a_killed_one_s_runs_are_taken_over(
         killed_at = time.time()
         victim.proc.wait()
         while True:  # another worker takes the dead one's journal
-            worker, event = events.get()
+            worker, event = _next(events)
             if event["event"] == "shard_taken" and event["shard"] == lost:
                 taken_at = event["at"]
                 break
@@ -218,12 +243,12 @@ async def test_a_journal_from_before_shards_stays_one_and_is_not_laid_out_again(
     assert read_layout(PgJournal(pg_url)).shards == 1
 
 
-async def test_a_journal_nobody_drives_is_said_and_nothing_is_done(pg_url: str) -> None:
+async def test_the_router_alone_says_which_journal_nobody_drives(pg_url: str) -> None:
     with psycopg.connect(pg_url, autocommit=True) as conn:
         from fusee_runtime.journal.shards import layout
 
         made = layout(conn, pg_url, 2)
-    with pytest.raises(OwnerGone, match=r"journal 0, 1 of the 2 in .* has no worker driving it"):
+    with pytest.raises(OwnerGone, match=r"journal 0 of the 2 in .* has no worker driving it"):
         await ShardRouter.reach(made, 10.0)
 
 
@@ -306,3 +331,65 @@ async def test_two_workers_share_the_journals_and_go_on_after_losing_sessions(
     finally:
         stop.set()
         await asyncio.gather(*running)
+
+
+def test_with_no_worker_a_command_opens_the_journals_itself_and_each_run_lands_in_its_own(
+    tmp_path: Path, pg_url: str
+) -> None:
+    from fusee_runtime.journal.shards import layout
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        made = layout(conn, pg_url, 3)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEE_")}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [fusee_script(), "--store", pg_url, *args, "--home", str(tmp_path / "cli")]
+        return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+
+    ids = [f"o-{i}" for i in range(6)]
+    for id in ids:
+        started = cli("start", "order", "--input", "workflows/order.json", "--id", id)
+        assert started.returncode == 0, started.stderr
+    listed = cli("list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert sorted(run["id"] for run in orjson.loads(listed.stdout)) == ids
+    assert {p.name for p in (tmp_path / "cli").iterdir()} >= {"shard-0", "shard-1", "shard-2"}
+
+    async def placed() -> dict[int, list[str]]:
+        found = {}
+        for k in range(3):
+            config = Config(store=made.url_of(k), drive=False)
+            async with Engine(tmp_path / "look" / str(k), [], config=config) as e:
+                found[k] = sorted(info.id for info in await e.list())
+        return found
+
+    assert asyncio.run(placed()) == {
+        k: [id for id in ids if shard_of(id, 3) == k] for k in range(3)
+    }
+
+
+def test_children_and_cron_runs_stay_in_their_parent_s_journal(tmp_path: Path, pg_url: str) -> None:
+    from fusee_runtime.control.api import Control
+    from fusee_runtime.journal.shards import layout, prepare_shard
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        made = layout(conn, pg_url, 3)
+        prepare_shard(conn, made, 1)
+    mine = next(f"p-{i}" for i in range(100) if shard_of(f"p-{i}", 3) == 1)
+    foreign = next(f"f-{i}" for i in range(100) if shard_of(f"f-{i}", 3) == 2)
+
+    async def drive() -> None:
+        config = Config(store=made.url_of(1))
+        async with Engine(tmp_path / "s1", [__name__], config=config) as e:
+            said = await (await e.start("shards.parent", foreign, id=mine)).result()
+            assert said[0] == "7"  # "p-N#child" is beside its parent
+            assert shard_of(f"{mine}#child", 3) == 1
+            assert said[1].startswith(f"IdConflict: child id '{foreign}' belongs to journal 2")
+            assert said[2].startswith(f"Rejected: no run with id '{foreign}'")
+            assert "signals between journals are not there yet" in said[2]
+        config = Config(store=pg_url, schedules=True)
+        async with Engine(tmp_path / "s0", [__name__], config=config) as e:
+            fired = await Control(e).schedule("shards.nightly", "trigger")
+            assert shard_of(fired.id, 3) == 0 and fired.id.startswith("shards.nightly@")
+
+    asyncio.run(drive())
