@@ -6,6 +6,7 @@ import queue
 import signal
 import subprocess
 import threading
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -68,3 +69,30 @@ class Worker:
                 raise AssertionError(f"worker {self.proc.pid} exited {code}: {err}")
             if event["event"] != "log":
                 return event
+
+
+class Ledger:
+    """The side ledger of `takeover_app`: every step execution, by idempotency key."""
+
+    def __init__(self, path: Path) -> None:
+        self.executions: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for line in path.read_bytes().splitlines():
+            entry = orjson.loads(line)
+            self.executions[entry["key"]].append(entry)
+        self.key_of = {e["nonce"]: key for key, runs in self.executions.items() for e in runs}
+
+    def check_none_ran_again(self, recorded: list[str]) -> None:
+        """Each step result the journals recorded (its nonce) is of the last execution of
+        its step: once committed, never again; and each step ran at most twice."""
+        for nonce in recorded:
+            runs = self.executions[self.key_of[nonce]]
+            assert runs[-1]["nonce"] == nonce, runs
+            assert len(runs) <= 2, runs
+
+    def ran_again(self) -> int:
+        return sum(len(runs) - 1 for runs in self.executions.values())
+
+
+def step_nonces(records: list[dict[str, Any]]) -> list[str]:
+    """The nonces of the step results in a run's history (as the API gives it)."""
+    return [r["value"]["nonce"] for r in records if r["type"] == "StepCompleted"]

@@ -16,14 +16,13 @@ import signal
 import subprocess
 import threading
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import orjson
 import psycopg
 import pytest
-from pg_workers import Worker
+from pg_workers import Ledger, Worker, step_nonces
 from processes import REPO, fusee_script
 
 from fusee_runtime import Config, Ctx, Engine, Rejected, StoreUnavailable, workflow
@@ -167,22 +166,11 @@ def test_workers_drive_journals_at_once_and_a_killed_one_s_runs_are_taken_over(
 
     done = sum(range(2 * STEPS))
     assert results == {i: done + 100 + i + 1000 + i for i in range(RUNS)}
-    executions: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for line in ledger.read_bytes().splitlines():
-        entry = orjson.loads(line)
-        executions[entry["key"]].append(entry)
-    key_of = {e["nonce"]: key for key, runs in executions.items() for e in runs}
-    recorded = {
-        i: [r["value"]["nonce"] for r in records if r["type"] == "StepCompleted"]
-        for i, records in histories.items()
-    }
+    seen = Ledger(ledger)
+    executions, key_of = seen.executions, seen.key_of
+    recorded = {i: step_nonces(records) for i, records in histories.items()}
     assert sum(map(len, recorded.values())) == len(executions) == RUNS * 2 * STEPS
-    for nonces in recorded.values():
-        for nonce in nonces:
-            runs = executions[key_of[nonce]]
-            # The execution the journal recorded is the last one: once committed, never again.
-            assert runs[-1]["nonce"] == nonce, runs
-            assert len(runs) <= 2, runs
+    seen.check_none_ran_again([n for nonces in recorded.values() for n in nonces])
     # Every worker drove runs at once; the dead one's journal went on elsewhere.
     pids = {e["pid"] for runs in executions.values() for e in runs}
     assert {w.proc.pid for w in workers} <= pids
@@ -196,7 +184,7 @@ def test_workers_drive_journals_at_once_and_a_killed_one_s_runs_are_taken_over(
     ]
     assert after, "the killed worker's runs finished elsewhere"
     resumed = min(e["t"] for e in after)
-    again = sum(len(runs) - 1 for runs in executions.values())
+    again = seen.ran_again()
     print(
         f"\nsharded takeover: journal {lost} taken {taken_at - killed_at:.3f} s after the "
         f"SIGKILL, its first step {resumed - killed_at:.3f} s after; {again} step(s) whose "

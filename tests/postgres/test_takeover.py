@@ -18,14 +18,12 @@ import queue
 import signal
 import threading
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
 import pytest
-from pg_workers import Worker
+from pg_workers import Ledger, Worker, step_nonces
 from processes import REPO
 
 APP_DIR = Path(__file__).resolve().parent / "takeover"
@@ -98,26 +96,14 @@ def test_a_killed_driver_s_runs_are_taken_over_and_none_of_its_steps_runs_again(
     done = sum(range(2 * STEPS))
     assert results == {i: done + 100 + i + 1000 + i for i in range(RUNS)}
 
-    executions: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for line in ledger.read_bytes().splitlines():
-        entry = orjson.loads(line)
-        executions[entry["key"]].append(entry)
-    key_of = {e["nonce"]: key for key, runs in executions.items() for e in runs}
-    recorded = [
-        r["value"]["nonce"]
-        for records in histories.values()
-        for r in records
-        if r["type"] == "StepCompleted"
-    ]
+    seen = Ledger(ledger)
+    executions = seen.executions
+    recorded = [nonce for records in histories.values() for nonce in step_nonces(records)]
     assert len(recorded) == len(executions) == RUNS * 2 * STEPS
-    for nonce in recorded:
-        runs = executions[key_of[nonce]]
-        # The execution the journal recorded is the last one: once committed, never again.
-        assert runs[-1]["nonce"] == nonce, runs
-        assert len(runs) <= 2, runs
+    seen.check_none_ran_again(recorded)
     pids = {e["pid"] for runs in executions.values() for e in runs}
     assert first.proc.pid in pids and len(pids) == 2  # the driver, and the one that took over
-    again = sum(len(runs) - 1 for runs in executions.values())
+    again = seen.ran_again()
     resumed = min(
         e["t"] for runs in executions.values() for e in runs if e["pid"] != first.proc.pid
     )
