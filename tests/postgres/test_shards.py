@@ -309,8 +309,9 @@ async def test_two_workers_share_the_journals_and_go_on_after_losing_sessions(
             conn.execute("SELECT pg_terminate_backend(%s)", (driving,))
         while True:
             event, fields = await said.get()
-            if event == "shard_given":
-                assert fields["shard"] == mine and fields["why"] == "failed", fields
+            # (A "rebalancing" one may come late from the first balancing.)
+            if event == "shard_given" and fields["why"] == "failed":
+                assert fields["shard"] == mine, fields
                 break
         while True:
             event, fields = await said.get()
