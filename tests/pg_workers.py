@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import signal
 import subprocess
@@ -96,3 +97,32 @@ class Ledger:
 def step_nonces(records: list[dict[str, Any]]) -> list[str]:
     """The nonces of the step results in a run's history (as the API gives it)."""
     return [r["value"]["nonce"] for r in records if r["type"] == "StepCompleted"]
+
+
+APP_DIR = Path(__file__).resolve().parent / "postgres" / "takeover"
+
+
+class Progress:
+    """What the takeover tests share with `takeover_app`'s workers: the side ledger, a
+    FIFO of hints that steps ran, and the workers' environment (the app on its path)."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.ledger = tmp_path / "ledger.jsonl"
+        fifo = tmp_path / "progress"
+        os.mkfifo(fifo)
+        # Held open for reading and writing: the steps' writes never fail for want of a reader.
+        self._hint = os.open(fifo, os.O_RDWR)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEE_")}
+        path = os.pathsep.join(filter(None, [str(APP_DIR), str(REPO), env.get("PYTHONPATH")]))
+        env.update(PYTHONPATH=path, TAKEOVER_LEDGER=str(self.ledger), TAKEOVER_PROGRESS=str(fifo))
+        self.env = env
+
+    def wait_for_steps(self, count: int) -> None:
+        """Returns once `count` step executions have begun."""
+        seen = 0
+        with os.fdopen(os.dup(self._hint), "rb", buffering=0) as hints:
+            while seen < count:
+                seen += hints.read(65536).count(b"\n")
+
+    def close(self) -> None:
+        os.close(self._hint)

@@ -20,7 +20,7 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -143,22 +143,23 @@ async def _standby(store: str, stop: Any, out: _Output) -> bool:
     driver lets go or dies (its session ends: at once for a killed process, after
     `Config.lease` for one cut off the network).
     """
-    from fusee_runtime import Config
     from fusee_runtime.journal.postgres import describe
     from fusee_runtime.journal.standby import wait_for_journal
-
-    try:
-        Config(store=store)  # a URL of another kind is said before anything connects
-    except ValueError as e:
-        raise CliError(Code.USAGE, str(e)) from None
 
     def waiting(holder: str) -> None:
         out.event("standby", store=describe(store), holder=holder)
 
-    try:
+    with _for_people(Path(".")):  # (the URL was checked by `_layout`)
         return await wait_for_journal(store, stop, waiting)
+
+
+@contextlib.contextmanager
+def _for_people(home: Path) -> Iterator[None]:
+    """Says an error of opening the home or its store as a `CliError`, when it has one."""
+    try:
+        yield
     except Exception as e:
-        mapped = session.opening_error(Path("."), e)
+        mapped = session.opening_error(home, e)
         if mapped is None:
             raise
         raise mapped from None
@@ -185,13 +186,8 @@ async def _layout(store: str | None, shards: int | None) -> Layout | None:
         Config(store=store)  # a URL of another kind is said before anything connects
     except ValueError as e:
         raise CliError(Code.USAGE, str(e)) from None
-    try:
+    with _for_people(Path(".")):
         return await asyncio.to_thread(read_layout, PgJournal(store), shards)
-    except Exception as e:
-        mapped = session.opening_error(Path("."), e)
-        if mapped is None:
-            raise
-        raise mapped from None
 
 
 async def _serve_shards(
@@ -232,13 +228,8 @@ async def _serve_shards(
         retention_s=retention_s,
     )
     try:
-        try:
+        with _for_people(home):
             await worker.run(stop)
-        except Exception as e:
-            mapped = session.opening_error(home, e)
-            if mapped is None:
-                raise
-            raise mapped from None
         out.event("stopping", signal=got[0] if got else None, grace=grace)
     finally:
         out.close()

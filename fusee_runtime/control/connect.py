@@ -162,9 +162,7 @@ def _opener(
     return open_shard
 
 
-def _reach(
-    home: Path, config: dict[str, Any]
-) -> Callable[[Opener], Awaitable[ControlClient | None]]:
+def _reach(home: Path, config: dict[str, Any]) -> Reach:
     """How to reach the owner: the home's socket, or with a PostgreSQL store the
     database, whichever host drives the journal (`control/remote.py`); for a
     sharded database every journal's (`control/router.py`), opening those none

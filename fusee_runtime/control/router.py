@@ -73,13 +73,17 @@ class ShardRouter(ControlClient):
         journals = [PgJournal(layout.url_of(k), lease) for k in range(layout.shards)]
         found = await asyncio.gather(*(StoreClient.reach(j) for j in journals))
         clients: list[ControlClient] = []
-        for k, client in enumerate(found):
-            if client is None and open_shard is None:
-                raise OwnerGone(
-                    f"journal {k} of the {layout.shards} in {journals[0].name} has no worker "
-                    "driving it: start one (fusee --store URL serve) and run the command again"
-                )
-            clients.append(client if client is not None else await open_shard(k))  # type: ignore[misc]
+        for k, driven in enumerate(found):
+            client: ControlClient | None = driven
+            if client is None:
+                if open_shard is None:
+                    raise OwnerGone(
+                        f"journal {k} of the {layout.shards} in {journals[0].name} has no "
+                        "worker driving it: start one (fusee --store URL serve) and run the "
+                        "command again"
+                    )
+                client = await open_shard(k)
+            clients.append(client)
         return cls(layout, clients)
 
     async def call(self, op: str, **args: Any) -> Any:
@@ -88,7 +92,7 @@ class ShardRouter(ControlClient):
         if op in _EVERY:
             return await self._every(op, args)
         if op in _TOKEN:
-            return await self._first_that_knows(self.clients, op, args)
+            return await self._first_that_knows(op, args)
         id = args.get("id")
         if id is None:
             if op != "start":
@@ -100,11 +104,9 @@ class ShardRouter(ControlClient):
         async for event in self.clients[self.layout.shard_of(args["id"])].events(op, **args):
             yield event
 
-    async def _first_that_knows(
-        self, clients: list[ControlClient], op: str, args: dict[str, Any]
-    ) -> Any:
+    async def _first_that_knows(self, op: str, args: dict[str, Any]) -> Any:
         first: NotFound | None = None
-        for client in clients:
+        for client in self.clients:
             try:
                 return await client.call(op, **args)
             except NotFound as e:

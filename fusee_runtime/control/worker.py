@@ -69,8 +69,6 @@ class ShardWorker:
         self.layout = layout
         self.engines: dict[int, Engine] = {}
         """The engines this worker drives, by shard."""
-        self.changed = asyncio.Event()
-        """Set each time `engines` changes (for whoever waits on it)."""
         self._open_shard = open_shard
         self._event = event
         self._pg = PgJournal(layout.url, lease)
@@ -184,7 +182,6 @@ class ShardWorker:
             return False
         self.engines[shard] = engine
         self._stacks[shard] = stack
-        self.changed.set()
         self._event("shard_taken", shard=shard, runs_open=int(engine.counters()["runs_open"]))
         return True
 
@@ -192,7 +189,6 @@ class ShardWorker:
         engine = self.engines.pop(shard)
         stack = self._stacks.pop(shard)
         self._kept.pop(shard, None)
-        self.changed.set()
         self._closing.add(engine)
         try:
             await stack.aclose()

@@ -79,9 +79,9 @@ class Durability:
     ) -> None:
         self.home = home
         self.where = str(home)
+        """The journal's place, for messages (the store's name once started)."""
         self.shard: tuple[int, int] = (0, 1)
         """Which journal of how many in its database (`journal/shards.py`), once started."""
-        """The journal's place, for messages (the store's name once started)."""
         self.config = config
         self.durable_lsn = 0
         """Every record up to here is durable."""

@@ -322,7 +322,7 @@ class Engine:
         if signal is not None:
             check_name("signal", signal[0])
             self.driver.encode(signal[1], f"signal {signal[0]!r}", ANY)
-        workflow_id = owned_id(id, self.journal.shard)
+        workflow_id = owned_id(id, self.driver.shard)
         traceparent = check_traceparent(traceparent) if traceparent is not None else None
         existing = self.runs.find_latest(workflow_id) if id is not None else None
         if existing is not None:

@@ -89,10 +89,10 @@ class Family:
     def _refusal(self, child_id: str) -> str | None:
         """Why a child of this id cannot start (None: it can)."""
         k, n = self.driver.shard
-        if shard_of(child_id, n) != k:
+        if (home := shard_of(child_id, n)) != k:
             # It would be found (and started again) in the journal of its id.
             return (
-                f"child id {child_id!r} belongs to journal {shard_of(child_id, n)} of the {n} "
+                f"child id {child_id!r} belongs to journal {home} of the {n} "
                 f"in this database, not to its parent's ({k}): a child runs beside its parent, "
                 "so name it after its parent's id and '#' (f\"{ctx.workflow_id}#name\")"
             )
@@ -154,9 +154,9 @@ class Family:
             target = self.runs.get(id, run_id)
         except NotFound as e:
             k, n = self.driver.shard
-            if shard_of(id, n) != k:  # (with several journals in the database)
+            if (home := shard_of(id, n)) != k:  # (with several journals in the database)
                 message = (
-                    f"{e}: its id belongs to journal {shard_of(id, n)} of the {n} in this "
+                    f"{e}: its id belongs to journal {home} of the {n} in this "
                     f"database, and {what} between journals are not there yet"
                 )
                 return None, {"kind": "Rejected", "message": message}

@@ -124,12 +124,6 @@ class PgJournal:
 
     # -- taking the journal ------------------------------------------------------------
 
-    @property
-    def psycopg_error(self) -> type[Exception]:
-        """psycopg's base error (psycopg imported only now)."""
-        error: type[Exception] = import_psycopg().Error
-        return error
-
     def connect(self) -> psycopg.Connection[Any]:
         """A new connection, named after this process, that gives up on a silent server
         within the lease (TCP keepalives and timeout: ignored on a Unix socket)."""

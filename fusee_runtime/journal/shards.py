@@ -106,11 +106,13 @@ class Layout:
 def read_layout(journal: PgJournal, wanted: int | None = None) -> Layout:
     """The layout of the database of `journal`, as `layout` says (on a connection of
     its own)."""
+    from fusee_runtime.journal.postgres import import_psycopg
+
     with journal.connect() as conn:
         conn.autocommit = True
         try:
             return layout(conn, journal.url, wanted)
-        except journal.psycopg_error as e:
+        except import_psycopg().Error as e:
             raise StoreUnavailable(f"cannot lay out {journal.name}: {journal.said(e)}") from None
 
 
@@ -170,11 +172,13 @@ def layout(conn: psycopg.Connection[Any], url: str, wanted: int | None) -> Layou
 
 def prepare(journal: PgJournal, layout: Layout, shard: int) -> None:
     """`prepare_shard` on a connection of its own (to the database of `journal`)."""
+    from fusee_runtime.journal.postgres import import_psycopg
+
     with journal.connect() as conn:
         conn.autocommit = True
         try:
             prepare_shard(conn, layout, shard)
-        except journal.psycopg_error as e:
+        except import_psycopg().Error as e:
             raise StoreUnavailable(
                 f"cannot make {layout.schema_of(shard)}: {journal.said(e)}"
             ) from None

@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 import psycopg
 import pytest
-from pg_workers import Ledger, Worker, step_nonces
+from pg_workers import Ledger, Progress, Worker, step_nonces
 from processes import REPO, fusee_script
 
 from fusee_runtime import Config, Ctx, Engine, Rejected, StoreUnavailable, workflow
@@ -32,7 +32,6 @@ from fusee_runtime.errors import IdConflict
 from fusee_runtime.journal.postgres import PgJournal
 from fusee_runtime.journal.shards import Layout, read_layout, shard_of
 
-APP_DIR = Path(__file__).resolve().parent / "takeover"
 SHARDS = 3
 RUNS = 30
 STEPS = 4  # a run: STEPS steps, "go", STEPS more, "end"
@@ -104,15 +103,8 @@ def _until_balanced(
 def test_workers_drive_journals_at_once_and_a_killed_one_s_runs_are_taken_over(
     tmp_path: Path, pg_url: str
 ) -> None:
-    ledger, progress = tmp_path / "ledger.jsonl", tmp_path / "progress"
-    os.mkfifo(progress)
-    hint = os.open(progress, os.O_RDWR)  # read and write: the steps' writes never fail
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEE_")}
-    env.update(
-        PYTHONPATH=os.pathsep.join(filter(None, [str(APP_DIR), str(REPO), env.get("PYTHONPATH")])),
-        TAKEOVER_LEDGER=str(ledger),
-        TAKEOVER_PROGRESS=str(progress),
-    )
+    progress = Progress(tmp_path)
+    env = progress.env
     args = ("--app", "takeover_app", "--shards", str(SHARDS))
     workers = [Worker(tmp_path / f"w{i}", pg_url, env, args) for i in range(3)]
     try:
@@ -130,10 +122,7 @@ def test_workers_drive_journals_at_once_and_a_killed_one_s_runs_are_taken_over(
                 await router.signal(f"t-{i}", "go", 100 + i)
 
         asyncio.run(begin())
-        seen = 0
-        with os.fdopen(os.dup(hint), "rb", buffering=0) as hints:
-            while seen < KILL_AFTER:
-                seen += hints.read(65536).count(b"\n")
+        progress.wait_for_steps(KILL_AFTER)
         victim = workers[0]
         (lost,) = held.pop(victim)
         victim.proc.send_signal(signal.SIGKILL)
@@ -160,13 +149,13 @@ def test_workers_drive_journals_at_once_and_a_killed_one_s_runs_are_taken_over(
 
         results, histories = asyncio.run(finish())
     finally:
-        os.close(hint)
+        progress.close()
         for worker in workers:
             worker.stop()
 
     done = sum(range(2 * STEPS))
     assert results == {i: done + 100 + i + 1000 + i for i in range(RUNS)}
-    seen = Ledger(ledger)
+    seen = Ledger(progress.ledger)
     executions, key_of = seen.executions, seen.key_of
     recorded = {i: step_nonces(records) for i, records in histories.items()}
     assert sum(map(len, recorded.values())) == len(executions) == RUNS * 2 * STEPS

@@ -23,10 +23,9 @@ from typing import Any
 
 import httpx
 import pytest
-from pg_workers import Ledger, Worker, step_nonces
+from pg_workers import APP_DIR, Ledger, Progress, Worker, step_nonces
 from processes import REPO
 
-APP_DIR = Path(__file__).resolve().parent / "takeover"
 RUNS = 30
 STEPS = 4  # a run: STEPS steps, "go", STEPS more, "end"
 KILL_AFTER = 60  # step executions seen before the driver is killed
@@ -38,16 +37,8 @@ pytestmark = pytest.mark.xdist_group("postgres-takeover")
 def test_a_killed_driver_s_runs_are_taken_over_and_none_of_its_steps_runs_again(
     tmp_path: Path, pg_url: str
 ) -> None:
-    ledger, progress = tmp_path / "ledger.jsonl", tmp_path / "progress"
-    os.mkfifo(progress)
-    # Held open for reading and writing: the steps' writes never fail for want of a reader.
-    hint = os.open(progress, os.O_RDWR)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEE_")}
-    env.update(
-        PYTHONPATH=os.pathsep.join(filter(None, [str(APP_DIR), str(REPO), env.get("PYTHONPATH")])),
-        TAKEOVER_LEDGER=str(ledger),
-        TAKEOVER_PROGRESS=str(progress),
-    )
+    progress = Progress(tmp_path)
+    env = progress.env
     first = Worker(tmp_path / "w0", pg_url, env)
     workers = [first]
     try:
@@ -68,10 +59,7 @@ def test_a_killed_driver_s_runs_are_taken_over_and_none_of_its_steps_runs_again(
             for i in range(RUNS):
                 sent = driver.post(f"/v1/runs/t-{i}/signals/go", json=100 + i)
                 assert sent.status_code == 200, sent.text
-        seen = 0
-        with os.fdopen(os.dup(hint), "rb", buffering=0) as hints:
-            while seen < KILL_AFTER:
-                seen += hints.read(65536).count(b"\n")
+        progress.wait_for_steps(KILL_AFTER)
         first.proc.send_signal(signal.SIGKILL)
         killed_at = time.time()
         first.proc.wait()
@@ -89,14 +77,14 @@ def test_a_killed_driver_s_runs_are_taken_over_and_none_of_its_steps_runs_again(
                 results[i] = got.json()["result"]
                 histories[i] = driver.get(f"/v1/runs/t-{i}/history").json()
     finally:
-        os.close(hint)
+        progress.close()
         for worker in workers:
             worker.stop()
 
     done = sum(range(2 * STEPS))
     assert results == {i: done + 100 + i + 1000 + i for i in range(RUNS)}
 
-    seen = Ledger(ledger)
+    seen = Ledger(progress.ledger)
     executions = seen.executions
     recorded = [nonce for records in histories.values() for nonce in step_nonces(records)]
     assert len(recorded) == len(executions) == RUNS * 2 * STEPS
