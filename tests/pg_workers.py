@@ -126,3 +126,44 @@ class Progress:
 
     def close(self) -> None:
         os.close(self._hint)
+
+
+def merged_events(workers: list[Worker]) -> queue.Queue[tuple[Worker, dict[str, Any]]]:
+    """Every worker's events in one queue, as they come."""
+    merged: queue.Queue[tuple[Worker, dict[str, Any]]] = queue.Queue()
+
+    def forward(worker: Worker) -> None:
+        while True:
+            try:
+                merged.put((worker, worker.next_event()))
+            except AssertionError as e:  # it exited: said to whoever waits on the queue
+                merged.put((worker, {"event": "exited", "error": str(e)}))
+                return
+
+    for worker in workers:
+        threading.Thread(target=forward, args=(worker,), daemon=True).start()
+    return merged
+
+
+def next_event(events: queue.Queue[tuple[Worker, dict[str, Any]]]) -> tuple[Worker, dict[str, Any]]:
+    worker, event = events.get()
+    if event["event"] == "exited" and worker.proc.returncode != -signal.SIGKILL:
+        raise AssertionError(event["error"])
+    return worker, event
+
+
+def until_balanced(
+    events: queue.Queue[tuple[Worker, dict[str, Any]]], held: dict[Worker, set[int]], shards: int
+) -> None:
+    """Follows the workers' takes and gives (into `held`) until each drives its fair
+    share of the `shards` journals, and every journal is driven."""
+    share = -(-shards // len(held))
+    while not (
+        all(share - 1 <= len(mine) <= share for mine in held.values())
+        and set().union(*held.values()) == set(range(shards))
+    ):
+        worker, event = next_event(events)
+        if event["event"] == "shard_taken":
+            held[worker].add(event["shard"])
+        elif event["event"] == "shard_given":
+            held[worker].discard(event["shard"])

@@ -32,6 +32,8 @@ from fusee_cli.session import CliError, Code
 
 if TYPE_CHECKING:
     from fusee_runtime import Engine
+    from fusee_runtime.control.api import Control
+    from fusee_runtime.control.http import HttpServer
     from fusee_runtime.journal.shards import Layout
 
 STATS_S = 10.0
@@ -135,7 +137,7 @@ def serve(
         )
 
 
-async def _standby(store: str, stop: Any, out: _Output) -> bool:
+async def _standby(store: str, stop: Any, out: _Output, http: str | None) -> bool:
     """Waits until no other process drives the journal in `store`; False if stopped first.
 
     Several `fusee serve --store URL` (on one host or several) share a journal so:
@@ -147,7 +149,7 @@ async def _standby(store: str, stop: Any, out: _Output) -> bool:
     from fusee_runtime.journal.standby import wait_for_journal
 
     def waiting(holder: str) -> None:
-        out.event("standby", store=describe(store), holder=holder)
+        out.event("standby", store=describe(store), holder=holder, http=http)
 
     with _for_people(Path(".")):  # (the URL was checked by `_layout`)
         return await wait_for_journal(store, stop, waiting)
@@ -200,8 +202,10 @@ async def _serve_shards(
     stop: Any,
     got: list[str],
     hurry: list[Callable[[], None]],
+    http: _Http,
 ) -> None:
-    """Serves as one worker of a sharded database (`control/worker.py`)."""
+    """Serves as one worker of a sharded database (`control/worker.py`), and HTTP for
+    every journal when asked (`control/router.py`'s `WorkerRouter`)."""
     from fusee_runtime.control.connect import open_home
     from fusee_runtime.control.worker import ShardWorker
     from fusee_runtime.journal.postgres import describe
@@ -214,23 +218,27 @@ async def _serve_shards(
             store=layout.url_of(k),
             schedules=k == 0,
             retention=retention_s,
+            http_url=http.public_url,
         )
 
     worker = ShardWorker(layout, open_shard, out.event)
     hurry.append(worker.end_grace)
-    out.event(
-        "serving",
-        pid=os.getpid(),
-        home=str(home),
-        app=app,
-        store=describe(layout.url),
-        shards=layout.shards,
-        retention_s=retention_s,
-    )
     try:
-        with _for_people(home):
-            await worker.run(stop)
-        out.event("stopping", signal=got[0] if got else None, grace=grace)
+        async with contextlib.AsyncExitStack() as stack:
+            await http.serve_routed(stack, layout, worker.engines)
+            out.event(
+                "serving",
+                pid=os.getpid(),
+                home=str(home),
+                app=app,
+                store=describe(layout.url),
+                shards=layout.shards,
+                http=http.url,
+                retention_s=retention_s,
+            )
+            with _for_people(home):
+                await worker.run(stop)
+            out.event("stopping", signal=got[0] if got else None, grace=grace)
     finally:
         out.close()
     out.event("stopped")
@@ -238,6 +246,55 @@ async def _serve_shards(
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+
+
+class _Http:
+    """The HTTP API that `--http` asks for (nothing when it is not asked), served from
+    an engine of this process, or for a database from its driven engines and, for
+    the other journals, from their drivers."""
+
+    def __init__(
+        self, address: tuple[str, int] | None, sock: Any, token: str | None, public_url: str | None
+    ) -> None:
+        self._address = address
+        self._sock = sock
+        self._token = token
+        self.public_url = public_url
+        self._server: HttpServer | None = None
+
+    @property
+    def url(self) -> str | None:
+        """Where it serves, once it does."""
+        return self._server.url if self._server else None
+
+    async def serve_engine(self, stack: contextlib.AsyncExitStack, control: Control) -> None:
+        """Serves `control`'s engine until `stack` closes."""
+        await self._serve(stack, control)
+
+    async def serve_routed(
+        self, stack: contextlib.AsyncExitStack, layout: Layout, driving: dict[int, Engine]
+    ) -> None:
+        """Serves every journal of the database in `layout` until `stack` closes:
+        `driving` holds the engines this process drives, by journal, as it changes."""
+        from fusee_runtime.control.router import WorkerRouter
+        from fusee_runtime.engine.config import Config
+
+        router = WorkerRouter(layout, Config.lease, driving.get)
+        await self._serve(stack, router, engines=lambda: driving, by_journal=layout.shards > 1)
+
+    async def _serve(self, stack: contextlib.AsyncExitStack, control: Any, **app: Any) -> None:
+        if self._address is None:
+            return
+        from fusee_runtime.control.http import HttpServer
+
+        self._server = HttpServer(control, self._token, public_url=self.public_url, **app)
+        await self._server.start(*self._address, sock=self._sock)
+        stack.push_async_callback(self.close)
+
+    async def close(self) -> None:
+        """Stops serving (at once, for long polls)."""
+        if self._server is not None:
+            await self._server.close()
 
 
 def _address(http: str, token: str | None) -> tuple[str, int]:
@@ -297,15 +354,12 @@ async def _serve(
         loop.add_signal_handler(sig, on_signal, sig)
     store = session.store()
     layout = await _layout(store, shards)
-    if layout is not None and layout.shards > 1:
-        if address is not None or reload:
-            raise CliError(
-                Code.USAGE,
-                f"--http and --reload are not there yet for a database of {layout.shards} "
-                "journals (its workers do not route HTTP calls between them)",
-            )
-        await _serve_shards(home, app, layout, grace, retention_s, out, stop, got, hurry)
-        return
+    if layout is not None and layout.shards > 1 and reload:
+        raise CliError(
+            Code.USAGE,
+            f"--reload is not there yet for a database of {layout.shards} journals "
+            "(each worker would reload on its own)",
+        )
     bound = None
     if address is not None:
         from fusee_runtime.control.http import bind
@@ -313,9 +367,16 @@ async def _serve(
         # Bound before the home opens, so the runs it resumes hand out completion URLs.
         bound = bind(*address)  # Rejected (exit 2) if it cannot bind
     url = public_url or (bound[1] if bound else None)
+    http = _Http(address, bound[0] if bound else None, token, url)
+    if layout is not None and layout.shards > 1:
+        await _serve_shards(home, app, layout, grace, retention_s, out, stop, got, hurry, http)
+        return
+    driving: dict[int, Engine] = {}  # with a store: the engine, once this process drives it
     async with contextlib.AsyncExitStack() as stack:
+        if layout is not None:  # a standby serves HTTP too: it asks the driver
+            await http.serve_routed(stack, layout, driving)
         while True:
-            if store is not None and not await _standby(store, stop, out):
+            if store is not None and not await _standby(store, stop, out, http.url):
                 out.event("stopping", signal=got[0] if got else None, grace=grace)
                 out.close()
                 return
@@ -331,20 +392,17 @@ async def _serve(
                 continue  # another standby took the journal first: wait for it in turn
             break
         hurry.append(engine.end_grace)
-        http_server = None
+        driving[0] = engine
         tasks: list[asyncio.Task[Any]] = []
         try:
-            if address is not None and bound is not None:
-                from fusee_runtime.control.http import HttpServer
-
-                http_server = HttpServer(Control(engine), token=token)
-                await http_server.start(*address, sock=bound[0])
+            if layout is None:
+                await http.serve_engine(stack, Control(engine))
             out.event(
                 "serving",
                 pid=os.getpid(),
                 home=str(home),
                 socket=str(home / SOCKET_NAME),
-                http=http_server.url if http_server else None,
+                http=http.url,
                 public_url=engine.http_url,
                 app=app,
                 schedules=[s["workflow"] for s in engine.schedules.list()],
@@ -382,8 +440,7 @@ async def _serve(
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            if http_server is not None:
-                await http_server.close()
+            await http.close()
             out.close()
     out.event("stopped", runs_open=int(engine.counters()["runs_open"]))
     if engine.driver.workers.threads_busy:
@@ -450,11 +507,11 @@ class _Output:
             return
         assert self._console is not None
         if name == "serving":
-            http = f" · web UI and HTTP API {fields['http']}/" if fields["http"] else ""
+            http = f" · web UI and HTTP API {fields['http']}/" if fields.get("http") else ""
             self._console.print(
                 f"[bold]fusee serve[/bold] · home {fields['home']} · pid {fields['pid']}{http}"
             )
-            if fields["schedules"]:
+            if fields.get("schedules"):
                 self._console.print("schedules: " + ", ".join(fields["schedules"]))
         elif name == "log":
             self._console.print(f"[dim]{fields['level']}[/dim] {fields['message']}", markup=True)

@@ -23,7 +23,7 @@ import orjson
 
 from fusee_runtime import errors, search
 from fusee_runtime.control import protocol
-from fusee_runtime.control.api import run_info
+from fusee_runtime.control.api import Control, run_info
 from fusee_runtime.engine.home import HomeLock
 from fusee_runtime.engine.state import RunInfo
 from fusee_runtime.errors import FuseeError, Rejected
@@ -114,9 +114,11 @@ class ControlClient:
         input: Any = None,
         id: str | None = None,
         on_conflict: Literal["return", "fail", "new_run"] = "return",
+        traceparent: str | None = None,
     ) -> tuple[RunInfo, bool]:
+        args: dict[str, Any] = {"traceparent": traceparent} if traceparent else {}
         info, existed = await self.call(
-            "start", workflow=workflow, input=input, id=id, on_conflict=on_conflict
+            "start", workflow=workflow, input=input, id=id, on_conflict=on_conflict, **args
         )
         return run_info(info), existed
 
@@ -130,11 +132,14 @@ class ControlClient:
         limit: int | None = None,
         parent: str | None = None,
         where: dict[str, Any] | None = None,
+        before: str | None = None,
     ) -> builtins.list[RunInfo]:
         args: dict[str, Any] = {"status": status, "workflow": workflow, "limit": limit}
-        # Asked only when given: an owner of an older version takes neither.
+        # Asked only when given: an owner of an older version takes none of these.
         if parent:
             args["parent"] = parent
+        if before:
+            args["before"] = before
         if where:
             # Checked and normalized here (a datetime becomes its UTC text), as pairs.
             pairs: dict[str, Any] = {}
@@ -146,6 +151,9 @@ class ControlClient:
 
     async def history(self, id: str) -> builtins.list[dict[str, Any]]:
         return await self.call("history", id=id)
+
+    async def log(self, id: str, last: int = 200) -> builtins.list[dict[str, Any]]:
+        return await self.call("log", id=id, last=last)
 
     async def journal(self, id: str, run_id: str | None = None) -> dict[str, Any]:
         return await self.call("journal", id=id, **({"run_id": run_id} if run_id else {}))
@@ -303,3 +311,8 @@ class ControlClient:
         except BaseException:
             sock.close()
             raise
+
+
+Operations = Control | ControlClient
+"""The control API, whoever answers it: an engine in this process (`Control`), or the
+process that drives the journal (`ControlClient` and its kinds). They take the same calls."""

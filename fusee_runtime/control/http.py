@@ -44,6 +44,7 @@ import re
 import socket
 from collections.abc import Awaitable, Callable, Iterator
 from http import HTTPStatus
+from typing import Any
 from urllib.parse import quote
 
 import uvicorn
@@ -57,6 +58,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fusee_runtime.control import limits, metrics, ui
 from fusee_runtime.control.api import Control
+from fusee_runtime.control.client import Operations
 from fusee_runtime.control.connections import Connections, connections_max
 from fusee_runtime.control.limits import CLOSE_GRACE_S, TOKEN_CHARS_MIN
 from fusee_runtime.control.listening import Listener
@@ -67,14 +69,30 @@ from fusee_runtime.errors import Rejected
 # -- the app ------------------------------------------------------------------------
 
 
-def build_app(control: Control, token: str | None = None) -> Starlette:
+def build_app(
+    control: Operations,
+    token: str | None = None,
+    *,
+    public_url: str | None = None,
+    engines: metrics.Engines | None = None,
+    by_journal: bool = False,
+) -> Starlette:
     """The HTTP API of `control` as an ASGI app.
 
     Args:
-        control: the operations it serves.
+        control: the operations it serves: an engine's (`Control`), or, in a worker of a
+            database, what routes each call to the journal's driver (`WorkerRouter`).
         token: when set, every request needs `Authorization: Bearer <token>` (or the web
             UI's cookie, `ui.auth`).
+        public_url: where browsers and callers reach it (`--public-url`), when not
+            the engine's `http_url`.
+        engines: whose metrics `/metrics` shows, when not the engine's (`metrics.Engines`);
+            with `by_journal`, each sample has the label `journal`.
     """
+    if isinstance(control, Control):
+        public_url = public_url or control.engine.http_url
+        engine = control.engine
+        engines = engines or (lambda: {0: engine})
     api = Api(control)
     paths: dict[str, list[tuple[str, Endpoint]]] = {}
     for method, path, fn in ROUTES:
@@ -87,8 +105,8 @@ def build_app(control: Control, token: str | None = None) -> Starlette:
     ]
     routes.append(Route("/metrics", _metrics, methods=["GET"]))
     sessions = ui_auth.Sessions()  # the UI's logins, when there is a token to log in with
-    routes.extend(ui.routes(control, token, sessions))
-    middleware = [Middleware(_Browsers, guard_host=not token, control=control)]
+    routes.extend(ui.routes(control, token, sessions, public_url))
+    middleware = [Middleware(_Browsers, guard_host=not token, public_url=public_url)]
     if token:
         middleware.append(Middleware(_Auth, token=token, sessions=sessions))
     app = Starlette(
@@ -99,7 +117,7 @@ def build_app(control: Control, token: str | None = None) -> Starlette:
     # "/v1/runs/" is a 404 like any unknown path, not a redirect.
     app.router.redirect_slashes = False
     app.state.api = api
-    app.state.metrics = metrics.registry(control.engine)
+    app.state.metrics = metrics.registry(engines or dict, by_journal)
     return app
 
 
@@ -144,10 +162,10 @@ class _Browsers:
     reach it through a DNS name that it points at 127.0.0.1 (DNS rebinding).
     """
 
-    def __init__(self, app: ASGIApp, guard_host: bool, control: Control) -> None:
+    def __init__(self, app: ASGIApp, guard_host: bool, public_url: str | None) -> None:
         self.app = app
         self.guard_host = guard_host
-        self.control = control
+        self.public_url = public_url
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -177,7 +195,7 @@ class _Browsers:
 
     def _public_host(self) -> str | None:
         """The host (and port) of `--public-url`, where a proxy may send requests from."""
-        url = self.control.engine.http_url
+        url = self.public_url
         return url.lower().partition("://")[2].partition("/")[0] if url else None
 
 
@@ -304,10 +322,11 @@ class HttpServer:
     Args:
         control: the operations it serves.
         token: when set, every request needs `Authorization: Bearer <token>`.
+        app: `build_app`'s other arguments.
     """
 
-    def __init__(self, control: Control, token: str | None = None) -> None:
-        self.app = build_app(control, token)
+    def __init__(self, control: Operations, token: str | None = None, **app: Any) -> None:
+        self.app = build_app(control, token, **app)
         self._api: Api = self.app.state.api
         self._served = AsgiServer(self.app)
 

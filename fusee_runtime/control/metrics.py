@@ -13,8 +13,8 @@ Counters count since the engine opened; gauges are now.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -58,65 +58,92 @@ LIMITS = (
 """Gauges of each limit (label `limit`): name, help, field of `LimitInfo`."""
 
 
-class EngineCollector:
-    """The metrics of one engine, collected at each scrape."""
+Engines = Callable[[], Mapping[int, "Engine"]]
+"""The engines whose metrics a scrape reads, by journal: one (a home's), or each that a
+worker of a database of several journals drives at the time (none, between two)."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+
+class EngineCollector:
+    """The metrics of `engines()`, collected at each scrape; with `by_journal`, every
+    sample has a label `journal` (the journal's number) that tells the engines apart."""
+
+    def __init__(self, engines: Engines, by_journal: bool = False) -> None:
+        self._engines = engines
+        self._by_journal = by_journal
 
     def collect(self) -> Iterator[Metric]:
-        engine = self.engine
-        yield from self._runs(engine)
-        workers = engine.driver.workers
-        for name, doc, attribute in STEPS:
-            yield CounterMetricFamily(name, doc, value=getattr(workers, attribute))
-        yield from self._journal(engine)
-        yield from self._limits(engine)
-
-    def _runs(self, engine: Engine) -> Iterator[Metric]:
-        # Closed runs stay in memory until the history store has them: its lag.
-        by = Counter(run.status if run.is_open else None for run in engine.runs.by_run_id.values())
-        runs = GaugeMetricFamily("fusee_runs_open", "Open runs, by status.", labels=["status"])
-        for status in OPEN_STATUSES:
-            runs.add_metric([status.value], by.get(status, 0))
-        yield runs
-        doc = "Closed runs not in the history store yet (held in memory until they are)."
-        yield _gauge("fusee_history_lag_runs", doc, by.get(None, 0))
-        doc = "Runs closed (and queued for history), by status."
-        closed = CounterMetricFamily("fusee_runs_closed", doc, labels=["status"])
-        for closing, n in sorted(engine.checkpoints.closed.items()):
-            closed.add_metric([closing], n)
-        yield closed
-
-    def _journal(self, engine: Engine) -> Iterator[Metric]:
-        c = engine.durability.counters()
-        for name, doc, key in JOURNAL:
-            yield CounterMetricFamily(name, doc, value=c.get(key, 0))
-        writer = engine.durability.writer
-        if writer is not None:
-            times, sizes = writer.counters.sync_times, writer.counters.batch_sizes
-            yield _histogram("fusee_fdatasync_seconds", "Time of each fdatasync.", times)
-            doc = "Records made durable by each batch's fdatasync."
-            yield _histogram("fusee_records_per_fdatasync", doc, sizes)
-        durable = int(c.get("durable_lsn", 0))
-        yield _gauge("fusee_journal_durable_lsn", "The last durable record's number.", durable)
-        yield _gauge("fusee_journal_disk_bytes", "Size of the journal's segments.", _disk(engine))
-        lag = max(0, durable - engine.checkpoints.lsn)
-        yield _gauge("fusee_checkpoint_lag_records", "Durable records since the checkpoint.", lag)
-
-    def _limits(self, engine: Engine) -> Iterator[Metric]:
-        infos = engine.limits()
-        for name, doc, field in LIMITS:
-            family = GaugeMetricFamily(name, doc, labels=["limit"])
-            for info in infos:
-                family.add_metric([info.name], getattr(info, field))
+        engines = sorted(self._engines().items())
+        journal = ["journal"] if self._by_journal else []
+        for kind, name, doc, labels, samples in _families(engines):
+            family: Any = kind(name, doc, labels=[*journal, *labels])
+            for k, values, value in samples:
+                shown = [str(k), *values] if self._by_journal else values
+                if kind is HistogramMetricFamily:
+                    family.add_metric(shown, *value)
+                else:
+                    family.add_metric(shown, value)
             yield family
 
 
-def registry(engine: Engine) -> CollectorRegistry:
-    """A registry of `engine`'s metrics alone (not the process-wide default)."""
+_Sample = tuple[int, list[str], Any]
+"""One sample: its engine's journal, its labels' values, its value."""
+_Family = tuple[Callable[..., Metric], str, str, list[str], list[_Sample]]
+"""A metric family to collect: its class, name, help, labels (besides `journal`), samples."""
+
+
+def _each(engines: list[tuple[int, Engine]], value: Callable[[Engine], Any]) -> list[_Sample]:
+    """One sample without labels for each engine."""
+    return [(k, [], value(e)) for k, e in engines]
+
+
+def _families(engines: list[tuple[int, Engine]]) -> Iterator[_Family]:
+    # Closed runs stay in memory until the history store has them: its lag.
+    by = {
+        id(e): Counter(run.status if run.is_open else None for run in e.runs.by_run_id.values())
+        for _, e in engines
+    }
+    open_ = [(k, [s.value], by[id(e)].get(s, 0)) for k, e in engines for s in OPEN_STATUSES]
+    yield GaugeMetricFamily, "fusee_runs_open", "Open runs, by status.", ["status"], open_
+    doc = "Closed runs not in the history store yet (held in memory until they are)."
+    lag = _each(engines, lambda e: by[id(e)].get(None, 0))
+    yield GaugeMetricFamily, "fusee_history_lag_runs", doc, [], lag
+    doc = "Runs closed (and queued for history), by status."
+    closed = [(k, [c], n) for k, e in engines for c, n in sorted(e.checkpoints.closed.items())]
+    yield CounterMetricFamily, "fusee_runs_closed", doc, ["status"], closed
+    for name, doc, attribute in STEPS:
+        steps: list[_Sample] = [(k, [], getattr(e.driver.workers, attribute)) for k, e in engines]
+        yield CounterMetricFamily, name, doc, [], steps
+    counters = {id(e): e.durability.counters() for _, e in engines}
+    for name, doc, key in JOURNAL:
+        values: list[_Sample] = [(k, [], counters[id(e)].get(key, 0)) for k, e in engines]
+        yield CounterMetricFamily, name, doc, [], values
+    writers = [(k, e.durability.writer) for k, e in engines]
+    counted = [(k, w.counters) for k, w in writers if w is not None]
+    times: list[_Sample] = [(k, [], _buckets(c.sync_times)) for k, c in counted]
+    yield HistogramMetricFamily, "fusee_fdatasync_seconds", "Time of each fdatasync.", [], times
+    doc = "Records made durable by each batch's fdatasync."
+    sizes: list[_Sample] = [(k, [], _buckets(c.batch_sizes)) for k, c in counted]
+    yield HistogramMetricFamily, "fusee_records_per_fdatasync", doc, [], sizes
+
+    def durable(e: Engine) -> int:
+        return int(counters[id(e)].get("durable_lsn", 0))
+
+    doc = "The last durable record's number."
+    yield GaugeMetricFamily, "fusee_journal_durable_lsn", doc, [], _each(engines, durable)
+    doc = "Size of the journal's segments."
+    yield GaugeMetricFamily, "fusee_journal_disk_bytes", doc, [], _each(engines, _disk)
+    doc = "Durable records since the checkpoint."
+    behind = _each(engines, lambda e: max(0, durable(e) - e.checkpoints.lsn))
+    yield GaugeMetricFamily, "fusee_checkpoint_lag_records", doc, [], behind
+    for name, doc, field in LIMITS:
+        limits = [(k, [i.name], getattr(i, field)) for k, e in engines for i in e.limits()]
+        yield GaugeMetricFamily, name, doc, ["limit"], limits
+
+
+def registry(engines: Engines, by_journal: bool = False) -> CollectorRegistry:
+    """A registry of the metrics of `engines()` alone (not the process-wide default)."""
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(EngineCollector(engine))
+    reg.register(EngineCollector(engines, by_journal))
     return reg
 
 
@@ -125,18 +152,14 @@ def render(reg: CollectorRegistry) -> bytes:
     return generate_latest(reg)
 
 
-def _gauge(name: str, doc: str, value: float) -> Metric:
-    return GaugeMetricFamily(name, doc, value=value)
-
-
-def _histogram(name: str, doc: str, buckets: Buckets) -> Metric:
-    """`buckets` as Prometheus has them: cumulative, the last one `+Inf`."""
+def _buckets(buckets: Buckets) -> tuple[list[tuple[str, float]], float]:
+    """`buckets` as Prometheus has them: cumulative, the last one `+Inf`; and their sum."""
     cumulative: list[tuple[str, float]] = []
     total = 0
     for bound, n in zip([*map(repr, buckets.bounds), "+Inf"], buckets.counts, strict=True):
         total += n
         cumulative.append((bound, total))
-    return HistogramMetricFamily(name, doc, buckets=cumulative, sum_value=buckets.sum)
+    return cumulative, buckets.sum
 
 
 def _disk(engine: Engine) -> int:

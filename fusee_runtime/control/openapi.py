@@ -254,11 +254,14 @@ _ERROR_WHY = {
     "workflow (IdConflict), or the run ended under the call.",
     413: f"The body is over {BODY_BYTES_MAX} bytes.",
     500: "A bug in the server: one line here, the traceback in the server's log.",
-    503: "The engine stopped taking work (EngineClosed, JournalFailed).",
+    503: "The engine stopped taking work (EngineClosed, JournalFailed), or, in a worker of "
+    "a PostgreSQL database, the process that drives the run's journal cannot be asked now "
+    "(OwnerGone, OwnerLost, OwnerUnanswered): try again.",
 }
 
 _ERROR_TYPES = (
     "NotFound, Rejected, CodecError, EngineClosed, JournalFailed (the engine's errors), "
+    "OwnerGone, OwnerLost, OwnerUnanswered (a worker of a database: the run's driver), "
     "BadRequest, Unauthorized, Forbidden, MethodNotAllowed, PayloadTooLarge, InternalError"
 )
 
@@ -432,7 +435,20 @@ _SCHEMAS: dict[str, dict[str, Any]] = {
         "paused",
     ),
     "Health": _obj(
-        {"ok": {"const": True}, "pid": {"type": "integer"}, "home": _str()}, "ok", "pid"
+        {
+            "ok": {"const": True},
+            "pid": {"type": "integer"},
+            "home": _str(),
+            "host": _str(),
+            "journals": {
+                "type": "array",
+                "items": {"type": "integer"},
+                "description": "A worker of a PostgreSQL database: the journals it drives now "
+                "(it answers for the others by asking their drivers).",
+            },
+        },
+        "ok",
+        "pid",
     ),
 }
 

@@ -16,16 +16,23 @@ each journal's driver through the database (`control/remote.py`), and
 A journal that no worker drives is opened by the command itself, as a home
 with no owner is (`connect`'s `open_shard`): its calls then run here
 (`LocalClient`), and nothing else changes.
+
+`WorkerRouter` routes the same way for the HTTP API of a worker (`fusee serve
+--store URL --http`, a standby too): a journal the worker drives is called on
+its own engine, another through the database, whichever process drives it
+by then.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
+import socket
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -36,6 +43,9 @@ from fusee_runtime.control.server import to_json
 from fusee_runtime.errors import NotFound, Rejected
 from fusee_runtime.journal.postgres import PgJournal, describe
 from fusee_runtime.journal.shards import Layout
+
+if TYPE_CHECKING:
+    from fusee_runtime.engine.engine import Engine
 
 _EVERY = {"list", "run_ids", "prune", "limit"}
 _TOKEN = {"complete", "fail"}
@@ -86,9 +96,14 @@ class ShardRouter(ControlClient):
             clients.append(client)
         return cls(layout, clients)
 
+    async def client(self, k: int) -> ControlClient:
+        """The control API of journal k's driver."""
+        return self.clients[k]
+
     async def call(self, op: str, **args: Any) -> Any:
-        if op in _FIRST:
-            return await self.clients[0].call(op, **args)
+        shards = self.layout.shards
+        if op in _FIRST or shards == 1:
+            return await (await self.client(0)).call(op, **args)
         if op in _EVERY:
             return await self._every(op, args)
         if op in _TOKEN:
@@ -97,20 +112,35 @@ class ShardRouter(ControlClient):
         if id is None:
             if op != "start":
                 raise Rejected(f"the control API has no operation {op!r} without an id")
-            return await random.choice(self.clients).call(op, **args)
-        return await self.clients[self.layout.shard_of(id)].call(op, **args)
+            return await self._any_driven(op, args)
+        return await (await self.client(self.layout.shard_of(id))).call(op, **args)
 
     async def events(self, op: str, **args: Any) -> AsyncGenerator[Any, None]:
-        async for event in self.clients[self.layout.shard_of(args["id"])].events(op, **args):
-            yield event
+        client = await self.client(self.layout.shard_of(args["id"]))
+        async with contextlib.aclosing(client.events(op, **args)) as events:
+            async for event in events:
+                yield event
+
+    async def _any_driven(self, op: str, args: dict[str, Any]) -> Any:
+        """`op` on a journal picked at random among those a process drives now."""
+        order = random.sample(range(self.layout.shards), self.layout.shards)
+        for k in order[:-1]:
+            try:
+                client = await self.client(k)
+            except OwnerGone:
+                continue
+            return await client.call(op, **args)
+        return await (await self.client(order[-1])).call(op, **args)
 
     async def _first_that_knows(self, op: str, args: dict[str, Any]) -> Any:
-        first: NotFound | None = None
-        for client in self.clients:
+        first: NotFound | OwnerGone | None = None
+        for k in range(self.layout.shards):
             try:
-                return await client.call(op, **args)
+                return await (await self.client(k)).call(op, **args)
             except NotFound as e:
                 first = first or e
+            except OwnerGone as e:  # the token may be that journal's: say so, if none knows it
+                first = e if not isinstance(first, OwnerGone) else first
         assert first is not None
         raise first
 
@@ -120,7 +150,8 @@ class ShardRouter(ControlClient):
                 f"paging (before) across the {self.layout.shards} journals of a database is "
                 "not there yet: narrow the list with a status, workflow or where instead"
             )
-        answers = await asyncio.gather(*(c.call(op, **args) for c in self.clients))
+        clients = [await self.client(k) for k in range(self.layout.shards)]
+        answers = await asyncio.gather(*(c.call(op, **args) for c in clients))
         if op == "prune":
             return sum(answers)
         if op == "limit":  # each journal's engine has the limit's permits: set on every one
@@ -130,6 +161,51 @@ class ShardRouter(ControlClient):
             merged.sort(key=lambda doc: doc["started_at"], reverse=True)
             return merged[: args["limit"]] if args.get("limit") else merged
         return merged
+
+
+class WorkerRouter(ShardRouter):
+    """The control API of a database as one of its workers serves it over HTTP, the
+    same whichever worker a request reaches: a call about a journal that `local(k)`
+    says this process drives runs on its engine; one about another journal goes to
+    that journal's driver through the database (`StoreClient`, whichever process it
+    is now); one about a journal that no process drives now is `OwnerGone` (HTTP 503:
+    a worker takes it within a round or two). `ping` answers for this process."""
+
+    def __init__(self, layout: Layout, lease: float, local: Callable[[int], Engine | None]) -> None:
+        ControlClient.__init__(self, Path(describe(layout.url)), os.getpid())
+        self.layout = layout
+        self.clients = []
+        self._local = local
+        self._lease = lease
+        self._remote: dict[int, StoreClient] = {}  # a journal's, whichever process drives it
+
+    @property
+    def driver(self) -> str:
+        return "this worker, or the worker that drives the journal"
+
+    async def client(self, k: int) -> ControlClient:
+        engine = self._local(k)
+        if engine is not None:
+            return LocalClient(Control(engine))
+        remote = self._remote.get(k)
+        if remote is None:
+            journal = PgJournal(self.layout.url_of(k), self._lease)
+            remote = await StoreClient.reach(journal)
+            if remote is None:
+                raise OwnerGone(
+                    f"journal {k} of the {self.layout.shards} in {journal.name} has no worker "
+                    "driving it now: try again in a moment"
+                )
+            self._remote[k] = remote
+        return remote
+
+    async def call(self, op: str, **args: Any) -> Any:
+        if op == "ping":
+            driven = [k for k in range(self.layout.shards) if self._local(k) is not None]
+            return {"pid": os.getpid(), "home": str(self.home), "host": socket.gethostname()} | {
+                "journals": driven
+            }
+        return await super().call(op, **args)
 
 
 class LocalClient(ControlClient):

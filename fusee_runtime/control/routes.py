@@ -13,6 +13,7 @@ is a 500 whose body is one line (the "fusee" logger gets the rest).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import math
@@ -25,7 +26,14 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from fusee_runtime import search
-from fusee_runtime.control.api import Control, run_json
+from fusee_runtime.control.api import run_info, run_json
+from fusee_runtime.control.client import (
+    ControlClient,
+    Operations,
+    OwnerGone,
+    OwnerLost,
+    OwnerUnanswered,
+)
 from fusee_runtime.control.limits import BODY_BYTES_MAX, RESULT_WAIT_S_MAX
 from fusee_runtime.control.openapi import OPENAPI
 from fusee_runtime.engine.engine import LIST_LIMIT_MAX
@@ -33,6 +41,7 @@ from fusee_runtime.engine.state import RunInfo, Status
 from fusee_runtime.errors import (
     CodecError,
     EngineClosed,
+    Failure,
     FuseeError,
     HistoryDamaged,
     IdConflict,
@@ -78,6 +87,8 @@ def status_of(error: FuseeError) -> int:
     """The HTTP status that answers `error`."""
     if isinstance(error, EngineClosed | JournalFailed | HistoryDamaged):
         return 503
+    if isinstance(error, OwnerGone | OwnerLost | OwnerUnanswered):
+        return 503  # the run's driver, in another process, cannot be asked now: try again
     if isinstance(error, NotFound):
         return 404
     if isinstance(error, IdConflict):
@@ -96,7 +107,7 @@ def status_of(error: FuseeError) -> int:
 class Api:
     """What every endpoint serves from."""
 
-    control: Control
+    control: Operations
     closing: asyncio.Event = field(default_factory=asyncio.Event)
     """Set when the server closes: long polls answer at once."""
 
@@ -237,7 +248,7 @@ async def _start(request: Request, api: Api) -> Response:
     return _json({**run_json(info), "existed": existed}, 201 if created else 200)
 
 
-async def _exists(control: Control, id: str) -> bool:
+async def _exists(control: Operations, id: str) -> bool:
     try:
         await control.describe(id)
     except NotFound:
@@ -305,8 +316,12 @@ async def _result(request: Request, api: Api) -> Response:
     return _json(doc, status)
 
 
-async def _outcome(control: Control, id: str, wait_s: float, again: bool = True) -> tuple[int, Any]:
+async def _outcome(
+    control: Operations, id: str, wait_s: float, again: bool = True
+) -> tuple[int, Any]:
     """The status and body that answer the result of run `id` within `wait_s` seconds."""
+    if isinstance(control, ControlClient):
+        return await _watched(control, id, wait_s)
     stopping = control.engine.closing
     try:
         value = await control.engine.handle(id).result(timeout=wait_s)
@@ -336,6 +351,33 @@ async def _outcome(control: Control, id: str, wait_s: float, again: bool = True)
         return 200, _closed(info, str(e))
     info = await control.describe(id)
     return 200, {"id": id, "run_id": info.run_id, "status": "completed", "result": value}
+
+
+async def _watched(client: ControlClient, id: str, wait_s: float) -> tuple[int, Any]:
+    """As `_outcome`, for a run driven by another process, from its `watch`: a run stuck
+    or paused is answered pending at once, not at the end of the wait."""
+    outcome: dict[str, Any] = {}
+    try:
+        async with contextlib.aclosing(client.watch(id, timeout=wait_s)) as events:
+            async for event in events:
+                outcome = event.get("outcome", outcome)
+    except (EngineClosed, OwnerLost):
+        # Its driver stopped during the wait: the run goes on with the next one.
+        return 202, _pending(await client.describe(id))
+    info = run_info(outcome["run"])
+    if outcome["code"] == "ok":
+        return 200, {
+            "id": id,
+            "run_id": info.run_id,
+            "status": "completed",
+            "result": outcome["result"],
+        }
+    if info.status.is_open:
+        return 202, _pending(info)
+    if "failure" in outcome:
+        failure = outcome["failure"]
+        return 200, {**_closed(info, str(Failure.from_json(failure))), "failure": failure}
+    return 200, _closed(info, outcome["message"])
 
 
 def _closed(info: RunInfo, error: str) -> dict[str, Any]:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("fusee")
 
 _CALLS = frozenset(
-    {"ping", "start", "describe", "list", "history", "journal", "run_ids", "signal"}
+    {"ping", "start", "describe", "list", "history", "log", "journal", "run_ids", "signal"}
     | {"cancel", "terminate", "resume", "reset", "complete", "fail", "query", "update"}
     | {"schedules", "schedule", "prune", "limits", "limit"}
 )

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import queue
 import signal
 import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -22,7 +20,15 @@ from typing import Any
 import orjson
 import psycopg
 import pytest
-from pg_workers import Ledger, Progress, Worker, step_nonces
+from pg_workers import (
+    Ledger,
+    Progress,
+    Worker,
+    merged_events,
+    next_event,
+    step_nonces,
+    until_balanced,
+)
 from processes import REPO, fusee_script
 
 from fusee_runtime import Config, Ctx, Engine, Rejected, StoreUnavailable, workflow
@@ -61,45 +67,6 @@ async def parent(ctx: Ctx, foreign: str) -> list[str]:
     return said
 
 
-def _merged(workers: list[Worker]) -> queue.Queue[tuple[Worker, dict[str, Any]]]:
-    """Every worker's events in one queue, as they come."""
-    merged: queue.Queue[tuple[Worker, dict[str, Any]]] = queue.Queue()
-
-    def forward(worker: Worker) -> None:
-        while True:
-            try:
-                merged.put((worker, worker.next_event()))
-            except AssertionError as e:  # it exited: said to whoever waits on the queue
-                merged.put((worker, {"event": "exited", "error": str(e)}))
-                return
-
-    for worker in workers:
-        threading.Thread(target=forward, args=(worker,), daemon=True).start()
-    return merged
-
-
-def _next(events: queue.Queue[tuple[Worker, dict[str, Any]]]) -> tuple[Worker, dict[str, Any]]:
-    worker, event = events.get()
-    if event["event"] == "exited" and worker.proc.returncode != -signal.SIGKILL:
-        raise AssertionError(event["error"])
-    return worker, event
-
-
-def _until_balanced(
-    events: queue.Queue[tuple[Worker, dict[str, Any]]], held: dict[Worker, set[int]]
-) -> None:
-    """Follows the workers' takes and gives until each drives one journal."""
-    while not (
-        all(len(shards) == 1 for shards in held.values())
-        and set().union(*held.values()) == set(range(SHARDS))
-    ):
-        worker, event = _next(events)
-        if event["event"] == "shard_taken":
-            held[worker].add(event["shard"])
-        elif event["event"] == "shard_given":
-            held[worker].discard(event["shard"])
-
-
 def test_workers_drive_journals_at_once_and_a_killed_one_s_runs_are_taken_over(
     tmp_path: Path, pg_url: str
 ) -> None:
@@ -108,9 +75,9 @@ def test_workers_drive_journals_at_once_and_a_killed_one_s_runs_are_taken_over(
     args = ("--app", "takeover_app", "--shards", str(SHARDS))
     workers = [Worker(tmp_path / f"w{i}", pg_url, env, args) for i in range(3)]
     try:
-        events = _merged(workers)
+        events = merged_events(workers)
         held: dict[Worker, set[int]] = {w: set() for w in workers}
-        _until_balanced(events, held)
+        until_balanced(events, held, SHARDS)
         layout = read_layout(PgJournal(pg_url))
         assert layout.shards == SHARDS
 
@@ -129,7 +96,7 @@ def test_workers_drive_journals_at_once_and_a_killed_one_s_runs_are_taken_over(
         killed_at = time.time()
         victim.proc.wait()
         while True:  # another worker takes the dead one's journal
-            worker, event = _next(events)
+            worker, event = next_event(events)
             if event["event"] == "shard_taken" and event["shard"] == lost:
                 taken_at = event["at"]
                 break

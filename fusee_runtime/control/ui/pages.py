@@ -28,7 +28,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from fusee_runtime import search
-from fusee_runtime.control.api import Control
+from fusee_runtime.control.client import Operations
 from fusee_runtime.control.ui import auth, html, views
 from fusee_runtime.control.ui.timeline import fold
 from fusee_runtime.errors import FuseeError, NotFound
@@ -60,9 +60,11 @@ HEADERS = {
 }
 
 
-def routes(control: Control, token: str | None, sessions: auth.Sessions) -> list[Route]:
+def routes(
+    control: Operations, token: str | None, sessions: auth.Sessions, public_url: str | None
+) -> list[Route]:
     """The UI's routes over `control`; with `token`, the login routes too (logins kept
-    by `sessions`)."""
+    by `sessions`; `public_url` is where browsers reach the server, behind a proxy)."""
 
     async def runs_page(request: Request) -> Response:
         return await _runs(control, request)
@@ -86,7 +88,7 @@ def routes(control: Control, token: str | None, sessions: auth.Sessions) -> list
     if token:
 
         async def login(request: Request) -> Response:
-            return await _login(request, token, sessions, control)
+            return await _login(request, token, sessions, public_url)
 
         out.append(Route("/login", login, methods=["GET", "POST"]))
         out.append(Route("/logout", _logout, methods=["POST"]))
@@ -122,7 +124,7 @@ def runs_query(request: Request) -> views.RunsQuery:
     )
 
 
-async def _runs(control: Control, request: Request) -> Response:
+async def _runs(control: Operations, request: Request) -> Response:
     q = runs_query(request)
     status = 200
     try:
@@ -138,7 +140,7 @@ async def _runs(control: Control, request: Request) -> Response:
     return _html(html.page("Runs", page, "runs", _logged_in(request)), status)
 
 
-async def list_runs(control: Control, q: views.RunsQuery) -> tuple[list[Any], bool, str]:
+async def list_runs(control: Operations, q: views.RunsQuery) -> tuple[list[Any], bool, str]:
     """The runs of page `q.page` of the runs that pass `q`'s filters, whether there are
     older ones, and a note on how they were found."""
     where = search.parse(q.where) if q.where else None
@@ -161,7 +163,7 @@ async def list_runs(control: Control, q: views.RunsQuery) -> tuple[list[Any], bo
     return runs[skip : skip + PAGE_RUNS], len(runs) > skip + PAGE_RUNS, note
 
 
-async def _run(control: Control, request: Request) -> Response:
+async def _run(control: Operations, request: Request) -> Response:
     id = request.path_params["id"]
     try:
         info = await control.describe(id)
@@ -191,7 +193,7 @@ async def _static(request: Request) -> Response:
 
 
 async def _login(
-    request: Request, token: str, sessions: auth.Sessions, control: Control
+    request: Request, token: str, sessions: auth.Sessions, public_url: str | None
 ) -> Response:
     """GET: the form. POST: the token checked; the cookie set, back to the page asked for."""
     if request.method == "GET":
@@ -208,7 +210,7 @@ async def _login(
     if not auth.matches(given, token):
         return _html(html.page("Log in", views.login_form(next, True), ""), 401)
     # Behind a proxy that ends TLS, the public URL says the browser uses HTTPS.
-    public = control.engine.http_url or ""
+    public = public_url or ""
     secure = request.url.scheme == "https" or public.startswith("https://")
     cookie = sessions.issue(request.headers.get("host"), secure)
     return RedirectResponse(next, 303, {"Set-Cookie": cookie})

@@ -1,0 +1,197 @@
+"""The HTTP API of a database's workers: any worker answers for every journal.
+
+`fusee serve --store URL --http HOST:PORT` on a database of several journals
+serves calls about the journals it drives from its own engines, and passes
+the others to their drivers through the database (`control/router.py`'s
+`WorkerRouter`); a standby of a one-journal database passes everything to the
+driver until it drives the journal itself. Real worker processes on a real
+server, called over HTTP as a load balancer in front of them would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from pg_workers import Progress, Worker, merged_events, next_event, until_balanced
+from prometheus_client.parser import text_string_to_metric_families
+
+from fusee_runtime.control.http import build_app
+from fusee_runtime.control.router import WorkerRouter
+from fusee_runtime.journal.postgres import PgJournal
+from fusee_runtime.journal.shards import read_layout, shard_of
+
+SHARDS = 3
+HTTP = ("--app", "takeover_app", "--http", "127.0.0.1:0")
+
+pytestmark = pytest.mark.xdist_group("postgres-takeover")
+
+
+def _ids(per_journal: int) -> list[str]:
+    """Run ids, `per_journal` of each journal's."""
+    ids: list[str] = []
+    counts = dict.fromkeys(range(SHARDS), 0)
+    i = 0
+    while min(counts.values()) < per_journal:
+        id, i = f"h-{i}", i + 1
+        k = shard_of(id, SHARDS)
+        if counts[k] < per_journal:
+            counts[k] += 1
+            ids.append(id)
+    return ids
+
+
+def _serving(worker: Worker) -> str:
+    event = worker.next_event()
+    assert event["event"] == "serving", event
+    return str(event["http"])
+
+
+def _result(client: httpx.Client, id: str) -> dict[str, Any]:
+    answer = client.get(f"/v1/runs/{id}/result", params={"wait": 120})
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
+
+
+def test_every_worker_serves_every_journal_over_http_and_goes_on_after_a_kill(
+    tmp_path: Path, pg_url: str
+) -> None:
+    progress = Progress(tmp_path)
+    args = (*HTTP, "--shards", str(SHARDS))
+    workers = [Worker(tmp_path / f"w{i}", pg_url, progress.env, args) for i in range(2)]
+    try:
+        urls = {w: _serving(w) for w in workers}
+        events = merged_events(workers)
+        held: dict[Worker, set[int]] = {w: set() for w in workers}
+        until_balanced(events, held, SHARDS)
+        a, b = workers
+        ids = _ids(2)
+        on_a = [id for id in ids if shard_of(id, SHARDS) in held[a]]
+        on_b = [id for id in ids if shard_of(id, SHARDS) in held[b]]
+        assert on_a and on_b  # each worker is asked about the other's runs
+        with (
+            httpx.Client(base_url=urls[a], timeout=60) as via_a,
+            httpx.Client(base_url=urls[b], timeout=60) as via_b,
+        ):
+            for id in ids:
+                started = via_a.post(
+                    "/v1/runs", json={"workflow": "takeover", "input": 1, "id": id}
+                )
+                assert started.status_code == 201, started.text
+                assert started.json()["id"] == id
+            for id in ids:
+                sent = via_b.post(f"/v1/runs/{id}/signals/go", json=10)
+                assert sent.status_code == 200, sent.text
+            for via in (via_a, via_b):  # every journal's runs, from either
+                listed = via.get("/v1/runs").json()
+                assert {doc["id"] for doc in listed} == set(ids)
+            pending = via_b.get(f"/v1/runs/{on_a[0]}/result")
+            assert pending.status_code == 202, pending.text
+            assert pending.json()["status"] in ("running", "parked")
+
+            # A's runs, finished and waited for through B (the driver's watch).
+            for id in on_a:
+                assert via_b.post(f"/v1/runs/{id}/signals/end", json=100).status_code == 200
+            for id in on_a:
+                assert _result(via_b, id) == {
+                    "id": id,
+                    "run_id": via_a.get(f"/v1/runs/{id}").json()["run_id"],
+                    "status": "completed",
+                    "result": 0 + 10 + 1 + 100,
+                }
+            page = via_b.get(f"/runs/{on_a[0]}")  # the web UI reads the driver's log too
+            assert page.status_code == 200 and on_a[0] in page.text
+
+            pong = via_a.get("/v1/health").json()
+            assert pong["pid"] == a.proc.pid and pong["journals"] == sorted(held[a])
+            samples = [
+                s
+                for family in text_string_to_metric_families(via_a.get("/metrics").text)
+                for s in family.samples
+                if s.name == "fusee_journal_records_total"
+            ]
+            assert {s.labels["journal"] for s in samples} == {str(k) for k in held[a]}
+            assert all(s.value > 0 for s in samples)
+
+            # B dies: once A drives its journals, A answers for B's runs itself.
+            lost = held.pop(b)
+            b.proc.send_signal(signal.SIGKILL)
+            b.proc.wait()
+            while not lost <= held[a]:
+                worker, event = next_event(events)
+                if event["event"] == "shard_taken":
+                    held[worker].add(event["shard"])
+            for id in on_b:
+                assert via_a.post(f"/v1/runs/{id}/signals/end", json=100).status_code == 200
+            for id in on_b:
+                assert _result(via_a, id)["result"] == 0 + 10 + 1 + 100
+            assert via_a.get("/v1/health").json()["journals"] == list(range(SHARDS))
+    finally:
+        progress.close()
+        for worker in workers:
+            worker.stop()
+
+
+def test_a_standby_serves_http_through_the_driver_then_from_its_own_engine(
+    tmp_path: Path, pg_url: str
+) -> None:
+    progress = Progress(tmp_path)
+    driver = Worker(tmp_path / "w0", pg_url, progress.env, HTTP)
+    standby = None
+    try:
+        _serving(driver)
+        standby = Worker(tmp_path / "w1", pg_url, progress.env, HTTP)
+        waiting = standby.next_event()
+        assert waiting["event"] == "standby", waiting
+        with httpx.Client(base_url=waiting["http"], timeout=60) as via_standby:
+            pong = via_standby.get("/v1/health").json()
+            assert pong["pid"] == standby.proc.pid and pong["journals"] == []
+            started = via_standby.post(
+                "/v1/runs", json={"workflow": "takeover", "input": 1, "id": "s-1"}
+            )
+            assert started.status_code == 201, started.text
+            for name, value in (("go", 10), ("end", 100)):
+                sent = via_standby.post(f"/v1/runs/s-1/signals/{name}", json=value)
+                assert sent.status_code == 200, sent.text
+            assert _result(via_standby, "s-1")["result"] == 111
+            described = via_standby.get("/v1/runs/s-1").json()
+            assert described["status"] == "completed"
+
+            # The driver stops: the standby drives, at the same address.
+            driver.stop()
+            serving = standby.next_event()
+            assert serving["event"] == "serving" and serving["http"] == waiting["http"]
+            assert via_standby.get("/v1/health").json()["journals"] == [0]
+            started = via_standby.post(
+                "/v1/runs", json={"workflow": "takeover", "input": 1, "id": "s-2"}
+            )
+            assert started.status_code == 201, started.text
+            for name, value in (("go", 20), ("end", 200)):
+                assert via_standby.post(f"/v1/runs/s-2/signals/{name}", json=value).is_success
+            assert _result(via_standby, "s-2")["result"] == 221
+            listed = {doc["id"] for doc in via_standby.get("/v1/runs").json()}
+            assert listed == {"s-1", "s-2"}
+    finally:
+        progress.close()
+        driver.stop()
+        if standby is not None:
+            standby.stop()
+
+
+async def test_a_call_about_a_journal_nobody_drives_is_a_503_that_says_so(pg_url: str) -> None:
+    layout = await asyncio.to_thread(read_layout, PgJournal(pg_url), SHARDS)
+    router = WorkerRouter(layout, 10.0, lambda k: None)
+    transport = httpx.ASGITransport(app=build_app(router))
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:7777") as c:
+        answer = await c.get("/v1/runs/x")
+        assert answer.status_code == 503, answer.text
+        message = answer.json()["error"]["message"]
+        assert f"journal {shard_of('x', SHARDS)} of the {SHARDS}" in message
+        assert "no worker driving it" in message
+        pong = (await c.get("/v1/health")).json()
+        assert pong["pid"] == os.getpid() and pong["journals"] == []
