@@ -6,6 +6,10 @@ process owns the home. The journal is asked only what the files cannot
 say: whether an id without lines has a run at all, and which of its runs
 is the newest (a follower stops when that one closes for good).
 
+With `--store`, the lines are in the database (`fusee_logs` of the id's
+journal: `fusee_runtime.journal.pg_log`), written by whichever host drives
+the run, and read from there; a follower looks for new ones every `POLL_S`.
+
 Output. Readable lines by default, following or not; `--json` prints one
 JSON object per line, the stored line with `ts` as an ISO 8601 instant
 (docs/json.md gives the shape).
@@ -29,7 +33,10 @@ if TYPE_CHECKING:
     from fusee_runtime import RunInfo
     from fusee_runtime.control.api import Control
     from fusee_runtime.control.client import ControlClient
+    from fusee_runtime.journal.postgres import PgJournal
 
+POLL_S = 0.25
+"""How often a follower of lines in a database asks for new ones."""
 RESCAN_MS = 1000
 """How often a follower rereads the log when no change was reported (a change it
 missed while it started watching, a file system that drops events)."""
@@ -74,6 +81,10 @@ def logs(
             return
         try:
             missing = session.no_run(workflow_id)
+            url = session.store()
+            if url is not None:
+                session.run(_follow_store(home, module, url, workflow_id, as_json))
+                return
             if session.has_journal(home):
                 try:
                     session.run(_follow_driven(home, module, workflow_id, as_json))
@@ -122,12 +133,73 @@ async def _follow_driven(home: Path, app: str, workflow_id: str, as_json: bool) 
 def _print_kept(home: Path, app: str, workflow_id: str, as_json: bool) -> None:
     from fusee_runtime.engine.runlog import read_all
 
+    url = session.store()
+    if url is None:
+        kept = read_all(home / "logs")
+    else:
+        from fusee_runtime.journal.pg_log import read_lines
+
+        kept = [line for _, line in read_lines(_journal_of(url, workflow_id), workflow_id)]
     show = _Printer(as_json)
-    for raw in read_all(home / "logs"):
+    for raw in kept:
         show.line(raw, workflow_id)
     if not show.printed:
         session.act(home, app, workflow_id, _found)  # exit 3 when there is no such run
         echo_err(f"no log lines for {workflow_id} yet")
+
+
+def _journal_of(url: str, workflow_id: str) -> PgJournal:
+    """The journal of the database at `url` that keeps the runs of `workflow_id` (and
+    so their lines)."""
+    from fusee_runtime.journal.postgres import PgJournal
+    from fusee_runtime.journal.shards import read_layout
+
+    layout = read_layout(PgJournal(url))
+    return PgJournal(layout.url_of(layout.shard_of(workflow_id)))
+
+
+async def _follow_store(home: Path, app: str, url: str, workflow_id: str, as_json: bool) -> None:
+    """As `_follow_driven`, with the lines in the database at `url`: the runs looked up
+    through their driver (on any host), else driving them here, and the lines asked
+    for every `POLL_S` until the newest run closes for good.
+
+    Raises:
+        CliError: no run with that id and no lines of it (exit 3), or what
+            `session.control` raises.
+    """
+    import asyncio
+
+    from fusee_runtime.journal.pg_log import read_lines
+
+    journal = await asyncio.to_thread(_journal_of, url, workflow_id)
+    show = _Printer(as_json)
+    async with session.control(home, app, drive=True) as ctl:
+        try:
+            until = _Until(await _look(ctl, await session.find_run(ctl, workflow_id)))
+        except CliError as e:
+            if e.code != Code.NOT_FOUND:
+                raise
+            # Lines may outlive the journal's record of the id (pruned): show those.
+            for _, raw in await asyncio.to_thread(read_lines, journal, workflow_id):
+                show.line(raw, workflow_id)
+            if not show.printed:
+                raise
+            return
+        conn = await asyncio.to_thread(journal.connect)
+        try:
+            after = 0
+            while True:
+                rows = await asyncio.to_thread(read_lines, journal, workflow_id, after, None, conn)
+                for seq, raw in rows:
+                    after = seq
+                    doc = show.line(raw, workflow_id)
+                    if doc is not None:
+                        until.see(doc)
+                if until.done:
+                    return
+                await asyncio.sleep(POLL_S)
+        finally:
+            await asyncio.to_thread(conn.close)
 
 
 async def _follow(

@@ -159,13 +159,13 @@ class Control:
         return [records.as_json(r) for r in await self.engine.history(id)]
 
     async def log(self, id: str, last: int = 200) -> builtins.list[dict[str, Any]]:
-        """The last `last` `ctx.log` lines of the runs of `id`, oldest first (read from
-        `<home>/logs`, on a thread: `fusee_runtime.engine.runlog`)."""
-        from fusee_runtime.engine.runlog import read_all
+        """The last `last` `ctx.log` lines of the runs of `id`, oldest first (from
+        `<home>/logs`, or in PostgreSQL `fusee_logs`, on a thread: `engine/runlog.py`)."""
+        engine = self.engine
+        run_log = engine.run_log or engine.journal.run_log(engine.home)
 
         def read() -> builtins.list[dict[str, Any]]:
-            lines = (orjson.loads(raw) for raw in read_all(self.engine.home / "logs"))
-            return [line for line in lines if line.get("id") == id][-last:]
+            return [orjson.loads(raw) for raw in run_log.lines(id, last)]
 
         return await asyncio.to_thread(read)
 

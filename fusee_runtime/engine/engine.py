@@ -188,7 +188,7 @@ class Engine:
         self.driver.tracing = open_tracing(self.config.tracing, self.config.tracer_provider)
         self.driver.opened = True
         if self.config.drive:
-            self.driver.run_log = RunLog(self.home / "logs")
+            self.driver.run_log = journal.run_log(self.home)
             self.driver.timers.start()
             if self.config.control:
                 # Only an engine that drives its runs serves: a passive one (a command
@@ -252,8 +252,8 @@ class Engine:
         await self.durability.close()
         await self.checkpoints.close(crash)
         self.driver.workers.shutdown()
-        if self.driver.run_log is not None:
-            self.driver.run_log.close()
+        if self.driver.run_log is not None:  # (in PostgreSQL: its queued lines inserted)
+            await off_loop(self.journal, self.driver.run_log.close)
         self.durability.reject_waiters()
         self.runs.fail_result_waiters(
             lambda run: EngineClosed(

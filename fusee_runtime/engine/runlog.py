@@ -147,6 +147,10 @@ class RunLog:
         except TypeError:  # a message with lone surrogates, which UTF-8 cannot hold
             msg = str(line["msg"]).encode("utf-8", "backslashreplace").decode()
             data = orjson.dumps({**line, "msg": msg}) + b"\n"
+        self.append(line["id"], data)
+
+    def append(self, id: str, data: bytes) -> None:
+        """Appends the line `data` (JSON and a newline) of a run of `id`."""
         with self._lock:
             if self._closed:
                 return
@@ -165,6 +169,12 @@ class RunLog:
                     log.warning("fusee: cannot write the run log %s: %s", self.path, e)
                 self._failing = True
                 self._close_file()
+
+    def lines(self, id: str, last: int) -> list[bytes]:
+        """The last `last` lines of the runs of `id`, oldest first."""
+        return [line for line in read_all(self.directory) if orjson.loads(line).get("id") == id][
+            -last:
+        ]
 
     def _open(self) -> None:
         private_dir(self.directory, parents=True)

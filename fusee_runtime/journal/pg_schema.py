@@ -3,7 +3,7 @@ schema and how it migrates an older one (`fusee_schema.version`)."""
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The version of fusee's tables this code reads and writes."""
 MIGRATIONS: tuple[str, ...] = (
     # 1: the journal, its checkpoints, and who drives it.
@@ -74,6 +74,16 @@ MIGRATIONS: tuple[str, ...] = (
         shard integer NOT NULL,
         shards integer NOT NULL
     );
+    """,
+    # 4: the run log, `ctx.log` lines that any host reads (`journal/pg_log.py`). An
+    # identity column: inserting needs no privilege on its sequence.
+    """
+    CREATE TABLE fusee_logs (
+        seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        id text NOT NULL,
+        line bytea NOT NULL
+    );
+    CREATE INDEX fusee_logs_by_id ON fusee_logs (id, seq);
     """,
 )
 """`MIGRATIONS[v]` takes the schema from version v to v + 1."""

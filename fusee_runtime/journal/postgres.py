@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     import psycopg
 
     from fusee_runtime.journal.pg_history import PgHistory
+    from fusee_runtime.journal.pg_log import PgRunLog
 
 log = logging.getLogger("fusee")
 
@@ -409,6 +410,12 @@ class PgJournal:
 
     def token_secret(self) -> bytes | None:
         return self.secret
+
+    def run_log(self, home: Path) -> PgRunLog:
+        """`ctx.log` lines go to `fusee_logs`, where any host reads them (`pg_log`)."""
+        from fusee_runtime.journal.pg_log import PgRunLog
+
+        return PgRunLog(self)
 
     def replay_floor(self) -> int:
         with self._side_lock:

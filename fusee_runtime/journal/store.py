@@ -33,6 +33,7 @@ from fusee_runtime.journal.writer import Counters, JournalWriter
 if TYPE_CHECKING:
     from fusee_runtime.engine.config import Config
     from fusee_runtime.engine.history import HistoryStore
+    from fusee_runtime.engine.runlog import RunLog
 
 log = logging.getLogger("fusee")
 T = TypeVar("T")
@@ -88,6 +89,11 @@ class JournalStore(Protocol):
 
     def token_secret(self) -> bytes | None:
         """The completion tokens' secret, when the store keeps it (else the home does)."""
+        ...
+
+    def run_log(self, home: Path) -> RunLog:
+        """Where `ctx.log` lines go (`engine/runlog.py`): `<home>/logs`, or beside the
+        journal when another host may read them."""
         ...
 
     def set_aside(self, damaged: list[Any]) -> None: ...
@@ -170,6 +176,11 @@ class LocalJournal:
 
     def token_secret(self) -> None:
         return None
+
+    def run_log(self, home: Path) -> RunLog:
+        from fusee_runtime.engine.runlog import RunLog
+
+        return RunLog(home / "logs")
 
     def write_checkpoint(self, lsn: int, body: dict[str, Any]) -> int:
         """Writes the checkpoint atomically and durably, then deletes the segments and

@@ -86,6 +86,14 @@ async def cli_wait(ctx: Ctx, _: Any) -> Any:
 
 
 @workflow
+async def cli_chatty(ctx: Ctx, _: Any) -> Any:
+    ctx.log.info("waiting for go")
+    value = await echo(await ctx.wait_for("go"))
+    ctx.log.warn(f"got {value}")
+    return value
+
+
+@workflow
 async def cli_pause(ctx: Ctx, _: Any) -> str:
     return await wobble()
 

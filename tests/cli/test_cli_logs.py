@@ -1,4 +1,8 @@
-"""`fusee logs`: a run's ctx.log lines, as text or JSON lines, and following them with -f."""
+"""`fusee logs`: a run's ctx.log lines, as text or JSON lines, and following them with -f.
+
+On both stores: with `--store`, the lines are in the database (`fusee_logs`), read
+by a command with no access to the driver's home.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +22,8 @@ from fusee_runtime import Ctx, current_ctx, step, workflow
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 T0 = "2023-11-14 22:13:20.000Z"  # the fake clock's start, as `fusee logs` shows it
+
+STORES = ("local", "postgresql")
 
 ENTERED: asyncio.Event | None = None
 RELEASE: asyncio.Event | None = None
@@ -60,6 +66,31 @@ async def rounds(ctx: Ctx, n: int) -> int:
     return n
 
 
+@pytest.fixture
+def on(home: Path, store: str | None) -> list[str]:
+    """`--home` and `--app` for the test's home and the test app; `--store` for its store."""
+    return [
+        "--home",
+        str(home),
+        "--app",
+        "fusee_cli_testapp",
+        *(["--store", store] if store else []),
+    ]
+
+
+def stored(home: Path, store: str | None, id: str) -> list[dict[str, Any]]:
+    """The lines of `id` as the store keeps them: in `<home>/logs`, or in `fusee_logs`."""
+    if store is None:
+        lines = (home / "logs" / "fusee.log").read_bytes().splitlines()
+    else:
+        import psycopg
+
+        with psycopg.connect(store) as conn:
+            rows = conn.execute("SELECT line FROM fusee_logs ORDER BY seq").fetchall()
+        lines = [bytes(line) for (line,) in rows]
+    return [doc for doc in map(json.loads, lines) if doc["id"] == id]
+
+
 def drive(make_engine, *starts: tuple[Any, Any, str]) -> dict[str, str]:
     """Runs each (workflow, input, id) to its end; returns the run id of each id."""
 
@@ -86,17 +117,14 @@ def test_logs_prints_the_lines_of_a_finished_run(cli, on, make_engine):
     ]
 
 
-def test_logs_json_prints_the_lines_as_stored_with_iso_instants(cli, on, make_engine, home: Path):
+def test_logs_json_prints_the_lines_as_stored_with_iso_instants(
+    cli, on, make_engine, home: Path, store: str | None
+):
     drive(make_engine, (greets, "ada", "g-1"), (greets, "bob", "g-2"))
     r = cli("logs", "g-2", "--json", *on)
     assert r.exit_code == 0, r.output
-    stored = [
-        json.loads(line)
-        for line in (home / "logs" / "fusee.log").read_text().splitlines()
-        if '"g-2"' in line
-    ]
     docs = [json.loads(line) for line in r.stdout.splitlines()]
-    assert docs == [{**d, "ts": "2023-11-14T22:13:20+00:00"} for d in stored]
+    assert docs == [{**d, "ts": "2023-11-14T22:13:20+00:00"} for d in stored(home, store, "g-2")]
     assert [d["msg"] for d in docs] == [
         "about to greet bob",
         "greeting bob",

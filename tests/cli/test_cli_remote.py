@@ -87,6 +87,49 @@ def test_commands_with_another_home_reach_the_driver_through_the_database(
     assert left == (0, 0), "each command deleted its request and its answers"
 
 
+def test_logs_from_another_host_read_and_follow_the_driver_s_lines(
+    cli, tmp_path: Path, pg_url: str, driver: subprocess.Popen[str]
+) -> None:
+    on = ["--store", pg_url, "--home", str(tmp_path / "elsewhere"), "--app", APP]
+    r = cli("start", "cli_chatty", "--id", "c-1", "--detach", *on)
+    assert r.exit_code == 0, r.stderr
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEE_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), str(REPO), env.get("PYTHONPATH")]))
+    follower = subprocess.Popen(
+        [fusee_script(), "logs", "c-1", "-f", "--json", *on],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert follower.stdout is not None
+        first = json.loads(follower.stdout.readline())  # written by the driver, read here
+        assert first["msg"] == "waiting for go" and first["id"] == "c-1"
+        r = cli("signal", "c-1", "go", "5", *on)
+        assert r.exit_code == 0, r.stderr
+        out, err = follower.communicate(timeout=120)
+    finally:
+        if follower.poll() is None:  # not an assertion: a stuck follower must not hang
+            follower.kill()
+            follower.wait()
+    assert follower.returncode == 0, err
+    rest = [json.loads(line) for line in out.splitlines()]
+    assert [(d["level"], d["msg"]) for d in rest] == [
+        ("warn", "got 5"),
+        ("info", "run closed: completed"),
+    ]
+    r = cli("logs", "c-1", *on)
+    assert r.exit_code == 0, r.stderr
+    assert [line.split("Z ", 1)[1] for line in r.stdout.splitlines()[1:]] == [
+        "info  waiting for go",
+        "warn  got 5",
+        "run closed: completed",
+    ]
+    assert not (tmp_path / "elsewhere").exists(), "the lines came from the database"
+
+
 def test_with_no_driver_a_command_opens_the_journal_itself(
     cli, tmp_path: Path, pg_url: str
 ) -> None:

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import orjson
 import psycopg
 import pytest
 
@@ -48,6 +49,7 @@ async def pg_sum(ctx: Ctx, n: int) -> int:
     total = 0
     for i in range(n):
         total += await pg_add(i)
+    ctx.log.info(f"summed {n}")
     return total
 
 
@@ -273,13 +275,16 @@ async def test_a_role_with_only_row_rights_opens_a_made_journal(
         conn.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
         conn.execute(
             "GRANT SELECT, INSERT, UPDATE, DELETE ON fusee_journal, fusee_checkpoints, "
-            "fusee_owner, fusee_schema, fusee_runs, fusee_pruned, fusee_secret, fusee_layout "
-            "TO rows_only"
+            "fusee_owner, fusee_schema, fusee_runs, fusee_pruned, fusee_secret, fusee_layout, "
+            "fusee_logs TO rows_only"
         )
     limited = pg_url.replace("postgresql://postgres@", "postgresql://rows_only@")
     async with engine(tmp_path / "h", limited) as e:
         assert await e.handle("s-1").result() == 3
         assert await (await e.start("pg_sum", 3, id="s-2")).result() == 6
+    # Its ctx.log lines went in too (an identity column: no right on a sequence needed).
+    lines = rows(pg_url, "SELECT line FROM fusee_logs WHERE id = 's-2'")
+    assert [orjson.loads(line)["msg"] for (line,) in lines] == ["summed 3", "run closed: completed"]
 
 
 TOKENS: list[str] = []

@@ -1,0 +1,143 @@
+"""The run log of a journal in PostgreSQL: `ctx.log` lines in `fusee_logs`.
+
+With the journal in PostgreSQL, the process that drives a run may be on
+another host than the one that asks for its lines, and after a takeover its
+next driver on yet another. So the lines (`engine/runlog.py`: the same
+JSON objects) go to the table `fusee_logs` beside the journal, where any
+host reads them, instead of `<home>/logs`.
+
+The same promise as the files: not durable, and off the journal's hot path.
+`PgRunLog.write` only queues the line; a thread of its own inserts what is
+queued, one `COMMIT` a batch, on a session of its own. A line that cannot be
+inserted (the server is gone) is dropped, reported once on the `fusee`
+logger, as a write error drops a file's line. The table keeps about the
+newest `LINES_KEPT` lines (the files keep about as many).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fusee_runtime.engine.runlog import RunLog
+from fusee_runtime.errors import StoreUnavailable
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from fusee_runtime.journal.postgres import PgJournal
+
+log = logging.getLogger("fusee")
+
+LINES_KEPT = 200_000
+"""Lines the table keeps, about (trimmed every `TRIM_EVERY` lines inserted)."""
+TRIM_EVERY = 10_000
+BATCH_LINES_MAX = 1000
+"""Most lines one INSERT takes."""
+
+_INSERT = "INSERT INTO fusee_logs (id, line) VALUES (%s, %s)"
+_TRIM = "DELETE FROM fusee_logs WHERE seq <= (SELECT max(seq) FROM fusee_logs) - %s"
+
+
+class PgRunLog(RunLog):
+    """The run log of an engine whose journal is in PostgreSQL (see the module)."""
+
+    def __init__(self, journal: PgJournal) -> None:
+        super().__init__(Path(journal.name))
+        self._journal = journal
+        self._queued: list[tuple[str, bytes]] = []
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._inserted = 0
+
+    def append(self, id: str, data: bytes) -> None:
+        with self._wake:
+            if self._closed:
+                return
+            self._queued.append((id, data))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="fusee-log", daemon=True)
+                self._thread.start()
+            self._wake.notify()
+
+    def close(self) -> None:
+        """Inserts what is queued (as far as the server lets it), then stops."""
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+
+    def lines(self, id: str, last: int) -> list[bytes]:
+        return [line for _, line in read_lines(self._journal, id, last=last)]
+
+    def _run(self) -> None:
+        conn: psycopg.Connection[Any] | None = None
+        failing = False
+        while True:
+            with self._wake:
+                while not self._queued and not self._closed:
+                    self._wake.wait()
+                batch = self._queued[:BATCH_LINES_MAX]
+                del self._queued[:BATCH_LINES_MAX]
+                if not batch:
+                    break
+            try:
+                conn = conn if conn is not None and not conn.closed else self._journal.connect()
+                with conn.cursor() as cur:
+                    cur.executemany(_INSERT, batch)
+                    self._inserted += len(batch)
+                    if self._inserted >= TRIM_EVERY:
+                        self._inserted = 0
+                        cur.execute(_TRIM, (LINES_KEPT,))
+                conn.commit()
+                failing = False
+            except Exception as e:  # the server is gone: these lines are, too
+                if not failing:
+                    log.warning("fusee: cannot write the run log to %s: %s", self._journal.name, e)
+                failing = True
+                if conn is not None:
+                    conn.close()
+                    conn = None
+        if conn is not None:
+            conn.close()
+
+
+def read_lines(
+    journal: PgJournal,
+    id: str,
+    after: int = 0,
+    last: int | None = None,
+    conn: psycopg.Connection[Any] | None = None,
+) -> list[tuple[int, bytes]]:
+    """The lines of `id` after position `after` (0: all), oldest first, with their
+    positions: the last `last` of them only, when given. On `conn` (else a
+    connection of its own, closed after).
+
+    Raises:
+        StoreUnavailable: the server cannot be reached.
+    """
+    sql = "SELECT seq, line FROM fusee_logs WHERE id = %s AND seq > %s ORDER BY seq"
+    if last is not None:
+        sql = f"SELECT * FROM ({sql} DESC LIMIT %s) AS newest ORDER BY seq"
+    params = (id, after) if last is None else (id, after, last)
+    import psycopg
+
+    own = conn is None
+    conn = journal.connect() if conn is None else conn
+    try:
+        if conn.execute("SELECT to_regclass('fusee_logs') IS NULL").fetchone() == (True,):
+            rows: list[tuple[int, bytes]] = []  # no fusee of this version opened it yet
+        else:
+            rows = [(seq, bytes(line)) for seq, line in conn.execute(sql, params).fetchall()]
+        conn.commit()
+        return rows
+    except psycopg.Error as e:
+        why = journal.said(e)
+        raise StoreUnavailable(f"cannot read the run log in {journal.name}: {why}") from None
+    finally:
+        if own:
+            conn.close()
