@@ -41,7 +41,7 @@ from fusee_runtime.engine.schedules import Schedules
 from fusee_runtime.engine.state import Run
 from fusee_runtime.errors import HistoryDamaged, JournalFailed, Rejected
 from fusee_runtime.journal.reader import JournalRead
-from fusee_runtime.journal.store import JournalStore
+from fusee_runtime.journal.store import JournalStore, off_loop
 
 log = logging.getLogger("fusee")
 
@@ -253,7 +253,7 @@ class Checkpoints:
         assert store is not None
         await self.flush_history()
         # Runs a reset that opening may replay started from stay (see HistoryStore.prune).
-        floor = self.store.replay_floor()
+        floor = await off_loop(self.store, self.store.replay_floor)  # a query, in PostgreSQL
         keep = {
             run.origin["reset"]
             for run in self.runs.by_run_id.values()

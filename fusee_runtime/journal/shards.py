@@ -79,9 +79,18 @@ def owned_id(id: str | None, shard: tuple[int, int]) -> str:
 
 
 def with_schema(url: str, schema: str) -> str:
-    """`url` with its `search_path` set to `schema` (libpq's `options`)."""
-    option = urllib.parse.quote(f"-c search_path={schema}", safe="")
-    return f"{url}{'&' if '?' in url else '?'}options={option}"
+    """`url` with its `search_path` set to `schema`: added to the URL's libpq `options`
+    (which takes one `options=`, the last one), the others kept."""
+    base, _, query = url.partition("?")
+    items = [item for item in query.split("&") if item]
+    given = [
+        urllib.parse.unquote(value)  # not unquote_plus: libpq reads "+" as itself
+        for key, _, value in (item.partition("=") for item in items)
+        if key == "options"
+    ]
+    kept = [item for item in items if item.partition("=")[0] != "options"]
+    option = urllib.parse.quote(" ".join([*given, f"-c search_path={schema}"]), safe="")
+    return f"{base}?{'&'.join([*kept, f'options={option}'])}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ from fusee_runtime.control.client import OwnerGone
 from fusee_runtime.control.router import ShardRouter
 from fusee_runtime.errors import IdConflict
 from fusee_runtime.journal.postgres import PgJournal
-from fusee_runtime.journal.shards import Layout, read_layout, shard_of
+from fusee_runtime.journal.shards import Layout, read_layout, shard_of, with_schema
 
 SHARDS = 3
 RUNS = 30
@@ -338,3 +339,18 @@ def test_children_and_cron_runs_stay_in_their_parent_s_journal(tmp_path: Path, p
             assert shard_of(fired.id, 3) == 0 and fired.id.startswith("shards.nightly@")
 
     asyncio.run(drive())
+
+
+def test_a_journal_s_url_keeps_the_options_the_database_s_url_gives(pg_url: str) -> None:
+    """libpq takes one `options=`: a shard's search_path is added to the URL's own, which
+    stay in force (a statement timeout, say), and the URL's other parameters are kept."""
+    given = urllib.parse.quote("-c statement_timeout=4321", safe="")
+    url = f"{pg_url}{'&' if '?' in pg_url else '?'}application_name=a+b&options={given}"
+    shard = with_schema(url, "orders_shard1")
+    assert "application_name=a+b" in shard and shard.count("options=") == 1
+    with psycopg.connect(shard) as conn:
+        shown = [
+            conn.execute(f"SHOW {name}").fetchone()
+            for name in ("statement_timeout", "search_path", "application_name")
+        ]
+    assert shown == [("4321ms",), ("orders_shard1",), ("a+b",)]
