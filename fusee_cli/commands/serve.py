@@ -12,6 +12,9 @@ Attached to a terminal it keeps one live status line; otherwise it prints
 JSON lines on stdout: `serving` first (with the HTTP URL), `stats` every
 `--stats-every` seconds, `log` for what the engine logs (and what
 `--retention` deleted), `reloaded`/`reload_failed`, `stopping` and `stopped`.
+With `--store`: `standby` while another process drives the journal (this
+one serves HTTP meanwhile, through the driver), and on a database of
+several journals `shard_taken`/`shard_given` as it takes and gives them.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -28,12 +30,11 @@ import typer
 
 from fusee_cli import session
 from fusee_cli.options import DEFAULT_HOME, App, Home, Store, app_module, duration
+from fusee_cli.serving import Http, Output
 from fusee_cli.session import CliError, Code
 
 if TYPE_CHECKING:
     from fusee_runtime import Engine
-    from fusee_runtime.control.api import Control
-    from fusee_runtime.control.http import HttpServer
     from fusee_runtime.journal.shards import Layout
 
 STATS_S = 10.0
@@ -105,6 +106,18 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    lease: Annotated[
+        float | None,
+        typer.Option(
+            "--lease",
+            min=2,
+            metavar="SECONDS",
+            help="With --store: how long a worker cut off from the server keeps its journals "
+            "before the server ends its sessions and another worker takes them over (a killed "
+            "worker's end at once). Default: 10.",
+            show_default=False,
+        ),
+    ] = None,
     stats_every: Annotated[
         float,
         typer.Option(
@@ -129,15 +142,25 @@ def serve(
         address = _address(http, token) if http else None
         retention_s = duration(retention, "--retention") if retention is not None else None
         module = app_module(app)
-        out = _Output(sys.stdout.isatty(), stats_every)
+        out = Output(sys.stdout.isatty(), stats_every)
         session.run(
             _serve(
-                home, module, address, token, reload, grace, out, public_url, retention_s, shards
+                home,
+                module,
+                address,
+                token,
+                reload,
+                grace,
+                out,
+                public_url,
+                retention_s,
+                shards,
+                lease,
             )
         )
 
 
-async def _standby(store: str, stop: Any, out: _Output, http: str | None) -> bool:
+async def _standby(store: str, stop: Any, out: Output, http: str | None) -> bool:
     """Waits until no other process drives the journal in `store`; False if stopped first.
 
     Several `fusee serve --store URL` (on one host or several) share a journal so:
@@ -198,11 +221,12 @@ async def _serve_shards(
     layout: Layout,
     grace: float,
     retention_s: float | None,
-    out: _Output,
+    out: Output,
     stop: Any,
     got: list[str],
     hurry: list[Callable[[], None]],
-    http: _Http,
+    http: Http,
+    leased: dict[str, Any],
 ) -> None:
     """Serves as one worker of a sharded database (`control/worker.py`), and HTTP for
     every journal when asked (`control/router.py`'s `WorkerRouter`)."""
@@ -219,13 +243,14 @@ async def _serve_shards(
             schedules=k == 0,
             retention=retention_s,
             http_url=http.public_url,
+            **leased,
         )
 
-    worker = ShardWorker(layout, open_shard, out.event)
+    worker = ShardWorker(layout, open_shard, out.event, **leased)
     hurry.append(worker.end_grace)
     try:
         async with contextlib.AsyncExitStack() as stack:
-            await http.serve_routed(stack, layout, worker.engines)
+            await http.serve_routed(stack, layout, worker.engines, **leased)
             out.event(
                 "serving",
                 pid=os.getpid(),
@@ -233,6 +258,7 @@ async def _serve_shards(
                 app=app,
                 store=describe(layout.url),
                 shards=layout.shards,
+                lease=worker.lease,
                 http=http.url,
                 retention_s=retention_s,
             )
@@ -246,55 +272,6 @@ async def _serve_shards(
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
-
-
-class _Http:
-    """The HTTP API that `--http` asks for (nothing when it is not asked), served from
-    an engine of this process, or for a database from its driven engines and, for
-    the other journals, from their drivers."""
-
-    def __init__(
-        self, address: tuple[str, int] | None, sock: Any, token: str | None, public_url: str | None
-    ) -> None:
-        self._address = address
-        self._sock = sock
-        self._token = token
-        self.public_url = public_url
-        self._server: HttpServer | None = None
-
-    @property
-    def url(self) -> str | None:
-        """Where it serves, once it does."""
-        return self._server.url if self._server else None
-
-    async def serve_engine(self, stack: contextlib.AsyncExitStack, control: Control) -> None:
-        """Serves `control`'s engine until `stack` closes."""
-        await self._serve(stack, control)
-
-    async def serve_routed(
-        self, stack: contextlib.AsyncExitStack, layout: Layout, driving: dict[int, Engine]
-    ) -> None:
-        """Serves every journal of the database in `layout` until `stack` closes:
-        `driving` holds the engines this process drives, by journal, as it changes."""
-        from fusee_runtime.control.router import WorkerRouter
-        from fusee_runtime.engine.config import Config
-
-        router = WorkerRouter(layout, Config.lease, driving.get)
-        await self._serve(stack, router, engines=lambda: driving, by_journal=layout.shards > 1)
-
-    async def _serve(self, stack: contextlib.AsyncExitStack, control: Any, **app: Any) -> None:
-        if self._address is None:
-            return
-        from fusee_runtime.control.http import HttpServer
-
-        self._server = HttpServer(control, self._token, public_url=self.public_url, **app)
-        await self._server.start(*self._address, sock=self._sock)
-        stack.push_async_callback(self.close)
-
-    async def close(self) -> None:
-        """Stops serving (at once, for long polls)."""
-        if self._server is not None:
-            await self._server.close()
 
 
 def _address(http: str, token: str | None) -> tuple[str, int]:
@@ -326,10 +303,11 @@ async def _serve(
     token: str | None,
     reload: bool,
     grace: float,
-    out: _Output,
+    out: Output,
     public_url: str | None,
     retention_s: float | None = None,
     shards: int | None = None,
+    lease: float | None = None,
 ) -> None:
     import asyncio
     import signal
@@ -353,6 +331,9 @@ async def _serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
     store = session.store()
+    if lease is not None and store is None:
+        raise CliError(Code.USAGE, "--lease needs --store: a home's journal has no lease")
+    leased: dict[str, Any] = {"lease": lease} if lease is not None else {}
     layout = await _layout(store, shards)
     if layout is not None and layout.shards > 1 and reload:
         raise CliError(
@@ -367,14 +348,16 @@ async def _serve(
         # Bound before the home opens, so the runs it resumes hand out completion URLs.
         bound = bind(*address)  # Rejected (exit 2) if it cannot bind
     url = public_url or (bound[1] if bound else None)
-    http = _Http(address, bound[0] if bound else None, token, url)
+    http = Http(address, bound[0] if bound else None, token, url)
     if layout is not None and layout.shards > 1:
-        await _serve_shards(home, app, layout, grace, retention_s, out, stop, got, hurry, http)
+        await _serve_shards(
+            home, app, layout, grace, retention_s, out, stop, got, hurry, http, leased
+        )
         return
     driving: dict[int, Engine] = {}  # with a store: the engine, once this process drives it
     async with contextlib.AsyncExitStack() as stack:
         if layout is not None:  # a standby serves HTTP too: it asks the driver
-            await http.serve_routed(stack, layout, driving)
+            await http.serve_routed(stack, layout, driving, **leased)
         while True:
             if store is not None and not await _standby(store, stop, out, http.url):
                 out.event("stopping", signal=got[0] if got else None, grace=grace)
@@ -383,7 +366,13 @@ async def _serve(
             try:
                 engine = await stack.enter_async_context(
                     session.open_engine(
-                        home, app, schedules=True, grace=grace, http_url=url, retention=retention_s
+                        home,
+                        app,
+                        schedules=True,
+                        grace=grace,
+                        http_url=url,
+                        retention=retention_s,
+                        **leased,
                     )
                 )
             except session.Locked:
@@ -406,6 +395,7 @@ async def _serve(
                 public_url=engine.http_url,
                 app=app,
                 schedules=[s["workflow"] for s in engine.schedules.list()],
+                **({"lease": engine.config.lease} if store is not None else {}),
                 runs_open=int(engine.counters()["runs_open"]),
                 retention_s=retention_s,
             )
@@ -452,7 +442,7 @@ async def _serve(
         os._exit(0)
 
 
-async def _reload(engine: Engine, app: str, out: _Output, stop: Any) -> None:
+async def _reload(engine: Engine, app: str, out: Output, stop: Any) -> None:
     from fusee_runtime.engine.registry import AppImportError
     from fusee_runtime.engine.reload import watch_app
 
@@ -464,124 +454,3 @@ async def _reload(engine: Engine, app: str, out: _Output, stop: Any) -> None:
         out.event("reloaded", modules=outcome)
 
     await watch_app([app], reloaded, stop)
-
-
-class _Output:
-    """Where `serve` reports: a rich live line on a terminal, JSON lines elsewhere."""
-
-    def __init__(self, tty: bool, every: float) -> None:
-        import logging
-
-        self._tty = tty
-        self._every = every
-        self._gone = False
-        self._live: Any = None
-        self._console: Any = None
-        if tty:
-            from rich.console import Console
-
-            self._console = Console(stderr=False, highlight=False)
-        self._handler = _log_handler(self)
-        logger = logging.getLogger("fusee")
-        logger.addHandler(self._handler)
-        self._level = logger.level
-        logger.setLevel(logging.INFO)
-
-    def event(self, name: str, **fields: Any) -> None:
-        if not self._tty:
-            import orjson
-
-            if self._gone:
-                return
-            line = orjson.dumps({"event": name, "at": time.time(), **fields})
-            try:
-                sys.stdout.write(line.decode() + "\n")
-                sys.stdout.flush()
-            except (BrokenPipeError, ValueError):
-                # Whoever read the events went away: serving goes on, silently,
-                # and the interpreter's last flush must not fail either.
-                self._gone = True
-                devnull = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(devnull, sys.stdout.fileno())
-                os.close(devnull)
-            return
-        assert self._console is not None
-        if name == "serving":
-            http = f" · web UI and HTTP API {fields['http']}/" if fields.get("http") else ""
-            self._console.print(
-                f"[bold]fusee serve[/bold] · home {fields['home']} · pid {fields['pid']}{http}"
-            )
-            if fields.get("schedules"):
-                self._console.print("schedules: " + ", ".join(fields["schedules"]))
-        elif name == "log":
-            self._console.print(f"[dim]{fields['level']}[/dim] {fields['message']}", markup=True)
-        elif name == "reloaded":
-            self._console.print("reloaded " + ", ".join(fields["modules"]))
-        elif name == "reload_failed":
-            self._console.print(f"[red]reload failed, old code kept:[/red] {fields['error']}")
-        elif name == "stopping":
-            self._console.print(f"stopping: step functions get {fields['grace']:g} s to finish")
-        elif name == "stopped":
-            n = fields["runs_open"]
-            self._console.print(f"stopped; {n} open run(s) resume on the next open")
-
-    async def report(self, engine: Engine) -> None:
-        """Counters over time: the live line each second, or a `stats` line each `STATS_S`."""
-        import asyncio
-
-        every = 1.0 if self._tty else self._every
-        before, t0 = engine.counters(), time.monotonic()
-        if self._tty:
-            from rich.live import Live
-
-            self._live = Live(console=self._console, refresh_per_second=2, transient=True)
-            self._live.start()
-        while True:
-            await asyncio.sleep(every)
-            now, t1 = engine.counters(), time.monotonic()
-            stats = _rates(before, now, t1 - t0)
-            before, t0 = now, t1
-            if self._live is not None:
-                self._live.update(
-                    f"{stats['runs_open']} open · {stats['steps_per_s']:.1f} steps/s · "
-                    f"{stats['syncs_per_s']:.1f} syncs/s · fdatasync {stats['fdatasync_ms']:.2f} ms"
-                )
-            else:
-                self.event("stats", **stats)
-
-    def close(self) -> None:
-        import logging
-
-        if self._live is not None:
-            self._live.stop()
-            self._live = None
-        logger = logging.getLogger("fusee")
-        logger.removeHandler(self._handler)
-        logger.setLevel(self._level)
-
-
-def _rates(before: dict[str, float], now: dict[str, float], seconds: float) -> dict[str, Any]:
-    syncs = now.get("syncs", 0) - before.get("syncs", 0)
-    sync_s = now.get("sync_seconds", 0) - before.get("sync_seconds", 0)
-    per = max(seconds, 1e-9)
-    return {
-        "runs_open": int(now["runs_open"]),
-        "steps_per_s": round((now["steps"] - before["steps"]) / per, 1),
-        "syncs_per_s": round(syncs / per, 1),
-        "fdatasync_ms": round(sync_s / syncs * 1000, 3) if syncs else 0.0,
-        "fdatasync_share": round(sync_s / per, 3),
-    }
-
-
-def _log_handler(out: _Output) -> Any:
-    """A logging handler that sends the engine's log records to `serve`'s output."""
-    import logging
-
-    class Handler(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            try:
-                out.event("log", level=record.levelname.lower(), message=record.getMessage())
-            except Exception:  # a log line must never take the server down
-                self.handleError(record)
-
-    return Handler()

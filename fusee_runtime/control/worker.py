@@ -67,6 +67,7 @@ class ShardWorker:
         round_s: float = ROUND_S,
     ) -> None:
         self.layout = layout
+        self.lease = lease
         self.engines: dict[int, Engine] = {}
         """The engines this worker drives, by shard."""
         self._open_shard = open_shard

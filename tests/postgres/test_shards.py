@@ -197,19 +197,27 @@ async def test_the_router_alone_says_which_journal_nobody_drives(pg_url: str) ->
         await ShardRouter.reach(made, 10.0)
 
 
-def test_shards_without_a_store_is_a_usage_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [
+        (["--shards", "2"], "--shards needs --store: a home's journal has one driver"),
+        (["--lease", "5"], "--lease needs --store: a home's journal has no lease"),
+    ],
+)
+def test_shards_or_a_lease_without_a_store_is_a_usage_error(
+    tmp_path: Path, option: list[str], said: str
+) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEE_")}
     done = subprocess.run(
-        [fusee_script(), "serve", "--home", str(tmp_path / "h"), "--shards", "2"],
+        [fusee_script(), "serve", "--home", str(tmp_path / "h"), *option],
         cwd=REPO,
         env=env,
         capture_output=True,
         text=True,
     )
     assert done.returncode == 2, done.stderr
-    assert done.stderr.strip().splitlines() == [
-        "error: --shards needs --store: a home's journal has one driver"
-    ]
+    assert done.stderr.strip().splitlines() == [f"error: {said}"]
+    assert not (tmp_path / "h").exists()
 
 
 async def test_two_workers_share_the_journals_and_go_on_after_losing_sessions(

@@ -46,9 +46,9 @@ def _ids(per_journal: int) -> list[str]:
     return ids
 
 
-def _serving(worker: Worker) -> str:
+def _serving(worker: Worker, lease: float = 10.0) -> str:
     event = worker.next_event()
-    assert event["event"] == "serving", event
+    assert event["event"] == "serving" and event["lease"] == lease, event
     return str(event["http"])
 
 
@@ -62,10 +62,10 @@ def test_every_worker_serves_every_journal_over_http_and_goes_on_after_a_kill(
     tmp_path: Path, pg_url: str
 ) -> None:
     progress = Progress(tmp_path)
-    args = (*HTTP, "--shards", str(SHARDS))
+    args = (*HTTP, "--shards", str(SHARDS), "--lease", "6")
     workers = [Worker(tmp_path / f"w{i}", pg_url, progress.env, args) for i in range(2)]
     try:
-        urls = {w: _serving(w) for w in workers}
+        urls = {w: _serving(w, lease=6) for w in workers}
         events = merged_events(workers)
         held: dict[Worker, set[int]] = {w: set() for w in workers}
         until_balanced(events, held, SHARDS)
@@ -145,7 +145,7 @@ def test_a_standby_serves_http_through_the_driver_then_from_its_own_engine(
     standby = None
     try:
         _serving(driver)
-        standby = Worker(tmp_path / "w1", pg_url, progress.env, HTTP)
+        standby = Worker(tmp_path / "w1", pg_url, progress.env, (*HTTP, "--lease", "4"))
         waiting = standby.next_event()
         assert waiting["event"] == "standby", waiting
         with httpx.Client(base_url=waiting["http"], timeout=60) as via_standby:
@@ -166,6 +166,7 @@ def test_a_standby_serves_http_through_the_driver_then_from_its_own_engine(
             driver.stop()
             serving = standby.next_event()
             assert serving["event"] == "serving" and serving["http"] == waiting["http"]
+            assert serving["lease"] == 4  # its engine's, as --lease set it
             assert via_standby.get("/v1/health").json()["journals"] == [0]
             started = via_standby.post(
                 "/v1/runs", json={"workflow": "takeover", "input": 1, "id": "s-2"}

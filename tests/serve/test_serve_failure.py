@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from fusee_cli import session
+from fusee_cli import serving, session
 from fusee_cli.commands import serve
 from fusee_cli.session import CliError, Code
 from fusee_runtime import Ctx, JournalFailed, workflow
@@ -31,7 +31,7 @@ class FailingSync(Storage):
         super().sync(fd)
 
 
-class Events(serve._Output):
+class Events(serving.Output):
     """The server's events, kept; `serving` is awaitable."""
 
     def __init__(self) -> None:
