@@ -7,6 +7,7 @@ import contextlib
 import os
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ class Http:
         stack: contextlib.AsyncExitStack,
         layout: Layout,
         driving: dict[int, Engine],
+        home: Path,
         lease: float | None = None,
     ) -> None:
         """Serves every journal of the database in `layout` until `stack` closes:
@@ -51,7 +53,7 @@ class Http:
         from fusee_runtime.control.router import WorkerRouter
         from fusee_runtime.engine.config import Config
 
-        router = WorkerRouter(layout, lease or Config.lease, driving.get)
+        router = WorkerRouter(layout, lease or Config.lease, driving.get, home)
         await self._serve(stack, router, engines=lambda: driving, by_journal=layout.shards > 1)
 
     async def _serve(self, stack: contextlib.AsyncExitStack, control: Any, **app: Any) -> None:

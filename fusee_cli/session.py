@@ -348,8 +348,20 @@ def no_run(workflow_id: str) -> CliError:
 
 def store() -> str | None:
     """The journal's store: `--store` (before the command) or FUSEE_STORE; None, the
-    local journal."""
-    return os.environ.get("FUSEE_STORE") or None
+    local journal.
+
+    Raises:
+        CliError: it is not a PostgreSQL URL (exit 2).
+    """
+    url = os.environ.get("FUSEE_STORE") or None
+    if url is not None and not url.startswith(("postgresql://", "postgres://")):
+        shown = url.partition(":")[0][:20] if ":" in url else url[:20]
+        raise CliError(
+            Code.USAGE,
+            f"--store (or FUSEE_STORE) takes a PostgreSQL URL, postgresql://user@host/db, "
+            f"not {shown!r}...",
+        )
+    return url
 
 
 def unusable_home(home: Path, e: OSError) -> CliError:

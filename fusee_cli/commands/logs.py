@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 
 POLL_S = 0.25
 """How often a follower of lines in a database asks for new ones."""
+ASK_EVERY = 8
+"""A follower of lines in a database asks whether the run closed after this many polls
+without a line."""
 RESCAN_MS = 1000
 """How often a follower rereads the log when no change was reported (a change it
 missed while it started watching, a file system that drops events)."""
@@ -169,6 +172,7 @@ async def _follow_store(home: Path, app: str, url: str, workflow_id: str, as_jso
     """
     import asyncio
 
+    from fusee_runtime.engine.runlog import CONTINUED
     from fusee_runtime.journal.pg_log import read_lines
 
     journal = await asyncio.to_thread(_journal_of, url, workflow_id)
@@ -187,7 +191,7 @@ async def _follow_store(home: Path, app: str, url: str, workflow_id: str, as_jso
             return
         conn = await asyncio.to_thread(journal.connect)
         try:
-            after = 0
+            after, quiet, closed = 0, 0, False
             while True:
                 rows = await asyncio.to_thread(read_lines, journal, workflow_id, after, None, conn)
                 for seq, raw in rows:
@@ -195,8 +199,15 @@ async def _follow_store(home: Path, app: str, url: str, workflow_id: str, as_jso
                     doc = show.line(raw, workflow_id)
                     if doc is not None:
                         until.see(doc)
-                if until.done:
+                if until.done or closed:
                     return
+                quiet = 0 if rows else quiet + 1
+                if quiet % ASK_EVERY == ASK_EVERY - 1:
+                    # The lines are not durable: a close line lost with its driver would
+                    # keep a follower forever. Once the run says it closed for good, one
+                    # more read, and done.
+                    info = await ctl.describe(workflow_id)
+                    closed = not info.status.is_open and str(info.status) not in CONTINUED
                 await asyncio.sleep(POLL_S)
         finally:
             await asyncio.to_thread(conn.close)

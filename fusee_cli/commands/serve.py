@@ -232,6 +232,7 @@ async def _serve_shards(
     every journal when asked (`control/router.py`'s `WorkerRouter`)."""
     from fusee_runtime.control.connect import open_home
     from fusee_runtime.control.worker import ShardWorker
+    from fusee_runtime.engine.home import HomeLock, private_dir
     from fusee_runtime.journal.postgres import describe
 
     def open_shard(k: int) -> Any:
@@ -250,7 +251,14 @@ async def _serve_shards(
     hurry.append(worker.end_grace)
     try:
         async with contextlib.AsyncExitStack() as stack:
-            await http.serve_routed(stack, layout, worker.engines, **leased)
+            # The worker's home is its own, as a home's is its owner's (the journals'
+            # engines take their `shard-<k>` below it).
+            with _for_people(home):
+                private_dir(home, parents=True)
+                lock = HomeLock(home)
+                lock.acquire()
+            stack.callback(lock.release)
+            await http.serve_routed(stack, layout, worker.engines, home, **leased)
             out.event(
                 "serving",
                 pid=os.getpid(),
@@ -357,10 +365,11 @@ async def _serve(
     driving: dict[int, Engine] = {}  # with a store: the engine, once this process drives it
     async with contextlib.AsyncExitStack() as stack:
         if layout is not None:  # a standby serves HTTP too: it asks the driver
-            await http.serve_routed(stack, layout, driving, **leased)
+            await http.serve_routed(stack, layout, driving, home, **leased)
         while True:
             if store is not None and not await _standby(store, stop, out, http.url):
                 out.event("stopping", signal=got[0] if got else None, grace=grace)
+                out.event("stopped", runs_open=0)  # it drove nothing
                 out.close()
                 return
             try:

@@ -120,6 +120,11 @@ class Control:
         """The process that serves the calls, for people: None, this one."""
         return None
 
+    @property
+    def pages_by_cursor(self) -> bool:
+        """Whether `list` takes `before`: it does."""
+        return True
+
     async def ping(self) -> dict[str, Any]:
         return {"pid": os.getpid(), "home": str(self.engine.home), "host": socket.gethostname()}
 

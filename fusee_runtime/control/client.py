@@ -104,6 +104,16 @@ class ControlClient:
         client._pid = pong["pid"]
         return client
 
+    @property
+    def pages_by_cursor(self) -> bool:
+        """Whether `list` takes `before` (a database of several journals does not)."""
+        return True
+
+    def local_control(self, id: str) -> Control | None:
+        """The engine of this process that drives the runs of `id`, if one does (a worker
+        of a database serving HTTP: `WorkerRouter`); None: they are driven elsewhere."""
+        return None
+
     async def ping(self) -> dict[str, Any]:
         """Who serves the calls: `pid`, `home`, `host`."""
         return await self.call("ping")

@@ -89,9 +89,13 @@ def build_app(
         engines: whose metrics `/metrics` shows, when not the engine's (`metrics.Engines`);
             with `by_journal`, each sample has the label `journal`.
     """
-    if isinstance(control, Control):
-        public_url = public_url or control.engine.http_url
-        engine = control.engine
+    engine = control.engine if isinstance(control, Control) else None
+
+    def public() -> str | None:
+        """Where browsers reach it: read at each request (an engine's URL may come late)."""
+        return public_url or (engine.http_url if engine is not None else None)
+
+    if engine is not None:
         engines = engines or (lambda: {0: engine})
     api = Api(control)
     paths: dict[str, list[tuple[str, Endpoint]]] = {}
@@ -105,8 +109,8 @@ def build_app(
     ]
     routes.append(Route("/metrics", _metrics, methods=["GET"]))
     sessions = ui_auth.Sessions()  # the UI's logins, when there is a token to log in with
-    routes.extend(ui.routes(control, token, sessions, public_url))
-    middleware = [Middleware(_Browsers, guard_host=not token, public_url=public_url)]
+    routes.extend(ui.routes(control, token, sessions, public))
+    middleware = [Middleware(_Browsers, guard_host=not token, public_url=public)]
     if token:
         middleware.append(Middleware(_Auth, token=token, sessions=sessions))
     app = Starlette(
@@ -162,7 +166,9 @@ class _Browsers:
     reach it through a DNS name that it points at 127.0.0.1 (DNS rebinding).
     """
 
-    def __init__(self, app: ASGIApp, guard_host: bool, public_url: str | None) -> None:
+    def __init__(
+        self, app: ASGIApp, guard_host: bool, public_url: Callable[[], str | None]
+    ) -> None:
         self.app = app
         self.guard_host = guard_host
         self.public_url = public_url
@@ -195,7 +201,7 @@ class _Browsers:
 
     def _public_host(self) -> str | None:
         """The host (and port) of `--public-url`, where a proxy may send requests from."""
-        url = self.public_url
+        url = self.public_url()
         return url.lower().partition("://")[2].partition("/")[0] if url else None
 
 

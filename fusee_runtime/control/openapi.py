@@ -60,9 +60,10 @@ def _op(
     body: tuple[dict[str, Any], str, bool] | None = None,
     query: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """One operation: its answers, the error statuses it may give (401, 403 and 500 always),
-    and its body (schema, description, required) or query parameters."""
-    codes = {*errors, 401, 403, 500} | ({400, 413} if body else set())
+    """One operation: its answers, the error statuses it may give (401, 403, 500, and a
+    worker of a PostgreSQL database's 502, 503 and 504 always), and its body (schema,
+    description, required) or query parameters."""
+    codes = {*errors, 401, 403, 500, 502, 503, 504} | ({400, 413} if body else set())
     responses = {str(c): a for c, a in answers.items()}
     responses |= {str(c): {"$ref": f"#/components/responses/E{c}"} for c in codes}
     doc: dict[str, Any] = {"summary": summary, "responses": dict(sorted(responses.items()))}
@@ -254,14 +255,18 @@ _ERROR_WHY = {
     "workflow (IdConflict), or the run ended under the call.",
     413: f"The body is over {BODY_BYTES_MAX} bytes.",
     500: "A bug in the server: one line here, the traceback in the server's log.",
+    502: "A worker of a PostgreSQL database passed the call to the run's driver, which "
+    "went away during it (OwnerLost): it may have acted; look before trying again.",
     503: "The engine stopped taking work (EngineClosed, JournalFailed), or, in a worker of "
-    "a PostgreSQL database, the process that drives the run's journal cannot be asked now "
-    "(OwnerGone, OwnerLost, OwnerUnanswered): try again.",
+    "a PostgreSQL database, no process drives the run's journal now or the database cannot "
+    "be reached (OwnerGone, StoreUnavailable): nothing was done; try again.",
+    504: "A worker of a PostgreSQL database passed the call to the run's driver, which did "
+    "not answer in time (OwnerUnanswered): it may have acted; look before trying again.",
 }
 
 _ERROR_TYPES = (
     "NotFound, Rejected, CodecError, EngineClosed, JournalFailed (the engine's errors), "
-    "OwnerGone, OwnerLost, OwnerUnanswered (a worker of a database: the run's driver), "
+    "OwnerGone, OwnerLost, OwnerUnanswered, StoreUnavailable (a worker of a database), "
     "BadRequest, Unauthorized, Forbidden, MethodNotAllowed, PayloadTooLarge, InternalError"
 )
 

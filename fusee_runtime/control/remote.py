@@ -19,7 +19,10 @@ not serve it (a command reading it, an engine opened passively), and the
 asker sees `OwnerGone`, nothing done, and tries again, as it does when a
 home's socket has no server. A request that was taken behaves as one sent
 on a socket: the asker waits for its answer, and a driver silent for
-`ANSWER_S` is `OwnerUnanswered`. An answer whose asker went away (Ctrl-C
+`ANSWER_S` is `OwnerUnanswered`. The relay marks what it takes with its
+session (`taker`); an asker waiting on a driver whose session is gone
+(killed: its sessions end with it) stops at once, as on a socket that a
+killed owner closed (`OwnerLost`: a follower follows on). An answer whose asker went away (Ctrl-C
 on a follow) ends its call: its lines have no request left to go with.
 """
 
@@ -36,7 +39,8 @@ import orjson
 
 from fusee_runtime.control import protocol
 from fusee_runtime.control.client import ControlClient, OwnerGone
-from fusee_runtime.journal.postgres import HELD, LOCK_CLASS, PgJournal
+from fusee_runtime.errors import StoreUnavailable
+from fusee_runtime.journal.postgres import HELD, LOCK_CLASS, PgJournal, import_psycopg
 
 if TYPE_CHECKING:
     import psycopg
@@ -81,6 +85,8 @@ class StoreClient(ControlClient):
         try:
             cur = await conn.execute(HELD, (LOCK_CLASS,))
             row = await cur.fetchone()
+        except import_psycopg().Error as e:
+            raise StoreUnavailable(f"cannot ask {journal.name}: {journal.said(e)}") from None
         finally:
             await conn.close()
         if not row or not row[0]:
@@ -124,10 +130,18 @@ class _Asked:
     async def drain(self) -> None:
         if self._pump is not None or not self._line:
             return
-        await self._conn.execute(
-            "INSERT INTO fusee_requests (id, line) VALUES (%s, %s)", (self._id, self._line)
-        )
-        await self._conn.execute(f"NOTIFY {REQUESTS}")
+        psycopg = import_psycopg()
+        try:  # one statement: the request is made and announced, or neither
+            await self._conn.execute(
+                "WITH asked AS (INSERT INTO fusee_requests (id, line) VALUES (%s, %s)) "
+                "SELECT pg_notify(%s, '')",
+                (self._id, self._line, REQUESTS),
+            )
+        except psycopg.OperationalError as e:  # the session went: the request may be there
+            raise ConnectionError(str(e)) from None
+        except psycopg.Error as e:  # refused: nothing was asked
+            store = self._client.store
+            raise StoreUnavailable(f"cannot ask {store.name}: {store.said(e)}") from None
         self._pump = asyncio.create_task(self._answers())
 
     async def _answers(self) -> None:
@@ -139,12 +153,17 @@ class _Asked:
                 cur = await self._conn.execute(
                     "DELETE FROM fusee_answers WHERE request = %s RETURNING seq, line", (self._id,)
                 )
-                for _, line in sorted(await cur.fetchall()):
+                lines = sorted(await cur.fetchall())
+                for _, line in lines:
                     self._reader.feed_data(bytes(line))
                     if _is_final(bytes(line)):
                         self._reader.feed_eof()
                         return
                     taken = True
+                if taken and not lines and not await self._taker_alive():
+                    # Killed, or cut off: what it answered is here, and nothing more comes.
+                    self._reader.feed_eof()
+                    return
                 if not taken and loop.time() >= withdraw_at:
                     cur = await self._conn.execute(
                         "DELETE FROM fusee_requests WHERE id = %s AND NOT taken", (self._id,)
@@ -163,6 +182,18 @@ class _Asked:
         except Exception as e:  # the server gone: the asker sees the connection lost
             log.debug("fusee: reading answers failed: %s", e)
             self._reader.feed_eof()
+
+    async def _taker_alive(self) -> bool:
+        """Whether the session of the driver that took the request (its relay's) is still
+        on the server: a driver's sessions end with it, and no line would say so."""
+        cur = await self._conn.execute(
+            "SELECT r.taker IS NULL OR EXISTS "
+            "(SELECT 1 FROM pg_stat_activity a WHERE a.pid = r.taker) "
+            "FROM fusee_requests r WHERE r.id = %s",
+            (self._id,),
+        )
+        row = await cur.fetchone()
+        return row is None or bool(row[0])
 
     def close(self) -> None:
         if self._pump is not None:
@@ -262,7 +293,8 @@ class Relay:
     async def _take(self) -> None:
         assert self._write is not None
         cur = await self._write.execute(
-            "UPDATE fusee_requests SET taken = true WHERE NOT taken RETURNING id, line"
+            "UPDATE fusee_requests SET taken = true, taker = pg_backend_pid() WHERE NOT taken "
+            "RETURNING id, line"
         )
         for request, line in sorted(await cur.fetchall()):
             task = asyncio.create_task(self._serve(request, bytes(line)))

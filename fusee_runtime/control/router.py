@@ -47,6 +47,11 @@ from fusee_runtime.journal.shards import Layout
 if TYPE_CHECKING:
     from fusee_runtime.engine.engine import Engine
 
+REMOTE_CALLS_MAX = 32
+"""Most calls a `WorkerRouter` passes on to other processes at once: each holds a session
+of the server while it lasts (a result's long poll, for its wait); the rest queue."""
+
+
 _EVERY = {"list", "run_ids", "prune", "limit"}
 _TOKEN = {"complete", "fail"}
 _FIRST = {"ping", "schedules", "schedule", "limits"}
@@ -60,11 +65,22 @@ class ShardRouter(ControlClient):
         self.layout = layout
         self.clients = clients
         self.where = clients[0].where
+        self._last = 0  # the journal of the last call about an id
+
+    @property
+    def owner(self) -> int | None:
+        """The pid of the process that drives the journal of the last call about an id
+        (journal 0's before one): the one that answered it."""
+        return self.clients[self._last].owner if self.clients else self._pid
 
     @property
     def driver(self) -> str:
-        drivers = dict.fromkeys(c.driver for c in self.clients)
-        return ", ".join(drivers) + f" ({self.layout.shards} journals)"
+        """As `owner`, for people."""
+        return self.clients[self._last].driver
+
+    @property
+    def pages_by_cursor(self) -> bool:
+        return self.layout.shards == 1
 
     @classmethod
     async def reach(
@@ -113,10 +129,12 @@ class ShardRouter(ControlClient):
             if op != "start":
                 raise Rejected(f"the control API has no operation {op!r} without an id")
             return await self._any_driven(op, args)
-        return await (await self.client(self.layout.shard_of(id))).call(op, **args)
+        self._last = self.layout.shard_of(id)
+        return await (await self.client(self._last)).call(op, **args)
 
     async def events(self, op: str, **args: Any) -> AsyncGenerator[Any, None]:
-        client = await self.client(self.layout.shard_of(args["id"]))
+        self._last = self.layout.shard_of(args["id"])
+        client = await self.client(self._last)
         async with contextlib.aclosing(client.events(op, **args)) as events:
             async for event in events:
                 yield event
@@ -124,13 +142,14 @@ class ShardRouter(ControlClient):
     async def _any_driven(self, op: str, args: dict[str, Any]) -> Any:
         """`op` on a journal picked at random among those a process drives now."""
         order = random.sample(range(self.layout.shards), self.layout.shards)
-        for k in order[:-1]:
+        for k in order:
             try:
-                client = await self.client(k)
-            except OwnerGone:
-                continue
-            return await client.call(op, **args)
-        return await (await self.client(order[-1])).call(op, **args)
+                self._last = k
+                return await (await self.client(k)).call(op, **args)
+            except OwnerGone:  # none drives it now: nothing was done there
+                if k == order[-1]:
+                    raise
+        raise AssertionError("unreachable: the last journal answers or raises")
 
     async def _first_that_knows(self, op: str, args: dict[str, Any]) -> Any:
         first: NotFound | OwnerGone | None = None
@@ -171,17 +190,31 @@ class WorkerRouter(ShardRouter):
     is now); one about a journal that no process drives now is `OwnerGone` (HTTP 503:
     a worker takes it within a round or two). `ping` answers for this process."""
 
-    def __init__(self, layout: Layout, lease: float, local: Callable[[int], Engine | None]) -> None:
+    def __init__(
+        self,
+        layout: Layout,
+        lease: float,
+        local: Callable[[int], Engine | None],
+        home: Path,
+        remote_calls_max: int = REMOTE_CALLS_MAX,
+    ) -> None:
         ControlClient.__init__(self, Path(describe(layout.url)), os.getpid())
         self.layout = layout
         self.clients = []
+        self._last = 0
         self._local = local
         self._lease = lease
-        self._remote: dict[int, StoreClient] = {}  # a journal's, whichever process drives it
+        self._serving = home
+        self._slots = asyncio.Semaphore(remote_calls_max)
+        self._remote: dict[int, ControlClient] = {}  # a journal's, whichever process drives it
 
     @property
     def driver(self) -> str:
         return "this worker, or the worker that drives the journal"
+
+    def local_control(self, id: str) -> Control | None:
+        engine = self._local(self.layout.shard_of(id))
+        return Control(engine) if engine is not None else None
 
     async def client(self, k: int) -> ControlClient:
         engine = self._local(k)
@@ -190,22 +223,45 @@ class WorkerRouter(ShardRouter):
         remote = self._remote.get(k)
         if remote is None:
             journal = PgJournal(self.layout.url_of(k), self._lease)
-            remote = await StoreClient.reach(journal)
-            if remote is None:
+            async with self._slots:
+                reached = await StoreClient.reach(journal)
+            if reached is None:
                 raise OwnerGone(
                     f"journal {k} of the {self.layout.shards} in {journal.name} has no worker "
                     "driving it now: try again in a moment"
                 )
-            self._remote[k] = remote
+            remote = self._remote[k] = _Bounded(reached, self._slots)
         return remote
 
     async def call(self, op: str, **args: Any) -> Any:
         if op == "ping":
             driven = [k for k in range(self.layout.shards) if self._local(k) is not None]
-            return {"pid": os.getpid(), "home": str(self.home), "host": socket.gethostname()} | {
-                "journals": driven
-            }
+            ping = {"pid": os.getpid(), "home": str(self._serving), "host": socket.gethostname()}
+            return ping | {"journals": driven}
         return await super().call(op, **args)
+
+
+class _Bounded(ControlClient):
+    """A driver's control API through the database, `slots` calls at a time."""
+
+    def __init__(self, client: ControlClient, slots: asyncio.Semaphore) -> None:
+        super().__init__(client.home, client.owner)
+        self.where = client.where
+        self._client = client
+        self._slots = slots
+
+    @property
+    def driver(self) -> str:
+        return self._client.driver
+
+    async def call(self, op: str, **args: Any) -> Any:
+        async with self._slots:
+            return await self._client.call(op, **args)
+
+    async def events(self, op: str, **args: Any) -> AsyncGenerator[Any, None]:
+        async with self._slots, contextlib.aclosing(self._client.events(op, **args)) as events:
+            async for event in events:
+                yield event
 
 
 class LocalClient(ControlClient):

@@ -49,10 +49,17 @@ from fusee_runtime.errors import (
     NotFound,
     Rejected,
     RunFailed,
+    StoreUnavailable,
     TimedOut,
 )
 
 log = logging.getLogger("fusee")
+
+DRIVER_RETRY_S = 0.1
+"""How often a result's long poll asks again for a run whose driver went away during
+the wait (a worker of a database: another takes its journal over within a second)."""
+STUCK_RETRY_S = 1.0
+"""How often it asks again for a run stuck or paused in another process."""
 
 
 class _Problem(Exception):
@@ -87,8 +94,12 @@ def status_of(error: FuseeError) -> int:
     """The HTTP status that answers `error`."""
     if isinstance(error, EngineClosed | JournalFailed | HistoryDamaged):
         return 503
-    if isinstance(error, OwnerGone | OwnerLost | OwnerUnanswered):
-        return 503  # the run's driver, in another process, cannot be asked now: try again
+    if isinstance(error, OwnerGone | StoreUnavailable):
+        return 503  # nothing was asked of the run's driver: try again
+    if isinstance(error, OwnerLost):
+        return 502  # its driver went away during the call: it may have acted
+    if isinstance(error, OwnerUnanswered):
+        return 504  # its driver did not answer in time: it may have acted
     if isinstance(error, NotFound):
         return 404
     if isinstance(error, IdConflict):
@@ -317,16 +328,18 @@ async def _result(request: Request, api: Api) -> Response:
 
 
 async def _outcome(
-    control: Operations, id: str, wait_s: float, again: bool = True
+    control: Operations, id: str, wait_s: float, again: bool = True, follow: bool = False
 ) -> tuple[int, Any]:
-    """The status and body that answer the result of run `id` within `wait_s` seconds."""
+    """The status and body that answer the result of run `id` within `wait_s` seconds.
+    With `follow`, an engine that closes during the wait raises `EngineClosed` (a
+    worker follows the run to its next driver: `_routed`)."""
     if isinstance(control, ControlClient):
-        return await _watched(control, id, wait_s)
+        return await _routed(control, id, wait_s)
     stopping = control.engine.closing
     try:
         value = await control.engine.handle(id).result(timeout=wait_s)
     except EngineClosed:
-        if stopping:
+        if stopping or follow:
             raise
         # The engine stopped during the wait, before the run finished: it goes on
         # when the home is opened again.
@@ -353,17 +366,39 @@ async def _outcome(
     return 200, {"id": id, "run_id": info.run_id, "status": "completed", "result": value}
 
 
-async def _watched(client: ControlClient, id: str, wait_s: float) -> tuple[int, Any]:
-    """As `_outcome`, for a run driven by another process, from its `watch`: a run stuck
-    or paused is answered pending at once, not at the end of the wait."""
+async def _routed(client: ControlClient, id: str, wait_s: float) -> tuple[int, Any]:
+    """As `_outcome`, in a worker of a database: from the engine that drives the run,
+    if this process drives its journal, else from its driver's `watch`. A driver that
+    stops, dies or hands the journal over during the wait is followed to the next one,
+    as long as the wait lasts."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    while True:
+        left = max(0.0, deadline - loop.time())
+        local = client.local_control(id)
+        try:
+            if local is not None:
+                return await _outcome(local, id, left, follow=True)
+            status, doc = await _watched(client, id, left)
+        except (EngineClosed, OwnerGone, OwnerLost, OwnerUnanswered):
+            if loop.time() >= deadline:
+                return 202, _pending(await client.describe(id))
+            await asyncio.sleep(DRIVER_RETRY_S)  # the next driver takes the journal over
+            continue
+        if status != 202 or loop.time() >= deadline:
+            return status, doc
+        # Stuck or paused (its driver's watch says so at once): ask again until the wait ends.
+        await asyncio.sleep(min(STUCK_RETRY_S, max(0.0, deadline - loop.time())))
+
+
+async def _watched(
+    client: ControlClient, id: str, wait_s: float, again: bool = True
+) -> tuple[int, Any]:
+    """The answer of the run's driver in another process, from its `watch`."""
     outcome: dict[str, Any] = {}
-    try:
-        async with contextlib.aclosing(client.watch(id, timeout=wait_s)) as events:
-            async for event in events:
-                outcome = event.get("outcome", outcome)
-    except (EngineClosed, OwnerLost):
-        # Its driver stopped during the wait: the run goes on with the next one.
-        return 202, _pending(await client.describe(id))
+    async with contextlib.aclosing(client.watch(id, timeout=wait_s)) as events:
+        async for event in events:
+            outcome = event.get("outcome", outcome)
     info = run_info(outcome["run"])
     if outcome["code"] == "ok":
         return 200, {
@@ -374,6 +409,9 @@ async def _watched(client: ControlClient, id: str, wait_s: float) -> tuple[int, 
         }
     if info.status.is_open:
         return 202, _pending(info)
+    if outcome["code"] == "timed_out" and again:
+        # The wait ran out as the run closed: ask the closed run.
+        return await _watched(client, id, 0, again=False)
     if "failure" in outcome:
         failure = outcome["failure"]
         return 200, {**_closed(info, str(Failure.from_json(failure))), "failure": failure}

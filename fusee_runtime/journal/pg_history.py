@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from fusee_runtime.engine.history import Closed, HistoryStore, Row
-from fusee_runtime.errors import HistoryDamaged
+from fusee_runtime.errors import HistoryDamaged, Rejected
 from fusee_runtime.search import RANGES, Condition
 
 if TYPE_CHECKING:
@@ -138,6 +138,10 @@ class PgHistory(HistoryStore):
                     self._reads = self._connect_writer()
                 with self._reads.transaction():
                     yield self._reads
+            except psycopg.DataError as e:
+                # A value PostgreSQL cannot hold, asked for (a NUL character): bad input,
+                # found in no stored run, not damage.
+                raise Rejected(f"{self._journal.said(e)}: no run can hold that") from None
             except (psycopg.Error, orjson.JSONDecodeError) as e:
                 if self._reads is not None and self._reads.broken:
                     self._reads.close()

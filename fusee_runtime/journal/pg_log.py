@@ -8,14 +8,19 @@ host reads them, instead of `<home>/logs`.
 
 The same promise as the files: not durable, and off the journal's hot path.
 `PgRunLog.write` only queues the line; a thread of its own inserts what is
-queued, one `COMMIT` a batch, on a session of its own. A line that cannot be
-inserted (the server is gone) is dropped, reported once on the `fusee`
-logger, as a write error drops a file's line. The table keeps about the
-newest `LINES_KEPT` lines (the files keep about as many).
+queued, one `COMMIT` a batch, on a session of its own. While the server
+cannot take them (reported once on the `fusee` logger), the lines wait and
+are tried again every `RETRY_S`, the oldest dropped past `QUEUED_MAX`; a
+batch whose `COMMIT` was lost with its session may so be inserted twice.
+Closing tries what is queued once more and waits at most `CLOSE_WAIT_S` for
+it: an engine never waits on an unreachable server for its log. The table
+keeps about the newest `LINES_KEPT` lines (the files keep about as many).
 """
 
 from __future__ import annotations
 
+import collections
+import itertools
 import logging
 import threading
 from pathlib import Path
@@ -32,10 +37,17 @@ if TYPE_CHECKING:
 log = logging.getLogger("fusee")
 
 LINES_KEPT = 200_000
-"""Lines the table keeps, about (trimmed every `TRIM_EVERY` lines inserted)."""
+"""Lines the table keeps, about (trimmed every `TRIM_EVERY` lines inserted, and by the
+first batch of each process)."""
 TRIM_EVERY = 10_000
 BATCH_LINES_MAX = 1000
 """Most lines one INSERT takes."""
+QUEUED_MAX = 100_000
+"""Most lines waiting while the server cannot take them; past it the oldest go."""
+RETRY_S = 1.0
+"""How long a failed insert waits before it is tried again."""
+CLOSE_WAIT_S = 2.0
+"""How long closing waits for the queued lines to go in."""
 
 _INSERT = "INSERT INTO fusee_logs (id, line) VALUES (%s, %s)"
 _TRIM = "DELETE FROM fusee_logs WHERE seq <= (SELECT max(seq) FROM fusee_logs) - %s"
@@ -47,15 +59,20 @@ class PgRunLog(RunLog):
     def __init__(self, journal: PgJournal) -> None:
         super().__init__(Path(journal.name))
         self._journal = journal
-        self._queued: list[tuple[str, bytes]] = []
+        self._queued: collections.deque[tuple[str, bytes]] = collections.deque()
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
-        self._inserted = 0
+        self._inserted = TRIM_EVERY  # the first batch trims
+        self.dropped = 0
+        """Lines dropped: queued past `QUEUED_MAX`, or at close while the server failed."""
 
     def append(self, id: str, data: bytes) -> None:
         with self._wake:
             if self._closed:
                 return
+            if len(self._queued) >= QUEUED_MAX:
+                self._queued.popleft()
+                self.dropped += 1
             self._queued.append((id, data))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="fusee-log", daemon=True)
@@ -63,13 +80,17 @@ class PgRunLog(RunLog):
             self._wake.notify()
 
     def close(self) -> None:
-        """Inserts what is queued (as far as the server lets it), then stops."""
+        """Inserts what is queued, if the server takes it within `CLOSE_WAIT_S`; drops
+        the rest."""
         with self._wake:
             self._closed = True
             self._wake.notify()
             thread = self._thread
         if thread is not None:
-            thread.join()
+            thread.join(CLOSE_WAIT_S)
+            with self._wake:  # a thread still stuck on the server takes nothing more
+                self.dropped += len(self._queued)
+                self._queued.clear()
 
     def lines(self, id: str, last: int) -> list[bytes]:
         return [line for _, line in read_lines(self._journal, id, last=last)]
@@ -81,8 +102,7 @@ class PgRunLog(RunLog):
             with self._wake:
                 while not self._queued and not self._closed:
                     self._wake.wait()
-                batch = self._queued[:BATCH_LINES_MAX]
-                del self._queued[:BATCH_LINES_MAX]
+                batch = list(itertools.islice(self._queued, BATCH_LINES_MAX))
                 if not batch:
                     break
             try:
@@ -94,14 +114,25 @@ class PgRunLog(RunLog):
                         self._inserted = 0
                         cur.execute(_TRIM, (LINES_KEPT,))
                 conn.commit()
-                failing = False
-            except Exception as e:  # the server is gone: these lines are, too
+            except Exception as e:  # the server is gone, or refused: wait, and try again
                 if not failing:
                     log.warning("fusee: cannot write the run log to %s: %s", self._journal.name, e)
                 failing = True
                 if conn is not None:
                     conn.close()
                     conn = None
+                with self._wake:
+                    if self._closed:  # closing: no more tries
+                        self.dropped += len(self._queued)
+                        self._queued.clear()
+                        break
+                    self._wake.wait(RETRY_S)
+                continue
+            failing = False
+            with self._wake:
+                for _ in batch:  # (close may have cleared them meanwhile)
+                    if self._queued:
+                        self._queued.popleft()
         if conn is not None:
             conn.close()
 

@@ -75,8 +75,9 @@ MIGRATIONS: tuple[str, ...] = (
         shards integer NOT NULL
     );
     """,
-    # 4: the run log, `ctx.log` lines that any host reads (`journal/pg_log.py`). An
-    # identity column: inserting needs no privilege on its sequence.
+    # 4: the run log, `ctx.log` lines that any host reads (`journal/pg_log.py`), an
+    # identity column (inserting needs no privilege on its sequence); and which session
+    # took a control request, so that its asker sees the taker die (`control/remote.py`).
     """
     CREATE TABLE fusee_logs (
         seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -84,6 +85,7 @@ MIGRATIONS: tuple[str, ...] = (
         line bytea NOT NULL
     );
     CREATE INDEX fusee_logs_by_id ON fusee_logs (id, seq);
+    ALTER TABLE fusee_requests ADD COLUMN taker integer;
     """,
 )
 """`MIGRATIONS[v]` takes the schema from version v to v + 1."""

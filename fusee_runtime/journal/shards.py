@@ -173,8 +173,9 @@ def layout(conn: psycopg.Connection[Any], url: str, wanted: int | None) -> Layou
         )
     if wanted is not None and shards != wanted:
         raise StoreUnavailable(
-            f"the database holds {shards} journal{'s' if shards > 1 else ''} (its runs' ids "
-            f"belong to them), not the {wanted} asked: a layout does not change once made"
+            f"the database is laid out as {shards} journal{'s' if shards > 1 else ''}, not "
+            f"the {wanted} asked: a layout is made once (every run's id is placed by it); "
+            "leave --shards out to serve it as it is"
         )
     return Layout(url, schema, shards)
 

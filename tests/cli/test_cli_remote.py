@@ -93,16 +93,7 @@ def test_logs_from_another_host_read_and_follow_the_driver_s_lines(
     on = ["--store", pg_url, "--home", str(tmp_path / "elsewhere"), "--app", APP]
     r = cli("start", "cli_chatty", "--id", "c-1", "--detach", *on)
     assert r.exit_code == 0, r.stderr
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEE_")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), str(REPO), env.get("PYTHONPATH")]))
-    follower = subprocess.Popen(
-        [fusee_script(), "logs", "c-1", "-f", "--json", *on],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    follower = _follow("c-1", on)
     try:
         assert follower.stdout is not None
         first = json.loads(follower.stdout.readline())  # written by the driver, read here
@@ -128,6 +119,48 @@ def test_logs_from_another_host_read_and_follow_the_driver_s_lines(
         "run closed: completed",
     ]
     assert not (tmp_path / "elsewhere").exists(), "the lines came from the database"
+
+
+def test_a_follower_whose_run_s_close_line_was_lost_stops_once_the_run_closed(
+    cli, tmp_path: Path, pg_url: str, driver: subprocess.Popen[str]
+) -> None:
+    """The lines are not durable: a close line lost (here the table drops it) must not
+    keep `logs -f` following forever."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE RULE lose_closes AS ON INSERT TO fusee_logs "
+            "WHERE position('\"event\":\"closed\"' in convert_from(NEW.line, 'UTF8')) > 0 "
+            "DO INSTEAD NOTHING"
+        )
+    on = ["--store", pg_url, "--home", str(tmp_path / "elsewhere"), "--app", APP]
+    r = cli("start", "cli_chatty", "--id", "c-2", "--detach", *on)
+    assert r.exit_code == 0, r.stderr
+    follower = _follow("c-2", on)
+    try:
+        assert follower.stdout is not None
+        assert json.loads(follower.stdout.readline())["msg"] == "waiting for go"
+        assert cli("signal", "c-2", "go", "6", *on).exit_code == 0
+        out, err = follower.communicate(timeout=120)
+    finally:
+        if follower.poll() is None:  # not an assertion: a stuck follower must not hang
+            follower.kill()
+            follower.wait()
+    assert follower.returncode == 0, err
+    assert [json.loads(line)["msg"] for line in out.splitlines()] == ["got 6"]
+
+
+def _follow(id: str, on: list[str]) -> subprocess.Popen[str]:
+    """`fusee logs ID -f --json` in a child process."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEE_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), str(REPO), env.get("PYTHONPATH")]))
+    return subprocess.Popen(
+        [fusee_script(), "logs", id, "-f", "--json", *on],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_with_no_driver_a_command_opens_the_journal_itself(

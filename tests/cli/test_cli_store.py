@@ -32,7 +32,12 @@ def test_commands_given_a_store_keep_the_journal_in_the_database(
 @pytest.mark.parametrize(
     ("store", "said"),
     [
-        ("mysql://db/x", "error: Config.store is None (the local journal) or a PostgreSQL URL"),
+        (
+            "mysql://x:s3cret@db/x",
+            "error: --store (or FUSEE_STORE) takes a PostgreSQL URL, postgresql://user@host/db, "
+            "not 'mysql'...",
+        ),
+        ("not a url", "error: --store (or FUSEE_STORE) takes a PostgreSQL URL"),
         (
             "postgresql://fusee:s3cret@/orders?host=/nonexistent&port=1",
             "error: cannot connect to PostgreSQL database orders on /nonexistent:1: ",

@@ -13,12 +13,16 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 from pg_workers import Progress, Worker, merged_events, next_event, until_balanced
+from processes import REPO, fusee_script
 from prometheus_client.parser import text_string_to_metric_families
 
 from fusee_runtime.control.http import build_app
@@ -105,7 +109,7 @@ def test_every_worker_serves_every_journal_over_http_and_goes_on_after_a_kill(
                     "result": 0 + 10 + 1 + 100,
                 }
             page = via_b.get(f"/runs/{on_a[0]}")  # the web UI reads the driver's log too
-            assert page.status_code == 200 and on_a[0] in page.text
+            assert page.status_code == 200 and "went with 10" in page.text
 
             pong = via_a.get("/v1/health").json()
             assert pong["pid"] == a.proc.pid and pong["journals"] == sorted(held[a])
@@ -186,7 +190,7 @@ def test_a_standby_serves_http_through_the_driver_then_from_its_own_engine(
 
 async def test_a_call_about_a_journal_nobody_drives_is_a_503_that_says_so(pg_url: str) -> None:
     layout = await asyncio.to_thread(read_layout, PgJournal(pg_url), SHARDS)
-    router = WorkerRouter(layout, 10.0, lambda k: None)
+    router = WorkerRouter(layout, 10.0, lambda k: None, Path("nowhere"))
     transport = httpx.ASGITransport(app=build_app(router))
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:7777") as c:
         answer = await c.get("/v1/runs/x")
@@ -196,3 +200,73 @@ async def test_a_call_about_a_journal_nobody_drives_is_a_503_that_says_so(pg_url
         assert "no worker driving it" in message
         pong = (await c.get("/v1/health")).json()
         assert pong["pid"] == os.getpid() and pong["journals"] == []
+
+
+def test_waits_follow_a_run_to_its_next_driver_when_its_driver_is_killed(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """A `fusee result --wait` from another host and a result's long poll through the
+    standby, both waiting on the driver's watch when the driver is SIGKILLed, follow the
+    run to the standby that takes it over and answer its result."""
+    progress = Progress(tmp_path)
+    driver = Worker(tmp_path / "w0", pg_url, progress.env, HTTP)
+    standby = waiter = None
+    try:
+        _serving(driver)
+        standby = Worker(tmp_path / "w1", pg_url, progress.env, HTTP)
+        waiting = standby.next_event()
+        assert waiting["event"] == "standby", waiting
+        with httpx.Client(base_url=waiting["http"], timeout=300) as via_standby:
+            body = {"workflow": "takeover", "input": 1, "id": "k-1"}
+            assert via_standby.post("/v1/runs", json=body).status_code == 201
+            assert via_standby.post("/v1/runs/k-1/signals/go", json=10).status_code == 200
+            on = ["--store", pg_url, "--home", str(tmp_path / "elsewhere")]
+            waiter = subprocess.Popen(
+                [fusee_script(), "result", "k-1", "--wait", *on],
+                cwd=REPO,
+                env=progress.env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            polled: list[httpx.Response] = []
+            poll = threading.Thread(
+                target=lambda: polled.append(via_standby.get("/v1/runs/k-1/result?wait=300"))
+            )
+            poll.start()
+            _until_watched(pg_url, 2)  # both watches are the driver's now
+            driver.proc.send_signal(signal.SIGKILL)
+            driver.proc.wait()
+            serving = standby.next_event()
+            assert serving["event"] == "serving", serving
+            assert via_standby.post("/v1/runs/k-1/signals/end", json=100).status_code == 200
+            poll.join()
+            out, err = waiter.communicate()
+        assert polled[0].status_code == 200, polled[0].text
+        assert polled[0].json()["result"] == 111
+        assert waiter.returncode == 0, err
+        assert out.strip() == "111"
+    finally:
+        progress.close()
+        if waiter is not None and waiter.poll() is None:
+            waiter.kill()  # not an assertion: a stuck waiter must not hang
+            waiter.wait()
+        driver.stop()
+        if standby is not None:
+            standby.stop()
+
+
+def _until_watched(url: str, count: int) -> None:
+    """Returns once `count` watches are taken by the driver: woken by the answers'
+    notifications, not by time."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("LISTEN fusee_answers")
+        while True:
+            (taken,) = conn.execute(
+                "SELECT count(*) FROM fusee_requests WHERE taker IS NOT NULL "
+                "AND position('\"op\":\"watch\"' in convert_from(line, 'UTF8')) > 0"
+            ).fetchone()  # type: ignore[misc]
+            if taken >= count:
+                return
+            for _ in conn.notifies(stop_after=1):
+                pass

@@ -19,6 +19,7 @@ newest `PREFIX_SCAN_MAX` runs that pass the other filters, and says so.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs
@@ -29,6 +30,7 @@ from starlette.routing import Route
 
 from fusee_runtime import search
 from fusee_runtime.control.client import Operations
+from fusee_runtime.control.routes import status_of
 from fusee_runtime.control.ui import auth, html, views
 from fusee_runtime.control.ui.timeline import fold
 from fusee_runtime.errors import FuseeError, NotFound
@@ -61,7 +63,10 @@ HEADERS = {
 
 
 def routes(
-    control: Operations, token: str | None, sessions: auth.Sessions, public_url: str | None
+    control: Operations,
+    token: str | None,
+    sessions: auth.Sessions,
+    public_url: Callable[[], str | None],
 ) -> list[Route]:
     """The UI's routes over `control`; with `token`, the login routes too (logins kept
     by `sessions`; `public_url` is where browsers reach the server, behind a proxy)."""
@@ -73,7 +78,12 @@ def routes(
         return await _run(control, request)
 
     async def schedules_page(request: Request) -> Response:
-        body = views.schedules_table(await control.schedules())
+        try:
+            body = views.schedules_table(await control.schedules())
+        except FuseeError as e:  # journal 0's driver cannot be asked now, say
+            if _live(request):
+                return _html(html.live(f'<p class="error">{html.esc(e)}</p>'), status_of(e))
+            return _html(html.error_page("Schedules", str(e), "schedules"), status_of(e))
         if _live(request):
             return _html(body)
         page = f"<h1>Schedules</h1>{body}"
@@ -130,8 +140,8 @@ async def _runs(control: Operations, request: Request) -> Response:
     try:
         runs, more, note = await list_runs(control, q)
         body = views.runs_table(runs, q, more, note)
-    except FuseeError as e:  # a status or condition the engine does not take
-        status = 400
+    except FuseeError as e:  # a status or condition the engine does not take, say
+        status = status_of(e)
         body = html.live(f'<p class="error">{html.esc(e)}</p>')
     if _live(request):
         return _html(body, status)
@@ -145,8 +155,9 @@ async def list_runs(control: Operations, q: views.RunsQuery) -> tuple[list[Any],
     older ones, and a note on how they were found."""
     where = search.parse(q.where) if q.where else None
     status, workflow, parent = q.status or None, q.workflow or None, q.parent or None
-    before = q.before or None
-    skip = (q.page - 1) * PAGE_RUNS if not q.before else 0
+    # A cursor where the runs are in one journal; across several, pages are counted.
+    before = (q.before or None) if control.pages_by_cursor else None
+    skip = (q.page - 1) * PAGE_RUNS if not before else 0
     note = ""
     if q.prefix:
         scanned = await control.list(status, workflow, PREFIX_SCAN_MAX, parent, where, before)
@@ -169,10 +180,12 @@ async def _run(control: Operations, request: Request) -> Response:
         info = await control.describe(id)
         records = await control.history(id)
         log = await control.log(id)
-    except NotFound as e:
+    except FuseeError as e:  # no such run; or its driver cannot be asked now, say
+        status = status_of(e)
         if _live(request):
-            return _html(html.live(f'<p class="error">{html.esc(e)}</p>'), 404)
-        return _html(html.error_page("No such run", str(e), "runs"), 404)
+            return _html(html.live(f'<p class="error">{html.esc(e)}</p>'), status)
+        title = "No such run" if isinstance(e, NotFound) else f"Run {id}"
+        return _html(html.error_page(title, str(e), "runs"), status)
     body = views.run_summary(info, fold(records, info.run_id), log)
     if _live(request):
         return _html(body)
@@ -193,7 +206,7 @@ async def _static(request: Request) -> Response:
 
 
 async def _login(
-    request: Request, token: str, sessions: auth.Sessions, public_url: str | None
+    request: Request, token: str, sessions: auth.Sessions, public_url: Callable[[], str | None]
 ) -> Response:
     """GET: the form. POST: the token checked; the cookie set, back to the page asked for."""
     if request.method == "GET":
@@ -210,7 +223,7 @@ async def _login(
     if not auth.matches(given, token):
         return _html(html.page("Log in", views.login_form(next, True), ""), 401)
     # Behind a proxy that ends TLS, the public URL says the browser uses HTTPS.
-    public = public_url or ""
+    public = public_url() or ""
     secure = request.url.scheme == "https" or public.startswith("https://")
     cookie = sessions.issue(request.headers.get("host"), secure)
     return RedirectResponse(next, 303, {"Set-Cookie": cookie})

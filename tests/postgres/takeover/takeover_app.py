@@ -49,7 +49,9 @@ async def takeover(ctx: Ctx, steps: int) -> int:
     total = 0
     for i in range(steps):
         total += (await takeover_work(i))["i"]
-    total += int(await ctx.wait_for("go"))
+    go = int(await ctx.wait_for("go"))
+    ctx.log.info(f"went with {go}")
+    total += go
     for i in range(steps):
         total += (await takeover_work(steps + i))["i"]
     return total + int(await ctx.wait_for("end"))
