@@ -60,11 +60,14 @@ _FIRST = {"ping", "schedules", "schedule", "limits"}
 class ShardRouter(ControlClient):
     """The control API of every journal of a sharded database (see the module)."""
 
-    def __init__(self, layout: Layout, clients: list[ControlClient]) -> None:
-        super().__init__(Path(describe(layout.url)), clients[0].owner)
+    def __init__(
+        self, layout: Layout, clients: list[ControlClient], pid: int | None = None
+    ) -> None:
+        """`clients[k]` is journal k's driver's API (`pid` the owner's without them)."""
+        super().__init__(Path(describe(layout.url)), clients[0].owner if clients else pid)
         self.layout = layout
         self.clients = clients
-        self.where = clients[0].where
+        self.where = clients[0].where if clients else None
         self._last = 0  # the journal of the last call about an id
 
     @property
@@ -198,10 +201,7 @@ class WorkerRouter(ShardRouter):
         home: Path,
         remote_calls_max: int = REMOTE_CALLS_MAX,
     ) -> None:
-        ControlClient.__init__(self, Path(describe(layout.url)), os.getpid())
-        self.layout = layout
-        self.clients = []
-        self._last = 0
+        super().__init__(layout, [], os.getpid())
         self._local = local
         self._lease = lease
         self._serving = home

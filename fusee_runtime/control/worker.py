@@ -29,6 +29,7 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
+from fusee_runtime.engine.config import Config
 from fusee_runtime.errors import HomeLocked, StoreUnavailable
 from fusee_runtime.journal.postgres import LOCK_CLASS, PgJournal, import_psycopg
 from fusee_runtime.journal.shards import Layout, prepare_shard
@@ -63,7 +64,7 @@ class ShardWorker:
         layout: Layout,
         open_shard: Callable[[int], AbstractAsyncContextManager[Engine]],
         event: Callable[..., None],
-        lease: float = 10.0,
+        lease: float = Config.lease,
         round_s: float = ROUND_S,
     ) -> None:
         self.layout = layout

@@ -93,20 +93,7 @@ def test_logs_from_another_host_read_and_follow_the_driver_s_lines(
     on = ["--store", pg_url, "--home", str(tmp_path / "elsewhere"), "--app", APP]
     r = cli("start", "cli_chatty", "--id", "c-1", "--detach", *on)
     assert r.exit_code == 0, r.stderr
-    follower = _follow("c-1", on)
-    try:
-        assert follower.stdout is not None
-        first = json.loads(follower.stdout.readline())  # written by the driver, read here
-        assert first["msg"] == "waiting for go" and first["id"] == "c-1"
-        r = cli("signal", "c-1", "go", "5", *on)
-        assert r.exit_code == 0, r.stderr
-        out, err = follower.communicate(timeout=120)
-    finally:
-        if follower.poll() is None:  # not an assertion: a stuck follower must not hang
-            follower.kill()
-            follower.wait()
-    assert follower.returncode == 0, err
-    rest = [json.loads(line) for line in out.splitlines()]
+    rest = _followed(cli, "c-1", "5", on)  # written by the driver, read here
     assert [(d["level"], d["msg"]) for d in rest] == [
         ("warn", "got 5"),
         ("info", "run closed: completed"),
@@ -135,25 +122,16 @@ def test_a_follower_whose_run_s_close_line_was_lost_stops_once_the_run_closed(
     on = ["--store", pg_url, "--home", str(tmp_path / "elsewhere"), "--app", APP]
     r = cli("start", "cli_chatty", "--id", "c-2", "--detach", *on)
     assert r.exit_code == 0, r.stderr
-    follower = _follow("c-2", on)
-    try:
-        assert follower.stdout is not None
-        assert json.loads(follower.stdout.readline())["msg"] == "waiting for go"
-        assert cli("signal", "c-2", "go", "6", *on).exit_code == 0
-        out, err = follower.communicate(timeout=120)
-    finally:
-        if follower.poll() is None:  # not an assertion: a stuck follower must not hang
-            follower.kill()
-            follower.wait()
-    assert follower.returncode == 0, err
-    assert [json.loads(line)["msg"] for line in out.splitlines()] == ["got 6"]
+    assert [d["msg"] for d in _followed(cli, "c-2", "6", on)] == ["got 6"]
 
 
-def _follow(id: str, on: list[str]) -> subprocess.Popen[str]:
-    """`fusee logs ID -f --json` in a child process."""
+def _followed(cli: Any, id: str, go: str, on: list[str]) -> list[dict[str, Any]]:
+    """What `fusee logs ID -f --json`, in a child process, prints of a `cli_chatty` run
+    after its first line ("waiting for go"), once the run is signalled `go` and the
+    follower stopped by itself (exit 0)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEE_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), str(REPO), env.get("PYTHONPATH")]))
-    return subprocess.Popen(
+    follower = subprocess.Popen(
         [fusee_script(), "logs", id, "-f", "--json", *on],
         cwd=REPO,
         env=env,
@@ -161,6 +139,19 @@ def _follow(id: str, on: list[str]) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
     )
+    try:
+        assert follower.stdout is not None
+        first = json.loads(follower.stdout.readline())
+        assert (first["id"], first["msg"]) == (id, "waiting for go")
+        r = cli("signal", id, "go", go, *on)
+        assert r.exit_code == 0, r.stderr
+        out, err = follower.communicate()
+    finally:
+        if follower.poll() is None:  # a failed assertion above: the follower must not linger
+            follower.kill()
+            follower.wait()
+    assert follower.returncode == 0, err
+    return [json.loads(line) for line in out.splitlines()]
 
 
 def test_with_no_driver_a_command_opens_the_journal_itself(

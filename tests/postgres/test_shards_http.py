@@ -79,8 +79,8 @@ def test_every_worker_serves_every_journal_over_http_and_goes_on_after_a_kill(
         on_b = [id for id in ids if shard_of(id, SHARDS) in held[b]]
         assert on_a and on_b  # each worker is asked about the other's runs
         with (
-            httpx.Client(base_url=urls[a], timeout=60) as via_a,
-            httpx.Client(base_url=urls[b], timeout=60) as via_b,
+            httpx.Client(base_url=urls[a], timeout=None) as via_a,
+            httpx.Client(base_url=urls[b], timeout=None) as via_b,
         ):
             for id in ids:
                 started = via_a.post(
@@ -152,7 +152,7 @@ def test_a_standby_serves_http_through_the_driver_then_from_its_own_engine(
         standby = Worker(tmp_path / "w1", pg_url, progress.env, (*HTTP, "--lease", "4"))
         waiting = standby.next_event()
         assert waiting["event"] == "standby", waiting
-        with httpx.Client(base_url=waiting["http"], timeout=60) as via_standby:
+        with httpx.Client(base_url=waiting["http"], timeout=None) as via_standby:
             pong = via_standby.get("/v1/health").json()
             assert pong["pid"] == standby.proc.pid and pong["journals"] == []
             started = via_standby.post(
@@ -216,7 +216,7 @@ def test_waits_follow_a_run_to_its_next_driver_when_its_driver_is_killed(
         standby = Worker(tmp_path / "w1", pg_url, progress.env, HTTP)
         waiting = standby.next_event()
         assert waiting["event"] == "standby", waiting
-        with httpx.Client(base_url=waiting["http"], timeout=300) as via_standby:
+        with httpx.Client(base_url=waiting["http"], timeout=None) as via_standby:
             body = {"workflow": "takeover", "input": 1, "id": "k-1"}
             assert via_standby.post("/v1/runs", json=body).status_code == 201
             assert via_standby.post("/v1/runs/k-1/signals/go", json=10).status_code == 200
