@@ -91,7 +91,9 @@ async def main(home: str, seed: int, runs: int, fault: str, at: int) -> None:
             emit("RESULT", workflow_id, orjson.dumps(result).decode())
             return True
 
-        closed = await asyncio.gather(*(one(w, inp) for w, inp in torture_app.plan(seed, runs)))
+        closed = await asyncio.gather(
+            *(one(w, inp) for w, inp in torture_app.plan(seed, runs, torture_app.shard()))
+        )
         if all(closed):  # every run closed, so every permit is back
             limits = [dataclasses.asdict(info) for info in engine.limits()]
             emit("LIMITS", orjson.dumps(limits).decode())

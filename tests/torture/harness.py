@@ -182,10 +182,12 @@ def trial(
     fault: str = "kill",
     between: Callable[[Path, Seen], None] | None = None,
     store: str | None = None,
+    shard: tuple[int, int] = (0, 1),
 ) -> tuple[Report, Evidence]:
     """Runs trial `seed` in `workdir` (its home and ledger stay there), its first
     life ended by `fault` (one of `torture_app.FAULTS`, or with a PostgreSQL `store`,
-    which then holds the journal, one of `torture_app.PG_FAULTS`).
+    which then holds the journal, one of `torture_app.PG_FAULTS`). With `shard` (k, n)
+    the `store` is journal k of a database laid out as n, and the runs' ids belong to it.
 
     `between(workdir, seen)`, if given, runs after the kill and before recovery: the
     harness's own tests damage the home there, to see the check catch it.
@@ -194,8 +196,8 @@ def trial(
     home, ledger = workdir / "home", workdir / "ledger"
     rng = random.Random(seed)
     report = Report(seed, fault)
-    planned = dict(torture_app.plan(seed, runs))
-    seen = _live(home, ledger, seed, planned, rng, report, store)
+    planned = dict(torture_app.plan(seed, runs, shard))
+    seen = _live(home, ledger, seed, planned, rng, report, store, shard)
     if between is not None:
         between(workdir, seen)
     crashed = read_home(home, store)
@@ -228,6 +230,7 @@ def _live(
     rng: random.Random,
     report: Report,
     store: str | None = None,
+    shard: tuple[int, int] = (0, 1),
 ) -> Seen:
     runs = len(planned)
     at = rng.randint(1, FAULT_WITHIN.get(report.fault, 40))
@@ -235,6 +238,7 @@ def _live(
     env = {k: v for k, v in os.environ.items() if k != "FUSEE_STORE"}
     if store is not None:
         env["FUSEE_STORE"] = store
+    env[torture_app.SHARD_ENV] = f"{shard[0]} {shard[1]}"
     with open(ledger.with_name("child.err"), "wb") as err:
         child = subprocess.Popen(
             [sys.executable, str(HERE / "child.py"), str(home), str(ledger), *args],
@@ -803,11 +807,11 @@ def _check_children(report: Report, evidence: Evidence, wids: dict[str, str]) ->
         if wid not in evidence.finals:
             continue
         for j in range(inp["kids"]):
-            if f"{wid}-kid{j}" not in recorded:
-                v.append(f"{wid}: completed without starting child {wid}-kid{j}")
-        reasons = terminated.get(f"{wid}-orphan", [])
+            if f"{wid}#kid{j}" not in recorded:
+                v.append(f"{wid}: completed without starting child {wid}#kid{j}")
+        reasons = terminated.get(f"{wid}#orphan", [])
         if inp["orphan"] and (len(reasons) != 1 or f"its parent {wid!r}" not in reasons[0]):
-            v.append(f"{wid}-orphan: terminated {len(reasons)} times ({reasons}), once expected")
+            v.append(f"{wid}#orphan: terminated {len(reasons)} times ({reasons}), once expected")
 
 
 def _check_updates(report: Report, evidence: Evidence, wids: dict[str, str]) -> None:

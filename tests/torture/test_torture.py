@@ -277,9 +277,9 @@ def _give_a_childs_close_twice(ev: Evidence) -> str:
 
 def _leave_an_orphan_running(ev: Evidence) -> str:
     wid = next(w for w, inp in sorted(ev.planned.items()) if inp["orphan"] and w in ev.finals)
-    orphan = next(r[1] for r in ev.journal if r[0] == R.RunStarted and r[2] == f"{wid}-orphan")
+    orphan = next(r[1] for r in ev.journal if r[0] == R.RunStarted and r[2] == f"{wid}#orphan")
     ev.journal = _without(ev.journal, R.RunTerminated, orphan)
-    return f"{wid}-orphan: terminated 0 times"
+    return f"{wid}#orphan: terminated 0 times"
 
 
 def _crowd_the_limit(ev: Evidence) -> str:

@@ -18,7 +18,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from fusee_runtime.journal.postgres import PgJournal
 from fusee_runtime.journal.records import R, decode
+from fusee_runtime.journal.shards import prepare, read_layout, shard_of
 
 from .harness import Seen, read_home, trial
 from .torture_app import PG_FAULTS
@@ -26,6 +28,7 @@ from .torture_app import PG_FAULTS
 pytestmark = pytest.mark.slow
 
 PG_CI_SEEDS = range(1, 13)
+PG_SHARD_SEEDS = range(40, 43)
 
 
 def test_trials_on_postgresql_break_no_promise(tmp_path: Path, pg_server: Any) -> None:
@@ -44,6 +47,32 @@ def test_trials_on_postgresql_break_no_promise(tmp_path: Path, pg_server: Any) -
     # checkpoint or the history store still held.
     assert sum(r.compacted_records for r in reports) >= 1
     assert any(r.injected and r.injected.startswith("commit") for r in reports)
+
+
+def test_trials_on_a_journal_of_a_sharded_database_break_no_promise(
+    tmp_path: Path, pg_server: Any
+) -> None:
+    """Journal 1 of a database laid out as 2 (`fusee serve --shards 2`): its own schema,
+    its runs' ids made to belong to it, children named after their parent; the same
+    faults and invariants."""
+    reports = []
+    for seed in PG_SHARD_SEEDS:
+        url = pg_server.database()
+        layout = read_layout(PgJournal(url), 2)
+        prepare(PgJournal(url), layout, 1)
+        fault = PG_FAULTS[seed % len(PG_FAULTS)]
+        report, _ = trial(
+            seed, tmp_path / f"trial-{seed}", fault=fault, store=layout.url_of(1), shard=(1, 2)
+        )
+        assert report.violations == [], f"trial {seed} ({fault}) on journal 1 of 2"
+        reports.append(report)
+        with psycopg.connect(layout.url_of(1)) as conn:
+            ids = [i for (i,) in conn.execute("SELECT workflow_id FROM fusee_runs").fetchall()]
+        assert ids and {shard_of(i, 2) for i in ids} == {1}  # every run in journal 1
+        with psycopg.connect(url) as conn:  # journal 0 was never even opened
+            assert conn.execute("SELECT to_regclass('fusee_journal') IS NULL").fetchone() == (True,)
+    assert sum(r.killed for r in reports) >= 1
+    assert sum(r.children for r in reports) > 0
 
 
 def test_an_acknowledged_record_lost_from_the_database_is_caught(

@@ -41,6 +41,7 @@ from fusee_runtime import (
 )
 from fusee_runtime.engine import history
 from fusee_runtime.journal import format as fmt
+from fusee_runtime.journal.shards import beside
 from fusee_runtime.journal.storage import Storage
 
 LEDGER: str | None = None
@@ -277,14 +278,27 @@ UPDATE_TRIES = 5000
 _failures: dict[str, int] = {}
 
 
-def plan(seed: int, runs: int) -> list[tuple[str, dict[str, Any]]]:
-    """The runs a trial starts: their ids and inputs, from the seed alone."""
+SHARD_ENV = "TORTURE_SHARD"
+"""Tells the child the journal a trial drives, `k n` (journal k of a database laid out
+as n journals). Unset: one of one."""
+
+
+def shard() -> tuple[int, int]:
+    """The journal this trial drives, as `SHARD_ENV` says."""
+    k, n = os.environ.get(SHARD_ENV, "0 1").split()
+    return int(k), int(n)
+
+
+def plan(seed: int, runs: int, where: tuple[int, int] = (0, 1)) -> list[tuple[str, dict[str, Any]]]:
+    """The runs a trial starts: their ids and inputs, from the seed alone; the ids made
+    to belong to journal `where` (k of n: children are named after their parent and
+    `#`, so theirs belong with it)."""
     rng = random.Random(seed)
     out = []
     for i in range(runs):
         out.append(
             (
-                f"r{i}",
+                beside(f"r{i}", where),
                 {
                     "steps": rng.randint(1, 6),
                     "threaded": rng.random() < 0.3,
@@ -453,12 +467,12 @@ async def mixed(ctx: Ctx, inp: dict[str, Any]) -> int:
         legs = [ctx.step(f"f{j}", work, f"f{j}", base + 100 + j) for j in range(inp["fan"])]
         total += sum(r["v"] for r in await ctx.all(legs))
     if inp["kids"]:
-        ids = [f"{ctx.workflow_id}-kid{j}" for j in range(inp["kids"])]
+        ids = [f"{ctx.workflow_id}#kid{j}" for j in range(inp["kids"])]
         kids = await ctx.all([ctx.start_child(kid, k, base + 200 + j) for j, k in enumerate(ids)])
         total += sum(await ctx.all([k.result() for k in kids]))
     if inp["orphan"]:
         # Waits for a signal nobody sends: terminated when this run closes.
-        await ctx.start_child(orphan, f"{ctx.workflow_id}-orphan")
+        await ctx.start_child(orphan, f"{ctx.workflow_id}#orphan")
     if inp["signal"]:
         total += await ctx.wait_for("go")
     if inp["update"]:
