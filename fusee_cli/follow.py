@@ -105,6 +105,7 @@ async def follow_home(
             async with session.control(home, app, drive=True) as ctl:
                 owner = ctl.owner
                 await session.find_run(ctl, workflow_id)
+                owner = ctl.owner  # (after a call about the run: its journal's driver)
                 return await follow(ctl, workflow_id, left, progress)
         except (OwnerGone, OwnerLost, EngineClosed):
             if owner is None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import os
+import re
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
@@ -355,11 +356,12 @@ def store() -> str | None:
     """
     url = os.environ.get("FUSEE_STORE") or None
     if url is not None and not url.startswith(("postgresql://", "postgres://")):
-        shown = url.partition(":")[0][:20] if ":" in url else url[:20]
+        # Its scheme at most: the rest may hold a password.
+        scheme = re.match(r"[A-Za-z][A-Za-z0-9+.-]{0,19}:", url)
+        shown = f", not {scheme.group()}//..." if scheme else ""
         raise CliError(
             Code.USAGE,
-            f"--store (or FUSEE_STORE) takes a PostgreSQL URL, postgresql://user@host/db, "
-            f"not {shown!r}...",
+            f"--store (or FUSEE_STORE) takes a PostgreSQL URL, postgresql://user@host/db{shown}",
         )
     return url
 

@@ -171,7 +171,9 @@ async def _follow_store(home: Path, app: str, url: str, workflow_id: str, as_jso
             `session.control` raises.
     """
     import asyncio
+    import contextlib
 
+    from fusee_runtime.control.client import OwnerGone, OwnerLost, OwnerUnanswered
     from fusee_runtime.engine.runlog import CONTINUED
     from fusee_runtime.journal.pg_log import read_lines
 
@@ -205,9 +207,10 @@ async def _follow_store(home: Path, app: str, url: str, workflow_id: str, as_jso
                 if quiet % ASK_EVERY == ASK_EVERY - 1:
                     # The lines are not durable: a close line lost with its driver would
                     # keep a follower forever. Once the run says it closed for good, one
-                    # more read, and done.
-                    info = await ctl.describe(workflow_id)
-                    closed = not info.status.is_open and str(info.status) not in CONTINUED
+                    # more read, and done. (No driver to say it now: ask again later.)
+                    with contextlib.suppress(OwnerGone, OwnerLost, OwnerUnanswered):
+                        info = await ctl.describe(workflow_id)
+                        closed = not info.status.is_open and str(info.status) not in CONTINUED
                 await asyncio.sleep(POLL_S)
         finally:
             await asyncio.to_thread(conn.close)

@@ -88,7 +88,6 @@ async def _result(
     else:
         # With no owner serving the home, this process runs the run while it waits.
         async with session.control(home, app, drive=True) as ctl:
-            waited.owner = ctl.owner
             first: Any = ctl
             try:
                 await session.find_run(ctl, workflow_id)
@@ -96,6 +95,9 @@ async def _result(
                 if ctl.owner is None:
                     raise
                 first = None  # it went away before answering (its run closed): look again
+            # After the call about the run: a database of several journals names the
+            # driver of the run's.
+            waited.owner = ctl.owner
             with Progress(workflow_id) as progress:
                 # The live line on a terminal only: into a pipe, nothing but the result.
                 outcome = await follow_home(

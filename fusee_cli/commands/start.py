@@ -124,6 +124,7 @@ async def _start(
                 Code.USAGE, f"the process that owns the home (pid {ctl.owner}): {e}"
             ) from None
         started.durable = True
+        started.owner = ctl.owner  # the driver of the run's journal, with several
         if existed:
             then = "" if detach else "; following it"
             echo_err(f"run {wid} already exists ({info.workflow}, {info.status}){then}")

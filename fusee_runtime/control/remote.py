@@ -103,8 +103,11 @@ class StoreClient(ControlClient):
         conn = await self.store.connect_async()
         try:
             await conn.execute(f"LISTEN {ANSWERS}")
-        except BaseException:
+        except BaseException as e:
             await conn.close()
+            if isinstance(e, import_psycopg().Error):
+                why = self.store.said(e)
+                raise StoreUnavailable(f"cannot ask {self.store.name}: {why}") from None
             raise
         reader = asyncio.StreamReader(limit=protocol.LINE_BYTES_MAX)
         return reader, _Asked(conn, reader, self)
@@ -123,6 +126,7 @@ class _Asked:
         self._line = b""
         self._id = secrets.randbits(62)
         self._pump: asyncio.Task[None] | None = None
+        self._watch_taker = True
 
     def write(self, data: bytes) -> None:
         self._line += data
@@ -137,9 +141,10 @@ class _Asked:
                 "SELECT pg_notify(%s, '')",
                 (self._id, self._line, REQUESTS),
             )
-        except psycopg.OperationalError as e:  # the session went: the request may be there
-            raise ConnectionError(str(e)) from None
-        except psycopg.Error as e:  # refused: nothing was asked
+        except psycopg.Error as e:
+            if self._conn.broken:  # the session went: the request may be there
+                raise ConnectionError(str(e)) from None
+            # Refused (rights, a full disk, a cancel): nothing was asked.
             store = self._client.store
             raise StoreUnavailable(f"cannot ask {store.name}: {store.said(e)}") from None
         self._pump = asyncio.create_task(self._answers())
@@ -161,7 +166,13 @@ class _Asked:
                         return
                     taken = True
                 if taken and not lines and not await self._taker_alive():
-                    # Killed, or cut off: what it answered is here, and nothing more comes.
+                    # Killed, or cut off: nothing more comes but what it wrote meanwhile.
+                    cur = await self._conn.execute(
+                        "DELETE FROM fusee_answers WHERE request = %s RETURNING seq, line",
+                        (self._id,),
+                    )
+                    for _, line in sorted(await cur.fetchall()):
+                        self._reader.feed_data(bytes(line))
                     self._reader.feed_eof()
                     return
                 if not taken and loop.time() >= withdraw_at:
@@ -185,14 +196,25 @@ class _Asked:
 
     async def _taker_alive(self) -> bool:
         """Whether the session of the driver that took the request (its relay's) is still
-        on the server: a driver's sessions end with it, and no line would say so."""
-        cur = await self._conn.execute(
-            "SELECT r.taker IS NULL OR EXISTS "
-            "(SELECT 1 FROM pg_stat_activity a WHERE a.pid = r.taker) "
-            "FROM fusee_requests r WHERE r.id = %s",
-            (self._id,),
-        )
-        row = await cur.fetchone()
+        on the server: a driver's sessions end with it, and no line would say so. Where
+        the role may not read `pg_stat_activity`, it is taken as alive (the asker falls
+        back on `ANSWER_S`)."""
+        if not self._watch_taker:
+            return True
+        try:
+            cur = await self._conn.execute(
+                "SELECT r.taker IS NULL OR EXISTS "
+                "(SELECT 1 FROM pg_stat_activity a WHERE a.pid = r.taker) "
+                "FROM fusee_requests r WHERE r.id = %s",
+                (self._id,),
+            )
+            row = await cur.fetchone()
+        except import_psycopg().Error as e:
+            if self._conn.broken:
+                raise
+            log.debug("fusee: cannot see who took a control request: %s", e)
+            self._watch_taker = False
+            return True
         return row is None or bool(row[0])
 
     def close(self) -> None:

@@ -47,9 +47,12 @@ from fusee_runtime.journal.shards import Layout
 if TYPE_CHECKING:
     from fusee_runtime.engine.engine import Engine
 
-REMOTE_CALLS_MAX = 32
-"""Most calls a `WorkerRouter` passes on to other processes at once: each holds a session
-of the server while it lasts (a result's long poll, for its wait); the rest queue."""
+REMOTE_CALLS_MAX = 16
+"""Most calls a `WorkerRouter` passes on to other processes at once, each holding a
+session of the server while it lasts; more queue."""
+REMOTE_WATCHES_MAX = 16
+"""The same for watches and streams (a result's long poll holds one for its wait), with
+a budget of their own: a full house of long polls does not hold up a signal."""
 
 
 _EVERY = {"list", "run_ids", "prune", "limit"}
@@ -200,12 +203,14 @@ class WorkerRouter(ShardRouter):
         local: Callable[[int], Engine | None],
         home: Path,
         remote_calls_max: int = REMOTE_CALLS_MAX,
+        remote_watches_max: int = REMOTE_WATCHES_MAX,
     ) -> None:
         super().__init__(layout, [], os.getpid())
         self._local = local
         self._lease = lease
         self._serving = home
-        self._slots = asyncio.Semaphore(remote_calls_max)
+        self._calls = asyncio.Semaphore(remote_calls_max)
+        self._watches = asyncio.Semaphore(remote_watches_max)
         self._remote: dict[int, ControlClient] = {}  # a journal's, whichever process drives it
 
     @property
@@ -223,14 +228,14 @@ class WorkerRouter(ShardRouter):
         remote = self._remote.get(k)
         if remote is None:
             journal = PgJournal(self.layout.url_of(k), self._lease)
-            async with self._slots:
+            async with self._calls:
                 reached = await StoreClient.reach(journal)
             if reached is None:
                 raise OwnerGone(
                     f"journal {k} of the {self.layout.shards} in {journal.name} has no worker "
                     "driving it now: try again in a moment"
                 )
-            remote = self._remote[k] = _Bounded(reached, self._slots)
+            remote = self._remote[k] = _Bounded(reached, self._calls, self._watches)
         return remote
 
     async def call(self, op: str, **args: Any) -> Any:
@@ -242,24 +247,28 @@ class WorkerRouter(ShardRouter):
 
 
 class _Bounded(ControlClient):
-    """A driver's control API through the database, `slots` calls at a time."""
+    """A driver's control API through the database, as many calls and watches at a time
+    as `calls` and `watches` let through."""
 
-    def __init__(self, client: ControlClient, slots: asyncio.Semaphore) -> None:
+    def __init__(
+        self, client: ControlClient, calls: asyncio.Semaphore, watches: asyncio.Semaphore
+    ) -> None:
         super().__init__(client.home, client.owner)
         self.where = client.where
         self._client = client
-        self._slots = slots
+        self._calls = calls
+        self._watches = watches
 
     @property
     def driver(self) -> str:
         return self._client.driver
 
     async def call(self, op: str, **args: Any) -> Any:
-        async with self._slots:
+        async with self._calls:
             return await self._client.call(op, **args)
 
     async def events(self, op: str, **args: Any) -> AsyncGenerator[Any, None]:
-        async with self._slots, contextlib.aclosing(self._client.events(op, **args)) as events:
+        async with self._watches, contextlib.aclosing(self._client.events(op, **args)) as events:
             async for event in events:
                 yield event
 

@@ -373,6 +373,7 @@ async def _routed(client: ControlClient, id: str, wait_s: float) -> tuple[int, A
     as long as the wait lasts."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
+    pause = DRIVER_RETRY_S
     while True:
         left = max(0.0, deadline - loop.time())
         local = client.local_control(id)
@@ -381,9 +382,13 @@ async def _routed(client: ControlClient, id: str, wait_s: float) -> tuple[int, A
                 return await _outcome(local, id, left, follow=True)
             status, doc = await _watched(client, id, left)
         except (EngineClosed, OwnerGone, OwnerLost, OwnerUnanswered):
-            if loop.time() >= deadline:
+            left = deadline - loop.time()
+            if left <= 0:
                 return 202, _pending(await client.describe(id))
-            await asyncio.sleep(DRIVER_RETRY_S)  # the next driver takes the journal over
+            # The next driver takes the journal over: within a second, unless none is
+            # there (then each try opens sessions: ask less and less often).
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 2, STUCK_RETRY_S)
             continue
         if status != 202 or loop.time() >= deadline:
             return status, doc

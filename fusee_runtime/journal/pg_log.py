@@ -44,6 +44,8 @@ BATCH_LINES_MAX = 1000
 """Most lines one INSERT takes."""
 QUEUED_MAX = 100_000
 """Most lines waiting while the server cannot take them; past it the oldest go."""
+QUEUED_BYTES_MAX = 32 << 20
+"""The same, in bytes."""
 RETRY_S = 1.0
 """How long a failed insert waits before it is tried again."""
 CLOSE_WAIT_S = 2.0
@@ -60,6 +62,8 @@ class PgRunLog(RunLog):
         super().__init__(Path(journal.name))
         self._journal = journal
         self._queued: collections.deque[tuple[str, bytes]] = collections.deque()
+        self._queued_bytes = 0
+        self._taken_gone = 0  # lines of the batch being inserted that `append` dropped
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
         self._inserted = TRIM_EVERY  # the first batch trims
@@ -70,14 +74,19 @@ class PgRunLog(RunLog):
         with self._wake:
             if self._closed:
                 return
-            if len(self._queued) >= QUEUED_MAX:
-                self._queued.popleft()
+            while self._queued and (
+                len(self._queued) >= QUEUED_MAX or self._queued_bytes >= QUEUED_BYTES_MAX
+            ):
+                self._queued_bytes -= len(self._queued.popleft()[1])
+                self._taken_gone += 1
                 self.dropped += 1
             self._queued.append((id, data))
+            self._queued_bytes += len(data)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="fusee-log", daemon=True)
                 self._thread.start()
-            self._wake.notify()
+            if len(self._queued) == 1:  # else the thread is on it, or pausing after a failure
+                self._wake.notify()
 
     def close(self) -> None:
         """Inserts what is queued, if the server takes it within `CLOSE_WAIT_S`; drops
@@ -89,8 +98,15 @@ class PgRunLog(RunLog):
         if thread is not None:
             thread.join(CLOSE_WAIT_S)
             with self._wake:  # a thread still stuck on the server takes nothing more
-                self.dropped += len(self._queued)
-                self._queued.clear()
+                self._drop_all()
+
+    def _drop_all(self) -> None:
+        """Under `_wake`: drops what is queued (the batch being inserted too, if it
+        is: counted back if it goes in)."""
+        self.dropped += len(self._queued)
+        self._taken_gone += len(self._queued)
+        self._queued.clear()
+        self._queued_bytes = 0
 
     def lines(self, id: str, last: int) -> list[bytes]:
         return [line for _, line in read_lines(self._journal, id, last=last)]
@@ -105,6 +121,7 @@ class PgRunLog(RunLog):
                 batch = list(itertools.islice(self._queued, BATCH_LINES_MAX))
                 if not batch:
                     break
+                self._taken_gone = 0
             try:
                 conn = conn if conn is not None and not conn.closed else self._journal.connect()
                 with conn.cursor() as cur:
@@ -123,16 +140,19 @@ class PgRunLog(RunLog):
                     conn = None
                 with self._wake:
                     if self._closed:  # closing: no more tries
-                        self.dropped += len(self._queued)
-                        self._queued.clear()
+                        self._drop_all()
                         break
                     self._wake.wait(RETRY_S)
                 continue
             failing = False
             with self._wake:
-                for _ in batch:  # (close may have cleared them meanwhile)
+                # In: the batch's lines still queued (`append` may have dropped its first
+                # ones meanwhile, and `close` all of them), which are its first.
+                gone = min(self._taken_gone, len(batch))
+                self.dropped -= gone
+                for _ in range(len(batch) - gone):
                     if self._queued:
-                        self._queued.popleft()
+                        self._queued_bytes -= len(self._queued.popleft()[1])
         if conn is not None:
             conn.close()
 

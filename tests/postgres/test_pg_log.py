@@ -45,6 +45,7 @@ def test_lines_wait_while_the_server_refuses_them_and_go_in_once_it_takes_them(
     pg_url: str, failures: threading.Event, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(pg_log, "CLOSE_WAIT_S", 60.0)  # a bound, not what the test waits on
+    monkeypatch.setattr(pg_log, "RETRY_S", 3600.0)  # it tries again when close wakes it
     journal = PgJournal(pg_url)
     journal.open()  # the tables
     journal.close()
@@ -83,3 +84,35 @@ def test_closing_does_not_wait_for_a_server_that_never_answers(
         assert run_log.dropped == 5
         thread.join()  # the connect times out; the thread takes nothing more and ends
     assert run_log.dropped == 5
+
+
+def test_lines_dropped_past_the_bound_while_a_batch_goes_in_are_its_own_and_counted(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The queue overflows while the table is locked under a batch's INSERT: the oldest
+    lines go, which are that batch's; once it goes in, the lines after it stay queued
+    and go in next, none lost without being counted."""
+    monkeypatch.setattr(pg_log, "QUEUED_MAX", 5)
+    monkeypatch.setattr(pg_log, "BATCH_LINES_MAX", 3)
+    monkeypatch.setattr(pg_log, "CLOSE_WAIT_S", 60.0)
+    journal = PgJournal(pg_url)
+    journal.open()
+    journal.close()
+    with psycopg.connect(pg_url) as locker:
+        locker.execute("LOCK TABLE fusee_logs IN ACCESS EXCLUSIVE MODE")
+        run_log = PgRunLog(journal)
+        run_log.write(_line(0))  # the batch: line 0 alone (taken as the thread wakes)
+        with psycopg.connect(pg_url, autocommit=True) as watcher:
+            while not watcher.execute(  # the INSERT waits on the lock: the batch is taken
+                "SELECT count(*) FROM pg_locks WHERE relation = 'fusee_logs'::regclass "
+                "AND NOT granted"
+            ).fetchone()[0]:  # type: ignore[index]
+                pass
+        for i in range(1, 8):  # the queue holds 5: lines 0 to 2 are dropped from it
+            run_log.write(_line(i))
+        locker.rollback()  # the lock goes: the batch goes in
+    run_log.close()
+    inserted = [orjson.loads(line)["msg"] for _, line in read_lines(journal, "l-1")]
+    # Line 0 was the batch; 1 and 2 were dropped (counted); 3 to 7 went in after it.
+    assert inserted == [f"line {i}" for i in (0, 3, 4, 5, 6, 7)]
+    assert run_log.dropped == 2

@@ -11,10 +11,12 @@ server, called over HTTP as a load balancer in front of them would.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import threading
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +27,11 @@ from pg_workers import Progress, Worker, merged_events, next_event, until_balanc
 from processes import REPO, fusee_script
 from prometheus_client.parser import text_string_to_metric_families
 
+from fusee_runtime import Config, Ctx, Engine, StoreUnavailable, workflow
+from fusee_runtime.control.client import OwnerGone, OwnerLost, OwnerUnanswered
 from fusee_runtime.control.http import build_app
 from fusee_runtime.control.router import WorkerRouter
+from fusee_runtime.control.routes import status_of
 from fusee_runtime.journal.postgres import PgJournal
 from fusee_runtime.journal.shards import read_layout, shard_of
 
@@ -237,11 +242,20 @@ def test_waits_follow_a_run_to_its_next_driver_when_its_driver_is_killed(
             _until_watched(pg_url, 2)  # both watches are the driver's now
             driver.proc.send_signal(signal.SIGKILL)
             driver.proc.wait()
-            serving = standby.next_event()
-            assert serving["event"] == "serving", serving
-            assert via_standby.post("/v1/runs/k-1/signals/end", json=100).status_code == 200
+            # Whoever takes the journal (the standby, or the waiting command itself, if
+            # it is quicker), a command's signal reaches it.
+            sent = subprocess.run(
+                [fusee_script(), "signal", "k-1", "end", "100", *on],
+                cwd=REPO,
+                env=progress.env,
+                capture_output=True,
+                text=True,
+            )
+            assert sent.returncode == 0, sent.stderr
             poll.join()
             out, err = waiter.communicate()
+            serving = standby.next_event()  # at once, or once the command let go
+            assert serving["event"] == "serving", serving
         assert polled[0].status_code == 200, polled[0].text
         assert polled[0].json()["result"] == 111
         assert waiter.returncode == 0, err
@@ -270,3 +284,40 @@ def _until_watched(url: str, count: int) -> None:
                 return
             for _ in conn.notifies(stop_after=1):
                 pass
+
+
+@workflow(name="shards_http.waits")
+async def waits(ctx: Ctx, _: Any) -> int:
+    return int(await ctx.wait_for("go"))
+
+
+async def test_watches_passed_on_do_not_hold_up_calls(tmp_path: Path, pg_url: str) -> None:
+    """A worker's budget of sessions for calls it passes on: watches (long polls) have
+    their own, so as many as it lets through at once do not keep a signal out."""
+    config = Config(store=pg_url)
+    async with Engine(tmp_path / "driver", [__name__], config=config) as engine:
+        await engine.start("shards_http.waits", None, id="b-1")
+        layout = await asyncio.to_thread(read_layout, PgJournal(pg_url))
+        router = WorkerRouter(layout, 10.0, lambda k: None, tmp_path, 1, 1)
+        first = router.watch("b-1")  # holds the one session for watches
+        assert "progress" in await anext(first)
+        second = asyncio.ensure_future(_outcome(router.watch("b-1")))
+        await router.signal("b-1", "go", 7)  # not held up by the watch
+        assert (await _outcome(first))["result"] == 7
+        assert (await second)["result"] == 7
+        assert router._watches.locked() is False
+
+
+async def _outcome(events: AsyncGenerator[dict[str, Any], None]) -> dict[str, Any]:
+    async with contextlib.aclosing(events):
+        async for event in events:
+            if "outcome" in event:
+                return dict(event["outcome"])
+    raise AssertionError("a watch ends with its outcome")
+
+
+def test_errors_from_another_process_s_driver_say_whether_it_may_have_acted() -> None:
+    assert status_of(OwnerGone("none drives it")) == 503  # nothing was done
+    assert status_of(StoreUnavailable("no server")) == 503
+    assert status_of(OwnerLost("went away")) == 502  # it may have acted
+    assert status_of(OwnerUnanswered(Path("h"), 1, "stopped answering")) == 504
