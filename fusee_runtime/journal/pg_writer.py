@@ -12,22 +12,21 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from fusee_runtime.errors import JournalFailed
 from fusee_runtime.journal.reader import Tail
-from fusee_runtime.journal.writer import BATCH_RECORDS_MAX, Counters
+from fusee_runtime.journal.writer import BATCH_RECORDS_MAX, Appends
 
 if TYPE_CHECKING:
     import psycopg
 
 
-class PgWriter:
+class PgWriter(Appends):
     """Group commit into `fusee_journal`: appended on the loop, committed by a thread.
 
-    The same promises as the local writer (`journal/writer.py`): `append` gives the
-    next lsn at once; a commit publishes a batch's last lsn only after PostgreSQL
-    acknowledged its `COMMIT`; a failed commit is fail-stop (its outcome may be
-    unknown, so nothing after the last published lsn is ever acknowledged, and the
-    next owner reads what the database kept).
+    The same promises as the local writer (`journal/writer.py`), and the same
+    `append` (`Appends`): it gives the next lsn at once; a commit publishes a batch's
+    last lsn only after PostgreSQL acknowledged its `COMMIT`; a failed commit is
+    fail-stop (its outcome may be unknown, so nothing after the last published lsn is
+    ever acknowledged, and the next owner reads what the database kept).
     """
 
     def __init__(
@@ -40,21 +39,9 @@ class PgWriter:
         record_bytes_max: int,
         probe_s: float = 10.0 / 3,
     ) -> None:
+        super().__init__(tail, on_durable, on_failed, record_bytes_max)
         self._conn = conn
-        self._on_durable = on_durable
-        self._on_failed = on_failed
-        self._record_bytes_max = record_bytes_max
-        self.counters = Counters()
-        self.sync_s_recent = 0.0
-        self.synced_lsn = tail.next_lsn - 1
         self.synced_at: tuple[int, str | None, int] = (self.synced_lsn, None, 0)
-        self._lock = threading.Lock()
-        self._wake = threading.Condition(self._lock)
-        self._pending: list[bytes] = []
-        self._next_lsn = tail.next_lsn
-        self._asked = False
-        self._closing = False
-        self._failed: BaseException | None = None
         self.probe_s = probe_s
         """How long the writer stays idle before it checks its session (`_probe`)."""
         # A COMMIT is durable only if the server flushed its WAL first: forced on, whatever
@@ -64,34 +51,6 @@ class PgWriter:
         conn.commit()
         self._thread = threading.Thread(target=self._run, name="fusee-journal-pg", daemon=True)
         self._thread.start()
-
-    @property
-    def next_lsn(self) -> int:
-        return self._next_lsn
-
-    def append(self, payload: bytes) -> int:
-        """Queues a record; returns its lsn. Durable once a commit publishes it."""
-        if not payload:
-            raise ValueError("a record is at least one byte")
-        if len(payload) > self._record_bytes_max:
-            raise ValueError(
-                f"record of {len(payload)} bytes is over the limit of {self._record_bytes_max}"
-            )
-        with self._lock:
-            if self._failed is not None:
-                raise JournalFailed(f"the journal stopped accepting work: {self._failed}")
-            if self._closing:
-                raise JournalFailed("the journal is closed")
-            lsn = self._next_lsn
-            self._next_lsn = lsn + 1
-            self._pending.append(payload)
-        return lsn
-
-    def ask(self) -> None:
-        """Has the thread commit what is pending (and whatever comes while it does)."""
-        with self._lock:
-            self._asked = True
-            self._wake.notify()
 
     def commit_here(self) -> int | None:
         """Never on the caller's thread: a commit is a round trip. Asks the thread."""

@@ -96,69 +96,34 @@ class Counters:
         return took if self.syncs == 1 else recent + (took - recent) / 8
 
 
-class JournalWriter:
-    """Appends records and makes them durable in batches, on its thread or the caller's."""
+class Appends:
+    """What both journal writers share (this module's and `pg_writer.PgWriter`): the
+    records queued by `append`, each given its lsn at once, under `_lock` until a
+    commit takes them; `ask` wakes the writer's thread. Once a commit failed, or the
+    writer closes, `append` refuses."""
 
     def __init__(
         self,
-        directory: Path,
-        storage: Storage,
         tail: Tail,
-        segment_bytes: int,
         on_durable: Callable[[int], None],
         on_failed: Callable[[BaseException], None],
-        sync: bool = True,
-        record_bytes_max: int = fmt.RECORD_BYTES_MAX,
-        commit_on_append: bool = True,
+        record_bytes_max: int,
     ) -> None:
-        """`on_durable` and `on_failed` are called on the writer thread. With
-        `commit_on_append` the thread commits whenever records are pending;
-        without it, only when `ask`ed (the caller drives commits)."""
-        if segment_bytes < fmt.HEADER_BYTES + fmt.frame_size(record_bytes_max):
-            raise ValueError("segment_bytes must hold the largest record (record_bytes_max)")
-        self._dir = directory
-        self._storage = storage
-        self._segment_bytes = segment_bytes
         self._on_durable = on_durable
         self._on_failed = on_failed
-        self._sync = sync
         self._record_bytes_max = record_bytes_max
-        self._commit_on_append = commit_on_append
         self.counters = Counters()
         self.sync_s_recent = 0.0
-        """Moving average of the latest `fdatasync`s' seconds: how slow the disk is now."""
+        """Moving average of the latest syncs' (or COMMITs') seconds: how slow it is now."""
         self.synced_lsn = tail.next_lsn - 1
-        """The last lsn a commit wrote and synced (it may not be published yet)."""
-        self.synced_at: tuple[int, str | None, int] = (
-            self.synced_lsn,
-            tail.segment.name if tail.segment is not None else None,
-            tail.offset,
-        )
-        """(`synced_lsn`, the segment and byte offset where the record after it goes),
-        set together: a checkpoint at that lsn says where the journal continues."""
+        """The last lsn a commit made durable (it may not be published yet)."""
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
-        self._commit = threading.Lock()
-        self._pending: list[bytes] = []  # payloads, framed when committed
-        self._pending_bytes = 0  # their frames' size
+        self._pending: list[bytes] = []  # payloads, written when committed
         self._asked = False
         self._next_lsn = tail.next_lsn
         self._closing = False
         self._failed: BaseException | None = None
-        # Commit state, under `_commit`: the open segment and where the next frame goes.
-        self._fd: int | None = None
-        self._offset = tail.offset
-        self._index = segment_index(tail.segment) if tail.segment else -1
-        self._capacity = tail.segment_bytes or segment_bytes
-        # The open segment's file name, for `synced_at` (a Path per commit costs µs).
-        self._segment_name = tail.segment.name if tail.segment is not None else None
-        if tail.segment is not None:
-            self._fd = storage.open(tail.segment)
-        else:
-            last = storage.list_segments(directory)
-            self._index = segment_index(last[-1]) if last else -1
-        self._thread = threading.Thread(target=self._run, name="fusee-journal", daemon=True)
-        self._thread.start()
 
     @property
     def next_lsn(self) -> int:
@@ -184,15 +149,72 @@ class JournalWriter:
             lsn = self._next_lsn
             self._next_lsn = lsn + 1
             self._pending.append(payload)
-            self._pending_bytes += fmt.frame_size(len(payload))
-            if self._commit_on_append and len(self._pending) == 1:
-                self._asked = True
-                self._wake.notify()
+            self._queued(payload)
         return lsn
+
+    def _queued(self, payload: bytes) -> None:
+        """Under `_lock`, once `payload` joined the pending batch (a writer's own count)."""
 
     def ask(self) -> None:
         """Has the writer thread commit what is pending (and whatever comes while it does)."""
         with self._lock:
+            self._asked = True
+            self._wake.notify()
+
+
+class JournalWriter(Appends):
+    """Appends records and makes them durable in batches, on its thread or the caller's."""
+
+    def __init__(
+        self,
+        directory: Path,
+        storage: Storage,
+        tail: Tail,
+        segment_bytes: int,
+        on_durable: Callable[[int], None],
+        on_failed: Callable[[BaseException], None],
+        sync: bool = True,
+        record_bytes_max: int = fmt.RECORD_BYTES_MAX,
+        commit_on_append: bool = True,
+    ) -> None:
+        """`on_durable` and `on_failed` are called on the writer thread. With
+        `commit_on_append` the thread commits whenever records are pending;
+        without it, only when `ask`ed (the caller drives commits)."""
+        if segment_bytes < fmt.HEADER_BYTES + fmt.frame_size(record_bytes_max):
+            raise ValueError("segment_bytes must hold the largest record (record_bytes_max)")
+        super().__init__(tail, on_durable, on_failed, record_bytes_max)
+        self._dir = directory
+        self._storage = storage
+        self._segment_bytes = segment_bytes
+        self._sync = sync
+        self._commit_on_append = commit_on_append
+        self.synced_at: tuple[int, str | None, int] = (
+            self.synced_lsn,
+            tail.segment.name if tail.segment is not None else None,
+            tail.offset,
+        )
+        """(`synced_lsn`, the segment and byte offset where the record after it goes),
+        set together: a checkpoint at that lsn says where the journal continues."""
+        self._commit = threading.Lock()
+        self._pending_bytes = 0  # the pending payloads' frames' size
+        # Commit state, under `_commit`: the open segment and where the next frame goes.
+        self._fd: int | None = None
+        self._offset = tail.offset
+        self._index = segment_index(tail.segment) if tail.segment else -1
+        self._capacity = tail.segment_bytes or segment_bytes
+        # The open segment's file name, for `synced_at` (a Path per commit costs µs).
+        self._segment_name = tail.segment.name if tail.segment is not None else None
+        if tail.segment is not None:
+            self._fd = storage.open(tail.segment)
+        else:
+            last = storage.list_segments(directory)
+            self._index = segment_index(last[-1]) if last else -1
+        self._thread = threading.Thread(target=self._run, name="fusee-journal", daemon=True)
+        self._thread.start()
+
+    def _queued(self, payload: bytes) -> None:
+        self._pending_bytes += fmt.frame_size(len(payload))
+        if self._commit_on_append and len(self._pending) == 1:
             self._asked = True
             self._wake.notify()
 
