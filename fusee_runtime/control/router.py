@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import random
 import socket
@@ -235,7 +236,8 @@ class WorkerRouter(ShardRouter):
                     f"journal {k} of the {self.layout.shards} in {journal.name} has no worker "
                     "driving it now: try again in a moment"
                 )
-            remote = self._remote[k] = _Bounded(reached, self._calls, self._watches)
+            forget = functools.partial(self._remote.pop, k, None)
+            remote = self._remote[k] = _Bounded(reached, self._calls, self._watches, forget)
         return remote
 
     async def call(self, op: str, **args: Any) -> Any:
@@ -248,16 +250,23 @@ class WorkerRouter(ShardRouter):
 
 class _Bounded(ControlClient):
     """A driver's control API through the database, as many calls and watches at a time
-    as `calls` and `watches` let through."""
+    as `calls` and `watches` let through. A request no process took (`OwnerGone`: the
+    journal has no driver now) calls `forget`, so that the next call looks for one
+    again instead of waiting `TAKE_S` for nobody."""
 
     def __init__(
-        self, client: ControlClient, calls: asyncio.Semaphore, watches: asyncio.Semaphore
+        self,
+        client: ControlClient,
+        calls: asyncio.Semaphore,
+        watches: asyncio.Semaphore,
+        forget: Callable[[], object],
     ) -> None:
         super().__init__(client.home, client.owner)
         self.where = client.where
         self._client = client
         self._calls = calls
         self._watches = watches
+        self._forget = forget
 
     @property
     def driver(self) -> str:
@@ -265,12 +274,20 @@ class _Bounded(ControlClient):
 
     async def call(self, op: str, **args: Any) -> Any:
         async with self._calls:
-            return await self._client.call(op, **args)
+            try:
+                return await self._client.call(op, **args)
+            except OwnerGone:
+                self._forget()
+                raise
 
     async def events(self, op: str, **args: Any) -> AsyncGenerator[Any, None]:
         async with self._watches, contextlib.aclosing(self._client.events(op, **args)) as events:
-            async for event in events:
-                yield event
+            try:
+                async for event in events:
+                    yield event
+            except OwnerGone:
+                self._forget()
+                raise
 
 
 class LocalClient(ControlClient):

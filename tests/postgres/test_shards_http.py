@@ -28,6 +28,7 @@ from processes import REPO, fusee_script
 from prometheus_client.parser import text_string_to_metric_families
 
 from fusee_runtime import Config, Ctx, Engine, StoreUnavailable, workflow
+from fusee_runtime.control import remote
 from fusee_runtime.control.client import OwnerGone, OwnerLost, OwnerUnanswered
 from fusee_runtime.control.http import build_app
 from fusee_runtime.control.router import WorkerRouter
@@ -321,3 +322,21 @@ def test_errors_from_another_process_s_driver_say_whether_it_may_have_acted() ->
     assert status_of(StoreUnavailable("no server")) == 503
     assert status_of(OwnerLost("went away")) == 502  # it may have acted
     assert status_of(OwnerUnanswered(Path("h"), 1, "stopped answering")) == 504
+
+
+async def test_a_journal_whose_driver_stopped_is_looked_for_again_not_waited_on(
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a request to a journal's last driver was not taken (it stopped, none took
+    over), the next call looks for a driver again: a 503 at once, not after TAKE_S."""
+    monkeypatch.setattr(remote, "TAKE_S", 0.2)
+    config = Config(store=pg_url)
+    async with Engine(tmp_path / "driver", [__name__], config=config) as engine:
+        await engine.start("shards_http.waits", None, id="g-1")
+        layout = await asyncio.to_thread(read_layout, PgJournal(pg_url))
+        router = WorkerRouter(layout, 10.0, lambda k: None, tmp_path)
+        assert (await router.describe("g-1")).id == "g-1"  # its driver, reached and kept
+    with pytest.raises(OwnerGone, match="no process took the request"):
+        await router.describe("g-1")  # through the driver it kept: nobody takes it
+    with pytest.raises(OwnerGone, match="has no worker driving it now"):
+        await router.describe("g-1")  # looked for again: none drives it
