@@ -25,8 +25,6 @@ from collections.abc import AsyncGenerator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-import orjson
-
 from fusee_runtime.engine.state import RunInfo, Status
 from fusee_runtime.engine.waits import Waiting
 from fusee_runtime.errors import Cancelled, NotFound, RunFailed, Terminated, TimedOut
@@ -169,10 +167,7 @@ class Control:
         engine = self.engine
         run_log = engine.run_log or engine.journal.run_log(engine.home)
 
-        def read() -> builtins.list[dict[str, Any]]:
-            return [orjson.loads(raw) for raw in run_log.lines(id, last)]
-
-        return await asyncio.to_thread(read)
+        return await asyncio.to_thread(run_log.lines, id, last)
 
     async def journal(self, id: str, run_id: str | None = None) -> dict[str, Any]:
         """The newest run of `id` (or its run `run_id`) as a history document

@@ -170,11 +170,10 @@ class RunLog:
                 self._failing = True
                 self._close_file()
 
-    def lines(self, id: str, last: int) -> list[bytes]:
-        """The last `last` lines of the runs of `id`, oldest first."""
-        return [line for line in read_all(self.directory) if orjson.loads(line).get("id") == id][
-            -last:
-        ]
+    def lines(self, id: str, last: int) -> list[dict[str, Any]]:
+        """The last `last` lines of the runs of `id`, oldest first, decoded."""
+        decoded = (orjson.loads(line) for line in read_all(self.directory))
+        return [line for line in decoded if line.get("id") == id][-last:]
 
     def _open(self) -> None:
         private_dir(self.directory, parents=True)

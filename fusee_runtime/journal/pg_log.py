@@ -26,6 +26,8 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from fusee_runtime.engine.runlog import RunLog
 from fusee_runtime.errors import StoreUnavailable
 
@@ -108,8 +110,8 @@ class PgRunLog(RunLog):
         self._queued.clear()
         self._queued_bytes = 0
 
-    def lines(self, id: str, last: int) -> list[bytes]:
-        return [line for _, line in read_lines(self._journal, id, last=last)]
+    def lines(self, id: str, last: int) -> list[dict[str, Any]]:
+        return [orjson.loads(line) for _, line in read_lines(self._journal, id, last=last)]
 
     def _run(self) -> None:
         conn: psycopg.Connection[Any] | None = None
