@@ -93,6 +93,20 @@ class Ledger:
     def ran_again(self) -> int:
         return sum(len(runs) - 1 for runs in self.executions.values())
 
+    def check_finished(
+        self, results: dict[int, Any], histories: dict[int, list[dict[str, Any]]], steps: int
+    ) -> dict[int, list[str]]:
+        """`takeover` runs t-0... (`steps` steps, "go" 100 + i, `steps` more, "end" 1000 + i)
+        all finished with their results and every step recorded once: as many step
+        results as executions, none run again once committed. Returns the nonces each
+        run recorded."""
+        done = sum(range(2 * steps))
+        assert results == {i: done + 100 + i + 1000 + i for i in range(len(results))}
+        recorded = {i: step_nonces(records) for i, records in histories.items()}
+        assert sum(map(len, recorded.values())) == len(self.executions) == len(results) * 2 * steps
+        self.check_none_ran_again([n for nonces in recorded.values() for n in nonces])
+        return recorded
+
 
 def step_nonces(records: list[dict[str, Any]]) -> list[str]:
     """The nonces of the step results in a run's history (as the API gives it)."""

@@ -28,7 +28,6 @@ from pg_workers import (
     Worker,
     merged_events,
     next_event,
-    step_nonces,
     until_balanced,
 )
 from processes import REPO, fusee_script
@@ -122,13 +121,10 @@ def test_workers_drive_journals_at_once_and_a_killed_one_s_runs_are_taken_over(
         for worker in workers:
             worker.stop()
 
-    done = sum(range(2 * STEPS))
-    assert results == {i: done + 100 + i + 1000 + i for i in range(RUNS)}
+    assert len(results) == RUNS
     seen = Ledger(progress.ledger)
+    recorded = seen.check_finished(results, histories, STEPS)
     executions, key_of = seen.executions, seen.key_of
-    recorded = {i: step_nonces(records) for i, records in histories.items()}
-    assert sum(map(len, recorded.values())) == len(executions) == RUNS * 2 * STEPS
-    seen.check_none_ran_again([n for nonces in recorded.values() for n in nonces])
     # Every worker drove runs at once; the dead one's journal went on elsewhere.
     pids = {e["pid"] for runs in executions.values() for e in runs}
     assert {w.proc.pid for w in workers} <= pids

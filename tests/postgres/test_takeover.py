@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 import pytest
-from pg_workers import APP_DIR, Ledger, Progress, Worker, step_nonces
+from pg_workers import APP_DIR, Ledger, Progress, Worker
 from processes import REPO
 
 RUNS = 30
@@ -81,14 +81,11 @@ def test_a_killed_driver_s_runs_are_taken_over_and_none_of_its_steps_runs_again(
         for worker in workers:
             worker.stop()
 
-    done = sum(range(2 * STEPS))
-    assert results == {i: done + 100 + i + 1000 + i for i in range(RUNS)}
+    assert len(results) == RUNS
 
     seen = Ledger(progress.ledger)
+    seen.check_finished(results, histories, STEPS)
     executions = seen.executions
-    recorded = [nonce for records in histories.values() for nonce in step_nonces(records)]
-    assert len(recorded) == len(executions) == RUNS * 2 * STEPS
-    seen.check_none_ran_again(recorded)
     pids = {e["pid"] for runs in executions.values() for e in runs}
     assert first.proc.pid in pids and len(pids) == 2  # the driver, and the one that took over
     again = seen.ran_again()
