@@ -463,6 +463,8 @@ def act(
     app: str,
     workflow_id: str,
     action: Callable[[Control | ControlClient, RunInfo], Awaitable[T]],
+    *,
+    drive: bool = False,
 ) -> tuple[T, int | None]:
     """Runs `action(control, info)` on the newest run of `workflow_id`.
 
@@ -470,8 +472,9 @@ def act(
     it, or None when this command opened the home itself. Then it opens it
     passively: what the action appends is durable when it returns, and no
     run's code runs here; the run acts on it the next time a process drives
-    the home (`fusee result ID --wait`). A home without a journal is not
-    created.
+    the home (`fusee result ID --wait`). With `drive` (an action that needs
+    the run's code, `fusee update`) the home opened here drives its runs
+    while the action lasts. A home without a journal is not created.
 
     Raises:
         CliError: no run of that id (exit 3), or what `control` raises.
@@ -482,23 +485,28 @@ def act(
         raise no_run(workflow_id)
 
     async def main() -> tuple[T, int | None]:
-        async with control(home, app, drive=False) as ctl:
+        async with control(home, app, drive=drive) as ctl:
             return await action(ctl, await find_run(ctl, workflow_id)), ctl.owner
 
     return asyncio.run(main())
 
 
-async def described_after(
-    ctl: Control | ControlClient, workflow_id: str, before: RunInfo
-) -> RunInfo:
-    """The run as it stands after a command acted on it; `before` when the owner that
-    served the command went away meanwhile (a `result --wait` whose run it closed)."""
+async def described_after(home: Path, ctl: Control | ControlClient, workflow_id: str) -> RunInfo:
+    """The run as it stands after a command acted on it through `ctl`.
+
+    The owner that served the command may have gone away meanwhile (a
+    `start` or `result --wait` whose run the command closed): what it acted
+    on was durable when it answered, so the home, asked again (its next
+    owner, or opened passively here), tells the run as it stands.
+    """
     from fusee_runtime.control.client import OwnerGone, OwnerLost
 
     try:
         return await ctl.describe(workflow_id)
     except (OwnerGone, OwnerLost):
-        return before
+        pass
+    async with control(home, None, drive=False) as again:
+        return await find_run(again, workflow_id)
 
 
 async def find_run(ctl: Control | ControlClient, workflow_id: str) -> RunInfo:

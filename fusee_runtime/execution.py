@@ -103,6 +103,11 @@ class Execution:
         """Where the replay checker's code stopped, reaching its journal's end."""
         self.updates: UpdateTasks | None = None
         """Handlers of async updates (made at the first one): `fusee_runtime.updates`."""
+        self.frontier = max((top(s) for s in run.ops), default=0)
+        """The last top-level operation the journal held when this execution began."""
+        self.reached = False
+        """The code asked for an operation past `frontier`, or for one not done yet."""
+        self.ended = False
         self.ctx: Ctx = Ctx(self)
 
     # -- replay --------------------------------------------------------------------
@@ -138,6 +143,9 @@ class Execution:
             run.position, run.position_kind = cursor.n, kind
             if cursor.n in run.update_log:
                 self._replay_updates(cursor.n)
+            if not self.reached and (cursor.n > self.frontier or op is None or not op.done):
+                self.reached = True
+                self.host.progressed()  # handlers wait for it (`caught_up`)
         if self.updates is not None and kind != "group" and (op is None or not op.done):
             self.updates.due(None)  # replay meets the live frontier here (in a branch too)
         if op is not None:
@@ -158,6 +166,16 @@ class Execution:
         if op is None and run.stuck is not None:
             self.host.carried_on(run)  # live past the journal's end: the code matches it
         return seq, op
+
+    @property
+    def caught_up(self) -> bool:
+        """The code replayed what the journal held when this execution began (it asked
+        for an operation past it, or for one not done yet, or it ended), and the update
+        handlers applied again every update applied before: the state its query and
+        update handlers see is the run's, and an update applies where the code waits."""
+        if self.ended:
+            return True
+        return self.reached and (self.updates is None or not self.updates.replaying)
 
     def upcoming(self) -> str:
         """The number the next operation will take, without taking it."""
@@ -192,6 +210,17 @@ class Execution:
         # If it raises, it did live too, and that was recorded.
         with contextlib.suppress(Exception), handling():
             entry[0](value)
+
+    async def replay_updates(self) -> None:
+        """In the replay checker, where the code stops at its journal's end: the updates
+        recorded before it are applied again, as live they were (each handler stops
+        at its own journal's end), so the state the handlers see is the run's."""
+        updates = self.updates
+        if updates is None:
+            return
+        updates.due(None)
+        while updates.runner is not None:
+            await asyncio.wait([updates.runner])
 
     def update_tasks(self) -> UpdateTasks:
         """The execution's async update handlers, made at the first."""
@@ -459,6 +488,8 @@ async def run_code(host: RunHost, run: Run, fn: Callable[..., Any]) -> Ended | N
     finally:
         if execution.updates is not None:
             execution.updates.cancel()  # an update's handler does not outlive the code
+        execution.ended = True
+        host.progressed()
 
 
 async def _run(execution: Execution, fn: Callable[..., Any]) -> Ended | None:
@@ -474,6 +505,7 @@ async def _run(execution: Execution, fn: Callable[..., Any]) -> Ended | None:
         execution.finished()
     except JournalEnds as e:
         execution.journal_end = e
+        await execution.replay_updates()
         return None
     except (Halt, JournalFailed):
         return None

@@ -256,6 +256,34 @@ async def _replay(
     return _verdict(head, execution, host, ended, closed, must)
 
 
+async def replayed(run: Run, workflows: dict[str, WorkflowDef]) -> Run:
+    """A copy of open `run` whose code replayed its journal in memory up to where it
+    waits, as a driving engine's would (no step runs, nothing is written): its query
+    handlers answer over the state the journal gives, updates applied included.
+
+    Raises:
+        Rejected: its workflow is not registered, or its code does not replay its
+            journal (a driving engine would stop it as stuck).
+    """
+    records = [[lsn, rec] for lsn, rec in run.records]
+    copy, _, _ = _replayable(run.creation, records)
+    wf = workflows.get(run.workflow)
+    if wf is None:
+        known = ", ".join(sorted(workflows)) or "none"
+        raise Rejected(f"workflow {run.workflow!r} is not in the app; known workflows: {known}")
+    host = ReplayHost(workflows, journal_closed=False)
+    task = asyncio.get_running_loop().create_task(
+        run_code(host, copy, wf.fn), context=contextvars.Context()
+    )
+    try:
+        await task
+    finally:
+        host.close()
+    if host.mismatch is not None:
+        raise Rejected(f"run {run.workflow_id!r} does not replay: {host.mismatch}")
+    return copy
+
+
 def _verdict(
     head: tuple[str, str, str, str],
     execution: Execution,

@@ -68,7 +68,10 @@ class UpdateTasks:
         self.runner: asyncio.Task[None] | None = None
         self.current = 0
         """The accepted lsn of the update the runner applies now (0: none)."""
+        self.current_id: str | None = None
         self.seen: set[str] = set()
+        self.live = False
+        """The code met the live frontier: every update queued is due, in turn."""
         self.waiting = 0
         """Waits of the handler running that may park the run (`Execution.waiting`)."""
 
@@ -76,6 +79,14 @@ class UpdateTasks:
     def busy(self) -> bool:
         """An update accepted here is not applied yet."""
         return bool(self.queue) or self.runner is not None
+
+    @property
+    def replaying(self) -> bool:
+        """An update applied before (by an earlier execution) is to be applied again."""
+        done = self.execution.run.updates_done
+        if self.runner is not None and self.current_id in done:
+            return True
+        return any(queued[1] in done for queued in self.queue)
 
     def accepted(self, update_id: str, name: str, arg: Any, position: int, now: bool) -> None:
         """An update at `position` takes its turn: at once when `now` (live), else where
@@ -92,7 +103,9 @@ class UpdateTasks:
     def due(self, lsn: int | None) -> None:
         """The code met an operation resolved at `lsn` (None: not resolved yet, or live):
         the updates accepted before it start, in turn."""
-        if self.runner is None and self.queue and (lsn is None or self.queue[0][0] < lsn):
+        if lsn is None:
+            self.live = True
+        if self.runner is None and self.queue and (self.live or self.queue[0][0] < (lsn or 0)):
             context = contextvars.Context()
             context.run(execution_var.set, self.execution)
             self.runner = asyncio.get_running_loop().create_task(self._run(), context=context)
@@ -104,8 +117,12 @@ class UpdateTasks:
         if update_var.get() is not None:
             return
         lsn = op.done_lsn if op is not None else None
-        self.due(lsn)
-        while self.runner is not None and (lsn is None or self.current < lsn):
+        while True:
+            # Again after each runner: one may stop before an update accepted after it
+            # was applied, which is due here all the same if accepted before `op`.
+            self.due(lsn)
+            if self.runner is None or (lsn is not None and self.current >= lsn):
+                return
             await asyncio.wait([self.runner])
             self.execution.check_live()
 
@@ -122,7 +139,7 @@ class UpdateTasks:
         try:
             while self.queue:
                 accepted, update_id, name, arg, position = self.queue.pop(0)
-                self.current = accepted
+                self.current, self.current_id = accepted, update_id
                 if update_id not in run.updates_accepted:
                     try:
                         self.execution.apply_update(name, arg, position)  # a plain one
@@ -135,12 +152,13 @@ class UpdateTasks:
                 await self._handle(update_id, name, arg, position)
                 update_var.set(None)
                 done = run.updates_done.get(update_id)
-                if self.queue and (done is None or self.queue[0][0] > done[0]):
+                if self.queue and not self.live and (done is None or self.queue[0][0] > done[0]):
                     return  # accepted after this one was applied: due where replay says
         finally:
             if self.runner is asyncio.current_task():
-                self.runner, self.current = None, 0
+                self.runner, self.current, self.current_id = None, 0, None
                 self.execution.schedule_park()  # the code may wait where it can park
+                self.execution.host.progressed()  # (`Execution.caught_up`)
 
     async def _handle(self, update_id: str, name: str, arg: Any, position: int) -> None:
         execution = self.execution
@@ -164,8 +182,8 @@ class UpdateTasks:
             raise asyncio.CancelledError from None  # stopped with the execution: it runs again
         except Exception as e:
             failure = Failure.of(e)
-        if update_id in run.updates_done or not run.is_open or host.closing:
-            return  # replayed: its outcome is recorded already
+        if update_id in run.updates_done or not run.is_open or host.closing or host.replay_only:
+            return  # replayed: its outcome is recorded already (or is not to be, here)
         encoded = b"null"
         if failure is None:
             try:

@@ -1,9 +1,12 @@
 """`fusee query` and `fusee update`: call a run's query or update handler.
 
-Handlers are the run's code, so both need a process that drives the run
-(`fusee serve`, or the `fusee start` that follows it); with none, they
-exit 2 saying so. A query records nothing; an update is recorded, and
-answered once that is durable. The help's examples run on the example
+Handlers are the run's code. The process that drives the run answers
+(`fusee serve`, or the `fusee start` that follows it), once the run's code
+has replayed its journal to where it waits. With none, a query replays the
+run in memory here (no step runs, nothing is written) and asks its handler;
+an update opens the home and drives its runs until the update is applied
+and durable, as `fusee result --wait` does. A query records nothing; an
+update is recorded, and answered once that is durable. The help's examples run on the example
 workflow `expenses` (workflows/expenses.py), started with
 `fusee start expenses --id trip-9 --detach` beside a `fusee serve`.
 """
@@ -52,7 +55,8 @@ def query(
 ) -> None:
     """Ask run ID's query handler NAME, with ARG, and print its answer; nothing is recorded.
 
-    The process that drives the run answers (fusee serve); with none, it exits 2.
+    The process that drives the run answers (fusee serve); with none, the run is
+    replayed in memory here (no step runs) and its handler answers.
 
     Example: fusee query trip-9 total
     """
@@ -97,8 +101,9 @@ def update(
 ) -> None:
     """Send update NAME, with ARG, to run ID; print its answer once the update is durable.
 
-    The process that drives the run applies it (fusee serve); with none, it
-    exits 2, as it does when the workflow's validator refuses the update.
+    The process that drives the run applies it (fusee serve); with none, this
+    command drives the home's runs until the update is applied. It exits 2
+    when the workflow's validator refuses the update.
 
     Example: fusee update trip-9 set-limit 50000 --update-id raise-1
     """
@@ -111,7 +116,7 @@ def update(
         async def send(ctl: Control | ControlClient, info: RunInfo) -> Any:
             return await ctl.update(wid, name, payload, update_id=update_id)
 
-        answer, _ = session.act(home, module, wid, send)
+        answer, _ = session.act(home, module, wid, send, drive=True)
         _answer(answer, as_json)
 
 

@@ -272,7 +272,10 @@ class Control:
         try:
             while not waiter.done():
                 run = engine.runs.latest(id)
-                if run.status in (Status.STUCK, Status.PAUSED):
+                # A run recorded stuck whose code runs again here (the home opened to
+                # drive it, with code fixed since) says it only once it stops again.
+                replaying = run.task is not None and not run.task.done()
+                if run.status == Status.PAUSED or (run.status == Status.STUCK and not replaying):
                     why = run.error or "no reason recorded"
                     outcome = {"code": "failed", "message": f"run {id} is {run.status}: {why}"}
                     break

@@ -8,8 +8,13 @@ is durable. A completion token finishes an `await_completion` from outside
 the workflow; tokens are signed with the home's secret
 (`fusee_runtime.completions`), made when the first one is issued.
 
-Handlers run on the engine's loop, in the engine that drives the run's code:
-an engine that runs no code (a passive command) answers neither.
+Handlers run on the engine's loop, in the engine that drives the run's code,
+once that code has replayed its journal to where it waits (`_replayed`): a
+run answers whether or not its code ran in this process before (a reopen, a
+takeover, a wake-up from parking). An engine that runs no code (a passive
+command) answers a query from a copy of the run replayed in memory
+(`fusee_runtime.replayer.replayed`: no step runs, nothing is written), and
+applies no update.
 """
 
 from __future__ import annotations
@@ -50,6 +55,10 @@ class Handlers:
         run = self.runs.get(id, run_id)  # a read: it answers while the engine stops, too
         if not run.is_open:
             raise Rejected(f"run {id!r} is {run.closing}: only open runs answer queries")
+        if self.config.drive:
+            await self._replayed(run)
+        else:
+            run = await self._replayed_here(run)
         fn = self._handler(run, run.queries, "query", name, "answer queries")
         try:
             with handling():
@@ -77,6 +86,7 @@ class Handlers:
         """Applies an update to a run; its result once durable: see `Engine.update`."""
         self.driver.check_accepting()
         run = self.runs.get(id, run_id)
+        await self._replayed(run)
         if update_id is not None:
             if not isinstance(update_id, str) or not 0 < len(update_id) <= NAME_CHARS_MAX:
                 raise Rejected(f"an update id is a string of 1 to {NAME_CHARS_MAX} characters")
@@ -199,6 +209,32 @@ class Handlers:
         await self.driver.wait_durable(run.updates_done[update_id][0])
         return outcome(run, update_id, name, id)
 
+    async def _replayed(self, run: Run) -> None:
+        """Returns once the run's code, if it runs here, replayed its journal to where it
+        waits: its handlers are then those its code registered, over the state the
+        journal gives it, wherever and whenever the code ran before (a reopen, a
+        takeover, a wake-up from parking)."""
+        if not self.config.drive:
+            return
+
+        def ready() -> bool:
+            if not run.is_open or run.status == Status.STUCK or self.driver.closing:
+                return True
+            execution = run.execution
+            if execution is not None and not execution.ended:
+                return execution.caught_up
+            # Parked (its handlers are those it parked with), or its code is to run again.
+            return run.task is None or run.task.done()
+
+        await self.driver.durability.wait_until(ready)
+
+    async def _replayed_here(self, run: Run) -> Run:
+        """`run` replayed in memory here, for an engine that runs no code (a command
+        with no owner to ask): its handlers, over the state its journal gives."""
+        from fusee_runtime.replayer import replayed  # (a passive engine's queries only)
+
+        return await replayed(run, self.driver.workflows)
+
     def _update_failure(self, failure: Failure | None, arg_bytes: int) -> Any:
         """A failure as the update's record carries it: cut to what fits beside the argument."""
         if failure is None:
@@ -214,7 +250,7 @@ class Handlers:
         found = handlers.get(name)
         if found is not None:
             return found
-        if not self.config.drive:
+        if not self.config.drive and kind == "update":
             raise Rejected(
                 f"no process runs the code of {run.workflow_id!r} to {to}: "
                 "start `fusee serve` (or the command that drives it) first"

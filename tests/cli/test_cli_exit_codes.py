@@ -152,8 +152,14 @@ CASES = [
     case("reset e-1 --to 1", 0, "reset e-1: run "),
     case("reset e-1 --to echo", 0, "keeps operations before #1"),
     case("reset e-1 --to 0", 2, "operation numbers start at 1"),
-    case("reset e-1 --to nope", 2, "run 'e-1' has no step named 'nope'; its steps: echo"),
-    case("reset e-1 --to ''", 2, "--to takes an operation number or a step name"),
+    case(
+        "reset e-1 --to nope",
+        2,
+        "run 'e-1' has no operation named 'nope'; --to takes an operation number from 1 to 2 "
+        "or the name of a step (echo)",
+    ),
+    case("reset e-1 --to 1.0.1", 2, "run 'e-1' has no operation at position '1.0.1'"),
+    case("reset e-1 --to ''", 2, "--to takes an operation number, a position or an operation's"),
     case("reset e-1 --to 99", 2, "operation #99 is past the end of run 'e-1'"),
     case("reset a/b --to 1", 2, BAD_ID),
     case("reset nope --to 1", 3, NO_RUN),
@@ -174,11 +180,11 @@ CASES = [
     case("logs nope -f", 3, NO_RUN),
     case("logs nope", 3, NO_RUN, home="none"),
     case("logs nope -f", 3, NO_RUN, home="none"),
-    # query: answered by the code that drives the run; none runs here
-    case("query h-1 total", 2, "no process runs the code of 'h-1' to answer queries"),
+    # query: with no owner, the run is replayed in memory here, and its handlers asked
+    case("query h-1 total", 2, "run 'h-1' has no query handler 'total'; its handlers: none"),
     case("query nope total", 3, NO_RUN),
-    # update: applied by the code that drives the run; none runs here
-    case("update h-1 set-limit 500", 2, "no process runs the code of 'h-1' to apply updates"),
+    # update: with no owner, this command drives the home until the update is applied
+    case("update h-1 set-limit 500", 2, "run 'h-1' has no update handler 'set-limit'"),
     case("update nope set-limit 500", 3, NO_RUN),
     # complete, fail: a token this home never issued
     case("complete 4f1c2b7e true", 3, "is not a completion token of this home"),

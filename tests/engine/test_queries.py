@@ -66,9 +66,15 @@ async def test_query_errors(make_engine: Any) -> None:
             await engine.handle("nope").query("count")
 
 
-async def test_a_passive_open_cannot_answer(make_engine: Any) -> None:
+async def test_a_passive_open_answers_from_a_replay_in_memory(make_engine: Any) -> None:
     async with make_engine() as engine:
-        await engine.start("queries.counter", None, id="q-4")
+        h = await engine.start("queries.counter", None, id="q-4")
+        await h.signal("add", 5)
+        await engine.wait_until(lambda: engine.runs.latest("q-4").signals == [])
+        await parked(engine, "q-4")
     async with make_engine(drive=False) as passive:
-        with pytest.raises(Rejected, match="no process runs the code of 'q-4'"):
-            await passive.handle("q-4").query("count")
+        before = len(await passive.handle("q-4").history())
+        assert await passive.handle("q-4").query("count", 1) == 6
+        with pytest.raises(Rejected, match="run 'q-4' has no query handler 'nope'"):
+            await passive.handle("q-4").query("nope")
+        assert len(await passive.handle("q-4").history()) == before  # nothing recorded
