@@ -9,16 +9,18 @@ or a new `fusee.start <workflow>` span, ended at once, the trace's root.
 
 Tracing (`Tracing`) sends spans to the app's tracer provider: each time a
 process runs a run's code (its start, a wake, the first open after a crash)
-a `fusee.run <workflow>` span, child of the recorded traceparent, ended
-when that execution stops (it parks, the run closes, the engine stops);
-and under it a `fusee.step <name>` span per step attempt, with the attempt's
-failure as its error. A run replayed after a crash goes on in its trace: a
-new `fusee.run` span beside the one the crash cut short (never exported by
-the dead process). A child's traceparent is its parent's `fusee.run` span
-where one is, so children join their parent's trace; a run continued as new or reset goes
-on in its trace, and a run that recorded no traceparent (started untraced,
-or by an older fusee) gets one made of its run id at each execution, so its
-executions still share one trace.
+a `fusee.run <workflow>` span, child of the recorded traceparent, ended when
+that execution stops (it parks, the run closes, the engine stops), its
+`fusee.status` saying which (`Tracing.run_stopped`: the run's close as
+appended, before it is durable); and under it a `fusee.step <name>` span per
+step attempt, with the attempt's failure as its error. A run replayed after
+a crash goes on in its trace: a new `fusee.run` span beside the one the
+crash cut short (never exported by the dead process). A child's traceparent
+is its parent's `fusee.run` span where one is, so children join their
+parent's trace; a run continued as new or reset goes on in its trace, and a
+run that recorded no traceparent (started untraced, or by an older fusee)
+gets one made of its run id at each execution, so its executions still share
+one trace.
 
 `Config.tracing`: None (the default) traces when the app has set up
 OpenTelemetry when the engine opens (it imported `opentelemetry.trace` and set
@@ -34,11 +36,15 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any
 
+from fusee_runtime.engine.state import Status
 from fusee_runtime.errors import Rejected
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.state import Run
     from fusee_runtime.errors import Failure
+
+ERRORS = frozenset({Status.FAILED, Status.TIMED_OUT, Status.STUCK})
+"""How an execution ended that makes its `fusee.run` span an error."""
 
 TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 """A W3C traceparent of version 00, as fusee records it (lower-case hex)."""
@@ -120,11 +126,29 @@ class Tracing:
         )
         return span
 
-    def run_stopped(self, run: Run, span: Any) -> None:
-        """The execution of `span` stopped (parked, closed, or the engine stops)."""
+    def run_stopped(self, run: Run, span: Any, parked: bool) -> None:
+        """Ends the span of an execution that stopped: it parked (`parked`), or it ended
+        otherwise (the run closed, stuck, or the engine stops).
+
+        `fusee.status` says how: the run's close when one is appended (`run.closing`:
+        its status turns final only once the close is durable, after this), else its
+        status now. An execution that parked says so (or `paused`), even when its code
+        unwinds after the run was woken again or closed by a later execution. The span is
+        an error for a run that failed, timed out or is stuck, with the reason.
+        """
         if self.spans.get(run.run_id) is span:
             del self.spans[run.run_id]
-        span.set_attribute("fusee.status", run.status.value)
+        if parked:
+            status = run.status if run.parked and run.closing is None else Status.PARKED
+        else:
+            status = run.closing or run.status
+        span.set_attribute("fusee.status", status.value)
+        if status in ERRORS:
+            failure = run.failure if status == Status.FAILED else None
+            why = str(failure) if failure is not None else run.error or status.value
+            span.set_status(self.trace.Status(self.trace.StatusCode.ERROR, why))
+            if failure is not None:
+                span.set_attribute("fusee.error_kind", failure.kind)
         span.end()
 
     def attempt(self, run: Run, seq: str, name: str, attempt: int) -> Any:

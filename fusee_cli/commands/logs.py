@@ -10,9 +10,10 @@ With `--store`, the lines are in the database (`fusee_logs` of the id's
 journal: `fusee_runtime.journal.pg_log`), written by whichever host drives
 the run, and read from there; a follower looks for new ones every `POLL_S`.
 
-Output. Readable lines by default, following or not; `--json` prints one
-JSON object per line, the stored line with `ts` as an ISO 8601 instant
-(docs/json.md gives the shape).
+Output. Readable lines by default, following or not, each run's lines after
+a `── run RUN_ID (WORKFLOW)` line (without the workflow for lines written
+before it was recorded); `--json` prints one JSON object per line, the
+stored line with `ts` as an ISO 8601 instant (docs/json.md gives the shape).
 """
 
 from __future__ import annotations
@@ -61,9 +62,10 @@ def logs(
         typer.Option(
             "--json",
             help='One JSON object per line, with or without -f: {"ts": ISO 8601 instant, '
-            '"level", "id", "run_id", "step", "attempt", "msg"}, and "event": "closed" '
-            'with the run\'s "status" on the line of its close (see docs/json.md); '
-            "default: readable lines (time in UTC, level, step#attempt, message).",
+            '"level", "id", "workflow", "run_id", "step", "attempt", "msg"}, and "event": '
+            '"closed" with the run\'s "status" on the line of its close (see docs/json.md); '
+            "default: readable lines (time in UTC, level, step#attempt, message), each "
+            "run's after a line with its run id and workflow.",
         ),
     ] = False,
     home: Home = DEFAULT_HOME,
@@ -328,7 +330,8 @@ class _Printer:
             return doc
         if doc.get("run_id") != self._run:
             self._run = doc.get("run_id")
-            typer.echo(f"── run {self._run}")
+            workflow = doc.get("workflow")  # absent from lines of an older fusee
+            typer.echo(f"── run {self._run}" + (f" ({workflow})" if workflow else ""))
         typer.echo(_readable(doc))
         return doc
 

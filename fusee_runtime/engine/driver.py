@@ -423,7 +423,8 @@ class Driver:
         try:
             await self._ran(run, wf)
         finally:
-            self.tracing.run_stopped(run, span)
+            # Parking takes the run's task from this execution (`park`); nothing else does.
+            self.tracing.run_stopped(run, span, parked=run.task is not asyncio.current_task())
 
     async def _ran(self, run: Run, wf: WorkflowDef) -> None:
         """Runs the run's code and records how it ended."""

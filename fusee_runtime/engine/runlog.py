@@ -2,13 +2,15 @@
 
 Format. One JSON object per line, appended to `<home>/logs/fusee.log`:
 
-    {"ts":1700000000.25,"level":"info","id":"o-1","run_id":"9f…","step":"charge",
-     "attempt":2,"msg":"charging 1800 cents"}
+    {"ts":1700000000.25,"level":"info","id":"o-1","workflow":"order","run_id":"9f…",
+     "step":"charge","attempt":2,"msg":"charging 1800 cents"}
 
 `ts` is the engine clock's Unix seconds; `level` is debug, info, warn or
-error; `step` and `attempt` are null outside a step function. A failed
-attempt of a step writes an `error` line of its own, with `"event":
-"attempt_failed"` and the failure's `"traceback"`. Once a run's
+error; `workflow` is the run's workflow, the name it is registered under;
+`step` and `attempt` are null outside a step function. Lines written before
+`workflow` was added lack it: a reader takes every field but `id` as
+optional. A failed attempt of a step writes an `error` line of its own, with
+`"event": "attempt_failed"` and the failure's `"traceback"`. Once a run's
 close is durable one more line says so, with `"event": "closed"` and the
 run's `"status"`. A follower stops on it, unless the status is
 `continued_as_new` or `reset`: then a successor run of the same id goes on.
@@ -100,38 +102,18 @@ class RunLog:
     def closed(self, run: Run) -> None:
         """Writes the line that tells followers the run's close is durable."""
         status = str(run.status)
-        self.write(
-            {
-                "ts": run.closed_at,
-                "level": "info",
-                "id": run.workflow_id,
-                "run_id": run.run_id,
-                "step": None,
-                "attempt": None,
-                "msg": f"run closed: {status}",
-                "event": "closed",
-                "status": status,
-            }
-        )
+        line = tagged(run, run.closed_at, "info", None, None, f"run closed: {status}")
+        self.write({**line, "event": "closed", "status": status})
 
     def attempt_failed(
         self, run: Run, name: str, attempt: int, failure: Failure, then: str, now: float
     ) -> None:
         """Writes an `error` line for a failed attempt of step `name`, with what happens
         `then` and the failure's traceback (`"traceback"`, null when it has none)."""
-        self.write(
-            {
-                "ts": now,
-                "level": "error",
-                "id": run.workflow_id,
-                "run_id": run.run_id,
-                "step": name,
-                "attempt": attempt,
-                "msg": _cut(f"attempt {attempt} failed: {failure}; {then}"),
-                "event": "attempt_failed",
-                "traceback": failure.to_json().get("traceback"),
-            }
-        )
+        msg = _cut(f"attempt {attempt} failed: {failure}; {then}")
+        line = tagged(run, now, "error", name, attempt, msg)
+        traceback = failure.to_json().get("traceback")
+        self.write({**line, "event": "attempt_failed", "traceback": traceback})
 
     def close(self) -> None:
         """Closes the file; lines logged afterwards (a step thread still running) are dropped."""
@@ -247,19 +229,24 @@ class RunLogger:
         else:
             # A step function runs only live: replay returns recorded results.
             step, attempt = running.name, running.attempt
-        text = _cut(str(msg))
-        run = execution.run
-        self._log.write(
-            {
-                "ts": execution.host.clock.now(),
-                "level": level,
-                "id": run.workflow_id,
-                "run_id": run.run_id,
-                "step": step,
-                "attempt": attempt,
-                "msg": text,
-            }
-        )
+        now = execution.host.clock.now()
+        self._log.write(tagged(execution.run, now, level, step, attempt, _cut(str(msg))))
+
+
+def tagged(
+    run: Run, ts: float | None, level: str, step: str | None, attempt: int | None, msg: str
+) -> dict[str, Any]:
+    """A line of `run`: the message with its tags (the fields of the module's format)."""
+    return {
+        "ts": ts,
+        "level": level,
+        "id": run.workflow_id,
+        "workflow": run.workflow,
+        "run_id": run.run_id,
+        "step": step,
+        "attempt": attempt,
+        "msg": msg,
+    }
 
 
 def _cut(text: str) -> str:

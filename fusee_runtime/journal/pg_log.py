@@ -4,7 +4,11 @@ With the journal in PostgreSQL, the process that drives a run may be on
 another host than the one that asks for its lines, and after a takeover its
 next driver on yet another. So the lines (`engine/runlog.py`: the same
 JSON objects) go to the table `fusee_logs` beside the journal, where any
-host reads them, instead of `<home>/logs`.
+host reads them, instead of `<home>/logs`. A row is the line's JSON as
+written (`line`) and its `id`, the one field a reader selects on: the other
+fields (`workflow` among them, added after the table) live in the JSON, so a
+field added to the lines needs no change of the schema, and rows written
+before it read as they were.
 
 The same promise as the files: not durable, and off the journal's hot path.
 `PgRunLog.write` only queues the line; a thread of its own inserts what is

@@ -284,7 +284,7 @@ def greeted(make_engine) -> str:
 
 def _readable(run_id: str) -> list[str]:
     return [
-        f"── run {run_id}",
+        f"── run {run_id} (follow_cli.greets)",
         f"{T0} info  about to greet ada",
         f"{T0} info  follow_cli_greet#1 greeting ada",
         f"{T0} run closed: completed",
@@ -315,6 +315,7 @@ def test_logs_json_prints_json_lines_with_iso_instants(greeted, fusee, on, follo
             "ts": T0_ISO,
             "level": "info",
             "id": "g-1",
+            "workflow": "follow_cli.greets",
             "run_id": greeted,
             "step": step_name,
             "attempt": attempt,
@@ -372,7 +373,21 @@ def _documented(command: str) -> set[str]:
 @pytest.mark.parametrize(
     ("command", "fields"),
     [
-        ("logs", {"ts", "level", "id", "run_id", "step", "attempt", "msg", "event", "status"}),
+        (
+            "logs",
+            {
+                "ts",
+                "level",
+                "id",
+                "workflow",
+                "run_id",
+                "step",
+                "attempt",
+                "msg",
+                "event",
+                "status",
+            },
+        ),
         ("tail-stream", {"index", "item"}),
     ],
 )

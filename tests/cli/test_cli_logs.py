@@ -109,7 +109,7 @@ def test_logs_prints_the_lines_of_a_finished_run(cli, on, make_engine):
     r = cli("logs", "g-1", *on)
     assert r.exit_code == 0, r.output
     assert r.stdout.splitlines() == [
-        f"── run {run_id}",
+        f"── run {run_id} (logs_cli.greets)",
         f"{T0} info  about to greet ada",
         f"{T0} info  logs_cli_greet#1 greeting ada",
         f"{T0} warn  greeted",
@@ -131,10 +131,47 @@ def test_logs_json_prints_the_lines_as_stored_with_iso_instants(
         "greeted",
         "run closed: completed",
     ]
+    assert {d["workflow"] for d in docs} == {"logs_cli.greets"}
     assert docs[1]["step"] == "logs_cli_greet"
     assert docs[1]["attempt"] == 1
     assert docs[-1]["event"] == "closed"
     assert docs[-1]["status"] == "completed"
+
+
+def keep(home: Path, store: str | None, id: str, *docs: dict[str, Any]) -> None:
+    """Adds lines of `id` to the store's run log, as an engine would have written them."""
+    lines = [json.dumps(doc).encode() for doc in docs]
+    if store is None:
+        with open(home / "logs" / "fusee.log", "ab") as f:
+            f.writelines(line + b"\n" for line in lines)
+    else:
+        import psycopg
+
+        with psycopg.connect(store) as conn:
+            for line in lines:
+                conn.execute("INSERT INTO fusee_logs (id, line) VALUES (%s, %s)", (id, line))
+
+
+def test_lines_written_before_the_workflow_field_are_still_shown(
+    cli, on, make_engine, home: Path, store: str | None
+):
+    drive(make_engine, (greets, "ada", "g-1"))  # the log (file or table) is there
+    tags = {"ts": 1700000000, "level": "info", "id": "old-1", "run_id": "r-old"}
+    tags |= {"step": None, "attempt": None}
+    closed = {"msg": "run closed: completed", "event": "closed", "status": "completed"}
+    keep(home, store, "old-1", {**tags, "msg": "logged long ago"}, {**tags, **closed})
+    r = cli("logs", "old-1", *on)
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines() == [
+        "── run r-old",
+        f"{T0} info  logged long ago",
+        f"{T0} run closed: completed",
+    ]
+    r = cli("logs", "old-1", "--json", *on)
+    assert r.exit_code == 0, r.output
+    docs = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [d["msg"] for d in docs] == ["logged long ago", "run closed: completed"]
+    assert not any("workflow" in d for d in docs)  # printed as stored
 
 
 def test_follow_on_a_closed_run_prints_json_lines_and_stops(cli, on, make_engine):
@@ -143,6 +180,7 @@ def test_follow_on_a_closed_run_prints_json_lines_and_stops(cli, on, make_engine
     assert r.exit_code == 0, r.output
     docs = [json.loads(line) for line in r.stdout.splitlines()]
     assert [d.get("status") for d in docs] == [None, None, None, "completed"]
+    assert {d["workflow"] for d in docs} == {"logs_cli.greets"}
 
 
 def test_an_open_run_without_lines_prints_nothing(cli, on, make_engine):

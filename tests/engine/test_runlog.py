@@ -67,8 +67,10 @@ async def test_lines_are_tagged_with_the_run_and_in_steps_with_the_step(
         ("warn", "runlog_ctx_step", 1, "in ctx.step"),
         ("info", None, None, "done"),
     ]
+    assert got[-1]["event"] == "closed"
     for d in got:
         assert d["id"] == "tags"
+        assert d["workflow"] == "runlog.tags"  # the registered workflow type
         assert d["run_id"] == run_id
         assert d["ts"] == clock.now()
 
@@ -111,6 +113,7 @@ async def test_each_attempt_is_tagged_with_its_number(make_engine, home: Path, r
         ("runlog_flaky_async", 2, None),
     ]
     # A failed attempt's line says why, and where: the step's own frame raised it.
+    assert {d["workflow"] for d in lines(home, "attempts")} == {"runlog.attempts"}
     failed = [d for d in got if d.get("event") == "attempt_failed"]
     for d in failed:
         assert d["level"] == "error"

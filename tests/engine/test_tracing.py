@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from fusee_runtime import Ctx, Rejected, RetryPolicy, step, workflow
+from fusee_runtime import Cancelled, Ctx, Rejected, RetryPolicy, RunFailed, step, workflow
 from fusee_runtime.tracing import check_traceparent
 
 GIVEN = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -179,6 +179,8 @@ async def test_executions_that_overlap_each_end_their_own_span(spans: Any) -> No
     assert len(runs) >= 2 and {r.context.trace_id for r in runs} == {TRACE_ID}
     assert step_span.parent is not None
     assert step_span.parent.span_id == runs[-1].context.span_id  # the newest execution's
+    statuses = [r.attributes["fusee.status"] for r in runs if r.attributes is not None]
+    assert statuses[0] == "parked" and statuses[-1] == "completed"  # though it ended later
 
 
 async def test_a_run_that_recorded_no_traceparent_keeps_one_trace(spans: Any) -> None:
@@ -194,6 +196,69 @@ async def test_a_run_that_recorded_no_traceparent_keeps_one_trace(spans: Any) ->
     spans_of = named(exporter, "fusee.")
     assert spans_of and {s.context.trace_id for s in spans_of} == {int(run_id, 16)}
     assert h.id == "old"
+
+
+@workflow(name="tr.fails")
+async def fails(ctx: Ctx, _: None) -> None:
+    raise ValueError("out of stock")
+
+
+@workflow(name="tr.held")
+async def held(ctx: Ctx, _: None) -> Any:
+    return await ctx.wait_for("go")
+
+
+def by_status(exporter: InMemorySpanExporter, prefix: str) -> list[tuple[str, StatusCode]]:
+    """The `fusee.status` of each `fusee.run` span, and the span's status, oldest first."""
+    return [
+        (str(s.attributes["fusee.status"]), s.status.status_code)
+        for s in named(exporter, prefix)
+        if s.attributes is not None
+    ]
+
+
+async def test_the_span_of_the_execution_that_closed_a_run_says_how(spans: Any) -> None:
+    exporter, make = spans
+    FAILS.add("o-10")
+    async with make() as engine:
+        await (await engine.start("tr.order", "o-10", id="o-10")).result()
+        with pytest.raises(RunFailed, match="out of stock"):
+            await (await engine.start("tr.fails", None, id="f-1")).result()
+        h = await engine.start("tr.renew", 1, id="cn-2")
+        assert await engine.handle("cn-2").result() is not None
+        assert h.id == "cn-2"
+    assert by_status(exporter, "fusee.run tr.order") == [("completed", StatusCode.UNSET)]
+    (failed,) = named(exporter, "fusee.run tr.fails")
+    assert failed.attributes is not None and failed.attributes["fusee.status"] == "failed"
+    assert failed.status.status_code == StatusCode.ERROR
+    assert "out of stock" in (failed.status.description or "")
+    assert failed.attributes["fusee.error_kind"] == "ValueError"
+    assert by_status(exporter, "fusee.run tr.renew") == [
+        ("continued_as_new", StatusCode.UNSET),
+        ("completed", StatusCode.UNSET),
+    ]
+
+
+async def test_a_parked_execution_s_span_says_parked_and_the_closing_one_cancelled(
+    spans: Any,
+) -> None:
+    exporter, make = spans
+    async with make() as engine:
+        h = await engine.start("tr.held", None, id="c-1")
+        await engine.wait_until(lambda: engine.runs.latest("c-1").parked)
+        await h.cancel("no longer wanted")
+        with pytest.raises(Cancelled):
+            await h.result()
+        await engine.start("tr.held", None, id="c-2")
+        await engine.wait_until(lambda: engine.runs.latest("c-2").parked)
+        await engine.handle("c-2").signal("go", 7)
+        assert await engine.handle("c-2").result() == 7
+    assert by_status(exporter, "fusee.run tr.held") == [
+        ("parked", StatusCode.UNSET),
+        ("cancelled", StatusCode.UNSET),
+        ("parked", StatusCode.UNSET),
+        ("completed", StatusCode.UNSET),
+    ]
 
 
 async def test_a_traceparent_is_recorded_without_tracing_and_checked(make_engine: Any) -> None:
