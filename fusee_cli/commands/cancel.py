@@ -37,7 +37,7 @@ def cancel(
         async def cancel_run(ctl: Control | ControlClient, info: RunInfo) -> RunInfo:
             # Raises Rejected, with how it closed, when the run is closed.
             await ctl.cancel(wid, reason)
-            return await session.described_after(ctl, wid, info)
+            return await session.described_after(home, ctl, wid)
 
         after, owner = session.act(home, module, wid, cancel_run)
         if as_json:

@@ -48,8 +48,8 @@ def list_runs(
         typer.Option(
             "--parent",
             metavar="ID",
-            help="Only the child workflows (ctx.child) of the runs of workflow id ID; "
-            "default: every run.",
+            help="Only the child workflows (ctx.child) of the runs of workflow id ID "
+            "(exit 3 when no run has that id); default: every run.",
             autocompletion=suggest.run_ids,
         ),
     ] = None,
@@ -92,11 +92,15 @@ def list_runs(
             known = ", ".join([OPEN, *(s.value for s in Status)])
             raise CliError(Code.USAGE, f"unknown status {status!r}; statuses: {known}")
         conditions = _where(where or [])
+        if parent is not None:
+            session.check_id(parent)
         infos: list[Any] = []
         if session.has_journal(home):
             # One more than shown tells whether there are more, without counting them.
             wanted = None if limit == 0 else min(limit + 1, LIST_LIMIT_MAX)
             infos = _collect(home, status, workflow, wanted, parent, conditions)
+        elif parent is not None:
+            raise session.no_run(parent)
         more = 0 < limit < len(infos)
         if more:
             infos = infos[:limit]
@@ -138,6 +142,11 @@ def _collect(
     parent: str | None,
     where: dict[str, Any] | None,
 ) -> list[Any]:
+    """The runs that match, as the home's owner (or the home opened passively) lists them.
+
+    Raises:
+        CliError: `parent` names no run (exit 3), or what `session.control` raises.
+    """
     out: list[Any] = []
 
     async def collect() -> None:
@@ -146,6 +155,9 @@ def _collect(
             got = await ctl.list(
                 status=status, workflow=workflow, limit=limit, parent=parent, where=where
             )
+            if not got and parent is not None:
+                # No children: is it a parent with none, or no run at all (exit 3)?
+                await session.find_run(ctl, parent)
             out.extend(got)
 
     session.run(collect())

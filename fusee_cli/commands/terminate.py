@@ -39,7 +39,7 @@ def terminate(
         ) -> tuple[RunInfo, RunInfo]:
             # Raises Rejected, with how it closed, when the run is closed.
             await ctl.terminate(wid, reason)
-            return info, await session.described_after(ctl, wid, info)
+            return info, await session.described_after(home, ctl, wid)
 
         (before, after), _ = session.act(home, module, wid, terminate_run)
         if as_json:

@@ -81,6 +81,13 @@ async def cli_shifty(ctx: Ctx, _: Any) -> None:
 
 
 @workflow
+async def cli_mend(ctx: Ctx, _: Any) -> Any:
+    """`cli_shifty` that can finish: its step SHAPE, then the value of signal "go"."""
+    await ctx.step(SHAPE, echo, 1)
+    return await echo(await ctx.wait_for("go"))
+
+
+@workflow
 async def cli_wait(ctx: Ctx, _: Any) -> Any:
     return await echo(await ctx.wait_for("go"))
 

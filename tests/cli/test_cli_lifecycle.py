@@ -7,9 +7,12 @@ and the run acts on it the next time a process drives the home (here,
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
+
+from fusee_runtime import Status
 
 
 def doc(result) -> dict:
@@ -101,6 +104,30 @@ def test_resume_retries_a_stuck_run(cli, on, testapp, monkeypatch, make_stuck):
     assert (info["status"], info["error"]) == ("running", None)
     kinds = [rec["type"] for rec in records(cli, on, "s-1")]
     assert kinds[-2:] == ["RunStuck", "RunUnstuck"]
+
+
+def test_result_wait_carries_on_a_stuck_run_whose_code_was_fixed(
+    cli, on, testapp, monkeypatch, make_engine
+):
+    async def first_version() -> None:
+        async with make_engine() as engine:
+            await engine.start("cli_mend", None, id="m-1")
+            await engine.wait_until(lambda: engine.runs.latest("m-1").status == Status.PARKED)
+
+    asyncio.run(first_version())  # m-1 recorded step "a" and waits for signal "go"
+    monkeypatch.setattr(testapp, "SHAPE", "b")  # its code changes under it
+    for _ in range(2):  # stuck under the code loaded now, recorded or not yet: exit 1
+        r = cli("result", "m-1", "--wait", *on)
+        assert r.exit_code == 1, r.output
+        assert r.stderr.splitlines()[-1].startswith("error: run m-1 is stuck: replay mismatch")
+    assert cli("signal", "m-1", "go", "5", *on).exit_code == 0
+    monkeypatch.setattr(testapp, "SHAPE", "a")  # the fix is deployed
+    r = cli("result", "m-1", "--wait", *on)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout) == 5
+    kinds = [rec["type"] for rec in records(cli, on, "m-1")]
+    assert kinds.count("RunStuck") == 1
+    assert kinds.index("RunStuck") < kinds.index("RunUnstuck") < kinds.index("RunCompleted")
 
 
 # -- cancel ----------------------------------------------------------------------
@@ -243,8 +270,12 @@ def test_reset_of_an_open_run_closes_it_as_reset(cli, on, home):
     [
         ("0", "operation numbers start at 1"),
         ("-3", "operation numbers start at 1"),
-        ("nope", "run 'r-1' has no step named 'nope'; its steps: first, second"),
-        ("", "--to takes an operation number or a step name"),
+        (
+            "nope",
+            "run 'r-1' has no operation named 'nope'; --to takes an operation number from 1 "
+            "to 3 or the name of a step (first, second)",
+        ),
+        ("", "--to takes an operation number, a position or an operation's name"),
     ],
 )
 def test_reset_to_a_bad_point_exits_2(cli, on, home, pair, journal, bad_input, to, fragment):

@@ -142,3 +142,22 @@ def test_where_finds_the_orders_of_a_customer_over_an_amount(fusee, spawn, tmp_p
 )
 def test_a_bad_where_is_one_line_and_exit_2(cli, on, bad_input, expression, message):
     bad_input(cli("list", "--where", expression, *on), 2, message)
+
+
+@pytest.mark.parametrize("as_json", [[], ["--json"]])
+def test_a_parent_that_names_no_run_exits_3_as_describe_does(cli, on, bad_input, as_json):
+    # In a home never opened too: nothing is created to say so.
+    line = bad_input(cli("list", "--parent", "nosuch", *as_json, *on), 3)
+    assert line == "error: no run with id 'nosuch'"
+    r = cli("start", "cli_echo", "--input", "-", "--id", "e-1", *on, input='"x"')
+    assert r.exit_code == 0, r.output
+    described = bad_input(cli("describe", "nosuch", *as_json, *on), 3)
+    assert bad_input(cli("list", "--parent", "nosuch", *as_json, *on), 3) == described == line
+    # A run with no children has none to list: that is no error.
+    r = cli("list", "--parent", "e-1", *as_json, *on)
+    assert r.exit_code == 0, r.output
+    assert (r.stdout, r.stderr) == (("[]\n", "") if as_json else ("", "no runs\n"))
+
+
+def test_a_bad_parent_id_is_a_usage_error(cli, on, bad_input):
+    bad_input(cli("list", "--parent", "a/b", *on), 2, "a workflow id may not contain '/'")

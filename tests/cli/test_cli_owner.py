@@ -7,6 +7,7 @@ lines to know where it is, never sleep.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -201,6 +202,36 @@ def test_a_follower_takes_over_when_the_owner_goes_away(spawn, fusee, tmp_path):
     out, err = follower.communicate()
     assert follower.returncode == 0, err
     assert json.loads(out)["approved"] is True
+
+
+@pytest.mark.parametrize(
+    ("command", "closed"), [("terminate", "terminated"), ("cancel", "cancelled")]
+)
+def test_json_shows_the_closed_run_when_its_owner_went_away_after_closing_it(
+    spawn, cli, tmp_path, monkeypatch, command, closed
+):
+    # The patch only orders what happens: the owner really exits between the command's
+    # call that closes the run and the one that describes it.
+    from fusee_runtime.control.client import ControlClient
+
+    on = _on(tmp_path)
+    owner = _owner(spawn, on, "ap-1")
+    acted = getattr(ControlClient, command)
+
+    async def then_the_owner_goes(self: ControlClient, id: str, reason: str) -> None:
+        await acted(self, id, reason)
+        # The owner's run closes (a cancel runs its compensations first), so the
+        # `fusee start` that owns the home exits, before the command describes the run.
+        await asyncio.to_thread(owner.communicate)
+
+    monkeypatch.setattr(ControlClient, command, then_the_owner_goes)
+    r = cli(command, "ap-1", "--json", *on)
+
+    assert r.exit_code == 0, r.output
+    assert owner.returncode == 1
+    doc = json.loads(r.stdout)
+    assert (doc["id"], doc["status"]) == ("ap-1", closed)
+    assert doc["closed_at"] is not None
 
 
 def test_detached_starts_and_results_without_wait_run_no_code(fusee, tmp_path):
