@@ -342,15 +342,16 @@ def _detail(rec: dict[str, Any], limit: int | None) -> str:
 
     if kind == "RunStarted":
         origin = rec.get("origin") or {}
-        how = ""
+        hows = []
         if "reset" in origin:
-            how = f" (reset of run {origin['reset']}, from operation #{origin['before']})"
+            hows.append(f"reset of run {origin['reset']}, from operation #{origin['before']}")
         if "schedule" in origin:
-            how = (
-                " (triggered by hand)" if origin.get("manual") else " (fired by its cron schedule)"
+            hows.append(
+                "triggered by hand" if origin.get("manual") else "fired by its cron schedule"
             )
-        if "parent" in origin:
-            how = f" (child of {origin['parent']['id']}, operation #{origin['parent']['seq']})"
+        if "parent" in origin:  # a reset child's too: it stays its parent's child
+            hows.append(f"child of {origin['parent']['id']}, operation #{origin['parent']['seq']}")
+        how = f" ({'; '.join(hows)})" if hows else ""
         return f"id {rec['workflow_id']}, input {short(rec['input'])}{how}"
     if kind in _COMPOSING:
         return short(_composing(rec))

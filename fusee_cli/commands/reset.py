@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -18,7 +17,7 @@ if TYPE_CHECKING:
     from fusee_runtime.control.client import ControlClient
 
 _NUMBER = re.compile(r"[+-]?\d+")
-_STEP_RECORDS = ("StepCompleted", "StepFailed", "AttemptFailed", "StepPaused")
+_NESTED = re.compile(r"\d+(?:\.u?\d+)+")  # a position inside an operation: 2.0.1, 3.u1.2
 
 
 def reset(
@@ -27,10 +26,13 @@ def reset(
         str,
         typer.Option(
             "--to",
-            metavar="SEQ|STEP",
+            metavar="SEQ|POSITION|NAME",
             help="Where the new run starts again: an operation number (the seq column of "
-            "`fusee history`), or a step's name (its first call). It keeps the journal "
-            "before that point.",
+            "`fusee history`); a position inside one as that column shows it (2.0.1, in a "
+            "ctx.all, ctx.race or update handler), which resets to its top-level operation "
+            "(#2), run again whole; or the name of a step, wait (its signal), sleep, child "
+            "(its id) or completion: its first occurrence. It keeps the journal before "
+            "that point.",
             show_default=False,
         ),
     ],
@@ -41,11 +43,15 @@ def reset(
 ) -> None:
     """Run ID again from --to in a new run that keeps the journal before it; print its id.
 
+    A child stays its parent's child: the parent gets the new run's result.
+
     Example: fusee reset o-1 --to charge
     """
     with session.reporting():
         if not to:
-            raise CliError(Code.USAGE, "--to takes an operation number or a step name")
+            raise CliError(
+                Code.USAGE, "--to takes an operation number, a position or an operation's name"
+            )
         point: int | str = int(to) if _NUMBER.fullmatch(to) else to
         module = app_module(app)
         wid = session.check_id(workflow_id)
@@ -56,13 +62,12 @@ def reset(
             from fusee_runtime import NotFound
 
             try:
-                # Rejected for an operation number below 1; NotFound for a step
-                # the run never called (the run itself exists: an input error).
+                # Rejected for an operation number out of range; NotFound for a point
+                # the run does not have (the run itself exists: an input error), whose
+                # message lists what --to takes for this run.
                 new = await ctl.reset(wid, point)
             except NotFound as e:
-                steps = await _steps(ctl, info)
-                known = f"its steps: {', '.join(steps)}" if steps else "it has called no step"
-                raise CliError(Code.USAGE, f"{e}; {known}") from None
+                raise CliError(Code.USAGE, str(e)) from None
             started = [r for r in await ctl.history(wid) if r["run_id"] == new.run_id]
             return info, new, started[0]["origin"]
 
@@ -75,37 +80,13 @@ def reset(
             typer.echo(new.run_id)
             # Only an open run closes as reset; a closed one keeps how it closed.
             was = "closed as reset" if old.status.is_open else f"stays {old.status}"
+            before = origin["before"]
+            inside = ""
+            if isinstance(point, str) and _NESTED.fullmatch(point):
+                inside = f" (position {point} is inside operation #{before}: it runs again whole)"
+            child = f"; it is still a child of {new.parent[0]}" if new.parent else ""
             session.echo_err(
                 f"reset {wid}: run {old.run_id} {was}; new run {new.run_id} "
-                f"keeps operations before #{origin['before']} and runs the rest "
-                f"{session.goes_on(wid, owner)}"
+                f"keeps operations before #{before}{inside} and runs the rest "
+                f"{session.goes_on(wid, owner)}{child}"
             )
-
-
-async def _steps(ctl: Control | ControlClient, info: RunInfo) -> list[str]:
-    """The names of the steps `info`'s run called, in the order it first called them.
-
-    These are the names `--to` takes. A run that is itself a reset called
-    the steps it ran and also those its journal kept from the run it reset
-    (the operations before its `origin["before"]`), recorded under that
-    older run's id: the chain of resets is followed back.
-    """
-    records = await ctl.history(info.id)
-    calls: list[tuple[int, str]] = []
-    run_id: str | None = info.run_id
-    before: float = math.inf
-    while run_id is not None:
-        mine = [rec for rec in records if rec["run_id"] == run_id]
-        calls += [
-            (top, rec["name"])
-            for rec in mine
-            if rec["type"] in _STEP_RECORDS and (top := rec["seq"]) < before
-        ]
-        origin = next((rec["origin"] for rec in mine if rec["type"] == "RunStarted"), None)
-        run_id = None
-        if origin and "reset" in origin:
-            run_id, before = origin["reset"], min(before, origin["before"])
-    names: dict[str, None] = {}
-    for _, name in sorted(calls, key=lambda call: call[0]):  # sort is stable
-        names.setdefault(name, None)
-    return list(names)

@@ -405,7 +405,9 @@ _SCHEMAS: dict[str, dict[str, Any]] = {
         {
             "to": {
                 "oneOf": [{"type": "integer", "minimum": 1}, {"type": "string"}],
-                "description": "An operation number, or a step name.",
+                "description": "An operation number; a position inside one as the history "
+                'shows it (`op`: "2.0.1"), which resets to its top-level operation; or the '
+                "name of a step, wait, sleep, child (its id) or completion: its first one.",
             }
         },
         "to",

@@ -462,7 +462,10 @@ async def _resume(request: Request, api: Api) -> Response:
 async def _reset(request: Request, api: Api) -> Response:
     to = (await _fields(request, ("to",), ("to",)))["to"]
     if isinstance(to, bool) or not isinstance(to, int | str):
-        raise _bad(f"the field 'to' is an operation number or a step name, not {_kind(to)}")
+        raise _bad(
+            f"the field 'to' is an operation number, a position or an operation's name, "
+            f"not {_kind(to)}"
+        )
     return _json(run_json(await api.control.reset(request.path_params["id"], to)))
 
 

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from fusee_runtime import search
 from fusee_runtime.completions import Tokens
 from fusee_runtime.dsl import WorkflowDef, seconds
+from fusee_runtime.engine import resets
 from fusee_runtime.engine.checkpoints import Checkpoints
 from fusee_runtime.engine.config import Config
 from fusee_runtime.engine.driver import Driver
@@ -45,7 +46,7 @@ from fusee_runtime.engine.home import HomeLock, private_dir
 from fusee_runtime.engine.limits import LimitInfo
 from fusee_runtime.engine.registry import load_app
 from fusee_runtime.engine.runlog import RunLog
-from fusee_runtime.engine.runs import RunTable, reset_point, wanted
+from fusee_runtime.engine.runs import RunTable, wanted
 from fusee_runtime.engine.schedules import Schedules
 from fusee_runtime.engine.state import Run, RunInfo, Status
 from fusee_runtime.engine.waits import wake_at
@@ -421,26 +422,24 @@ class Engine:
         await self.durability.wait(run.last_lsn)
 
     async def reset(self, id: str, to: int | str, *, run_id: str | None = None) -> RunHandle:
-        """Closes the newest run of `id` as `reset` and starts a new run of the same id
-        whose journal keeps the operations before `to` (an operation number, or the
-        name of a step: its first occurrence); the steps from there on run again.
-        Returns a handle pinned to the new run. With `run_id`, that run must be the
-        id's newest."""
+        """Closes the newest run of `id` as `reset` and starts a new run of the id that
+        keeps the journal before `to`; the rest runs again. Returns a handle pinned to
+        the new run once its start is durable. With `run_id`, that run must be the newest.
+
+        `to`: an operation number; a position inside one, as `fusee history` shows it
+        ("2.0.1"), which resets to its top-level operation (#2), run again whole; or
+        the name of a step, wait, sleep, child (its id) or completion: its first
+        occurrence. A reset child stays its parent's child, and the parent gets the
+        new run's result (`fusee_runtime.engine.resets`).
+
+        Raises:
+            NotFound: no such run, or no such point in it (the message lists what `to` takes).
+            Rejected: a number out of range, or `run_id` not the newest.
+        """
         self.driver.check_accepting()
         run = self.runs.get(id, run_id)
-        if run_id is not None and self.runs.latest(id).run_id != run_id:
-            raise Rejected(
-                f"run {run_id!r} is not the newest run of {id!r}: only the newest run resets"
-            )
-        before = reset_point(run, to)
-        was_open = run.is_open
-        if was_open:
-            self.driver.close_run(run, R.RunReset, f"reset to operation #{before}")
-        origin = {"reset": run.run_id, "before": before}
-        encoded = self.driver.encode(run.input, f"the input of workflow {run.workflow!r}")
-        new = self.driver.new_run(run.workflow_id, run.workflow, encoded, run.deadline, origin)
-        if was_open:
-            self.driver.family.reset(run, new)
+        newest = self.runs.latest(id) if run_id is not None else run
+        new = resets.reset(self.driver, run, to, newest)
         await self.durability.wait(new.last_lsn)
         return RunHandle(self, id, new.run_id)
 

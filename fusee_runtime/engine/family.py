@@ -15,13 +15,18 @@ started is started (its input is in `ChildStarted`); a signal or cancel
 recorded but not delivered is delivered. It also finishes what the two runs'
 closes imply:
 
-- a child closed (completed, failed, cancelled, terminated, timed out,
-  reset) tells its parent with `ChildClosed`, which resolves the parent's
-  operation; a child that continued as new does not, since its new run is
-  the parent's child now;
-- a parent closed applies each open child's `parent_close`: `"terminate"`
+- a child closed (completed, failed, cancelled, terminated, timed out)
+  tells its parent with `ChildClosed`, which resolves the parent's
+  operation; a child that continued as new or was reset does not, since
+  its new run is the parent's child now (`origin["parent"]`, as Temporal
+  keeps a reset child its parent's) and tells when it closes. A reset
+  whose new run a crash cut off tells the parent `reset` in `settle`: no
+  run is left to tell anything;
+- a parent closed applies `parent_close` to each child it had not heard
+  from (the newest run of the child's chain, if open): `"terminate"`
   closes it, `"cancel"` cancels it (its compensations run), `"abandon"`
-  leaves it running.
+  leaves it running. A run of the chain begun after the parent closed (a
+  reset of a closed child) was not open then: it gets none.
 
 Both happen live as soon as the close is appended, and again in `settle`
 for a close whose consequence a crash cut off. Each is checked against the
@@ -32,6 +37,7 @@ open, no cancel recorded yet), so applying them again does nothing.
 from __future__ import annotations
 
 import uuid
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -55,6 +61,9 @@ class Family:
     def __init__(self, driver: Driver, runs: RunTable) -> None:
         self.driver = driver
         self.runs = runs
+        self._closes: deque[Run] = deque()
+        """Closed runs whose parent and children `closed` has still to see."""
+        self._working = False
 
     # -- from a sender's code --------------------------------------------------------------
 
@@ -161,7 +170,7 @@ class Family:
                 )
                 return None, {"kind": "Rejected", "message": message}
             return None, {"kind": "NotFound", "message": str(e)}
-        if run_id is not None and target.closing == Status.CONTINUED_AS_NEW:
+        if run_id is not None and target.closing in _GOES_ON:
             # A child's handle names the run started; the child goes on in its successor.
             newest = self.runs.find_latest(id)
             if newest is not None and target.parent and newest.parent == target.parent:
@@ -174,10 +183,25 @@ class Family:
     # -- closes ----------------------------------------------------------------------------
 
     def closed(self, run: Run) -> None:
-        """`run`'s close was appended: tell its parent, apply its children's `parent_close`."""
-        self._tell_parent(run)
-        if run.closing != Status.RESET:  # a reset's: `reset`, once the new run exists
-            self._close_children(run)
+        """`run`'s close was appended: tell its parent, apply its children's `parent_close`.
+
+        A child closed by its parent's `parent_close` comes back here, and its own
+        children after it: the closes are worked through as a list, in the order
+        they come, so a tree of any depth takes no more of the stack than one level.
+        """
+        self._closes.append(run)
+        if self._working:
+            return  # the call below this one takes it
+        self._working = True
+        try:
+            while self._closes:
+                closed = self._closes.popleft()
+                self._tell_parent(closed)
+                if closed.closing != Status.RESET:  # a reset's: `reset`, once the new run exists
+                    self._close_children(closed)
+        finally:
+            self._working = False
+            self._closes.clear()  # (left over only when an append failed: fail-stop)
 
     def reset(self, old: Run, new: Run) -> None:
         """`old` was reset into `new`: the children `new` keeps (started before its
@@ -204,11 +228,14 @@ class Family:
             return None
         return newest if ref["seq"] in _open_children(newest) else None
 
-    def _tell_parent(self, child: Run) -> None:
+    def _tell_parent(self, child: Run, cut: bool = False) -> None:
         """Appends `ChildClosed` to the parent of closed `child`, unless the parent has
-        it already; a child that continued as new goes on (its new run tells)."""
+        it already; a child that continued as new or was reset goes on (its new run
+        tells), unless `cut`: a crash cut off the new run of its reset."""
         ref = child.parent
         if ref is None or child.closing == Status.CONTINUED_AS_NEW:
+            return
+        if child.closing == Status.RESET and not cut:
             return
         parent = self._parent_now(ref)
         if parent is None:
@@ -258,15 +285,27 @@ class Family:
                 continue
             ref = run.parent
             if ref is not None and ref["close"] != "abandon":
-                parent = self.runs.by_id(ref["run_id"])
-                closed = parent is not None and not parent.is_open
-                kept = closed and self._parent_now(ref) is not None  # by a reset run
-                if closed and not kept and (ref["close"] == "terminate" or not run.cancel_reason):
-                    assert parent is not None
+                parent = self._closed_parent(run, ref)
+                if parent is not None and (ref["close"] == "terminate" or not run.cancel_reason):
                     self._apply(run, ref["close"], parent)
             for seq, op in list(run.ops.items()):
                 if run.is_open:
                     self._settle_op(run, seq, op)
+
+    def _closed_parent(self, child: Run, ref: dict[str, Any]) -> Run | None:
+        """The closed parent whose `parent_close` open `child` is owed, as the parent's
+        close applies it live (`_close_children`): None when the parent is open or a
+        reset of it keeps the child, when it had the child's close before its own, or
+        when `child` began after it closed (a reset of a closed child)."""
+        parent = self.runs.by_id(ref["run_id"])
+        if parent is None or parent.is_open or self._parent_now(ref) is not None:
+            return None
+        op = parent.ops.get(ref["seq"])
+        if op is None or op.done:
+            return None
+        if parent.close_lsn is not None and child.start_lsn > parent.close_lsn:
+            return None
+        return parent
 
     def _settle_op(self, run: Run, seq: str, op: Op) -> None:
         if op.peer_run is None or not op.ok:
@@ -277,7 +316,9 @@ class Family:
                 # Its `RunStarted` was cut off: start it as recorded.
                 self._start(run, seq, op, orjson.dumps(op.value))
             elif not child.is_open:
-                self._tell_parent(child)
+                # A child reset here has no new run that is the parent's child: the
+                # crash cut it off, and the parent hears of the reset.
+                self._tell_parent(child, cut=True)
             return
         target = self.runs.by_run_id.get(op.peer_run)
         if target is None or not target.is_open:
@@ -287,6 +328,10 @@ class Family:
                 self.driver.receive(target, op.name, op.value, op.signal_id)
         elif op.kind == "cancel_workflow" and target.cancel_reason is None:
             self.driver.request_cancel(target, op.value)
+
+
+_GOES_ON = (Status.CONTINUED_AS_NEW, Status.RESET)
+"""How a run closes when a new run of its id goes on as the same child."""
 
 
 def _open_children(run: Run) -> dict[str, Op]:

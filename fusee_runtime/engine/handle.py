@@ -90,7 +90,8 @@ class RunHandle:
         await self._engine.resume(self.id, run_id=self._target())
 
     async def reset(self, to: int | str) -> RunHandle:
-        """Closes the run as `reset` and starts a new run that keeps the journal before `to`."""
+        """Closes the run as `reset` and starts a new run that keeps the journal before `to`
+        (an operation number, a position or an operation's name, as `Engine.reset` takes it)."""
         return await self._engine.reset(self.id, to, run_id=self._target())
 
     async def query(self, name: str, arg: Any = None) -> Any:

@@ -371,29 +371,6 @@ class RunTable:
             run.update_waiters.clear()
 
 
-def reset_point(run: Run, to: int | str) -> int:
-    """The operation number a reset of `run` keeps the journal before: `to` itself, or
-    the first occurrence of the step named `to`."""
-    if isinstance(to, bool) or not isinstance(to, int | str):
-        raise Rejected("reset(to=) takes an operation number or a step name")
-    if isinstance(to, int) or (to.isascii() and to.isdigit()):
-        n = int(to)
-        if n < 1:
-            raise Rejected("operation numbers start at 1")
-        # Up to one past the last operation: keep them all, run what follows anew.
-        last = max((top(s) for s in run.ops), default=0)
-        if n > last + 1:
-            raise Rejected(
-                f"operation #{n} is past the end of run {run.workflow_id!r}: "
-                f"it has {last} operation(s), so --to takes 1 to {last + 1}"
-            )
-        return n
-    steps = sorted((top(s), s) for s, op in run.ops.items() if op.kind == "step" and op.name == to)
-    if not steps:
-        raise NotFound(f"run {run.workflow_id!r} has no step named {to!r}")
-    return steps[0][0]
-
-
 def _row_info(row: Row) -> RunInfo:
     return RunInfo(
         id=row.workflow_id,

@@ -153,21 +153,21 @@ def test_reset_to_an_unknown_step_lists_the_steps_kept_from_the_run_reset(
     """Before: "its steps: second", though `--to first` works."""
     before = journal(home)
     r = cli("reset", "r-1", "--to", "nosuch", *on)
-    bad_input(r, 2, "run 'r-1' has no step named 'nosuch'; its steps: first, second")
-    assert r.stderr.endswith("its steps: first, second\n")
+    bad_input(r, 2, "run 'r-1' has no operation named 'nosuch'; --to takes an operation number")
+    assert r.stderr.endswith("or the name of a step (first, second)\n")
     assert journal(home) == before
 
 
 def listed_steps(cli, on, bad_input) -> list[str]:
     line = bad_input(cli("reset", "r-1", "--to", "nosuch", *on), 2)
-    return line.split("its steps: ")[1].split(", ")
+    return line.split("the name of a step (")[1].removesuffix(")").split(", ")
 
 
 def test_the_reset_error_lists_the_steps_to_takes(cli, on, bad_input, reset_twice):
     # A reset of a reset, not driven yet: it has called only what it kept.
     assert cli("reset", "r-1", "--to", "second", *on).exit_code == 0
     assert listed_steps(cli, on, bad_input) == ["first"]
-    bad_input(cli("reset", "r-1", "--to", "second", *on), 2, "its steps: first")
+    bad_input(cli("reset", "r-1", "--to", "second", *on), 2, "a step (first)")
     # Driven, it calls `second` again: the chain of resets is followed back for `first`.
     assert cli("result", "r-1", "--wait", *on).exit_code == 0
     assert listed_steps(cli, on, bad_input) == ["first", "second"]

@@ -62,6 +62,15 @@ async def careful(ctx: Ctx, _: None) -> str:
 
 
 @workflow
+async def guardian(ctx: Ctx, _: None) -> str:
+    """Waits for a sleeper child's result; for a child that does not complete, its status."""
+    try:
+        return await ctx.child(sleeper, f"{ctx.workflow_id}-sleeper")
+    except ChildFailed as e:
+        return f"child {e.status}"
+
+
+@workflow
 async def broken(ctx: Ctx, _: None) -> int:
     raise RuntimeError("broken on purpose")
 

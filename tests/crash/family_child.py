@@ -8,6 +8,9 @@ Usage: python family_child.py HOME COMMAND ID [INPUT]   (env LEDGER, CUT_AFTER)
   park ID WF          starts WF with no input, prints PARKED once it is, then waits
   cancel ID WF        starts WF with no input, cancels it once it is parked, then as wait
   signal ID NAME V    signals ID once it is parked, prints SIGNALLED, then as wait
+  reset ID WF KID V   starts WF with no input; once its child KID is parked, resets KID
+                      to its operation #1 and, once the new run is parked, signals it
+                      "wake" with V; then as wait
 
 With CUT_AFTER=<record type> (a name of `R`), the first batch holding such
 a record is written only up to the end of that record's frame: that much
@@ -78,6 +81,13 @@ async def main(home: str, command: str, id: str, args: list[str]) -> None:
             await engine.wait_until(lambda: run.parked or not run.is_open)
             await engine.signal(id, name, orjson.loads(value))
             crash_app.emit("SIGNALLED")
+        elif command == "reset":
+            wf, kid, value = args
+            await engine.start(wf, None, id=id)
+            await engine.wait_until(lambda: kid in engine.runs.newest and _parked(engine, kid))
+            new = (await engine.reset(kid, 1)).run_id
+            await engine.wait_until(lambda: engine.runs.by_run_id[new].parked)
+            await engine.signal(kid, "wake", orjson.loads(value))
         try:
             result = await engine.handle(id).result(timeout=60)
         except (Cancelled, Terminated, RunFailed) as e:
@@ -85,6 +95,10 @@ async def main(home: str, command: str, id: str, args: list[str]) -> None:
             crash_app.emit("RESULT", orjson.dumps(f"{status}: {e}").decode())
         else:
             crash_app.emit("RESULT", orjson.dumps(result).decode())
+
+
+def _parked(engine: Engine, id: str) -> bool:
+    return engine.runs.newest[id].parked
 
 
 if __name__ == "__main__":

@@ -128,3 +128,37 @@ def test_killed_between_a_signal_sent_and_its_delivery(paths) -> None:
     recs = journal(home)
     assert len([r for r in recs if r[0] == R.SignalSent]) == 1
     assert len([r for r in recs if r[0] == R.SignalReceived]) == 1  # delivered once
+
+
+def test_killed_between_a_reset_childs_result_and_the_parent_seeing_it(paths) -> None:
+    home, ledger = paths
+    # The child is reset while its parent waits; its new run completes, and the
+    # process dies before the parent's ChildClosed: the second life tells the parent,
+    # which gets the new run's result (not a "reset").
+    start = ("reset", "g-1", "guardian", "g-1-sleeper", '"fresh"')
+    first = family(home, ledger, *start, CUT_AFTER="RunCompleted")  # the new run's
+    first.read_until("AT cut")
+    first.kill()
+    assert family(home, ledger, "wait", "g-1").finish() == "fresh"
+    recs = journal(home)
+    kid_runs = [r[1] for r in recs if r[0] == R.RunStarted and r[2] == "g-1-sleeper"]
+    assert len(kid_runs) == 2  # the child's run, and the run its reset made
+    closes = [r for r in recs if r[0] == R.ChildClosed]
+    assert [(r[3], r[4], r[5]) for r in closes] == [(kid_runs[1], "completed", "fresh")]
+    assert [r[7]["parent"]["id"] for r in recs if r[0] == R.RunStarted and r[1] == kid_runs[1]] == [
+        "g-1"
+    ]
+
+
+def test_killed_between_a_childs_reset_and_its_new_run(paths) -> None:
+    home, ledger = paths
+    # The reset's close is durable, its new run's start is not: nothing is left to give
+    # the parent a result, so the second life tells it the child was reset.
+    start = ("reset", "g-2", "guardian", "g-2-sleeper", '"fresh"')
+    first = family(home, ledger, *start, CUT_AFTER="RunReset")
+    first.read_until("AT cut")
+    first.kill()
+    assert family(home, ledger, "wait", "g-2").finish() == "child reset"
+    recs = journal(home)
+    assert starts_by_id(home) == Counter({"g-2": 1, "g-2-sleeper": 1})
+    assert [r[4] for r in recs if r[0] == R.ChildClosed] == ["reset"]

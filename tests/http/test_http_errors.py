@@ -138,8 +138,8 @@ async def test_a_closed_run_refuses_signals_cancel_and_resume_with_400(
         ("/v1/runs/o-1/terminate", "stop", "a JSON object (reason), not a string"),
         ("/v1/runs/o-1/resume", {"now": True}, "unknown field 'now'; fields: no fields"),
         ("/v1/runs/o-1/reset", {}, "no 'to' field"),
-        ("/v1/runs/o-1/reset", {"to": True}, "'to' is an operation number or a step name"),
-        ("/v1/runs/o-1/reset", {"to": 1.5}, "'to' is an operation number or a step name"),
+        ("/v1/runs/o-1/reset", {"to": True}, "'to' is an operation number, a position or"),
+        ("/v1/runs/o-1/reset", {"to": 1.5}, "'to' is an operation number, a position or"),
     ],
 )
 async def test_an_action_body_of_the_wrong_shape_is_400(
@@ -164,7 +164,7 @@ async def test_a_bad_signal_name_is_400(api: httpx.AsyncClient) -> None:
 async def test_reset_to_a_step_the_run_never_had_is_404(api: httpx.AsyncClient) -> None:
     await api.post("/v1/runs", json={"workflow": "http_err_gate", "id": "w-1"})
     answer = await api.post("/v1/runs/w-1/reset", json={"to": "nowhere"})
-    error_of(answer, 404, "NotFound", "no step named 'nowhere'")
+    error_of(answer, 404, "NotFound", "no operation named 'nowhere'")
 
 
 @pytest.mark.parametrize(
@@ -296,4 +296,4 @@ async def test_digits_that_are_not_ascii_are_bad_input_not_a_500(api: httpx.Asyn
     error_of(await api.get("/v1/runs", params={"limit": "²"}), 400, "BadRequest", "limit")
     await api.post("/v1/runs", json={"workflow": "http_err_gate", "id": "d-1"})
     reset = await api.post("/v1/runs/d-1/reset", json={"to": "²"})
-    error_of(reset, 404, "NotFound", "no step named '²'")
+    error_of(reset, 404, "NotFound", "no operation named '²'")

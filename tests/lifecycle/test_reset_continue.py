@@ -124,7 +124,7 @@ async def test_reset_to_an_unknown_step_or_bad_number_is_refused(make_engine) ->
     async with make_engine() as engine:
         h = await engine.start(reset_abc, None, id="reset-bad")
         await until_parked(engine, "reset-bad")
-        with pytest.raises(NotFound, match="no step named 'nope'"):
+        with pytest.raises(NotFound, match="no operation named 'nope'"):
             await h.reset(to="nope")
         with pytest.raises(Rejected, match="start at 1"):
             await h.reset(to=0)
