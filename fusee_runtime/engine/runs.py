@@ -189,9 +189,18 @@ class RunTable:
         run.races = {s: i for s, i in old.races.items() if top(s) < before}
         run.pending = {s: op for s, op in kept.items() if not op.done and op.kind != "value"}
         run.pending = {s: op for s, op in run.pending.items() if op.kind != "step" or op.paused}
-        taken = {op.signal_id for op in kept.values() if op.signal_id is not None}
-        received = [(r[2], r[3], r[4]) for _, r in old.records if r[0] == R.SignalReceived]
-        run.carried_signals = [s for s in old.carried_signals + received if s[0] not in taken]
+        # Every signal the old run had: carried to it, received, or taken by a wait it
+        # inherited itself (a reset of a reset: that signal's record is in an older run).
+        # Those its kept waits took stay taken; the others come again, in their order.
+        known = {s[0]: tuple(s) for s in old.carried_signals}
+        for _, r in old.records:
+            if r[0] == R.SignalReceived:
+                known.setdefault(r[2], (r[2], r[3], r[4]))
+        for op in old.ops.values():
+            if op.kind == "wait" and op.signal_id is not None:
+                known.setdefault(op.signal_id, (op.signal_id, op.name, op.value))
+        taken = {op.signal_id for op in kept.values() if op.kind == "wait" and op.signal_id}
+        run.carried_signals = [known[i] for i in sorted(known) if i not in taken]
         run.signals = list(run.carried_signals)
         run.next_signal_id = old.next_signal_id
         run.attributes = attributes_of(kept, carried_attributes(old))

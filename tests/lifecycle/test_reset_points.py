@@ -179,3 +179,30 @@ async def test_the_list_of_names_is_bounded(make_engine: Any) -> None:
             await engine.reset("m-1", "nosuch")
         shown = ", ".join(f"s{i}" for i in range(SHOWN_MAX))
         assert f"a step ({shown} and 5 more) or a wait (go)" in str(e.value)
+
+
+@workflow(name="points.collect")
+async def collect(ctx: Ctx, _: None) -> list[Any]:
+    got: list[Any] = []
+    while len(got) < 2:
+        got.append(await ctx.wait_for("item"))
+    return got
+
+
+async def test_a_reset_of_a_reset_delivers_again_what_the_first_one_kept(
+    make_engine: Any,
+) -> None:
+    """The first reset keeps the wait that took "x" (its record is in the first run);
+    a reset of that run to before the wait hands "x" again to the new run. Found by
+    tests/property/test_api_stateful.py: "x" was lost."""
+    async with make_engine() as engine:
+        h = await engine.start("points.collect", None, id="rr-1")
+        await h.signal("item", "x")
+        await until_parked(engine, "rr-1")
+        await engine.reset("rr-1", 3)  # keeps both operations of the first wait
+        await until_parked(engine, "rr-1")
+        await engine.reset("rr-1", 1)  # keeps nothing: "x" comes again
+        run = await until_parked(engine, "rr-1")
+        assert run.ops["1"].value == "x"  # its first wait took it again
+        await engine.signal("rr-1", "item", "y")
+        assert await engine.handle("rr-1").result() == ["x", "y"]
