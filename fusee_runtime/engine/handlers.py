@@ -59,6 +59,13 @@ class Handlers:
             await self._replayed(run)
         else:
             run = await self._replayed_here(run)
+        if run.status == Status.STUCK:
+            # Its code stopped where it no longer matches the journal: the state its
+            # handlers hold is not the run's.
+            raise Rejected(
+                f"run {id!r} is stuck: its code does not replay its journal, so its handlers "
+                "cannot answer for it; `fusee resume` it once the code is fixed"
+            )
         fn = self._handler(run, run.queries, "query", name, "answer queries")
         try:
             with handling():

@@ -70,6 +70,8 @@ EXECUTED: list[str] = []
 """The key of each execution of a step function that records an item, in order."""
 HEALED: set[str] = set()
 """Values whose `sm.flaky` step succeeds (the rule that resumes a paused run adds it)."""
+DEPLOYED = {"broken": False}
+"""While broken, the box asks first for an operation its journals do not hold."""
 
 
 @step(name="sm.record")
@@ -116,6 +118,8 @@ async def box(ctx: Ctx, given: dict[str, Any]) -> list[str]:
     ctx.on_query("items", lambda _: list(items))
     ctx.on_update("put", put)
     ctx.on_update("add", add)
+    if DEPLOYED["broken"]:
+        await ctx.sleep("mistake", 1)  # a deploy that changed the code: a replay mismatch
     while True:
         command = await ctx.wait_for("cmd")
         kind, _, value = str(command).partition(":")
@@ -159,10 +163,12 @@ class Model:
     def is_open(self) -> bool:
         return self.status == "open"
 
+    stuck: bool = False
+
     @property
     def quiet(self) -> bool:
-        """It waits for a signal (not napping, not paused)."""
-        return self.is_open and not self.napping and self.paused is None
+        """It waits for a signal (not napping, not paused, not stuck)."""
+        return self.is_open and not self.napping and self.paused is None and not self.stuck
 
 
 class Machine(RuleBasedStateMachine):
@@ -186,6 +192,7 @@ class Machine(RuleBasedStateMachine):
         self.n = 0
         EXECUTED.clear()
         HEALED.clear()
+        DEPLOYED["broken"] = False
 
     def run(self, awaitable: Any) -> Any:
         return self.loop.run_until_complete(awaitable)
@@ -250,6 +257,7 @@ class Machine(RuleBasedStateMachine):
             assert on_conflict == "new_run"
         self.models[id] = Model("open", given)
 
+    @precondition(lambda self: not DEPLOYED["broken"])
     @rule(id=st.sampled_from(IDS), on_conflict=st.sampled_from(["return", "fail", "new_run"]))
     def start(self, id: str, on_conflict: str) -> None:
         model = self.models.get(id)
@@ -270,6 +278,7 @@ class Machine(RuleBasedStateMachine):
         self.signals.append((id, value))
         self.run(self.settled())
 
+    @precondition(lambda self: not DEPLOYED["broken"])
     @rule(id=st.sampled_from(IDS))
     def signal_item(self, id: str) -> None:
         model = self.models.get(id)
@@ -326,6 +335,10 @@ class Machine(RuleBasedStateMachine):
             with pytest.raises(Rejected):
                 self.run(handle.update(name, value))  # (no id: a closed run keeps none)
             return
+        if model.stuck:
+            with pytest.raises(Rejected, match="stuck"):
+                self.answer(handle.update(name, value, update_id=update_id))
+            return
         if update_id is not None and update_id in model.updates:
             answer = self.answer(handle.update(name, value, update_id=update_id))
             assert answer == model.updates[update_id][0]  # applied once: the first answer
@@ -339,10 +352,11 @@ class Machine(RuleBasedStateMachine):
             self.applied.append((id, self.run_id(id), update_id))
         self.run(self.settled())
 
-    @precondition(lambda self: any(m.is_open for m in self.models.values()))
+    @precondition(lambda self: any(m.is_open and not m.stuck for m in self.models.values()))
     @rule(data=st.data())
     def the_same_update_twice_at_once(self, data: st.DataObject) -> None:
-        id = data.draw(st.sampled_from(sorted(i for i, m in self.models.items() if m.is_open)))
+        ids = sorted(i for i, m in self.models.items() if m.is_open and not m.stuck)
+        id = data.draw(st.sampled_from(ids))
         model = self.models[id]
         update_id = self.token("twice")
         value = self.token("a")
@@ -378,6 +392,7 @@ class Machine(RuleBasedStateMachine):
         self.run(act("test"))
         self.run(self.settled())
         model.status = "cancelled" if how == "cancel" else "terminated"
+        model.stuck = False
 
     @precondition(lambda self: any(m.quiet and m.plain for m in self.models.values()))
     @rule(data=st.data(), by=st.sampled_from(["number", "wait", "step"]))
@@ -403,7 +418,11 @@ class Machine(RuleBasedStateMachine):
         model.events = events
         self.run(self.settled())
 
-    @precondition(lambda self: any(m.paused for m in self.models.values() if m.is_open))
+    @precondition(
+        lambda self: (
+            not DEPLOYED["broken"] and any(m.paused for m in self.models.values() if m.is_open)
+        )
+    )
     @rule(data=st.data())
     def resume(self, data: st.DataObject) -> None:
         ids = sorted(i for i, m in self.models.items() if m.is_open and m.paused)
@@ -417,11 +436,32 @@ class Machine(RuleBasedStateMachine):
         model.events.append(("signal", model.paused, model.signals))
         model.paused = None
 
+    @precondition(lambda self: not DEPLOYED["broken"])
     @rule()
     def time_passes(self) -> None:
         self.run(self.env.skip(seconds=61))
         for model in self.models.values():
             model.napping = False
+
+    @precondition(lambda self: not DEPLOYED["broken"])
+    @rule()
+    def deploy_a_mismatch(self) -> None:
+        """Code that no longer matches the journals: every open run replays into it."""
+        DEPLOYED["broken"] = True
+        self.reopen()
+        for model in self.models.values():
+            model.stuck = model.is_open
+
+    @precondition(lambda self: DEPLOYED["broken"])
+    @rule()
+    def deploy_the_fix_and_resume(self) -> None:
+        DEPLOYED["broken"] = False
+        for id, model in self.models.items():
+            if model.stuck:
+                assert self.run(self.engine.handle(id).describe()).status == "stuck"
+                self.run(self.engine.handle(id).resume())
+                model.stuck = False
+        self.run(self.settled())
 
     @rule()
     def reopen(self) -> None:
@@ -452,7 +492,11 @@ class Machine(RuleBasedStateMachine):
             handle = self.engine.handle(id)
             info = self.run(handle.describe())
             assert listed[id].run_id == info.run_id and listed[id].status == info.status
-            if model.is_open:
+            if model.stuck:
+                assert info.status == "stuck", (id, info.status)
+                with pytest.raises(Rejected, match="stuck"):
+                    self.answer(handle.query("items"))
+            elif model.is_open:
                 want = "paused" if model.paused else "parked"
                 assert info.status == want, (id, info.status, info.waiting)
                 assert self.answer(handle.query("items")) == model.items
