@@ -130,7 +130,12 @@ class Handlers:
         if is_async:
             return await self._accept(run, id, name, update_id, orjson.loads(encoded_arg))
         execution = run.execution
-        if execution is not None and execution.updates is not None and execution.updates.busy:
+        busy = execution is not None and execution.updates is not None and execution.updates.busy
+        # An async update accepted and not applied yet counts too: the run may be parked,
+        # or waking for it, with no execution to say so. A replay applies a plain update
+        # after it, so applying this one now would answer from another state.
+        pending = any(u not in run.updates_done for u in run.updates_accepted)
+        if busy or pending:
             # After it, as a replay will apply it: the code is held until it is applied.
             raise Rejected(
                 f"run {id!r} is applying an earlier update; send update {name!r} again once "

@@ -373,6 +373,27 @@ class Machine(RuleBasedStateMachine):
         self.applied.append((id, self.run_id(id), update_id))
         self.run(self.settled())
 
+    @precondition(lambda self: any(m.is_open and not m.stuck for m in self.models.values()))
+    @rule(data=st.data())
+    def a_plain_update_while_an_async_one_is_pending(self, data: st.DataObject) -> None:
+        ids = sorted(i for i, m in self.models.items() if m.is_open and not m.stuck)
+        id = data.draw(st.sampled_from(ids))
+        model = self.models[id]
+        first, second = self.token("a"), self.token("p")
+        handle = self.engine.handle(id)
+
+        async def both() -> list[Any]:
+            add = handle.update("add", first)
+            put = handle.update("put", second)
+            return list(await asyncio.gather(add, put, return_exceptions=True))
+
+        added, put = self.answer(both())
+        assert added == f"hold-{first}"
+        # Refused: a replay applies it after the async one, so it cannot answer now.
+        assert isinstance(put, Rejected) and "send update 'put' again" in str(put), put
+        model.events.append(("update", first, model.signals))
+        self.run(self.settled())
+
     # -- closing, resetting, resuming --------------------------------------------------
 
     @rule(id=st.sampled_from(IDS), how=st.sampled_from(["cancel", "terminate"]))

@@ -4,7 +4,8 @@ Each trial's seed picks the workload's plan, how its first life ends (a
 SIGKILL, a torn write, a full disk, a failed fdatasync, a SIGKILL amid short
 writes, a SIGKILL in the middle of a checkpoint or a compaction, a failed
 checkpoint then a SIGKILL, or a SIGKILL as the history store commits, in turn;
-see `torture_app.FAULTS`), the instant, and the signals' timing, so `--seed S
+see `torture_app.FAULTS`), the instant, the signals' timing and the boxes' updates
+(`torture_app.boxes`), so `--seed S
 --trials 1` runs trial S again: the same plan and fault, though not to the
 microsecond (which batch a write or a kill meets depends on the machine's timing). A failing trial
 prints its seed and violations and keeps its home and ledger.
@@ -47,6 +48,7 @@ def main() -> int:
     base = args.dir or Path(tempfile.mkdtemp(prefix="fusee-torture-"))
     counted = (
         "trials mid cut runs steps signals children heartbeats limited entered crowded updates "
+        "boxes box_updates box_unanswered reopened after_reopen "
         "violations "
         "checkpoints compacted "
         "history "
@@ -79,6 +81,11 @@ def main() -> int:
         totals["entered"] += report.entered
         totals["crowded"] += report.crowded
         totals["updates"] += report.updates
+        totals["boxes"] += report.boxes
+        totals["box_updates"] += report.box_updates
+        totals["box_unanswered"] += report.box_unanswered
+        totals["reopened"] += report.reopened
+        totals["after_reopen"] += report.after_reopen
         totals["violations"] += len(report.violations)
         totals["checkpoints"] += report.checkpoints
         totals["compacted"] += report.compacted
@@ -106,6 +113,10 @@ def main() -> int:
         f"{totals['heartbeats']} heartbeats and {totals['limited']} limited steps "
         f"({totals['entered']} attempts entering; {totals['crowded']} lives with "
         f"{torture_app.LIMIT_PERMITS} inside at once) and {totals['updates']} updates checked; "
+        f"{totals['reopened']} first lives closed and opened their engine again; "
+        f"{totals['box_updates']} acknowledged box updates checked in {totals['boxes']} box "
+        f"runs ({totals['after_reopen']} answered after that reopen, and "
+        f"{totals['box_unanswered']} sent unanswered); "
         f"first lives wrote {totals['checkpoints']} "
         f"checkpoints, compacted {totals['compacted']} segments and began {totals['history']} "
         f"history commits ({totals['elsewhere']} records checked after the crash were in no "

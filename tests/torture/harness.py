@@ -2,7 +2,9 @@
 random instant, or a fault its storage injects: a torn write, a full disk, a failed
 `fdatasync`, short writes, a crash or failure while a checkpoint is written or
 segments compacted, a crash as the history store commits), recover the home in
-this process, run everything to completion, and check the invariants.
+this process, run everything to completion, and check the invariants. Early in
+its life the child closes its engine and opens another on the home (`child.Lives`),
+under the work in flight, unless the fault came first.
 
 What the crash left is read before recovery from the three places that hold
 records since compaction (`read_home`): the newest whole checkpoint, the history
@@ -22,7 +24,8 @@ The invariants (each violation is reported in words, with the run it concerns):
 - nothing in a batch whose write or sync failed was acknowledged;
 - at the end, each run is in the history store once;
 - within one process life, never more limited steps inside at once (between
-  their `enter` and `leave` ledger lines) than the limit's size;
+  their `enter` and `leave` ledger lines) than the limit's size (the child's
+  engine closes for its reopen once its step functions returned);
 - no permit leaked: once every run closed (at the end, and in the first life
   if it got there), no limit has a permit in use or a step waiting, none ever
   had more in use than its size, and the limit the first life set (durably,
@@ -32,7 +35,19 @@ The invariants (each violation is reported in words, with the run it concerns):
   record of a segment is in the checkpoint or history store if it is not after
   the checkpoint. A `LimitSet` belongs to no run: the checkpoint holds it as
   its limit's size and the lsn that set it (its "limits"), which must agree
-  with a segment that still holds it.
+  with a segment that still holds it;
+- each planned update of a run of the plan is accepted once and applied once,
+  its step completed once, and the result its caller read before the crash is
+  the one recorded and the one the same update id answers after it
+  (`_check_updates`);
+- every acknowledged update is applied exactly once, in the final result, in the
+  order acknowledged (`_check_boxes`): the box runs take plain and async updates
+  with ids, from the child before and after its reopen and from the last life,
+  and return the ids they applied, in order. Each update answered is in its
+  run's result once, after every update answered before it was sent, where its
+  answer says; one never answered is there at most once; the result lists what
+  the journal applied, in its order; an async update's step completed once, and
+  no execution of it came after the one recorded (the ledger).
 """
 
 from __future__ import annotations
@@ -40,6 +55,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import os
 import queue
 import random
@@ -51,7 +67,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,6 +99,10 @@ remove about 3 files), a history store commit up to the 8th (such a life makes
 
 SELF_KILLS = ("torn", "ckpt-kill", "history-kill")
 """The faults that end the first life by the child's own SIGKILL."""
+
+BoxEvent = tuple[str, str, str, Any]
+"""A box update sent or answered: `("sent", id, update id, None)` as it is first sent,
+`("answered", id, update id, answer)` once its answer came."""
 
 SILENCE_S = 120.0
 """A child that prints nothing for this long has hung: a violation, not a wait."""
@@ -119,6 +139,16 @@ class Report:
     """Limited steps the recovered journal holds completed."""
     updates: int = 0
     """Runs that took an update (each checked applied once)."""
+    boxes: int = 0
+    """Box runs checked (`torture_app.boxes`)."""
+    box_updates: int = 0
+    """Their updates acknowledged (answered), each checked in its run's result."""
+    box_unanswered: int = 0
+    """Their updates sent and never answered (each checked applied at most once)."""
+    reopened: bool = False
+    """Whether the child closed and opened its engine again mid-life."""
+    after_reopen: int = 0
+    """Box updates the child's engine answered after that reopen."""
     entered: int = 0
     """Attempts of limited steps the ledger shows entering, in both lives."""
     crowded: int = 0
@@ -138,6 +168,10 @@ class Seen:
     """The result of each run's update the child read (`UPDATED`)."""
     closed: set[str] = field(default_factory=set)
     """The runs whose `CLOSE` signal, sent after the update, was durable."""
+    box: list[BoxEvent] = field(default_factory=list)
+    """The box runs' updates, in the order the child sent them and read their answers."""
+    reopened_at: int | None = None
+    """How many of `box` came before the child's engine was open again (`REOPENED`)."""
     done: bool = False
     fault_records: list[list[Any]] | None = None
     """The records not yet durable when the storage injected its fault."""
@@ -173,6 +207,10 @@ class Evidence:
     updated: dict[str, Any] = field(default_factory=dict)
     """The result of each run's update in the last life, sent again (the same update
     id) if the run was open, whether or not the first life had applied it."""
+    boxes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The box runs planned (`torture_app.boxes`), by id; their results are in `finals`."""
+    box_after: list[BoxEvent] = field(default_factory=list)
+    """The box updates the last life sent and answered, as `Seen.box` (after it)."""
 
 
 def trial(
@@ -197,13 +235,15 @@ def trial(
     rng = random.Random(seed)
     report = Report(seed, fault)
     planned = dict(torture_app.plan(seed, runs, shard))
+    boxes = dict(torture_app.boxes(seed, runs, shard))
     seen = _live(home, ledger, seed, planned, rng, report, store, shard)
     if between is not None:
         between(workdir, seen)
     crashed = read_home(home, store)
     report.cut, report.compacted_records = crashed.cut, crashed.compacted
     torture_app.LEDGER = str(ledger)
-    finals, limits, updated = asyncio.run(_finish(home, planned, crashed.records, store))
+    finished = asyncio.run(_finish(home, planned, boxes, seen, crashed.records, store))
+    finals, limits, updated, box_after = finished
     final = read_home(home, store)
     evidence = Evidence(
         planned,
@@ -217,6 +257,8 @@ def trial(
         final.stored,
         limits,
         updated,
+        boxes,
+        box_after,
     )
     check(report, evidence)
     return report, evidence
@@ -298,7 +340,8 @@ def _live(
         _take(line, seen)
         if kill_at is None and kill_after is not None and len(seen.results) >= kill_after:
             kill_at = time.monotonic() + rng.uniform(0, KILL_DELAY_S)
-        if line.startswith("STARTED ") and planned[line.split()[1]]["signal"]:
+        started = line.split()[1] if line.startswith("STARTED ") else None
+        if started in planned and planned[started]["signal"]:
             sends.append((time.monotonic() + rng.uniform(0, 0.3), line.split()[1]))
         elif line == "DONE":
             kill_at = time.monotonic()  # killed after it finished: nothing to lose
@@ -354,6 +397,14 @@ def _take(line: str, seen: Seen) -> None:
         seen.updated[wid] = orjson.loads(value)
     elif word == "CLOSED":
         seen.closed.add(rest)
+    elif word == "SENDING":
+        wid, uid = rest.split()
+        seen.box.append(("sent", wid, uid, None))
+    elif word == "ANSWERED":
+        wid, uid, value = rest.split(" ", 2)
+        seen.box.append(("answered", wid, uid, orjson.loads(value)))
+    elif word == "REOPENED":
+        seen.reopened_at = len(seen.box)
     elif word == "DONE":
         seen.done = True
     elif word == "FAULT":
@@ -375,21 +426,30 @@ def _take(line: str, seen: Seen) -> None:
 async def _finish(
     home: Path,
     planned: dict[str, dict[str, Any]],
+    boxes: dict[str, dict[str, Any]],
+    seen: Seen,
     journal: list[list[Any]],
     store: str | None = None,
-) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any], list[BoxEvent]]:
     """Reopens the home, sends the signals its `journal` does not hold and the update
     of each run still open (again, with its id, if the journal holds it: it must not
-    be applied twice), runs every run to its end; their results, the limits once all
-    closed, and the updates' results."""
+    be applied twice), and to each box the updates the child did not send, and those
+    it sent without an answer that are to be sent `again` (with their ids), each
+    once the one before answered, then `FINISH`; runs every run to its end. Their
+    results, the limits once all closed, the updates' results, and what the boxes
+    were sent and answered (as `Seen.box`)."""
     wids = _wids(journal)
     received = {(wids[r[1]], r[3]) for r in journal if r[0] == R.SignalReceived}
     closed = {wids[r[1]] for r in journal if r[0] in CLOSES}
     updated: dict[str, Any] = {}
+    box_after: list[BoxEvent] = []
+    sent = {uid for word, _, uid, _ in seen.box if word == "sent"}
+    answered = {uid for word, _, uid, _ in seen.box if word == "answered"}
     config = dataclasses.replace(torture_app.CONFIG, store=store)
     async with Engine(home, app=None, config=config) as engine:
         # The planned runs; their children run as part of them.
-        ids = {info.id for info in await engine.list() if info.id in planned}
+        listed = {info.id for info in await engine.list()}
+        ids = listed & set(planned)
         for wid in sorted(ids):
             if planned[wid]["signal"] and (wid, "go") not in received:
                 await engine.signal(wid, "go", torture_app.signal_value(wid))
@@ -400,10 +460,27 @@ async def _finish(
             if (wid, torture_app.CLOSE) not in received:
                 await engine.signal(wid, torture_app.CLOSE, 0)
 
-        await asyncio.gather(*(update(w) for w in sorted(ids - closed) if planned[w]["update"]))
+        async def finish_box(wid: str) -> None:
+            def settle() -> Awaitable[None]:
+                return engine.wait_until(functools.partial(torture_app.parked, engine, wid))
+
+            for send in boxes[wid]["sends"]:
+                uid = send["id"]
+                if uid in answered or (uid in sent and not send["again"]):
+                    continue
+                box_after.append(("sent", wid, uid, None))
+                answer = await torture_app.send_box_update(engine, wid, send, settle)
+                box_after.append(("answered", wid, uid, answer))
+            await engine.signal(wid, torture_app.FINISH)
+
+        await asyncio.gather(
+            *(update(w) for w in sorted(ids - closed) if planned[w]["update"]),
+            *(finish_box(w) for w in sorted(listed & set(boxes))),
+        )
+        ids |= listed & set(boxes)
         results = await asyncio.gather(*(engine.handle(w).result() for w in sorted(ids)))
         limits = [dataclasses.asdict(info) for info in engine.limits()]
-    return dict(zip(sorted(ids), results, strict=True)), limits, updated
+    return dict(zip(sorted(ids), results, strict=True)), limits, updated, box_after
 
 
 def _wids(*journals: list[list[Any]]) -> dict[str, str]:
@@ -662,6 +739,8 @@ def check(report: Report, evidence: Evidence) -> None:
         if n != 1:
             v.append(f"{wid}: started {n} times")
     for wid, result in sorted(finals.items()):
+        if wid not in planned:
+            continue  # a box: `_check_boxes`
         want = torture_app.expected(wid, planned[wid])
         if result != want:
             v.append(f"{wid}: final result {result}, a run without crashes gives {want}")
@@ -680,6 +759,7 @@ def check(report: Report, evidence: Evidence) -> None:
     _check_children(report, evidence, wids)
     _check_limits(report, evidence)
     _check_updates(report, evidence, wids)
+    _check_boxes(report, evidence, wids)
     # A step's progress only goes up: each attempt goes on after the last row it finds.
     rows: dict[tuple[str, str], int] = {}
     for rec in journal:
@@ -854,6 +934,132 @@ def _check_updates(report: Report, evidence: Evidence, wids: dict[str, str]) -> 
         for life, results in (("before the kill", seen.updated), ("after", evidence.updated)):
             if wid in results and results[wid] != want:
                 v.append(f"{wid}: its update answered {results[wid]} {life}, {want} expected")
+
+
+def _check_boxes(report: Report, evidence: Evidence, wids: dict[str, str]) -> None:
+    """Every acknowledged update is applied exactly once, in its run's final result,
+    after every update acknowledged before it was sent; no unacknowledged update is
+    applied more than once (nor one never sent); each answer names the update's
+    place in the result, which lists the updates in the order the journal applied
+    them, each accepted once and applied once; an async update's step completed
+    once, no execution of it came after the one recorded (the ledger), and its answer
+    names that one; and each update the child saw answered is in the journal the crash
+    left, none whose write failed."""
+    v, seen, boxes = report.violations, evidence.seen, evidence.boxes
+    events = [*seen.box, *evidence.box_after]
+    sent_at: dict[str, int] = {}  # the first time each was sent, answered, in `events`
+    answered_at: dict[str, int] = {}
+    answers: dict[str, list[Any]] = defaultdict(list)
+    sent_to: dict[str, list[str]] = defaultdict(list)
+    for i, (word, wid, uid, answer) in enumerate(events):
+        if word == "sent" and uid not in sent_at:
+            sent_at[uid] = i
+            sent_to[wid].append(uid)
+        elif word == "answered":
+            answered_at.setdefault(uid, i)
+            answers[uid].append(answer)
+    report.reopened = seen.reopened_at is not None
+    after = seen.box[seen.reopened_at :] if seen.reopened_at is not None else []
+    report.after_reopen = sum(word == "answered" for word, *_ in after)
+    kinds = {send["id"]: send["kind"] for inp in boxes.values() for send in inp["sends"]}
+    accepted: dict[str, list[str]] = defaultdict(list)
+    applied: dict[str, list[str]] = defaultdict(list)
+    recorded: dict[str, list[str]] = defaultdict(list)  # each update's step: its nonces
+    for rec in evidence.journal:
+        wid = wids.get(rec[1], "?") if len(rec) > 1 and isinstance(rec[1], str) else "?"
+        if wid not in boxes:
+            continue
+        if rec[0] == R.UpdateAccepted:
+            accepted[wid].append(rec[2])
+        elif rec[0] == R.UpdateApplied:
+            applied[wid].append(rec[2])
+        elif rec[0] == R.StepCompleted and rec[3] == "add":
+            recorded[rec[4]["v"]].append(rec[4]["nonce"])
+    ran: dict[str, list[str]] = defaultdict(list)  # each update's step: its executions
+    keys: dict[str, set[str]] = defaultdict(set)
+    for line in evidence.ledger:
+        if "update" in line:
+            ran[line["update"]].append(line["nonce"])
+            keys[line["update"]].add(line["key"])
+    in_the_crash = {r[2] for r in evidence.after_crash if r[0] == R.UpdateApplied}
+    failed = {r[2] for r in seen.fault_records or [] if r[0] == R.UpdateApplied}
+    child_answered = {uid for word, _, uid, _ in seen.box if word == "answered"}
+    for wid in sorted(boxes):
+        mine = sent_to.get(wid, [])
+        acked = [uid for uid in mine if uid in answered_at]
+        if wid not in evidence.finals:
+            if acked:
+                v.append(f"{wid}: its updates {acked} were answered, the run is gone")
+            continue
+        report.boxes += 1
+        report.box_updates += len(acked)
+        report.box_unanswered += len(mine) - len(acked)
+        result = evidence.finals[wid]
+        for uid in sorted({*mine, *result}):
+            n = result.count(uid)
+            if uid not in sent_at:
+                v.append(f"{wid}: update {uid} is in its result {result}, though never sent")
+            elif uid in answered_at and n != 1:
+                v.append(
+                    f"{wid}: update {uid} was acknowledged, its result {result} holds it "
+                    f"{n} times, once expected"
+                )
+            elif n > 1:
+                v.append(
+                    f"{wid}: update {uid} was not acknowledged, its result {result} holds it "
+                    f"{n} times, at most once expected"
+                )
+        for uid in acked:
+            for answer in answers[uid]:
+                at = answer if kinds.get(uid) == torture_app.PUT else (answer or {}).get("at")
+                if not (isinstance(at, int) and 0 < at <= len(result) and result[at - 1] == uid):
+                    v.append(f"{wid}: update {uid} answered {answer}, its result is {result}")
+            for later in mine:
+                if sent_at[later] < answered_at[uid] or result.count(later) != 1:
+                    continue
+                if result.count(uid) == 1 and result.index(uid) > result.index(later):
+                    v.append(
+                        f"{wid}: update {uid} was acknowledged before {later} was sent, its "
+                        f"result {result} holds it after"
+                    )
+        if result != applied[wid]:
+            v.append(f"{wid}: its result is {result}, its journal applied {applied[wid]}")
+        for uid in sorted({*accepted[wid], *applied[wid]}):
+            times = (accepted[wid].count(uid), applied[wid].count(uid))
+            once = (0, 1) if kinds.get(uid) == torture_app.PUT else (1, 1)  # a plain one: no
+            if times != once:  # `UpdateAccepted`
+                v.append(
+                    f"{wid}: update {uid} accepted {times[0]} and applied {times[1]} times in "
+                    f"its journal, {once[0]} and {once[1]} expected"
+                )
+        for uid in sorted(set(applied[wid])):
+            if kinds.get(uid) != torture_app.ADD:
+                continue
+            nonces, executions = recorded.get(uid, []), ran.get(uid, [])
+            if len(nonces) != 1:
+                v.append(f"{wid}: update {uid}: its step completed {len(nonces)} times")
+                continue
+            if nonces[0] not in executions:
+                v.append(f"{wid}: update {uid}: its step's recorded execution is not in the ledger")
+            elif executions[-1] != nonces[0]:
+                again = len(executions) - 1 - executions.index(nonces[0])
+                v.append(
+                    f"{wid}: update {uid}: its step ran {again} more time(s) after its result "
+                    "was recorded"
+                )
+            if len(keys[uid]) != 1:
+                v.append(f"{wid}: update {uid}: its step ran under keys {sorted(keys[uid])}")
+            for answer in answers.get(uid, []):
+                if (answer or {}).get("nonce") != nonces[0]:
+                    v.append(
+                        f"{wid}: update {uid} answered {answer}, its step's recorded "
+                        f"execution is {nonces[0]}"
+                    )
+        for uid in acked:
+            if uid in child_answered and uid not in in_the_crash:
+                v.append(f"{wid}: update {uid} was answered, the journal after the crash lacks it")
+            if uid in child_answered and uid in failed:
+                v.append(f"{wid}: update {uid} was answered, though its write failed")
 
 
 def _check_limits(report: Report, evidence: Evidence) -> None:

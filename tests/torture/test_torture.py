@@ -10,7 +10,10 @@ the merge of a checkpoint, the history store and the segments after it
 between the crash and recovery, and expect the trial to say what was lost or
 which places disagree, or, for a damaged checkpoint with one to fall back to,
 that nothing was lost; or, for the limit's size a checkpoint holds, that it was
-lost or changed.
+lost or changed. The box runs' updates too: an acknowledged update missing from
+its run's result or in it twice, one never acknowledged in it twice, two out of
+the order acknowledged, an async update's step run again after its result was
+recorded.
 """
 
 from __future__ import annotations
@@ -71,6 +74,12 @@ def test_crash_trials_break_no_promise(tmp_path: Path) -> None:
     places = {r.injected.split()[0] for r in reports if r.injected}
     assert places & {"write_file", "rename", "remove"}, "no fault met a checkpoint"
     assert "commit" in places, "no crash met a history store commit"
+    # Box runs took plain and async updates, before and after lives closed and opened
+    # their engine again, and some sent were never answered: the check of them counted.
+    assert sum(r.reopened for r in reports) >= len(CI_SEEDS) // 3, "few lives reopened"
+    assert sum(r.box_updates for r in reports) > 500
+    assert sum(r.after_reopen for r in reports) > 50
+    assert sum(r.box_unanswered for r in reports) >= 1, "every box update sent was answered"
 
 
 def test_a_checkpoint_written_meanwhile_is_not_an_append(tmp_path: Path) -> None:
@@ -114,10 +123,15 @@ def evidence(tmp_path_factory: pytest.TempPathFactory) -> Evidence:
         report, ev = trial(seed, tmp_path_factory.mktemp(f"trial-{seed}"))
         assert report.violations == []
         seen = ev.seen
-        # Updates read before the kill, and sent again after it.
-        if report.killed and seen.results and seen.signaled and seen.updated and ev.updated:
+        # Updates read before the kill, and sent again after it; box updates answered
+        # before and after the child's engine was opened again, and by the last life.
+        boxed = seen.reopened_at is not None and len(seen.box) > seen.reopened_at > 0
+        updated = seen.updated and ev.updated and boxed and ev.box_after
+        if report.killed and seen.results and seen.signaled and updated and report.box_unanswered:
             return ev
-    raise AssertionError("no trial in 20 was killed after a result, a signal and an update")
+    raise AssertionError(
+        "no trial in 20 was killed after a result, a signal, an update and box updates"
+    )
 
 
 def _verdict(ev: Evidence) -> list[str]:
@@ -159,7 +173,7 @@ def _start_twice(ev: Evidence) -> str:
 
 
 def _change_a_result(ev: Evidence) -> str:
-    wid = sorted(ev.finals)[0]
+    wid = min(w for w in ev.finals if w in ev.planned)
     ev.finals[wid] += 1
     return f"{wid}: final result {ev.finals[wid]}, a run without crashes gives"
 
@@ -317,19 +331,24 @@ def _lose_the_limit_in_the_crash(ev: Evidence) -> str:
     return f"limit {LIMIT}: its size was acknowledged, the journal after the crash lacks it"
 
 
+def _mixed(ev: Evidence, kind: R) -> Callable[[list[Any]], bool]:
+    """Whether a record is of `kind` and of a run of the plan (not a box)."""
+    return lambda r: r[0] == kind and _started(ev)[r[1]] in ev.planned
+
+
 def _apply_an_update_twice(ev: Evidence) -> str:
-    rec = _twice(ev, lambda r: r[0] == R.UpdateApplied)
+    rec = _twice(ev, _mixed(ev, R.UpdateApplied))
     return f"{_started(ev)[rec[1]]}: update applied as [("
 
 
 def _lose_an_update(ev: Evidence) -> str:
-    rec = next(r for r in ev.journal if r[0] == R.UpdateApplied)
+    rec = next(r for r in ev.journal if _mixed(ev, R.UpdateApplied)(r))
     ev.journal = _without(ev.journal, R.UpdateApplied, rec[1])
     return f"{_started(ev)[rec[1]]}: update applied as [], once with"
 
 
 def _accept_an_update_twice(ev: Evidence) -> str:
-    rec = _twice(ev, lambda r: r[0] == R.UpdateAccepted)
+    rec = _twice(ev, _mixed(ev, R.UpdateAccepted))
     return f"{_started(ev)[rec[1]]}: update accepted as [{rec[2]!r}, {rec[2]!r}]"
 
 
@@ -363,9 +382,115 @@ def _acknowledge_an_update_whose_write_failed(ev: Evidence) -> str:
     return f"{wid}: its update's result was read, though its write failed"
 
 
+def _answered(ev: Evidence) -> tuple[str, str]:
+    """A box and an update of it whose answer the child read (so once in the result)."""
+    _, wid, uid, _ = next(e for e in ev.seen.box if e[0] == "answered")
+    return wid, uid
+
+
+def _lose_an_acknowledged_update_from_a_result(ev: Evidence) -> str:
+    wid, uid = _answered(ev)
+    ev.finals[wid] = [u for u in ev.finals[wid] if u != uid]
+    return f"{wid}: update {uid} was acknowledged, its result {ev.finals[wid]} holds it 0 times"
+
+
+def _apply_an_acknowledged_update_twice(ev: Evidence) -> str:
+    wid, uid = _answered(ev)
+    ev.finals[wid] = [*ev.finals[wid], uid]
+    return f"{wid}: update {uid} was acknowledged, its result {ev.finals[wid]} holds it 2 times"
+
+
+def _apply_an_unacknowledged_update_twice(ev: Evidence) -> str:
+    wid, uid = _answered(ev)  # its answer, never read
+    ev.seen.box = [e for e in ev.seen.box if e[0] != "answered" or e[2] != uid]
+    ev.box_after = [e for e in ev.box_after if e[0] != "answered" or e[2] != uid]
+    ev.finals[wid] = [*ev.finals[wid], uid]
+    return f"{wid}: update {uid} was not acknowledged, its result {ev.finals[wid]} holds it 2"
+
+
+def _apply_an_update_never_sent(ev: Evidence) -> str:
+    wid, _ = _answered(ev)
+    ev.finals[wid] = [*ev.finals[wid], f"{wid}.99p"]
+    return f"{wid}: update {wid}.99p is in its result {ev.finals[wid]}, though never sent"
+
+
+def _put_an_update_before_one_acknowledged_earlier(ev: Evidence) -> str:
+    """Two updates of a box, the first answered before the second was sent, swapped in
+    its result (and in its journal, as a replay applying them so would record)."""
+    events = [*ev.seen.box, *ev.box_after]
+    sent_at: dict[str, int] = {}
+    for i, (word, _, uid, _) in enumerate(events):
+        if word == "sent":
+            sent_at.setdefault(uid, i)
+    for i, (word, wid, first, _) in enumerate(events):
+        result = ev.finals.get(wid, [])
+        later = [u for u in result if sent_at.get(u, -1) > i and result.count(u) == 1]
+        if word == "answered" and later:
+            a, b = result.index(first), result.index(later[0])
+            result[a], result[b] = result[b], result[a]
+            _swap_applied(ev, first, later[0])
+            return f"{wid}: update {first} was acknowledged before {later[0]} was sent, its "
+    raise AssertionError("no update of a box was sent after another was answered")
+
+
+def _swap_applied(ev: Evidence, a: str, b: str) -> None:
+    """Swaps the `UpdateApplied` records of updates `a` and `b` in the journal."""
+    at = [i for i, r in enumerate(ev.journal) if r[0] == R.UpdateApplied and r[2] in (a, b)]
+    ev.journal[at[0]], ev.journal[at[1]] = ev.journal[at[1]], ev.journal[at[0]]
+
+
+def _answer_an_update_elsewhere_than_its_place(ev: Evidence) -> str:
+    events = ev.seen.box
+    i, (_, wid, uid, answer) = next((i, e) for i, e in enumerate(events) if e[0] == "answered")
+    wrong = len(ev.finals[wid]) + 1
+    events[i] = (
+        "answered",
+        wid,
+        uid,
+        wrong if isinstance(answer, int) else {**answer, "at": wrong},
+    )
+    return f"{wid}: update {uid} answered "
+
+
+def _run_an_async_updates_step_again(ev: Evidence) -> str:
+    line = next(x for x in ev.ledger if "update" in x)
+    ev.ledger.append({**line, "nonce": "again"})
+    wid = next(
+        w for w, inp in ev.boxes.items() if any(s["id"] == line["update"] for s in inp["sends"])
+    )
+    return f"{wid}: update {line['update']}: its step ran 1 more time(s) after its result was"
+
+
+def _complete_an_async_updates_step_twice(ev: Evidence) -> str:
+    rec = _twice(ev, lambda r: r[0] == R.StepCompleted and r[3] == "add")
+    return f"{_started(ev)[rec[1]]}: update {rec[4]['v']}: its step completed 2 times"
+
+
+def _lose_an_answered_box_update_in_the_crash(ev: Evidence) -> str:
+    wid, uid = _answered(ev)
+    ev.after_crash = [r for r in ev.after_crash if r[0] != R.UpdateApplied or r[2] != uid]
+    return f"{wid}: update {uid} was answered, the journal after the crash lacks it"
+
+
+def _answer_a_box_update_whose_write_failed(ev: Evidence) -> str:
+    wid, uid = _answered(ev)
+    ev.seen.fault_records = [next(r for r in ev.journal if r[0] == R.UpdateApplied and r[2] == uid)]
+    return f"{wid}: update {uid} was answered, though its write failed"
+
+
 @pytest.mark.parametrize(
     "damage",
     [
+        _lose_an_acknowledged_update_from_a_result,
+        _apply_an_acknowledged_update_twice,
+        _apply_an_unacknowledged_update_twice,
+        _apply_an_update_never_sent,
+        _put_an_update_before_one_acknowledged_earlier,
+        _answer_an_update_elsewhere_than_its_place,
+        _run_an_async_updates_step_again,
+        _complete_an_async_updates_step_twice,
+        _lose_an_answered_box_update_in_the_crash,
+        _answer_a_box_update_whose_write_failed,
         _apply_an_update_twice,
         _lose_an_update,
         _accept_an_update_twice,
@@ -466,6 +591,7 @@ def test_an_acknowledged_record_lost_from_the_disk_is_caught(tmp_path: Path) -> 
         base = newest_checkpoint(directory)
         after = base.lsn if base is not None else 0
         wids = {r[1]: r[2] for r in read_home(home).records if r[0] == R.RunStarted}
+        answered = {uid for word, _, uid, _ in seen.box if word == "answered"}
         acknowledged = []  # (lsn, the violation its loss is)
         for lsn, rec in _segments_from(directory, after):
             wid = wids.get(rec[1], "?")
@@ -477,6 +603,8 @@ def test_an_acknowledged_record_lost_from_the_disk_is_caught(tmp_path: Path) -> 
                 acknowledged.append((lsn, f"{wid}: its close was acknowledged, the journal"))
             elif rec[0] == R.UpdateApplied and wid in seen.updated:
                 acknowledged.append((lsn, f"{wid}: its update's result was read, the journal"))
+            elif rec[0] == R.UpdateApplied and rec[2] in answered:
+                acknowledged.append((lsn, f"{wid}: update {rec[2]} was answered, the journal"))
             elif rec[0] == R.RunCompleted and wid in seen.results:
                 acknowledged.append((lsn, f"{wid}: its result was read, the journal"))
         if not acknowledged:

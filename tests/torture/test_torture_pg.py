@@ -43,6 +43,10 @@ def test_trials_on_postgresql_break_no_promise(tmp_path: Path, pg_server: Any) -
     assert sum(r.steps for r in reports) > 1000
     assert sum(r.limited for r in reports) > 50
     assert sum(r.updates for r in reports) > 50
+    # Box updates, plain and async, answered across a reopen within a life on this store.
+    assert sum(r.reopened for r in reports) >= 1
+    assert sum(r.after_reopen for r in reports) > 0
+    assert sum(r.box_updates for r in reports) > 100
     # Checkpoints compacted fusee_journal, so the check read records that only a
     # checkpoint or the history store still held.
     assert sum(r.compacted_records for r in reports) >= 1

@@ -7,6 +7,12 @@ nonce with its value. The journal's recorded nonce then names the execution
 whose result became durable: no execution of that step may come after it.
 Results depend only on the plan and the signals, never on crashes.
 
+A box run (`BOX`, `boxes`) takes a plain and an async update handler, parks on a
+signal, and returns the ids of the updates it applied, in order; its async
+handler runs a step that writes its ledger line like the others (with the
+update's id). The child sends its updates, some before and some after it closes
+and opens its engine again within its life, and the parent sends the rest.
+
 A limited step (`limit=LIMIT`) also writes an `enter` line as its function
 begins and a `leave` line just before it returns (`_edge`), both inside the
 permit its attempt holds: so, in one process life, the steps between their two
@@ -24,6 +30,7 @@ import signal
 import sqlite3
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +40,7 @@ from fusee_runtime import (
     Config,
     Ctx,
     Engine,
+    EngineClosed,
     Rejected,
     RetryPolicy,
     current_ctx,
@@ -114,6 +122,8 @@ class FaultStorage(Storage):
         self.rng = random.Random(seed)
         self.writes = self.syncs = self.checkpoint_ops = 0
         self.batch: list[bytes] = []
+        self.faulted = False
+        """Whether the fault was injected (a life that meets it may fail to go on)."""
         # Per thread: a checkpoint is written on its own thread while the journal
         # appends on another (or on the loop), and its writes are not appends.
         self.doing = threading.local()
@@ -164,6 +174,7 @@ class FaultStorage(Storage):
         super().sync(fd)
 
     def _report(self) -> None:
+        self.faulted = True
         records = [orjson.loads(p) for data in self.batch for _, p, _ in fmt.frames(data)]
         os.write(1, b"FAULT " + orjson.dumps(records) + b"\n")
 
@@ -201,6 +212,7 @@ class FaultStorage(Storage):
         self.checkpoint_ops += 1
         due = self.checkpoint_ops == self.at and self.fault in CHECKPOINT_FAULTS
         if due:
+            self.faulted = True
             _say("INJECTED", operation, path.name)
         return due
 
@@ -339,7 +351,7 @@ def expected(workflow_id: str, inp: dict[str, Any]) -> int:
     return total + inp["beats"] + base + 999
 
 
-def _ledger(name: str, ok: bool) -> str:
+def _ledger(name: str, ok: bool, **more: Any) -> str:
     assert LEDGER is not None, "torture_app.LEDGER is not set"
     ctx = current_ctx()
     nonce = os.urandom(8).hex()
@@ -350,6 +362,7 @@ def _ledger(name: str, ok: bool) -> str:
         "ok": ok,
         "nonce": nonce,
         "pid": os.getpid(),  # which life ran it
+        **more,
     }
     _append(LEDGER, line)
     return nonce
@@ -519,3 +532,138 @@ async def kid(ctx: Ctx, value: int) -> int:
 @workflow(name="tt_orphan")
 async def orphan(ctx: Ctx, _: None) -> None:
     await ctx.wait_for("never")
+
+
+BOX = "tt_box"
+"""The box runs' workflow: `PUT` and `ADD` updates, applied while it waits for
+`FINISH`; its result lists their ids in the order it applied them."""
+PUT = "put"
+"""A box's plain update: appends its id at once; answers where it put it (1, 2, ...)."""
+ADD = "add"
+"""A box's async update: runs a step (`note`, a ledger line with the update's id),
+then appends its id; answers where it put it and the step's execution (its nonce)."""
+FINISH = "finish"
+BOX_SHARE = 10
+"""A trial starts one box run for every this many runs of `plan`."""
+BOX_PHASES = (0, 0, 1, 1, 2)
+"""When a box's update is sent, drawn from these: 0, by the child before it opens
+its engine again; 1, by the child after; 2, by the parent's recovery life."""
+BOX_AGAIN = ("send the update again", "again once that one answered", "has no update handler")
+"""What a refusal says when a box's update is to be sent again once the run parked."""
+BOX_TRIES = 100
+REOPEN_GRACE_S = 120.0
+"""The grace a child's engine closing mid-life gives the step functions running (it
+returns as soon as they did): a thread cut off would run on beside the next engine,
+whose permits know nothing of it. Never reached on a machine that is not stuck."""
+
+
+def boxes(
+    seed: int, runs: int, where: tuple[int, int] = (0, 1)
+) -> list[tuple[str, dict[str, Any]]]:
+    """The box runs a trial starts beside `plan`'s, from the seed alone: their ids, and
+    their inputs, which list the updates each is sent, in the order sent: `id`,
+    `kind` (`PUT` or `ADD`), `phase` (`BOX_PHASES`), `together` (sent with the one
+    before it, without waiting for its answer) and `again` (the parent sends it again
+    if the child sent it and got no answer)."""
+    rng = random.Random(f"{seed} boxes")
+    out = []
+    for i in range(max(1, runs // BOX_SHARE)):
+        wid = beside(f"b{i}", where)
+        phases = sorted(rng.choice(BOX_PHASES) for _ in range(rng.randint(3, 6)))
+        sends: list[dict[str, Any]] = []
+        for k, phase in enumerate(phases):
+            kind = rng.choice((PUT, ADD))
+            together = bool(sends) and sends[-1]["phase"] == phase and rng.random() < 0.3
+            sends.append(
+                {
+                    "id": f"{wid}.{k}{kind[0]}",
+                    "kind": kind,
+                    "phase": phase,
+                    "together": together,
+                    "again": rng.random() < 0.5,
+                }
+            )
+        out.append((wid, {"sends": sends}))
+    return out
+
+
+def groups(inp: dict[str, Any], phase: int) -> list[list[dict[str, Any]]]:
+    """A box's updates of `phase`, in groups sent together, in turn."""
+    out: list[list[dict[str, Any]]] = []
+    for send in inp["sends"]:
+        if send["phase"] != phase:
+            continue
+        if send["together"] and out:
+            out[-1].append(send)
+        else:
+            out.append([send])
+    return out
+
+
+async def note(update_id: str) -> dict[str, Any]:
+    """The step of a box's `ADD` update: its ledger line names the update (its name
+    too: each of a run's updates has a step of its own, with a key of its own)."""
+    return {"v": update_id, "nonce": _ledger(f"add {update_id}", ok=True, update=update_id)}
+
+
+@workflow(name=BOX)
+async def box(ctx: Ctx, _: Any) -> list[str]:
+    """Parks on `FINISH` while its updates come; the ids of those it applied, in order."""
+    applied: list[str] = []
+
+    def put(update_id: str) -> int:
+        applied.append(update_id)
+        return len(applied)
+
+    async def add(update_id: str) -> dict[str, Any]:
+        done = await ctx.step("add", note, update_id)
+        applied.append(update_id)
+        return {"at": len(applied), "nonce": done["nonce"]}
+
+    ctx.on_update(PUT, put)
+    ctx.on_update(ADD, add)
+    await ctx.wait_for(FINISH)
+    return applied
+
+
+def parked(engine: Engine, workflow_id: str) -> bool:
+    """Whether the run waits parked (its code dropped until a signal or an update)."""
+    return engine.runs.latest(workflow_id).parked
+
+
+async def send_box_update(
+    engine: Engine,
+    workflow_id: str,
+    send: dict[str, Any],
+    settle: Callable[[], Awaitable[None]],
+) -> Any:
+    """Applies one of a box's updates, as a client does: with its id, sent again while
+    the engine says to (the run applies an earlier update, or its code does not run
+    yet), once `settle()` returned (the run parked again). Its answer; another
+    refusal is raised, `EngineClosed` too."""
+    refused = ""
+    for _ in range(BOX_TRIES):
+        try:
+            return await engine.update(workflow_id, send["kind"], send["id"], send["id"])
+        except EngineClosed:
+            raise
+        except Rejected as e:
+            if not any(why in str(e) for why in BOX_AGAIN):
+                raise
+            refused = str(e)
+        await settle()
+        await asyncio.sleep(0)  # (a turn of the loop: a refusal may come of a state just left)
+    raise AssertionError(
+        f"{workflow_id}: update {send['id']} refused {BOX_TRIES} times, the last: {refused}"
+    )
+
+
+def closed_under(e: BaseException) -> bool:
+    """Whether a call failed as the engine closed, so that it may be made again on the
+    engine opened next: `EngineClosed` (it did nothing), or a wait the close cut off
+    (the call may have taken effect: only calls that can be made twice are made again)."""
+    said = str(e)
+    return isinstance(e, EngineClosed) or (
+        isinstance(e, Rejected)
+        and ("the engine closed" in said or "the engine stopped before" in said)
+    )
