@@ -560,7 +560,7 @@ class Ctx:
     def log(self) -> Any:
         """This run's logger: `ctx.log.debug/info/warn/error(msg)`, followable with `fusee logs -f`.
 
-        Lines are tagged with the workflow id, the run and, in a step function,
+        Lines are tagged with the workflow id, the workflow, the run and, in a step function,
         the step and its attempt. Workflow code logs nothing while it replays
         operations the journal holds; a line after the last recorded operation
         can appear again after a crash. Lines are not durable (never synced).
