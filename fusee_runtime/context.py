@@ -170,15 +170,15 @@ class Ctx:
         """Runs `fn(*args)` (sync or async) as a durable step named `name`.
 
         The function runs once every earlier record of the run is durable
-        (not waited for when `read_only`); its result is recorded and
-        returned without waiting for the disk. On replay the recorded result
-        (or failure) is returned and `fn` does not run. A failure is retried
-        under `retry` (the engine's default policy when None); one that is
-        final raises `StepFailed` here.
+        (not waited for when `read_only`); its result is recorded and returned
+        without waiting for the disk. On replay the recorded result (or failure)
+        is returned and `fn` does not run. A failure is retried under `retry`
+        (the engine's default policy when None); a final one raises `StepFailed`.
 
         With `limit`, each attempt first takes a permit of that named limit (of
         its `limit_key` alone, if given); while it waits, a higher `priority`
-        goes first and `fairness` keys take turns of `fairness_weight` permits.
+        goes first and `fairness` keys take turns of `fairness_weight` (1 to 10)
+        permits, a run's steps waiting under the first key it waits with.
         """
         if step_var.get() is not None:
             # In a step function: not workflow code, so a plain call, as a `@step` is there.

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
-from fusee_runtime.engine.limits import PERMITS_MAX, check_limit
+from fusee_runtime.engine.limits import FAIRNESS_WEIGHT_MAX, check_limit
 from fusee_runtime.errors import Failure, Rejected
 from fusee_runtime.scope import check_name, journaling
 
@@ -165,8 +165,11 @@ class StepOptions:
         if type(self.priority) is not int:
             return f"priority= is a whole number (higher goes first), not {self.priority!r}"
         weight = self.fairness_weight
-        if type(weight) is not int or not 1 <= weight <= PERMITS_MAX:
-            return f"fairness_weight= is a whole number from 1 to {PERMITS_MAX}, not {weight!r}"
+        if type(weight) is not int or not 1 <= weight <= FAIRNESS_WEIGHT_MAX:
+            return (
+                f"fairness_weight= is a whole number from 1 to {FAIRNESS_WEIGHT_MAX}, "
+                f"not {weight!r}"
+            )
         return None
 
     def merged(self, **changes: Any) -> StepOptions:

@@ -425,7 +425,12 @@ async def _permit(execution: Execution, seq: str, name: str, opts: StepOptions) 
     run.current = f"{name}: waiting for a permit of limit {label!r}"
     try:
         return await limits.acquire(
-            opts.limit, opts.limit_key, opts.priority, opts.fairness, opts.fairness_weight
+            opts.limit,
+            opts.limit_key,
+            opts.priority,
+            opts.fairness,
+            opts.fairness_weight,
+            run.run_id,
         )
     finally:
         del run.permit_waits[seq]

@@ -14,8 +14,11 @@ process, and a restarted engine holds none of a dead one's.
 
 While waiting for a permit, a higher `priority` goes first; waiters of one
 priority take turns by `fairness` key, a turn giving its key at most its
-`fairness_weight` permits (the weight of the waiter served), so a tenant with
-10,000 waiting steps does not starve one with 10. One key's waiters go in
+`fairness_weight` permits (the weight of the waiter served, at most
+`FAIRNESS_WEIGHT_MAX`), so a tenant with 10,000 waiting steps does not starve
+one with 10. A run counts once: while some of its waiters queue under one key,
+its waiters with other keys queue behind them, under that key, so code that
+makes a key per step does not take a turn per step. One key's waiters go in
 arrival order. A waiter who gives up (its run cancelled, the engine closing)
 leaves the queue, and a permit granted to it at that moment is given back.
 """
@@ -36,7 +39,10 @@ from fusee_runtime.scope import check_name
 DEFAULT_PERMITS = 1
 """The size of a limit that `engine.limit` never set: one attempt at a time."""
 PERMITS_MAX = 1_000_000
-"""The largest size of a limit, and the largest `fairness_weight`."""
+"""The largest size of a limit."""
+FAIRNESS_WEIGHT_MAX = 10
+"""The largest `fairness_weight`: a key's turn is at most 10 permits, so a key with
+one waiter is served within 10 permits a key before it in the ring."""
 
 
 @dataclass(frozen=True)
@@ -60,24 +66,45 @@ class LimitInfo:
 
 
 class _Waiter:
-    __slots__ = ("fairness", "future", "gone", "weight")
+    __slots__ = ("fairness", "future", "gone", "run", "weight")
 
-    def __init__(self, future: asyncio.Future[None], fairness: str, weight: int) -> None:
+    def __init__(self, future: asyncio.Future[None], fairness: str, weight: int, run: str) -> None:
         self.future = future
         self.fairness = fairness
         self.weight = weight
+        self.run = run
         self.gone = False
 
 
 class _Level:
     """The waiters of one priority: a queue per fairness key, the keys taking turns."""
 
-    __slots__ = ("queues", "ring", "taken")
+    __slots__ = ("queues", "ring", "runs", "taken")
 
     def __init__(self) -> None:
         self.ring: deque[str] = deque()
         self.queues: dict[str, deque[_Waiter]] = {}
         self.taken = 0  # permits the key at the head of the ring took this turn
+        # run id: [the key its waiters queue under, how many of them are queued]
+        self.runs: dict[str, list[Any]] = {}
+
+    def enqueue(self, waiter: _Waiter) -> None:
+        """Queues `waiter` under its key, or under the key its run's waiters queue."""
+        counted = self.runs.get(waiter.run)
+        if counted is None:
+            counted = self.runs[waiter.run] = [waiter.fairness, 0]
+        counted[1] += 1
+        queue = self.queues.get(counted[0])
+        if queue is None:
+            queue = self.queues[counted[0]] = deque()
+            self.ring.append(counted[0])
+        queue.append(waiter)
+
+    def dequeued(self, waiter: _Waiter) -> None:
+        counted = self.runs[waiter.run]
+        counted[1] -= 1
+        if counted[1] == 0:
+            del self.runs[waiter.run]
 
 
 class _Pool:
@@ -184,9 +211,10 @@ class Limits:
     # -- permits -----------------------------------------------------------------------
 
     async def acquire(
-        self, name: str, key: str | None, priority: int, fairness: str, weight: int
+        self, name: str, key: str | None, priority: int, fairness: str, weight: int, run: str
     ) -> Permit:
-        """Waits for a permit of limit `name` (of its `key`); cancelled, it takes none."""
+        """Waits for a permit of limit `name` (of its `key`) for a step of run `run`;
+        cancelled, it takes none."""
         label = name if key is None else f"{name}/{key}"
         pool = self._pools.get(label)
         if pool is None:
@@ -195,15 +223,11 @@ class Limits:
             self._take(pool, fairness)
             self._changed()
             return Permit(self, pool)
-        waiter = _Waiter(asyncio.get_running_loop().create_future(), fairness, weight)
+        waiter = _Waiter(asyncio.get_running_loop().create_future(), fairness, weight, run)
         level = pool.levels.get(priority)
         if level is None:
             level = pool.levels[priority] = _Level()
-        queue = level.queues.get(fairness)
-        if queue is None:
-            queue = level.queues[fairness] = deque()
-            level.ring.append(fairness)
-        queue.append(waiter)
+        level.enqueue(waiter)
         pool.waiting += 1
         self._changed()
         try:
@@ -239,6 +263,7 @@ class Limits:
             fairness = level.ring[0]
             queue = level.queues[fairness]
             waiter = queue.popleft()
+            level.dequeued(waiter)
             if not waiter.gone and waiter.future.done():
                 # Cancelled in this same tick, before its task could say so: it is gone.
                 waiter.gone = True
@@ -246,7 +271,7 @@ class Limits:
             if not waiter.gone:
                 pool.waiting -= 1
                 waiter.future.set_result(None)
-                self._take(pool, fairness)
+                self._take(pool, waiter.fairness)
                 level.taken += 1
             if not queue:  # the key has no one left: the next key's turn
                 level.ring.popleft()

@@ -189,6 +189,46 @@ async def test_a_tenant_with_many_waiting_does_not_starve_one_with_few(make_engi
     assert ORDER[:20] == ["many", "few"] * 10
 
 
+@workflow(name="lim.key_per_step")
+async def key_per_step(ctx: Ctx, n: int) -> list[str]:
+    """A run that makes a fairness key per step, all waiting at once."""
+    return await ctx.all(
+        ctx.step("lim.ordered", ordered, "many", limit="lim.one", fairness=f"many-{i}")
+        for i in range(n)
+    )
+
+
+async def test_a_key_per_step_in_one_run_takes_one_turn(make_engine: Any) -> None:
+    # One run fans out 200 steps with a key each, then 10 runs of tenant "few" wait.
+    # Were every key a turn, "few" would wait behind all 200 (positions 200-209 of 210);
+    # a run counts once, so its keys take the turns of its first.
+    few = [{"tag": "few", "fairness": "few"} for _ in range(10)]
+    async with make_engine() as engine:
+        await engine.limit("lim.one", 1)
+        held = await engine.start("lim.holder", None)
+        await engine.wait_until(lambda: limit(engine, "lim.one").in_use == 1)
+        fan = await engine.start("lim.key_per_step", 200)
+        await engine.wait_until(lambda: limit(engine, "lim.one").waiting == 200)
+        handles = [await engine.start("lim.waiter", how) for how in few]
+        await engine.wait_until(lambda: limit(engine, "lim.one").waiting == 210)
+        HOLDING["go"].set()
+        for h in [held, fan, *handles]:
+            await h.result(timeout=60)
+        granted = limit(engine, "lim.one").granted
+    assert ORDER[:20] == ["many", "few"] * 10
+    assert granted["few"] == 10 and sum(granted[f"many-{i}"] for i in range(200)) == 200
+
+
+async def test_a_heavy_weight_cannot_starve_another_key(make_engine: Any) -> None:
+    # The largest weight code may ask for is 10: "few" goes once a turn of 10 "heavy".
+    heavy = [{"tag": "heavy", "fairness": "heavy", "weight": 10} for _ in range(200)]
+    few = [{"tag": "few", "fairness": "few"} for _ in range(10)]
+    async with make_engine() as engine:
+        for h in await queue_behind_holder(engine, [*heavy, *few]):
+            await h.result(timeout=60)
+    assert ORDER[:110] == (["heavy"] * 10 + ["few"]) * 10
+
+
 # -- keys, sizes, what shows ------------------------------------------------------------
 
 
@@ -318,6 +358,8 @@ def test_bad_limit_options_are_refused_at_import() -> None:
         keyed.options(limit_key="k")
     with pytest.raises(ValueError, match="fairness_weight= is a whole number from 1"):
         counted.options(fairness_weight=0)
+    with pytest.raises(ValueError, match="fairness_weight= is a whole number from 1 to 10, not 10"):
+        counted.options(limit="lim.five", fairness_weight=1000)
 
 
 @workflow(name="lim.bad_call")
