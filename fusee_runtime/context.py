@@ -33,7 +33,7 @@ from fusee_runtime import children, versions
 from fusee_runtime.children import ChildHandle
 from fusee_runtime.completions import Completion
 from fusee_runtime.dsl import RetryPolicy, StepDef, StepOptions, WorkflowDef, seconds
-from fusee_runtime.engine.waits import utc, wake_at
+from fusee_runtime.engine.waits import until, utc, wake_at
 from fusee_runtime.errors import Failure, Rejected, StepFailed
 from fusee_runtime.journal.records import R
 from fusee_runtime.scope import NAME_CHARS_MAX, Cursor, Halt, cursor_var, step_var
@@ -91,9 +91,8 @@ class Ctx:
     def key(self) -> str:
         """The idempotency key of the step whose function is running.
 
-        Stable across retries and recovery: a step that runs again after a
-        crash sees the same key, so services that take idempotency keys see
-        its effect once.
+        Stable across retries and recovery: a step run again after a crash sees
+        the same key, so services that take idempotency keys see its effect once.
 
         Raises:
             Rejected: called outside a step function.
@@ -105,6 +104,15 @@ class Ctx:
                 "there is no step to key in workflow code"
             )
         return f"{self._run.workflow_id}/{self._run.run_id}/{running.seq}"
+
+    @property
+    def fence(self) -> int:
+        """This process's turn driving the journal, never lower than an earlier driver's:
+        pass it with a step's writes, for the system written to refuse a lower one once it
+        saw a higher one, so a driver that lost the journal cannot write after its
+        successor (`docs/postgresql.md`, "Fencing"). PostgreSQL: `fusee_owner.epoch`, one
+        more at each open; a local home: the lsn its one driver began writing at."""
+        return self._host.fence
 
     def heartbeat(self, details: Any = None) -> None:
         """Reports progress from inside a running step function (async or in a thread):
@@ -237,7 +245,7 @@ class Ctx:
             at = wake_at(fire_at(self._host.clock.now()))
             self._host.append(self._run, [R.TimerStarted, self._run.run_id, seq, name, at])
             op = self._run.ops[seq]
-        await self._execution.await_op(seq, op, f"sleeping {_until(op.fire_at)}")
+        await self._execution.await_op(seq, op, f"sleeping {until(op.fire_at)}")
 
     async def wait_for(
         self, signal: str, timeout: float | timedelta | None = None, *, type: Any = None
@@ -258,8 +266,8 @@ class Ctx:
             deadline = None if t is None else wake_at(self._host.clock.now() + t)
             self._host.append(self._run, [R.WaitStarted, self._run.run_id, seq, signal, deadline])
             op = self._run.ops[seq]
-        until = "" if op.fire_at is None else f" {_until(op.fire_at)}"
-        await self._execution.await_op(seq, op, f"waiting for signal {signal!r}{until}")
+        till = "" if op.fire_at is None else f" {until(op.fire_at)}"
+        await self._execution.await_op(seq, op, f"waiting for signal {signal!r}{till}")
         if type is None or op.value is None:  # None: also a wait that timed out
             return op.value
         return decode(shape_of(type), op.value, f"the value of signal {signal!r}")
@@ -561,9 +569,9 @@ class Ctx:
         """This run's logger: `ctx.log.debug/info/warn/error(msg)`, followable with `fusee logs -f`.
 
         Lines are tagged with the workflow id, the workflow, the run and, in a step function,
-        the step and its attempt. Workflow code logs nothing while it replays
-        operations the journal holds; a line after the last recorded operation
-        can appear again after a crash. Lines are not durable (never synced).
+        the step and its attempt. Workflow code logs nothing while it replays operations
+        the journal holds; a line after the last recorded operation can appear again
+        after a crash. Lines are not durable (never synced).
         """
         run_log = self._host.run_log
         if run_log is None:
@@ -586,13 +594,6 @@ class Ctx:
         if scope != "run":
             raise Rejected(f"stream {name!r}: scope={scope!r} is for step functions")
         return StreamWriter(self._execution, name)
-
-
-def _until(at: float | None) -> str:
-    """Until when a run waits, for people, in what it says it is doing."""
-    if at is None or wake_at(at) is None:
-        return "forever"
-    return f"until {utc(at):%Y-%m-%d %H:%M:%S} UTC"
 
 
 async def _awaited(aw: Awaitable[Any]) -> Any:

@@ -510,7 +510,7 @@ async def _run(execution: Execution, fn: Callable[..., Any]) -> Ended | None:
     except (Halt, JournalFailed):
         return None
     except asyncio.CancelledError:
-        if execution.parking or host.closing or not run.is_open:
+        if execution.parking or host.closing or host.failed or not run.is_open:
             return None
         raise
     except Exception as e:
@@ -532,7 +532,7 @@ async def _settled(execution: Execution, error: Exception) -> Ended | None:
     except (Halt, JournalFailed):
         return None
     except asyncio.CancelledError:
-        if execution.parking or execution.host.closing or not run.is_open:
+        if execution.parking or execution.host.closing or execution.host.failed or not run.is_open:
             return None
         raise
     if not run.is_open:

@@ -84,6 +84,11 @@ class RunHost(Protocol):
         ...
 
     @property
+    def fence(self) -> int:
+        """This process's turn driving the journal (`Ctx.fence`)."""
+        ...
+
+    @property
     def failed(self) -> JournalFailed | None:
         """Why the journal stopped accepting work, once it did."""
         ...

@@ -16,9 +16,10 @@ past its journal's end. A terminated, timed-out or reset run was stopped
 from outside, wherever its code was: only what it recorded is checked.
 
 `history_document` writes a run's journal as a portable JSON document
-(`fusee history ID --export FILE`); `read_history` reads one back, and
-`replay` replays it against an app, so a golden history can live in a
-user's tests (Temporal's `Replayer` is the model).
+(`fusee history ID --export FILE`); `read_history` (`history_doc`) reads one
+back and checks all of it, since it comes from outside, and `replay` replays
+it against an app, so a golden history can live in a user's tests
+(Temporal's `Replayer` is the model).
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ from fusee_runtime.engine.creation import created
 from fusee_runtime.engine.registry import load_app
 from fusee_runtime.engine.runlog import RunLog
 from fusee_runtime.engine.state import CLOSED_AS, Run, Status, top
-from fusee_runtime.errors import NotFound, Rejected
+from fusee_runtime.errors import HistoryInvalid, NotFound, Rejected
 from fusee_runtime.execution import Ended, Execution, run_code
+from fusee_runtime.history_doc import FORMAT, VERSION, check_history, read_history
 from fusee_runtime.journal.records import CLOSES, R
 from fusee_runtime.scope import JournalEnds
 from fusee_runtime.steps import StepWorkers
@@ -55,10 +57,6 @@ if TYPE_CHECKING:
     from fusee_runtime.errors import Failure
     from fusee_runtime.tracing import Tracing
     from fusee_runtime.typed import Shape
-
-FORMAT = "fusee.history"
-VERSION = 1
-"""The history document's format and version (`history_document`)."""
 
 _MUST_END = {
     Status.COMPLETED: frozenset({"returns"}),
@@ -116,55 +114,11 @@ def history_document(run: Run) -> dict[str, Any]:
         "id": run.workflow_id,
         "run_id": run.run_id,
         "workflow": run.workflow,
-        "status": str(run.status),
+        # (A close not yet durable is the run's status already, as its records say.)
+        "status": str(run.closing or run.status),
         "creation": run.creation,
         "records": [[lsn, rec] for lsn, rec in run.records],
     }
-
-
-def read_history(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:
-    """A history document from a file (or as read already), checked, or `Rejected`
-    saying in one line why it is not one."""
-    if isinstance(source, Mapping):
-        doc: Any = dict(source)
-        where = "the history"
-    else:
-        where = str(source)
-        try:
-            doc = orjson.loads(Path(source).read_bytes())
-        except OSError as e:
-            raise Rejected(f"cannot read {where}: {e.strerror or e}") from None
-        except orjson.JSONDecodeError as e:
-            raise Rejected(f"{where} is not JSON: {e}") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise Rejected(
-            f"{where} is not a fusee history (fusee history ID --export FILE writes one)"
-        )
-    if doc.get("version") != VERSION:
-        raise Rejected(
-            f"{where} is a fusee history of version {doc.get('version')!r}; "
-            f"this fusee reads version {VERSION}"
-        )
-    records = doc.get("records")
-    if (
-        not isinstance(records, list)
-        or not records
-        or not all(_is_record(r) for r in records)
-        or not isinstance(doc.get("creation"), dict | None)
-    ):
-        raise Rejected(f"{where} is a damaged fusee history: its records cannot be read")
-    return doc
-
-
-def _is_record(value: Any) -> bool:
-    return (
-        isinstance(value, list)
-        and len(value) == 2
-        and type(value[0]) is int
-        and isinstance(value[1], list)
-        and len(value[1]) >= 2
-        and type(value[1][0]) is int
-    )
 
 
 # -- replaying ----------------------------------------------------------------------
@@ -178,21 +132,33 @@ async def replay(
     `app` (imported first, as the engine imports it; None: those registered already).
 
     Raises:
-        Rejected: `history` is not a fusee history.
+        HistoryInvalid: `history` is not a history document this fusee replays (a
+            `Rejected`; the message says why, at which record).
         AppImportError: the app cannot be imported.
     """
     load_app(app)
-    return await replay_document(read_history(history))
+    return await _replay_checked(read_history(history))
 
 
-async def replay_document(doc: dict[str, Any]) -> Replayed:
-    """Replays a checked history document against the workflows registered now."""
+async def replay_document(doc: Mapping[str, Any]) -> Replayed:
+    """Replays a history document against the workflows registered now, once
+    `check_history` finds it whole.
+
+    Raises:
+        HistoryInvalid: `doc` breaks a rule of the format (`history_doc`).
+    """
+    return await _replay_checked(check_history(doc))
+
+
+async def _replay_checked(doc: dict[str, Any]) -> Replayed:
     try:
-        run, closed, must = _replayable(doc.get("creation"), doc["records"])
+        run, closed, must = _replayable(doc["creation"], doc["records"])
     except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
-        raise Rejected(f"a damaged fusee history: its records cannot be read ({e!r})") from None
-    shown = doc.get("status") if isinstance(doc.get("status"), str) else None
-    return await _replay(run, closed, must, registry(), shown)
+        # (Not expected past `check_history`: a rule it lacks, stated in one line.)
+        raise HistoryInvalid(
+            f"bad history document: its records cannot be replayed ({e!r})"
+        ) from None
+    return await _replay(run, closed, must, registry(), doc["status"])
 
 
 def _replayable(
@@ -380,6 +346,10 @@ class ReplayHost:
     @property
     def shard(self) -> tuple[int, int]:
         return (0, 1)  # it starts nothing
+
+    @property
+    def fence(self) -> int:
+        return 0  # it runs no step
 
     def check_accepting(self) -> None:
         pass

@@ -144,6 +144,10 @@ class Driver:
     def failed(self) -> JournalFailed | None:
         return self.durability.failed
 
+    @property
+    def fence(self) -> int:
+        return self.durability.fence
+
     def check_accepting(self) -> None:
         if not self.opened:
             raise Rejected("the engine is not open: use `async with Engine(...)`")
@@ -486,6 +490,25 @@ class Driver:
             self.close_run(run, R.RunCancelled, reason)
         else:
             self.interrupt(run)
+
+    def journal_lost(self, failed: JournalFailed) -> None:
+        """The journal failed (fail-stop): nothing more is recorded, and on PostgreSQL
+        another process may drive it now. Result waiters get `failed`, and the runs'
+        code stops at once, cancelling the async step attempts in flight; one in a
+        thread cannot be stopped, and its result is dropped (`Ctx.fence` fences it)."""
+        self.runs.fail_result_waiters(lambda run: failed)
+        in_flight = self.workers.attempts
+        for run in self.runs.by_run_id.values():
+            if run.task is not None and not run.task.done():
+                run.task.cancel()
+        if in_flight:
+            in_threads = self.workers.in_threads
+            log.error(
+                "fusee: the journal failed: cancelled %d async step attempt(s) in flight; "
+                "%d in threads run on and their results are dropped",
+                in_flight - in_threads,
+                in_threads,
+            )
 
     def mark_stuck(self, run: Run, message: str) -> None:
         if run.stuck != message and run.is_open and self.durability.failed is None:

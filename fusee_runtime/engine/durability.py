@@ -82,6 +82,8 @@ class Durability:
         """The journal's place, for messages (the store's name once started)."""
         self.shard: tuple[int, int] = (0, 1)
         """Which journal of how many in its database (`journal/shards.py`), once started."""
+        self.fence = 0
+        """This process's turn driving the journal (`JournalStore.epoch`), once started."""
         self.config = config
         self.durable_lsn = 0
         """Every record up to here is durable."""
@@ -119,6 +121,7 @@ class Durability:
             sync=self.config.durability == "fdatasync",
             record_bytes_max=self.config.record_bytes_max,
         )
+        self.fence = store.epoch
 
     async def close(self) -> None:
         """Commits what is appended and stops the writer."""

@@ -102,7 +102,7 @@ class Engine:
             self.home,
             self.config,
             on_durable=lambda: self.checkpoints.due(),
-            on_failed=lambda e: self.runs.fail_result_waiters(lambda run: e),
+            on_failed=lambda e: self.driver.journal_lost(e),
         )
         """The commit path: append, the durable position, fail-stop."""
         http_url = self.config.http_url.rstrip("/") if self.config.http_url else None

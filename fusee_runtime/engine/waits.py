@@ -62,6 +62,13 @@ class Waiting:
     detail: str | None = None
 
 
+def until(at: float | None) -> str:
+    """Until when a run waits, for people, in what it says it is doing."""
+    if at is None or wake_at(at) is None:
+        return "forever"
+    return f"until {utc(at):%Y-%m-%d %H:%M:%S} UTC"
+
+
 def waiting(run: Run) -> tuple[Waiting, ...]:
     """What open `run` waits for: its pending timers, waits, paused steps and
     completions, its steps between attempts, and a cancel it has not closed on."""

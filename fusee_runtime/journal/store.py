@@ -69,6 +69,10 @@ class JournalStore(Protocol):
     shard: tuple[int, int]
     """Which journal of how many its database holds, once open (`journal/shards.py`):
     a run's id must belong to it. (0, 1) alone."""
+    epoch: int
+    """This process's turn driving the journal, once open, never lower than an earlier
+    driver's (`Ctx.fence`): PostgreSQL counts opens; a local journal, which one
+    process drives until it ends, has the lsn it began writing at."""
 
     def open(self) -> None: ...
     def close(self) -> None: ...
@@ -128,6 +132,7 @@ class LocalJournal:
         self.loop_safe = storage.loop_safe
         self.remote = False
         self.shard = (0, 1)
+        self.epoch = 0
 
     def open(self) -> None:
         pass  # the engine made the directory, under the home's lock
@@ -157,6 +162,7 @@ class LocalJournal:
         sync: bool,
         record_bytes_max: int,
     ) -> JournalWriter:
+        self.epoch = tail.next_lsn
         return JournalWriter(
             self.directory,
             self.storage,
