@@ -249,6 +249,8 @@ async def test_signal_and_cancel_another_workflow_once_and_replay(make_engine: A
         victim = await engine.start("children.cleanup", None, id="victim")
         canceller = await started(engine, "cancel-other", id="s-2", to="victim")
         assert await canceller.result(timeout=10) == "cancelled"
+        # The cancel is recorded; the victim closes once its compensation has run.
+        await engine.wait_until(lambda: not engine.runs.latest("victim").status.is_open)
         assert (await victim.describe()).status == Status.CANCELLED
     # Reopened, the senders' replays send nothing again.
     async with make_engine() as engine:
