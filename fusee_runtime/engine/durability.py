@@ -84,6 +84,8 @@ class Durability:
         """Which journal of how many in its database (`journal/shards.py`), once started."""
         self.fence = 0
         """This process's turn driving the journal (`JournalStore.epoch`), once started."""
+        self.remote = False
+        """Whether the journal is in a database (`JournalStore.remote`), once started."""
         self.config = config
         self.durable_lsn = 0
         """Every record up to here is durable."""
@@ -122,6 +124,7 @@ class Durability:
             record_bytes_max=self.config.record_bytes_max,
         )
         self.fence = store.epoch
+        self.remote = store.remote
 
     async def close(self) -> None:
         """Commits what is appended and stops the writer."""
@@ -270,11 +273,17 @@ class Durability:
         await self.future(lsn)
 
     def _journal_failed(self, error: BaseException) -> None:
+        if self.remote:
+            what, then = (
+                "commit, or its session ended",
+                "a standby or a restart carries its runs on",
+            )
+        else:
+            what, then = "write or fdatasync", "fix the disk and reopen the home"
         self.fail(
             JournalFailed(
-                f"the journal in {self.where} stopped accepting work after a failed write or "
-                f"fdatasync ({error}); nothing after the last durable record was "
-                "acknowledged. Fix the disk and reopen the home."
+                f"the journal in {self.where} stopped accepting work after a failed {what} "
+                f"({error}); nothing after the last durable record was acknowledged; {then}"
             )
         )
 

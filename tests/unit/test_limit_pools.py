@@ -31,9 +31,9 @@ def counts(lim: Limits) -> list[tuple[str, int, int]]:
 
 async def test_a_waiter_cancelled_as_its_permit_comes_free_takes_none() -> None:
     lim = limits()
-    holder = await lim.acquire("x", None, 0, "", 1)
-    waiter = asyncio.ensure_future(lim.acquire("x", None, 0, "", 1))
-    other = asyncio.ensure_future(lim.acquire("x", None, 0, "", 1))
+    holder = await lim.acquire("x", None, 0, "", 1, "run")
+    waiter = asyncio.ensure_future(lim.acquire("x", None, 0, "", 1, "run"))
+    other = asyncio.ensure_future(lim.acquire("x", None, 0, "", 1, "run"))
     await asyncio.sleep(0)  # both queue (a yield, not a wait on the engine)
     waiter.cancel()  # its task learns of it on the next round ...
     holder.release()  # ... after the permit comes free: the next waiter gets it
@@ -43,13 +43,13 @@ async def test_a_waiter_cancelled_as_its_permit_comes_free_takes_none() -> None:
     assert counts(lim) == [("x", 1, 0)]
     got.release()
     assert counts(lim) == [("x", 0, 0)]
-    (await lim.acquire("x", None, 0, "", 1)).release()  # the fast path still works
+    (await lim.acquire("x", None, 0, "", 1, "run")).release()  # the fast path still works
 
 
 async def test_a_permit_granted_to_a_waiter_that_gave_up_is_given_back() -> None:
     lim = limits()
-    holder = await lim.acquire("x", None, 0, "", 1)
-    waiter = asyncio.ensure_future(lim.acquire("x", None, 0, "", 1))
+    holder = await lim.acquire("x", None, 0, "", 1, "run")
+    waiter = asyncio.ensure_future(lim.acquire("x", None, 0, "", 1, "run"))
     await asyncio.sleep(0)
     holder.release()  # granted to the waiter ...
     waiter.cancel()  # ... which gives up before its task resumes
@@ -82,7 +82,7 @@ def test_a_permit_goes_back_once() -> None:
     lim = limits()
 
     async def twice() -> None:
-        permit: Permit = await lim.acquire("x", None, 0, "", 1)
+        permit: Permit = await lim.acquire("x", None, 0, "", 1, "run")
         permit.release()
         permit.release()
 
