@@ -327,12 +327,14 @@ def check_workflow(app: str, name: str) -> None:
 
 
 def check_id(workflow_id: str) -> str:
-    """The id as given, or a `CliError` saying what is wrong with it."""
+    """The id as given, or a `CliError` saying what is wrong with it. An id that only
+    runs of older versions may have (`.`, `..`) passes, so they can still be read; the
+    engine refuses to start a run with one (exit 2)."""
     from fusee_runtime import Rejected
     from fusee_runtime.engine.engine import check_id
 
     try:
-        return check_id(workflow_id)
+        return check_id(workflow_id, existing=True)
     except Rejected as e:
         raise CliError(Code.USAGE, str(e)) from None
 

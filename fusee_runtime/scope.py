@@ -37,6 +37,7 @@ NAME_CHARS_MAX = 200
 ID_BYTES_MAX = 256
 """Longest workflow id, in UTF-8 bytes."""
 _ID_BAD = re.compile(r"[\x00-\x1f\x7f/]")
+_ID_DOTS = frozenset({".", ".."})
 
 
 class Halt(BaseException):
@@ -127,12 +128,20 @@ def check_name(kind: str, name: str) -> str:
     return name
 
 
-def check_id(id: str) -> str:
-    """A workflow id as given, or `Rejected` saying what is wrong with it."""
+def check_id(id: str, *, existing: bool = False) -> str:
+    """A workflow id as given, or `Rejected` saying what is wrong with it.
+
+    `.` and `..` are refused: browsers and most HTTP clients resolve `/runs/..` as a path
+    before sending it, so such a run could be neither opened in the web UI nor reached
+    under `/v1/runs/`. With `existing` (an id looked up, not given to a new run) they
+    pass: a version before this refusal may have started runs with them.
+    """
     if not isinstance(id, str) or not id:
         raise Rejected("a workflow id is a non-empty string")
     if len(id.encode()) > ID_BYTES_MAX:
         raise Rejected(f"a workflow id is at most {ID_BYTES_MAX} bytes")
     if _ID_BAD.search(id):
         raise Rejected(f"a workflow id may not contain '/' or control characters: {id!r}")
+    if id in _ID_DOTS and not existing:
+        raise Rejected(f"a workflow id may not be '.' or '..' (URLs resolve them as paths): {id!r}")
     return id

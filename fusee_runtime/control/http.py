@@ -24,7 +24,9 @@ token: `check_bind` refuses a non-loopback address when none is given.
 Nor can a client hold the server: `connections` bounds how many connections
 are open (past the bound, the one that waited longest for its client makes
 room; 503 when all are serving) and how long a request's headers and body
-may take to arrive (408), and the listening socket (`listening.Listener`)
+may take to arrive (408); long polls hold at most a share of those
+connections (`_LongPolls`; past it, 503 with `Retry-After`), so the rest
+answer everything else; and the listening socket (`listening.Listener`)
 logs running out of descriptors once a second, not once per attempt.
 
 The endpoints are in `routes`, the limits in `limits`; `/metrics` (outside
@@ -45,7 +47,7 @@ import socket
 from collections.abc import Awaitable, Callable, Iterator
 from http import HTTPStatus
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import parse_qs, quote
 
 import uvicorn
 from starlette.applications import Starlette
@@ -113,6 +115,7 @@ def build_app(
     middleware = [Middleware(_Browsers, guard_host=not token, public_url=public)]
     if token:
         middleware.append(Middleware(_Auth, token=token, sessions=sessions))
+    middleware.append(Middleware(_LongPolls))
     app = Starlette(
         routes=routes,
         middleware=middleware,
@@ -126,8 +129,10 @@ def build_app(
 
 
 async def _metrics(request: Request) -> Response:
-    """`GET /metrics`: the engine's metrics for Prometheus (`metrics`)."""
-    body = metrics.render(request.app.state.metrics)
+    """`GET /metrics`: the engine's metrics for Prometheus (`metrics`); with `name[]=NAME`
+    (repeated), only the samples of those names, as the web UI's header asks."""
+    names = request.query_params.getlist("name[]")
+    body = metrics.render(request.app.state.metrics, names)
     return Response(body, headers={"Content-Type": metrics.CONTENT_TYPE})
 
 
@@ -203,6 +208,53 @@ class _Browsers:
         """The host (and port) of `--public-url`, where a proxy may send requests from."""
         url = self.public_url()
         return url.lower().partition("://")[2].partition("/")[0] if url else None
+
+
+class _LongPolls:
+    """Keeps long polls (`GET /v1/runs/{id}/result` with a `wait`) to a share of the
+    connections, `limits.LONG_POLLS_SHARE`: a connection serving one cannot make room for
+    another (`connections`), so without a bound, enough of them would leave every other
+    request a 503. Past it, a long poll is answered 503 with `Retry-After` at once: it
+    did nothing, so asking again is safe.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.polling = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not _is_long_poll(scope):
+            await self.app(scope, receive, send)
+            return
+        most = max(1, int(connections_max() * limits.LONG_POLLS_SHARE))
+        if self.polling >= most:
+            message = (
+                f"the server holds its most long polls ({most}, a share of its connections); "
+                "ask again"
+            )
+            busy = error_response(503, "ServiceUnavailable", message, {"Retry-After": "1"})
+            await busy(scope, receive, send)
+            return
+        self.polling += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.polling -= 1
+
+
+_RESULT_PATH = re.compile(r"/v1/runs/[^/]+/result")
+
+
+def _is_long_poll(scope: Scope) -> bool:
+    """A request for a run's result that waits for it (`wait` more than 0); a bad `wait`
+    is not one: the route answers it 400 at once."""
+    if scope["method"] not in ("GET", "HEAD") or not _RESULT_PATH.fullmatch(scope["path"]):
+        return False
+    for text in parse_qs(scope["query_string"].decode("latin-1")).get("wait", []):
+        with contextlib.suppress(ValueError):
+            if float(text) > 0:
+                return True
+    return False
 
 
 def _host_name(host: str) -> str:

@@ -11,6 +11,10 @@ BODY_BYTES_MAX = 8 << 20
 """Largest request body: a payload is at most 4 MiB (`Config.payload_bytes_max`) plus its frame."""
 RESULT_WAIT_S_MAX = 300.0
 """Longest `wait` of `GET /v1/runs/{id}/result`; a longer one waits this long, then answers 202."""
+LONG_POLLS_SHARE = 0.5
+"""The share of the connections (`CONNECTIONS_MAX`, or fewer) that long polls (`result` with a
+`wait`) may hold at once; past it a long poll is answered 503 at once, so the rest stay for
+every other request."""
 CLOSE_GRACE_S = 1.0
 """How long a closing server lets requests in progress finish before it cuts them."""
 TOKEN_CHARS_MIN = 16

@@ -8,12 +8,19 @@ the tests); it is imported by this module only, which only `fusee serve
 --http` imports.
 
 Counters count since the engine opened; gauges are now.
+
+A scrape stays the same size however many keys the limits have (`limit_key`
+makes a pool per tenant, account, ...): each limit shows `LIMIT_KEYS_SHOWN`
+of its keys, those with the most steps waiting, then the most permits held,
+and the rest added up in one sample, `limit="NAME/(other)"`;
+`fusee_limit_keys` says how many keys each limit has. A page that shows a few
+numbers asks for them alone (`GET /metrics?name[]=...`, `render`'s `names`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -25,6 +32,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from fusee_runtime.engine.limits import LimitInfo
 from fusee_runtime.engine.state import Status
 
 if TYPE_CHECKING:
@@ -56,6 +64,10 @@ LIMITS = (
     ("fusee_limit_waiting", "Step attempts waiting for a permit.", "waiting"),
 )
 """Gauges of each limit (label `limit`): name, help, field of `LimitInfo`."""
+LIMIT_KEYS_SHOWN = 100
+"""The keys of one limit shown each in a sample of their own; the rest are added up."""
+OTHER_KEYS = "(other)"
+"""The key of the sample that adds up the keys past `LIMIT_KEYS_SHOWN`."""
 
 
 Engines = Callable[[], Mapping[int, "Engine"]]
@@ -135,9 +147,39 @@ def _families(engines: list[tuple[int, Engine]]) -> Iterator[_Family]:
     doc = "Durable records since the checkpoint."
     behind = _each(engines, lambda e: max(0, durable(e) - e.checkpoints.lsn))
     yield GaugeMetricFamily, "fusee_checkpoint_lag_records", doc, [], behind
+    shown = [(k, _shown_limits(e.limits())) for k, e in engines]
     for name, doc, field in LIMITS:
-        limits = [(k, [i.name], getattr(i, field)) for k, e in engines for i in e.limits()]
+        limits = [(k, [i.name], getattr(i, field)) for k, (infos, _) in shown for i in infos]
         yield GaugeMetricFamily, name, doc, ["limit"], limits
+    doc = "Keys of a limit with permits held or waited for (`limit_key`)."
+    keys = [(k, [limit], n) for k, (_, counted) in shown for limit, n in counted.items()]
+    yield GaugeMetricFamily, "fusee_limit_keys", doc, ["limit"], keys
+
+
+def _shown_limits(infos: list[LimitInfo]) -> tuple[list[LimitInfo], dict[str, int]]:
+    """The limits, and the keys of each, that a scrape shows: the busiest
+    `LIMIT_KEYS_SHOWN` keys of each limit, the rest added up under `OTHER_KEYS`; and how
+    many keys each limit has."""
+    shown: list[LimitInfo] = []
+    by_limit: dict[str, list[LimitInfo]] = {}
+    for info in infos:
+        limit, slash, _ = info.name.partition("/")
+        if slash:
+            by_limit.setdefault(limit, []).append(info)
+        else:
+            shown.append(info)
+    for limit, keyed in by_limit.items():
+        other = f"{limit}/{OTHER_KEYS}"
+        # A real key named `OTHER_KEYS` goes last, so that it is added up with the rest
+        # whenever there is a rest: two samples of one name would clash.
+        keyed.sort(key=lambda i: (i.name == other, -i.waiting, -i.in_use))
+        shown.extend(keyed[:LIMIT_KEYS_SHOWN])
+        rest = keyed[LIMIT_KEYS_SHOWN:]
+        if rest:
+            in_use, waiting = sum(i.in_use for i in rest), sum(i.waiting for i in rest)
+            permits = sum(i.permits for i in rest)
+            shown.append(LimitInfo(other, permits, rest[0].set, in_use, waiting))
+    return shown, {limit: len(keyed) for limit, keyed in sorted(by_limit.items())}
 
 
 def registry(engines: Engines, by_journal: bool = False) -> CollectorRegistry:
@@ -147,9 +189,30 @@ def registry(engines: Engines, by_journal: bool = False) -> CollectorRegistry:
     return reg
 
 
-def render(reg: CollectorRegistry) -> bytes:
-    """The registry's metrics, in the text format."""
+def render(reg: CollectorRegistry, names: Collection[str] = ()) -> bytes:
+    """The registry's metrics, in the text format; with `names`, only the samples of
+    those names (`fusee_steps_total`, `fusee_fdatasync_seconds_count`, ...)."""
+    if names:
+        only = CollectorRegistry(auto_describe=False)
+        only.register(_Only(reg, frozenset(names)))
+        reg = only
     return generate_latest(reg)
+
+
+class _Only:
+    """The samples of `names` alone, of the metrics of `reg`."""
+
+    def __init__(self, reg: CollectorRegistry, names: frozenset[str]) -> None:
+        self._reg = reg
+        self._names = names
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self._reg.collect():
+            samples = [s for s in metric.samples if s.name in self._names]
+            if samples:
+                kept = Metric(metric.name, metric.documentation, metric.type, metric.unit)
+                kept.samples = samples
+                yield kept
 
 
 def _buckets(buckets: Buckets) -> tuple[list[tuple[str, float]], float]:

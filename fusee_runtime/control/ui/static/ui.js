@@ -3,8 +3,9 @@
 // - The element #live is the part of a page that follows the engine: every
 //   data-poll-ms, the page's own URL is fetched again with part=live and the
 //   part swapped in when it changed (details left open stay open).
-// - The status header reads /metrics every second: runs open, and from two
-//   readings steps and fdatasyncs per second and the time per fdatasync.
+// - The status header reads five samples of /metrics every second (name[]=...,
+//   never the whole scrape): runs open, and from two readings steps and
+//   fdatasyncs per second and the time per fdatasync.
 // - Each [data-action] button or form asks for a confirmation (data-confirm)
 //   and posts to the JSON API under /v1, the same operations as the CLI.
 // No library, nothing fetched from elsewhere.
@@ -13,6 +14,14 @@
 (() => {
   const POLL_MS_DEFAULT = 1000;
   const STATS_MS = 1000;
+  const STATS = [
+    "fusee_runs_open",
+    "fusee_steps_total",
+    "fusee_fdatasync_total",
+    "fusee_fdatasync_seconds_sum",
+    "fusee_fdatasync_seconds_count",
+  ];
+  const STATS_URL = `/metrics?${STATS.map((name) => `name[]=${name}`).join("&")}`;
 
   // -- the live part --------------------------------------------------------------
 
@@ -91,7 +100,7 @@
   async function stats() {
     let now;
     try {
-      const response = await fetch("/metrics", { cache: "no-store", credentials: "same-origin" });
+      const response = await fetch(STATS_URL, { cache: "no-store", credentials: "same-origin" });
       if (!response.ok) return;
       now = { at: performance.now(), m: parseMetrics(await response.text()) };
     } catch (error) {
