@@ -100,8 +100,11 @@ def routes(
         async def login(request: Request) -> Response:
             return await _login(request, token, sessions, public_url)
 
+        async def logout(request: Request) -> Response:
+            return await _logout(request, sessions)
+
         out.append(Route("/login", login, methods=["GET", "POST"]))
-        out.append(Route("/logout", _logout, methods=["POST"]))
+        out.append(Route("/logout", logout, methods=["POST"]))
     return out
 
 
@@ -115,7 +118,12 @@ def _live(request: Request) -> bool:
 
 def _logged_in(request: Request) -> bool:
     """Whether the page shows a log-out button: the cookie came with it."""
-    return auth.logged_in(request.cookies, request.headers.get("host"))
+    return auth.logged_in(_cookie_header(request), request.headers.get("host"))
+
+
+def _cookie_header(request: Request) -> str:
+    """The request's cookies, however many `Cookie` headers carry them."""
+    return "; ".join(request.headers.getlist("cookie"))
 
 
 def runs_query(request: Request) -> views.RunsQuery:
@@ -229,7 +237,9 @@ async def _login(
     return RedirectResponse(next, 303, {"Set-Cookie": cookie})
 
 
-async def _logout(request: Request) -> Response:
+async def _logout(request: Request, sessions: auth.Sessions) -> Response:
+    """Ends the login the cookie carries, on the server too, and clears the cookie."""
+    sessions.end(_cookie_header(request), request.headers.get("host"))
     cookie = auth.clear_cookie(request.headers.get("host"))
     return RedirectResponse("/login", 303, {"Set-Cookie": cookie})
 
