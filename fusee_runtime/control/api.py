@@ -8,6 +8,16 @@ of its own. `ControlClient` (`client`) offers the same operations from
 another process. Either way the caller sees the same values and the same
 exceptions.
 
+An operation that acts answers only once what it recorded is durable, and
+says so even if nothing else can be read then: `signal`, `cancel`,
+`terminate` and `resume` return the run as they left it (from memory, not
+a second call that a failure in between could turn into an error). When
+the journal fails during an act, its record may have reached the journal
+before (a PostgreSQL `COMMIT` whose answer a server restart cut off, an
+`fdatasync` that failed after its write): that is `OutcomeUnknown`, "it
+may have acted, look before trying again", never the `JournalFailed` of a
+journal that had failed before the call, which recorded nothing.
+
 `run_json` and `run_info` turn a run into the JSON that the socket and
 HTTP send, and back; `history` sends records as `records.as_json` shapes
 them (ISO 8601 instants, integer operation numbers).
@@ -21,13 +31,13 @@ import contextlib
 import dataclasses
 import os
 import socket
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from fusee_runtime.engine.state import RunInfo, Status
 from fusee_runtime.engine.waits import Waiting
-from fusee_runtime.errors import Cancelled, NotFound, RunFailed, Terminated, TimedOut
+from fusee_runtime.errors import Cancelled, JournalFailed, NotFound, RunFailed, Terminated, TimedOut
 from fusee_runtime.journal import records
 
 if TYPE_CHECKING:
@@ -35,6 +45,16 @@ if TYPE_CHECKING:
 
 POLL_S = 0.1
 """How often a watch looks at the run's status and progress."""
+
+T = TypeVar("T")
+
+
+class OutcomeUnknown(JournalFailed):
+    """The journal failed while an act's record was on its way to it: the record may be
+    durable or not (a `COMMIT` whose answer was lost, a failed `fdatasync` after the
+    write). The next driver of the journal knows: look at the run before trying again
+    (HTTP 502). A journal that had failed before the call is a plain `JournalFailed`:
+    nothing was recorded."""
 
 
 def run_json(info: RunInfo) -> dict[str, Any]:
@@ -136,8 +156,10 @@ class Control:
     ) -> tuple[RunInfo, bool]:
         """Starts a run (once durable); returns it and whether the id already had a run."""
         existed = id is not None and self.engine.runs.find_latest(id) is not None
-        handle = await self.engine.start(
-            workflow, input, id=id, on_conflict=on_conflict, traceparent=traceparent
+        handle = await self._recorded(
+            self.engine.start(
+                workflow, input, id=id, on_conflict=on_conflict, traceparent=traceparent
+            )
         )
         return await handle.describe(), existed
 
@@ -189,29 +211,44 @@ class Control:
         runs = self.engine.runs.listed("open" if open else None, workflow, None)
         return [[info.id, info.run_id] for info in reversed(runs)]
 
-    async def signal(self, id: str, name: str, value: Any = None) -> None:
-        await self.engine.signal(id, name, value)
+    async def signal(self, id: str, name: str, value: Any = None) -> RunInfo:
+        """Delivers signal `name` to the newest run of `id`; returns that run as it stands
+        once the signal is durable."""
+        run = self.engine.runs.latest(id)
+        await self._recorded(self.engine.signal(id, name, value, run_id=run.run_id))
+        return run.info()
 
-    async def cancel(self, id: str, reason: str = "cancelled") -> None:
-        await self.engine.cancel(id, reason)
+    async def cancel(self, id: str, reason: str = "cancelled") -> RunInfo:
+        """Cancels the newest run of `id`; returns it as it stands once that is durable."""
+        run = self.engine.runs.latest(id)
+        await self._recorded(self.engine.cancel(id, reason, run_id=run.run_id))
+        return run.info()
 
-    async def terminate(self, id: str, reason: str = "terminated") -> None:
-        await self.engine.terminate(id, reason)
+    async def terminate(self, id: str, reason: str = "terminated") -> RunInfo:
+        """Terminates the newest run of `id`; returns it once closed and durable."""
+        run = self.engine.runs.latest(id)
+        await self._recorded(self.engine.terminate(id, reason, run_id=run.run_id))
+        return run.info()
 
-    async def resume(self, id: str) -> None:
-        await self.engine.resume(id)
+    async def resume(self, id: str) -> RunInfo:
+        """Resumes the newest run of `id`; returns it as it stands once that is durable."""
+        run = self.engine.runs.latest(id)
+        await self._recorded(self.engine.resume(id, run_id=run.run_id))
+        return run.info()
 
     async def reset(self, id: str, to: int | str) -> RunInfo:
-        return await (await self.engine.reset(id, to)).describe()
+        return await (await self._recorded(self.engine.reset(id, to))).describe()
 
     async def complete(self, token: str, value: Any = None) -> dict[str, Any]:
         """Finishes the `await_completion` step that issued `token` with `value`;
         returns the run's id and the step's name."""
-        return self._finished(*await self.engine.handlers.finish(token, value, None))
+        finished = self.engine.handlers.finish(token, value, None)
+        return self._finished(*await self._recorded(finished))
 
     async def fail(self, token: str, message: str) -> dict[str, Any]:
         """Fails the `await_completion` step that issued `token`; returns as `complete`."""
-        return self._finished(*await self.engine.handlers.finish(token, None, message))
+        finished = self.engine.handlers.finish(token, None, message)
+        return self._finished(*await self._recorded(finished))
 
     @staticmethod
     def _finished(run: Any, seq: str) -> dict[str, Any]:
@@ -223,7 +260,7 @@ class Control:
     async def update(
         self, id: str, name: str, arg: Any = None, update_id: str | None = None
     ) -> Any:
-        return await self.engine.handle(id).update(name, arg, update_id=update_id)
+        return await self._recorded(self.engine.handle(id).update(name, arg, update_id=update_id))
 
     async def schedules(self) -> builtins.list[dict[str, Any]]:
         """Every cron schedule: workflow, cron, timezone, overlap, catchup, paused,
@@ -233,7 +270,7 @@ class Control:
     async def schedule(self, name: str, action: Literal["pause", "unpause", "trigger"]) -> Any:
         """Pauses or unpauses the schedule of workflow `name` (returns the schedule), or
         triggers a run of it now (returns the run)."""
-        return await self.engine.schedules.act(name, action)
+        return await self._recorded(self.engine.schedules.act(name, action))
 
     async def prune(self, older_than: float) -> int:
         """Deletes the runs that closed more than `older_than` seconds ago from the history
@@ -246,9 +283,27 @@ class Control:
 
     async def limit(self, name: str, permits: int) -> dict[str, Any]:
         """Sets limit `name`'s size (durably); returns the limit as `limits` shows it."""
-        await self.engine.limit(name, permits)
+        await self._recorded(self.engine.limit(name, permits))
         (info,) = [info for info in self.engine.limits() if info.name == name]
         return dataclasses.asdict(info)
+
+    async def _recorded(self, act: Awaitable[T]) -> T:
+        """What `act` returns. A `JournalFailed` it raises is `OutcomeUnknown` when the
+        journal took records during the act (the act's, perhaps): they may have been
+        committed. When it took none (it had failed before, or its writer refused the
+        act's first record), nothing was recorded, and the error says so as it is."""
+        durability = self.engine.durability
+        taken_before = durability.writer.next_lsn if durability.writer is not None else 0
+        try:
+            return await act
+        except JournalFailed as e:
+            writer = durability.writer
+            if writer is None or writer.next_lsn == taken_before or isinstance(e, OutcomeUnknown):
+                raise
+            raise OutcomeUnknown(
+                f"{e}. This call may have been recorded before the failure: look at the "
+                "run (its status, its history) before trying again"
+            ) from None
 
     async def watch(
         self, id: str, timeout: float | None = None

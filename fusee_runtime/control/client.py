@@ -23,7 +23,7 @@ import orjson
 
 from fusee_runtime import errors, search
 from fusee_runtime.control import protocol
-from fusee_runtime.control.api import Control, run_info
+from fusee_runtime.control.api import Control, OutcomeUnknown, run_info
 from fusee_runtime.engine.home import HomeLock
 from fusee_runtime.engine.state import RunInfo
 from fusee_runtime.errors import FuseeError, Rejected
@@ -63,6 +63,8 @@ _RAISED: dict[str, type[FuseeError]] = {
         errors.NonDeterminism,
         errors.JournalFailed,
         errors.EngineClosed,
+        errors.StoreUnavailable,
+        OutcomeUnknown,
     )
 }
 
@@ -174,17 +176,23 @@ class ControlClient:
         args: dict[str, Any] = {"workflow": workflow} if workflow else {}
         return await self.call("run_ids", **args, **({"open": True} if open else {}))
 
-    async def signal(self, id: str, name: str, value: Any = None) -> None:
-        await self.call("signal", id=id, name=name, value=value)
+    async def signal(self, id: str, name: str, value: Any = None) -> RunInfo:
+        return await self._acted(id, await self.call("signal", id=id, name=name, value=value))
 
-    async def cancel(self, id: str, reason: str = "cancelled") -> None:
-        await self.call("cancel", id=id, reason=reason)
+    async def cancel(self, id: str, reason: str = "cancelled") -> RunInfo:
+        return await self._acted(id, await self.call("cancel", id=id, reason=reason))
 
-    async def terminate(self, id: str, reason: str = "terminated") -> None:
-        await self.call("terminate", id=id, reason=reason)
+    async def terminate(self, id: str, reason: str = "terminated") -> RunInfo:
+        return await self._acted(id, await self.call("terminate", id=id, reason=reason))
 
-    async def resume(self, id: str) -> None:
-        await self.call("resume", id=id)
+    async def resume(self, id: str) -> RunInfo:
+        return await self._acted(id, await self.call("resume", id=id))
+
+    async def _acted(self, id: str, answer: Any) -> RunInfo:
+        """The run an act answered with. An owner of an older version answers null: then
+        the run as `describe` finds it (its error, if it fails, says nothing of the act,
+        which is durable)."""
+        return run_info(answer) if answer is not None else await self.describe(id)
 
     async def reset(self, id: str, to: int | str) -> RunInfo:
         return run_info(await self.call("reset", id=id, to=to))

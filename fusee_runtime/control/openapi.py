@@ -255,9 +255,10 @@ _ERROR_WHY = {
     "workflow (IdConflict), or the run ended under the call.",
     413: f"The body is over {BODY_BYTES_MAX} bytes.",
     500: "A bug in the server: one line here, the traceback in the server's log.",
-    502: "A worker of a PostgreSQL database passed the call to the run's driver, which "
+    502: "The journal failed while the call's record was on its way to it (OutcomeUnknown), "
+    "or a worker of a PostgreSQL database passed the call to the run's driver, which "
     "went away during it (OwnerLost): it may have acted; look before trying again.",
-    503: "The engine stopped taking work (EngineClosed, JournalFailed), or, in a worker of "
+    503: "The engine had stopped taking work (EngineClosed, JournalFailed), or, in a worker of "
     "a PostgreSQL database, no process drives the run's journal now or the database cannot "
     "be reached (OwnerGone, StoreUnavailable): nothing was done; try again.",
     504: "A worker of a PostgreSQL database passed the call to the run's driver, which did "
@@ -265,7 +266,8 @@ _ERROR_WHY = {
 }
 
 _ERROR_TYPES = (
-    "NotFound, Rejected, CodecError, EngineClosed, JournalFailed (the engine's errors), "
+    "NotFound, Rejected, CodecError, EngineClosed, JournalFailed, OutcomeUnknown (the "
+    "engine's errors), "
     "OwnerGone, OwnerLost, OwnerUnanswered, StoreUnavailable (a worker of a database), "
     "BadRequest, Unauthorized, Forbidden, MethodNotAllowed, PayloadTooLarge, InternalError"
 )

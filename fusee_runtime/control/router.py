@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from fusee_runtime.control.api import Control
-from fusee_runtime.control.client import ControlClient, OwnerGone
+from fusee_runtime.control.client import ControlClient, OwnerGone, OwnerLost, OwnerUnanswered
 from fusee_runtime.control.remote import StoreClient
 from fusee_runtime.control.server import to_json
 from fusee_runtime.errors import NotFound, Rejected
@@ -230,7 +230,14 @@ class WorkerRouter(ShardRouter):
         if remote is None:
             journal = PgJournal(self.layout.url_of(k), self._lease)
             async with self._calls:
-                reached = await StoreClient.reach(journal)
+                try:
+                    reached = await StoreClient.reach(journal)
+                except (OwnerLost, OwnerUnanswered) as e:
+                    # Its ping was cut or unanswered: the call itself was not sent.
+                    raise OwnerGone(
+                        f"journal {k} of the {self.layout.shards} in {journal.name}: its driver "
+                        f"did not answer ({e}); nothing was asked of it: try again in a moment"
+                    ) from None
             if reached is None:
                 raise OwnerGone(
                     f"journal {k} of the {self.layout.shards} in {journal.name} has no worker "

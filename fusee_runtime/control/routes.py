@@ -2,7 +2,10 @@
 
 Each endpoint reads its request (path, query string, JSON body) strictly,
 calls one operation of `Control`, and answers JSON once what it did is
-durable. Every error is a JSON answer too, `{"error": {"type": NAME,
+durable. An endpoint that acts answers with what its one call returns, so
+that once the act is durable nothing read after it can turn the answer
+into an error: a 503 always means nothing was done, a 502 or 504 that it
+may have been. Every error is a JSON answer too, `{"error": {"type": NAME,
 "message": TEXT}}`: `status_of` maps the engine's errors to statuses, a
 request refused before it reached the engine carries its own, and a bug
 is a 500 whose body is one line (the "fusee" logger gets the rest).
@@ -26,7 +29,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from fusee_runtime import search
-from fusee_runtime.control.api import run_info, run_json
+from fusee_runtime.control.api import OutcomeUnknown, run_info, run_json
 from fusee_runtime.control.client import (
     ControlClient,
     Operations,
@@ -91,7 +94,9 @@ def error_response(
 
 
 def status_of(error: FuseeError) -> int:
-    """The HTTP status that answers `error`."""
+    """The HTTP status that answers `error`: 503 only when nothing was done."""
+    if isinstance(error, OutcomeUnknown):
+        return 502  # the journal failed during the act: it may have been recorded
     if isinstance(error, EngineClosed | JournalFailed | HistoryDamaged):
         return 503
     if isinstance(error, OwnerGone | StoreUnavailable):
@@ -434,29 +439,25 @@ def _pending(info: RunInfo) -> dict[str, Any]:
 
 async def _signal(request: Request, api: Api) -> Response:
     id, name = request.path_params["id"], request.path_params["name"]
-    await api.control.signal(id, name, await _body(request))
-    return _json(run_json(await api.control.describe(id)))
+    return _json(run_json(await api.control.signal(id, name, await _body(request))))
 
 
 async def _cancel(request: Request, api: Api) -> Response:
     id = request.path_params["id"]
     reason = _text(await _fields(request, ("reason",)), "reason", "cancelled")
-    await api.control.cancel(id, reason or "cancelled")
-    return _json(run_json(await api.control.describe(id)))
+    return _json(run_json(await api.control.cancel(id, reason or "cancelled")))
 
 
 async def _terminate(request: Request, api: Api) -> Response:
     id = request.path_params["id"]
     reason = _text(await _fields(request, ("reason",)), "reason", "terminated")
-    await api.control.terminate(id, reason or "terminated")
-    return _json(run_json(await api.control.describe(id)))
+    return _json(run_json(await api.control.terminate(id, reason or "terminated")))
 
 
 async def _resume(request: Request, api: Api) -> Response:
     id = request.path_params["id"]
     await _fields(request, ())
-    await api.control.resume(id)
-    return _json(run_json(await api.control.describe(id)))
+    return _json(run_json(await api.control.resume(id)))
 
 
 async def _reset(request: Request, api: Api) -> Response:
