@@ -493,24 +493,6 @@ def act(
     return asyncio.run(main())
 
 
-async def described_after(home: Path, ctl: Control | ControlClient, workflow_id: str) -> RunInfo:
-    """The run as it stands after a command acted on it through `ctl`.
-
-    The owner that served the command may have gone away meanwhile (a
-    `start` or `result --wait` whose run the command closed): what it acted
-    on was durable when it answered, so the home, asked again (its next
-    owner, or opened passively here), tells the run as it stands.
-    """
-    from fusee_runtime.control.client import OwnerGone, OwnerLost
-
-    try:
-        return await ctl.describe(workflow_id)
-    except (OwnerGone, OwnerLost):
-        pass
-    async with control(home, None, drive=False) as again:
-        return await find_run(again, workflow_id)
-
-
 async def find_run(ctl: Control | ControlClient, workflow_id: str) -> RunInfo:
     """The newest run of `workflow_id`, or a `CliError` with exit 3."""
     from fusee_runtime import NotFound

@@ -35,7 +35,7 @@ def resume(
             from fusee_runtime import Rejected
 
             try:
-                await ctl.resume(wid)
+                after = await ctl.resume(wid)
             except Rejected as e:
                 if not info.status.is_open or ctl.owner is not None:
                     raise
@@ -46,7 +46,7 @@ def resume(
                     f"{e}; if it was reported stuck, `fusee result {wid} --wait` "
                     "retries it with the code loaded now",
                 ) from None
-            return info, await ctl.describe(wid)
+            return info, after
 
         (before, after), owner = session.act(home, module, wid, resume_run)
         if as_json:

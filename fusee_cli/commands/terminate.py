@@ -38,8 +38,7 @@ def terminate(
             ctl: Control | ControlClient, info: RunInfo
         ) -> tuple[RunInfo, RunInfo]:
             # Raises Rejected, with how it closed, when the run is closed.
-            await ctl.terminate(wid, reason)
-            return info, await session.described_after(home, ctl, wid)
+            return info, await ctl.terminate(wid, reason)
 
         (before, after), _ = session.act(home, module, wid, terminate_run)
         if as_json:
