@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fusee_runtime import search
 from fusee_runtime.control.limits import BODY_BYTES_MAX, RESULT_WAIT_S_MAX
 from fusee_runtime.engine.state import Status
 
@@ -128,7 +129,11 @@ _OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
             {
                 **_query(
                     "where",
-                    {"type": "array", "items": {"type": "string"}},
+                    {
+                        "type": "array",
+                        "items": {"type": "string", "maxLength": search.EXPRESSION_CHARS_MAX},
+                        "maxItems": search.CONDITIONS_MAX,
+                    },
                     "Only runs whose search attributes (ctx.set_attributes) meet this "
                     "condition, as fusee list --where takes it: customer=c-7, amount>100 "
                     "(operators = != < <= > >=). Repeat it for more conditions; all must hold.",
@@ -269,7 +274,8 @@ _ERROR_TYPES = (
     "NotFound, Rejected, CodecError, EngineClosed, JournalFailed, OutcomeUnknown (the "
     "engine's errors), "
     "OwnerGone, OwnerLost, OwnerUnanswered, StoreUnavailable (a worker of a database), "
-    "BadRequest, Unauthorized, Forbidden, MethodNotAllowed, PayloadTooLarge, InternalError"
+    "BadRequest, Unauthorized, Forbidden, MethodNotAllowed, PayloadTooLarge, "
+    "ServiceUnavailable (the server's connections, or long polls, are all taken), InternalError"
 )
 
 _SCHEMAS: dict[str, dict[str, Any]] = {
