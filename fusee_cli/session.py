@@ -110,7 +110,7 @@ def _code_of(e: Exception) -> Code | None:
         TimedOut,
     )
     from fusee_runtime.engine.registry import AppImportError
-    from fusee_runtime.errors import HistoryDamaged, StoreUnavailable
+    from fusee_runtime.errors import HistoryDamaged, HomeUnsafe, StoreUnavailable
 
     if isinstance(
         e,
@@ -118,6 +118,7 @@ def _code_of(e: Exception) -> Code | None:
         | CodecError
         | HistoryDamaged
         | HomeLocked
+        | HomeUnsafe
         | JournalCorrupt
         | Rejected
         | StoreUnavailable,

@@ -6,6 +6,11 @@ the first token is issued), so only a token this home issued is taken, and
 a token that a later one replaced (`send` retried, or run again after a
 resume) is refused. Tokens are recomputed, never stored: the journal
 records only that an attempt issued one.
+
+The secret is written under a name no other account can guess and linked
+in place, and read only if it is no symbolic link and this account's
+(`journal/safefiles.py`): nobody else can choose it, nor have it written
+where they can read it.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fusee_runtime.errors import NotFound, Rejected
+from fusee_runtime.journal.safefiles import create_new, nofollow, temp_name
 from fusee_runtime.journal.storage import Storage
 
 if TYPE_CHECKING:
@@ -52,8 +58,8 @@ def home_secret(home: Path, storage: Storage) -> bytes:
     path = home / SECRET_NAME
     with contextlib.suppress(FileNotFoundError):
         return _read_secret(path)
-    fresh = home / f".{SECRET_NAME}.{os.getpid()}"
-    fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o600)
+    fresh = temp_name(path)
+    fd = create_new(fresh)
     try:
         storage.write(fd, 0, secrets.token_bytes(SECRET_BYTES))
         storage.sync(fd)
@@ -72,7 +78,8 @@ def home_secret(home: Path, storage: Storage) -> bytes:
 def _read_secret(path: Path) -> bytes:
     """The secret in `path` (FileNotFoundError when there is none yet)."""
     try:
-        secret = path.read_bytes()
+        with open(path, "rb", opener=nofollow) as f:
+            secret = f.read()
     except FileNotFoundError:
         raise
     except OSError as e:
@@ -131,7 +138,7 @@ class Tokens:
             return self.shared
         if self._secret is None:
             path = self.home / SECRET_NAME
-            if create or path.exists():
+            if create or os.path.lexists(path):
                 self._secret = home_secret(self.home, self.storage)
         return self._secret
 

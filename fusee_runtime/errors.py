@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import errno
 import os
 import traceback
 from typing import Any
@@ -320,3 +321,34 @@ class HomeLocked(FuseeError):
         super().__init__(f"home {home} is locked by {who}")
         self.home = home
         self.pid = pid
+
+
+class HomeUnsafe(FuseeError, PermissionError):
+    """The home could be turned against its user, so nothing in it is opened: it is not
+    this account's, or other accounts may write to it, or a symbolic link (or a file of
+    another account) sits where fusee keeps a file of its own. An `OSError` too, as a
+    home that cannot be a directory of ours is (the CLI exits 2).
+
+    `path` is what was refused (the home, or the file in it); `reason` says why and
+    what to do.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(errno.EPERM, reason, path)
+        self.path = path
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+
+class HistoryInvalid(Rejected):
+    """A history document (`fusee history ID --export FILE`) that `replay` and `fusee
+    replay --history` refuse before replaying any of it: unreadable, over the size
+    read, not JSON, not a fusee history, or breaking a rule of its format
+    (`fusee_runtime.history_doc`). The message says which in one line, and at
+    which record; `path` is the file (None for a document passed as a mapping)."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path

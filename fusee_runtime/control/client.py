@@ -24,7 +24,7 @@ import orjson
 from fusee_runtime import errors, search
 from fusee_runtime.control import protocol
 from fusee_runtime.control.api import Control, OutcomeUnknown, run_info
-from fusee_runtime.engine.home import HomeLock
+from fusee_runtime.engine.home import HomeLock, check_reachable
 from fusee_runtime.engine.state import RunInfo
 from fusee_runtime.errors import FuseeError, Rejected
 
@@ -94,9 +94,11 @@ class ControlClient:
         """The owner's control API, or None when no process serves it.
 
         Raises:
+            HomeUnsafe: the home, or its socket, is not this account's alone.
             OwnerUnanswered: something accepts connections on the socket
                 but does not answer within `ANSWER_S`.
         """
+        check_reachable(home)
         # The pid in the lock file names the owner if it does not answer.
         client = cls(home, HomeLock(home).owner())
         try:

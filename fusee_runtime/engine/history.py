@@ -55,6 +55,7 @@ import orjson
 
 from fusee_runtime import search
 from fusee_runtime.errors import HistoryDamaged
+from fusee_runtime.journal.safefiles import check_entry, open_file
 from fusee_runtime.search import Condition
 
 log = logging.getLogger("fusee")
@@ -163,9 +164,17 @@ def connect(path: Path) -> sqlite3.Connection:
 
 def create_private(path: Path) -> None:
     """Creates the store's file 0600 (whatever the umask) if it is not there, before
-    SQLite does (SQLite would make it 0644, and its `-wal` and `-shm` like it)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
-    os.close(fd)
+    SQLite does (SQLite would make it 0644, and its `-wal` and `-shm` like it).
+
+    SQLite follows symbolic links: the file, its `-wal` and its `-shm` must be
+    no link and this account's (`journal/safefiles.py`) before it opens them.
+
+    Raises:
+        HomeUnsafe: one of them is not.
+    """
+    os.close(open_file(path, os.O_RDWR | os.O_CREAT))
+    for suffix in ("-wal", "-shm"):
+        check_entry(path.with_name(path.name + suffix))
 
 
 def is_damage(e: BaseException) -> bool:

@@ -6,8 +6,16 @@ the home and its directories 0700, its files 0600, whatever the umask.
 What fusee creates is created so (`private_dir`, and each writer passes
 0600 to `open`); opening a home also tightens what an older version made
 0755 and 0644 (`make_private`), rather than refusing it as PostgreSQL does:
-taking rights away from other accounts is always safe, and it is what the
-person would be told to do. What is not fusee's is never touched.
+taking read rights away from other accounts is always safe, and it is what
+the person would be told to do. What is not fusee's is never touched.
+
+A home other accounts could write to is another matter: they could have
+left links in it for fusee to write through (`journal/safefiles.py` says
+how). Taking a home refuses it (`HomeUnsafe`) unless it is this account's
+and no other may write to it (nor to `journal/` and `logs/`), and unless
+what sits where fusee keeps its files is fusee's: no symbolic link, nothing
+of another account (`refuse_planted`). Making it private then is for the
+person to do (`chmod 700`), once they know nothing was left in it.
 """
 
 from __future__ import annotations
@@ -22,7 +30,8 @@ from pathlib import Path
 from fusee_runtime.completions import SECRET_NAME
 from fusee_runtime.control.protocol import SOCKET_NAME
 from fusee_runtime.engine.history import NAME as HISTORY
-from fusee_runtime.errors import HomeLocked
+from fusee_runtime.errors import HomeLocked, HomeUnsafe
+from fusee_runtime.journal.safefiles import check_dir, check_entry, nofollow, open_file
 
 log = logging.getLogger("fusee")
 
@@ -51,28 +60,51 @@ class HomeLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        """Takes the home, and makes what fusee keeps in it private (`make_private`).
+        """Takes the home, once sure no other account could have left anything in it
+        (`check_dir`, `refuse_planted`), and makes what fusee keeps in it private
+        (`make_private`).
 
         Raises:
+            HomeUnsafe: the home is another account's, or others may write to it, or
+                something in it is not fusee's (a symbolic link...): nothing was written
+                through it (at most an empty `LOCK` made, in a home of this account's).
             HomeLocked: another process holds it.
             OSError: `LOCK` cannot be opened (a directory, say).
         """
-        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
-        fd = os.open(self.path, flags, FILE_MODE)
+        home = self.path.parent
+        check_dir(home)
+        fd = open_file(self.path, os.O_RDWR | os.O_CREAT)
         try:
+            if os.fstat(fd).st_nlink != 1:
+                # A second name: another account may have linked a file of this one's here.
+                raise HomeUnsafe(
+                    str(self.path),
+                    "it has several names (hard links): fusee makes one only, another "
+                    "account may have linked a file of yours there; with the home closed, "
+                    "look at it and remove it",
+                )
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise HomeLocked(str(self.path.parent), self.owner()) from None
+            raise HomeLocked(str(home), self.owner()) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            refuse_planted(home)
+        except BaseException:
+            os.close(fd)  # drops the flock
+            raise
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
-        make_private(self.path.parent)
+        make_private(home)
 
     def owner(self) -> int | None:
         """The pid written by the process holding (or last holding) the lock."""
         try:
-            return int(self.path.read_text().strip() or 0) or None
+            with open(self.path, encoding="ascii", opener=nofollow) as f:
+                return int(f.read().strip() or 0) or None
         except (OSError, ValueError):
             return None
 
@@ -87,6 +119,7 @@ def private_dir(path: Path, parents: bool = False) -> None:
     """Makes directory `path` 0700 (whatever the umask) if it is not there.
 
     Raises:
+        HomeUnsafe: it is there, but `check_dir` refuses it (another account's...).
         OSError: it cannot be made, or something else than a directory is there.
     """
     try:
@@ -94,8 +127,45 @@ def private_dir(path: Path, parents: bool = False) -> None:
     except FileExistsError:
         if not path.is_dir():
             raise
+        check_dir(path)
         return
     os.chmod(path, DIR_MODE)  # the umask may have taken bits away, never added any
+
+
+def refuse_planted(home: Path) -> None:
+    """Raises `HomeUnsafe` for the first thing in the home that fusee would open
+    though it is not fusee's: a symbolic link, or something of another account,
+    where fusee keeps a file (`FILES`, the temporary names, and everything in
+    `journal/` and `logs/`), or a `journal/` or `logs/` that `check_dir` refuses.
+
+    Fusee makes no link in a home, and the home is this account's alone
+    (`check_dir`), so such a thing was left by another account while it could
+    write there. Checked once, when the home is taken (or inspected).
+    """
+    for name in sorted(os.listdir(home)):
+        path = home / name
+        if name in SUBDIRS:
+            check_dir(path)
+            if not path.is_dir():
+                check_entry(path)
+                continue
+            with contextlib.suppress(FileNotFoundError):  # inspected while an owner works
+                for entry in sorted(os.listdir(path)):
+                    check_entry(path / entry)
+        elif name in FILES or name.startswith(TEMP_PREFIXES):
+            check_entry(path)
+
+
+def check_reachable(home: Path) -> None:
+    """What a command checks before asking the home's owner on its socket: the home
+    (`check_dir`), and that the socket is this account's (another account's process
+    may listen on one it left there, and be told every call).
+
+    Raises:
+        HomeUnsafe: either is not.
+    """
+    check_dir(home)
+    check_entry(home / SOCKET_NAME)
 
 
 def make_private(home: Path) -> int:

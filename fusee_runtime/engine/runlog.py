@@ -31,6 +31,11 @@ again when the run recovers.
 
 Threads. Plain `def` steps run in the engine's thread pool and log from
 there, so a lock guards the file.
+
+Safety. The file is opened only if it is no symbolic link and this
+account's (`journal/safefiles.py`), by the writer and by readers alike:
+another account that once could write to `logs/` cannot get the lines
+appended to a file of its own.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ import orjson
 from fusee_runtime.engine.home import private_dir
 from fusee_runtime.engine.state import top
 from fusee_runtime.errors import MESSAGE_CHARS_MAX  # a log message is cut where a failure's is
+from fusee_runtime.journal.safefiles import check_dir, nofollow, open_file
 from fusee_runtime.scope import cursor_var, step_var
 
 if TYPE_CHECKING:
@@ -160,15 +166,11 @@ class RunLog:
     def _open(self) -> None:
         private_dir(self.directory, parents=True)
         torn = False
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(-1, os.SEEK_END)
-                torn = f.read(1) != b"\n"
-        except OSError:
-            pass  # no file yet, or an empty one: nothing to end
         # 0600: the lines hold what the runs' code chose to log (its data, often).
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
-        self._file = os.fdopen(os.open(self.path, flags, 0o600), "ab")
+        fd = open_file(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+        with contextlib.suppress(OSError):  # an empty file: nothing to end
+            torn = os.pread(fd, 1, os.lseek(fd, -1, os.SEEK_END)) != b"\n"
+        self._file = os.fdopen(fd, "ab")
         if torn:
             # The last line was cut (a power loss): end it, so the next line stays whole.
             self._file.write(b"\n")
@@ -307,8 +309,15 @@ class LogTail:
         self._partial = b""
 
     def read(self) -> list[bytes]:
-        """The whole lines written since the last call (first call: every kept line)."""
+        """The whole lines written since the last call (first call: every kept line).
+
+        Raises:
+            HomeUnsafe: the directory or a file is not this account's alone
+                (`journal/safefiles.py`): lines another account wrote are not shown.
+        """
         lines: list[bytes] = []
+        if self._ino is None:
+            check_dir(self.path.parent)
         if self._file is not None:
             moved = _ino(self.path) != self._ino
             lines += self._drain()  # after the check: a moved file is final, read all of it
@@ -317,7 +326,7 @@ class LogTail:
             self._file.close()
             self._file, self._partial = None, b""
         try:
-            f = open(self.path, "rb")  # noqa: SIM115 (held open across reads)
+            f = open(self.path, "rb", opener=nofollow)  # noqa: SIM115 (held open across reads)
         except FileNotFoundError:
             return lines  # nothing yet, or the writer is between two files
         ino = _key(os.fstat(f.fileno()))
@@ -365,7 +374,8 @@ def read_all(directory: Path) -> list[bytes]:
 
 def _whole_lines(path: Path) -> list[bytes]:
     try:
-        data = path.read_bytes()
+        with open(path, "rb", opener=nofollow) as f:
+            data = f.read()
     except FileNotFoundError:
         return []
     *lines, _torn = data.split(b"\n")

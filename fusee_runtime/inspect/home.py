@@ -23,6 +23,11 @@ reports what opening would make of it (`fusee check` prints the report):
 - **The home's other files** (`LOCK`, `secret`, `control.sock`): each must
   be what fusee makes there, or absent (`entries` says what each breaks).
 
+A home that opening refuses as unsafe (`engine/home.py`: another account's,
+writable by others, or a symbolic link or another account's file where
+fusee keeps a file) is not read at all: `HomeUnreadable` says why, as
+opening would, so that no file is read through a link another account left.
+
 Read only and lock-free, so safe while another process owns the home:
 segments and checkpoints are read through a storage that refuses every
 write, sync, rename and removal (`reading.ReadOnly`), and SQLite is opened
@@ -43,11 +48,14 @@ from pathlib import Path
 from typing import Any
 
 from fusee_runtime.engine.history import NAME
+from fusee_runtime.engine.home import refuse_planted
+from fusee_runtime.errors import HomeUnsafe
 from fusee_runtime.inspect.checkpoints import checkpoint_damages, inspect_checkpoints
 from fusee_runtime.inspect.entries import entry_damages
 from fusee_runtime.inspect.history import inspect_history
 from fusee_runtime.inspect.journal import inspect_journal
 from fusee_runtime.inspect.reading import Changed, HomeUnreadable
+from fusee_runtime.journal.safefiles import check_dir
 
 SCANS_MAX = 3
 """Looks at a home that shows a problem, looking for two in a row that agree."""
@@ -63,11 +71,17 @@ def inspect_home(home: Path) -> dict[str, Any]:
     home. Damage is reported (`damages`, `healthy`), not raised.
 
     Raises:
-        HomeUnreadable: the home has no journal, a segment cannot be read, or
-            files keep vanishing under the inspection.
+        HomeUnreadable: the home has no journal, opening would refuse it as
+            unsafe, a segment cannot be read, or files keep vanishing under the
+            inspection.
     """
     if not (home / "journal").is_dir():
         raise HomeUnreadable(f"no journal in {home}")
+    try:
+        check_dir(home)
+        refuse_planted(home)
+    except HomeUnsafe as e:
+        raise HomeUnreadable(f"cannot inspect {e}") from None
     seen: Any = None
     for looks in range(1, SCANS_MAX + 1):
         try:

@@ -3,6 +3,10 @@
 `Storage` is the narrow seam every journal file operation goes through, so
 tests can subclass it to inject faults (a torn or short write, a failing
 `fdatasync`, a full disk) or to hold the disk still at a chosen instant.
+
+A file is opened only if it is no symbolic link and this account's, and a
+temporary file is made anew (`journal/safefiles.py`): checked when a file
+is opened, never per append.
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
+
+from fusee_runtime.journal.safefiles import create_afresh, nofollow, open_file
 
 ZERO_CHUNK_BYTES = 1 << 20
 FILE_MODE = 0o600
@@ -29,17 +35,17 @@ class Storage:
         return sorted(directory.glob("*.seg"))
 
     def read(self, path: Path) -> bytes:
-        with open(path, "rb") as f:
+        with open(path, "rb", opener=nofollow) as f:
             return f.read()
 
     def read_head(self, path: Path, size: int) -> bytes:
         """The first `size` bytes of a file (fewer if it is shorter)."""
-        with open(path, "rb") as f:
+        with open(path, "rb", opener=nofollow) as f:
             return f.read(size)
 
     def open(self, path: Path) -> int:
         """Opens an existing segment for writing."""
-        return os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+        return open_file(path, os.O_RDWR)
 
     def create(self, path: Path, size_bytes: int, header: bytes) -> int:
         """Creates a segment of `size_bytes` zeros starting with `header`, durably.
@@ -49,9 +55,7 @@ class Storage:
         no extent or size metadata to flush.
         """
         tmp = path.with_suffix(".tmp")
-        fd = os.open(
-            tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), FILE_MODE
-        )
+        fd = create_afresh(tmp, os.O_RDWR, FILE_MODE)
         try:
             zeros = bytes(min(ZERO_CHUNK_BYTES, size_bytes))
             offset = 0
@@ -105,9 +109,9 @@ class Storage:
             os.close(fd)
 
     def write_file(self, path: Path, data: bytes) -> None:
-        """Creates (or truncates) `path` holding `data`, durably (`fsync`: its size changes)."""
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
-        fd = os.open(path, flags, FILE_MODE)
+        """Makes `path` anew holding `data`, durably (`fsync`: its size changes); what
+        was there (a crash's leftover) is unlinked, never written through."""
+        fd = create_afresh(path, os.O_WRONLY, FILE_MODE)
         try:
             self._write_all(fd, 0, data)
             os.fsync(fd)
