@@ -71,6 +71,7 @@ GROUPS: list[tuple[str, str, list[str]]] = [
             "JournalCorrupt",
             "JournalFailed",
             "HomeLocked",
+            "HomeUnsafe",
             "StoreUnavailable",
             "EngineClosed",
         ],

@@ -159,6 +159,8 @@ class Engine:
 
         Raises:
             HomeLocked: another process owns the home.
+            HomeUnsafe: another account owns the home or may write to it, or planted a
+                file or a link in it.
             JournalCorrupt: damage before the journal's tail.
         """
         if self.driver.opened:

@@ -36,6 +36,7 @@ PUBLIC = [
     "Fatal",
     "FuseeError",
     "HomeLocked",
+    "HomeUnsafe",
     "JournalCorrupt",
     "JournalFailed",
     "LimitInfo",
