@@ -48,7 +48,8 @@ def replay(
             "--history",
             metavar="FILE",
             help="Replay this history document (fusee history ID --export FILE) instead of "
-            "runs of the home (repeat for more); default: none.",
+            "runs of the home (repeat for more), once all of it is checked (at most 256 MiB "
+            "read); default: none.",
         ),
     ] = None,
     as_json: Json = False,
@@ -70,7 +71,8 @@ def replay(
     order), not the arguments it passes.
 
     Exit 0 when every run replays cleanly, 1 when one does not, 2 for a bad
-    argument or history file, 3 when a run, or the home, is not found.
+    argument or history file (one line: what is wrong, at which record), 3 when
+    a run, or the home, is not found.
 
     Example: fusee replay --all --app workflows
 
@@ -112,15 +114,14 @@ def replay(
 
 
 async def _files(paths: list[Path], out: list[Any]) -> None:
-    from fusee_runtime.errors import Rejected
-    from fusee_runtime.replayer import read_history, replay_document
+    from fusee_runtime.errors import HistoryInvalid
+    from fusee_runtime.replayer import replay
 
     for path in paths:
         try:
-            doc = read_history(path)
-        except Rejected as e:
+            out.append(await replay(path))  # (read whole and checked before it replays)
+        except HistoryInvalid as e:
             raise CliError(Code.USAGE, str(e)) from None
-        out.append(await replay_document(doc))
 
 
 async def _home(

@@ -170,7 +170,7 @@ def test_an_exported_history_replays_from_its_file(fusee, deployed, tmp_path: Pa
         ('{"format": "fusee.history", "version": 9}', "{path} is a fusee history of version 9"),
         (
             '{"format": "fusee.history", "version": 1, "records": [[1, "x"]]}',
-            "{path} is a damaged fusee history: its records cannot be read",
+            "bad history file {path}: its id is missing",
         ),
     ],
 )

@@ -1,0 +1,295 @@
+"""The fields of a history document (`history_doc`), each with its type, and how a
+JSON value is checked against one.
+
+A type here is a Python type expression, so that the table reads as the
+records do: `str`, `int`, `float`, `bool`, `None`, `Any` (any JSON: a value
+of the user's), the `NewType`s below for what JSON alone does not say (an
+operation number, an instant, a failure), unions, and lists, tuples and
+dicts of those. `conforms(value, tp)` checks a value as JSON gives it (an
+integer is one of 64 bits, a bool is no integer); `says(tp)` and `what_is`
+word a mismatch for people: "its workflow is a list, not a string".
+"""
+
+from __future__ import annotations
+
+import re
+import types
+import typing
+from typing import Any, NewType
+
+from fusee_runtime.engine.state import Op, Status
+from fusee_runtime.engine.waits import INSTANT_MAX
+from fusee_runtime.errors import CAUSES_MAX
+from fusee_runtime.journal.records import R
+
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1
+SEQ_CHARS_MAX = 1000
+_SEQ = re.compile(r"[0-9]{1,18}(?:\.u?[0-9]{1,18})*")
+
+# The types of fields beyond JSON's own: checked by `conforms` as described by `says`.
+RunId = NewType("RunId", str)
+"""The run's id: a string, the document's `run_id`."""
+Seq = NewType("Seq", str)
+"""An operation number: "3", "4.0.1" (a branch of a group), "3.u1.2" (an update's)."""
+Instant = NewType("Instant", float)
+"""Unix seconds, within `INSTANT_MAX` either side of 1970."""
+Count = NewType("Count", int)
+"""A whole number from 0 (an attempt, a signal id, an lsn, a position)."""
+FailureJson = NewType("FailureJson", dict)  # (NewType needs a class: not dict[str, Any])
+"""A recorded failure (`Failure.to_json`), its causes at most `CAUSES_MAX` deep."""
+StatusName = NewType("StatusName", str)
+"""A run status (`Status`)."""
+
+FIELD_TYPES: dict[R, tuple[Any, ...]] = {
+    R.RunStarted: (RunId, str, str, Any, Instant, Instant | None, dict[str, Any] | None),
+    R.StepCompleted: (RunId, Seq, str, Any, Instant, Instant),
+    R.StepFailed: (RunId, Seq, str, FailureJson, Instant, Instant),
+    R.AttemptFailed: (RunId, Seq, str, Count, FailureJson, Instant, Instant | None, float, Instant),
+    R.ValueRecorded: (RunId, Seq, str, Any),
+    R.RunCompleted: (RunId, Any, Instant),
+    R.RunFailed: (RunId, FailureJson, Instant),
+    R.RunTerminated: (RunId, str, Instant),
+    R.TimerStarted: (RunId, Seq, str, Instant | None),
+    R.TimerFired: (RunId, Seq, Instant),
+    R.SignalReceived: (RunId, Count, str, Any, Instant),
+    R.WaitStarted: (RunId, Seq, str, Instant | None),
+    R.WaitCompleted: (RunId, Seq, Count | None, Any, Instant),
+    R.StepPaused: (RunId, Seq, str, Count, FailureJson, Instant, Instant),
+    R.StepResumed: (RunId, Seq, Instant),
+    R.CancelRequested: (RunId, str, Instant),
+    R.OpCancelled: (RunId, Seq, str, str),
+    R.RunCancelled: (RunId, str, Instant),
+    R.RunTimedOut: (RunId, str, Instant),
+    R.RunReset: (RunId, str, Instant),
+    R.RunContinuedAsNew: (RunId, str, Any, Instant),
+    R.RaceWon: (RunId, Seq, Count),
+    R.StreamAppended: (RunId, Seq, str, Any),
+    R.StreamClosed: (RunId, Seq, str),
+    R.CompletionIssued: (RunId, Seq, str, Count, Instant),
+    R.CompletionSent: (RunId, Seq, Instant),
+    R.CompletionDone: (RunId, Seq, Any, FailureJson | None, Instant),
+    R.UpdateApplied: (RunId, str, str, Any, Count, Any, FailureJson | None, Instant),
+    R.RunStuck: (RunId, str, Instant),
+    R.RunUnstuck: (RunId, Instant),
+    R.ChildStarted: (
+        RunId,
+        Seq,
+        str,
+        str | None,
+        str,
+        Any,
+        Instant | None,
+        str,
+        FailureJson | None,
+        Instant,
+    ),
+    R.ChildClosed: (RunId, Seq, str, StatusName, Any, FailureJson | None, Instant),
+    R.SignalSent: (
+        RunId,
+        Seq,
+        str,
+        str | None,
+        Count | None,
+        str,
+        Any,
+        FailureJson | None,
+        Instant,
+    ),
+    R.CancelSent: (RunId, Seq, str, str | None, str, FailureJson | None, Instant),
+    R.PatchMarked: (RunId, Seq, str),
+    R.AttributesSet: (RunId, Seq, dict[str, Any], Instant),
+    R.StepHeartbeat: (RunId, Seq, str, Count, Any, Instant, Count),
+    R.StepStreamAppended: (RunId, Seq, str, str, Count, Any, bool),
+    R.UpdateAccepted: (RunId, str, str, Any, Count, Instant),
+}
+"""The type of each field of the records of a run, in `FIELDS` order."""
+
+_SIGNAL = tuple[Count, str, Any]
+_UPDATE_DONE = tuple[Count, Any, FailureJson | None]
+OP_FIELDS = {
+    **typing.get_type_hints(Op),
+    "failure": FailureJson | None,
+    **{name: Instant | None for name in ("first_failed_at", "retry_at", "fire_at", "beat_at")},
+    "deadline": Instant | None,
+    "streamed": dict[str, list[tuple[Count, Any]]] | None,
+}
+"""The fields of an operation a reset run inherited (`Op`, as `reset_creation` writes it)."""
+CREATIONS: dict[str, dict[str, Any]] = {
+    "reset": {
+        "attributes": dict[str, Any],
+        "ops": dict[Seq, dict[str, Any]],
+        "prefixes": list[Seq],
+        "races": dict[Seq, Count],
+        "pending": list[Seq],
+        "carried_signals": list[_SIGNAL],
+        "next_signal_id": Count,
+        "update_log": list[tuple[Count, list[tuple[str, str, Any]]]],
+        "updates_done": dict[str, _UPDATE_DONE],
+        "updates_accepted": dict[str, Count],
+    },
+    "continued": {
+        "run_id": RunId,
+        "workflow_id": str,
+        "workflow": str,
+        "input": Any,
+        "started_at": Instant,
+        "start_lsn": Count,
+        "deadline": Instant | None,
+        "origin": dict[str, Any] | None,
+        "carried_signals": list[_SIGNAL],
+        "next_signal_id": Count,
+        "updates_done": dict[str, _UPDATE_DONE],
+        "attributes": dict[str, Any],
+    },
+}
+"""The fields of each kind of `creation` (`engine.creation`), all of them there."""
+
+STATUSES = frozenset(str(s) for s in Status)
+"""The statuses a run has (`Status`)."""
+
+
+def conforms(value: Any, tp: Any, depth: int = 0) -> bool:
+    """Whether JSON `value` is of type `tp`: a type of `FIELD_TYPES`, `CREATIONS` or
+    `Op`'s fields (str, int, float, bool, None, Any, the NewTypes above, unions,
+    and lists, tuples and dicts of those)."""
+    if tp is Any:
+        return True
+    if tp is type(None):
+        return value is None
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return any(conforms(value, arg, depth) for arg in typing.get_args(tp))
+    simple = _SIMPLE.get(tp)
+    if simple is not None:
+        return simple(value)
+    if tp is FailureJson:
+        return _is_failure(value, depth)
+    args = typing.get_args(tp)
+    if origin is list:
+        return isinstance(value, list) and all(conforms(v, args[0]) for v in value)
+    if origin is tuple:
+        return (
+            isinstance(value, list | tuple)
+            and len(value) == len(args)
+            and all(conforms(v, a) for v, a in zip(value, args, strict=True))
+        )
+    if origin is dict:
+        key, item = args
+        return isinstance(value, dict) and all(
+            conforms(k, key) and conforms(v, item) for k, v in value.items()
+        )
+    raise TypeError(f"no check for type {tp!r}")
+
+
+# A document passed as Python objects may hold an `IntEnum` or a `StrEnum` (a record's
+# type, a status) where JSON has a number or a string: subclasses count, bools do not.
+
+
+def is_str(value: Any) -> bool:
+    """Whether `value` is a string."""
+    return isinstance(value, str)
+
+
+def is_int(value: Any) -> bool:
+    """Whether `value` is an integer of 64 bits (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and INT_MIN <= value <= INT_MAX
+
+
+def _is_number(value: Any) -> bool:
+    # (NaN and the infinities fail the comparison; no huge int is turned into a float.)
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and -INT_MAX <= value <= INT_MAX
+    )
+
+
+def _is_failure(value: Any, depth: int) -> bool:
+    if not isinstance(value, dict) or depth > CAUSES_MAX:
+        return False
+    if not (is_str(value.get("kind")) and is_str(value.get("message"))):
+        return False
+    if "traceback" in value and not conforms(value["traceback"], str | None):
+        return False
+    if "retryable" in value and not isinstance(value["retryable"], bool):
+        return False
+    cause = value.get("cause")
+    return cause is None or _is_failure(cause, depth + 1)
+
+
+_SIMPLE: dict[Any, Any] = {
+    str: is_str,
+    RunId: is_str,
+    bool: lambda v: isinstance(v, bool),
+    int: is_int,
+    Count: lambda v: is_int(v) and v >= 0,
+    float: _is_number,
+    Instant: lambda v: _is_number(v) and abs(v) <= INSTANT_MAX,
+    Seq: lambda v: is_str(v) and len(v) <= SEQ_CHARS_MAX and _SEQ.fullmatch(v) is not None,
+    StatusName: lambda v: is_str(v) and v in STATUSES,
+}
+
+_SAYS: dict[Any, str] = {
+    str: "a string",
+    RunId: "a run id (a string)",
+    bool: "true or false",
+    int: "an integer",
+    Count: "a whole number from 0",
+    float: "a number",
+    Instant: "an instant (Unix seconds)",
+    Seq: 'an operation number (a string: "3", "4.0.1")',
+    StatusName: "a run status",
+    FailureJson: 'a failure ({"kind": ..., "message": ...})',
+    type(None): "null",
+    Any: "a JSON value",
+}
+
+
+def says(tp: Any) -> str:
+    """`tp` for people: 'a string', 'an instant (Unix seconds) or null'."""
+    if tp in _SAYS:
+        return _SAYS[tp]
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(says(a) for a in args)
+    if origin is list:
+        return "a list" if args[0] is Any else f"a list of {says(args[0])}"
+    if origin is tuple:
+        return f"[{', '.join(says(a) for a in args)}]"
+    if origin is dict and args[1] is not Any:
+        return f"an object mapping {says(args[0])} to {says(args[1])}"
+    return "an object"
+
+
+def mismatch(name: str, value: Any, tp: Any) -> str:
+    """What is wrong with `name` (of `value`, not of type `tp`), in words."""
+    shown = what_is(value)
+    expected = says(tp)
+    if expected.startswith(shown):  # (a container of the wrong things)
+        return f"{name} is not {expected}"
+    return f"{name} is {shown}, not {expected}"
+
+
+def what_is(value: Any) -> str:
+    """What `value` is, in a few words."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int) and not INT_MIN <= value <= INT_MAX:
+        return "an integer out of range"
+    if isinstance(value, int | float):
+        return quoted(value)
+    if isinstance(value, str):
+        return f"the string {quoted(value)}"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def quoted(value: Any) -> str:
+    """`value` as a message shows it: a string quoted, either cut to 40 characters."""
+    text = repr(str(value)) if isinstance(value, str) else str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
