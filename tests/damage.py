@@ -1,11 +1,29 @@
 """Four ways to damage a history store (`history.db`), shared by the engine and CLI tests.
 
-Each takes the store's path after a clean close (so no `-wal` beside it).
+Each takes the store's path after a clean close (so no `-wal` beside it). And a disk
+whose `fdatasync` fails on demand (`FailingSync`).
 """
 
 from __future__ import annotations
 
+import errno
+import threading
 from pathlib import Path
+
+from fusee_runtime.journal.storage import Storage
+
+
+class FailingSync(Storage):
+    """A disk whose `fdatasync` fails with EIO once `broken` is set (its writes still
+    reach the file: the home opened again reads them)."""
+
+    def __init__(self) -> None:
+        self.broken = threading.Event()
+
+    def sync(self, fd: int) -> None:
+        if self.broken.is_set():
+            raise OSError(errno.EIO, "Input/output error")
+        super().sync(fd)
 
 
 def overwrite_header(store: Path) -> None:

@@ -15,6 +15,7 @@ only once its record is durable.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import os
@@ -45,7 +46,7 @@ from fusee_runtime.errors import (
     NotFound,
     Rejected,
 )
-from fusee_runtime.execution import run_code
+from fusee_runtime.execution import Ended, run_code
 from fusee_runtime.journal.records import PAYLOAD_DEPTH_MAX, R, too_deep
 from fusee_runtime.scope import check_name
 from fusee_runtime.steps import StepWorkers
@@ -431,10 +432,15 @@ class Driver:
             self.tracing.run_stopped(run, span, parked=run.task is not asyncio.current_task())
 
     async def _ran(self, run: Run, wf: WorkflowDef) -> None:
-        """Runs the run's code and records how it ended."""
+        """Runs the run's code and records how it ended (unless the journal failed
+        meanwhile: then nothing more is recorded, and the failure is told on its own)."""
         ended = await run_code(self, run, wf.fn)
         if ended is None:
             return
+        with contextlib.suppress(JournalFailed):
+            self._record_end(run, wf, ended)
+
+    def _record_end(self, run: Run, wf: WorkflowDef, ended: Ended) -> None:
         if ended.error is not None:
             if ended.cancelled:
                 self.close_run(run, R.RunCancelled, run.cancel_reason)

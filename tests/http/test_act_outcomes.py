@@ -17,14 +17,13 @@ broken; the session the engine commits through, ended on the PostgreSQL server.
 
 from __future__ import annotations
 
-import errno
-import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
 import psycopg
 import pytest
+from damage import FailingSync
 
 from fusee_runtime import (
     Completion,
@@ -42,24 +41,10 @@ from fusee_runtime.control.client import ControlClient
 from fusee_runtime.control.http import build_app
 from fusee_runtime.control.routes import status_of
 from fusee_runtime.journal.postgres import LOCK_CLASS
-from fusee_runtime.journal.storage import Storage
 
 STORES = ("local", "postgresql")
 
 SENT: list[Completion] = []
-
-
-class FailingSync(Storage):
-    """A disk whose `fdatasync` fails with EIO once `broken` is set (its writes still
-    reach the file: the home opened again reads them)."""
-
-    def __init__(self) -> None:
-        self.broken = threading.Event()
-
-    def sync(self, fd: int) -> None:
-        if self.broken.is_set():
-            raise OSError(errno.EIO, "Input/output error")
-        super().sync(fd)
 
 
 @step(name="ao.stop", retry=RetryPolicy(attempts=1, on_exhausted=Exhausted.PAUSE))

@@ -4,31 +4,17 @@ supervisor sees it, rather than serving on while refusing every call."""
 from __future__ import annotations
 
 import asyncio
-import errno
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from damage import FailingSync
 
 from fusee_cli import serving, session
 from fusee_cli.commands import serve
 from fusee_cli.session import CliError, Code
 from fusee_runtime import Ctx, JournalFailed, workflow
 from fusee_runtime.control.client import ControlClient
-from fusee_runtime.journal.storage import Storage
-
-
-class FailingSync(Storage):
-    """A disk whose `fdatasync` fails with EIO once `broken` is set."""
-
-    def __init__(self) -> None:
-        self.broken = threading.Event()
-
-    def sync(self, fd: int) -> None:
-        if self.broken.is_set():
-            raise OSError(errno.EIO, "Input/output error")
-        super().sync(fd)
 
 
 class Events(serving.Output):
