@@ -121,7 +121,7 @@ async def start_child(
             f"a child workflow is a @workflow function or its registered name, not {name!r:.60}"
         )
     wf = host.workflow(name)
-    check_id(id)
+    check_id(id, existing=True)  # a journal of an older version may hold a child "." or ".."
     if id == run.workflow_id:
         raise Rejected(f"a child's id must differ from its parent's: both are {id!r}")
     if parent_close not in POLICIES:
@@ -132,6 +132,7 @@ async def start_child(
         raise Rejected(f"a child's timeout must be positive, not {timeout!r}")
     seq, op = execution.next("child", id)
     if op is None:
+        check_id(id)
         shape = parameter(wf.fn, 1)
         encoded = host.encode(input, f"the input of child workflow {wf.name!r}", shape)
         deadline = None if limit is None else wake_at(host.clock.now() + limit)
@@ -156,7 +157,7 @@ async def send_signal(
 ) -> None:
     """Signals the newest run of `id` (or run `run_id` of it) once; see `Ctx.signal_workflow`."""
     run, host = execution.run, execution.host
-    check_id(id)
+    check_id(id, existing=True)  # the newest run of an id, which an older version may have made
     check_name("signal", name)
     seq, op = execution.next("signal_workflow", name)
     if op is None:
@@ -179,7 +180,7 @@ async def send_cancel(
 ) -> None:
     """Cancels the newest run of `id` (or run `run_id` of it) once; see `Ctx.cancel_workflow`."""
     run, host = execution.run, execution.host
-    check_id(id)
+    check_id(id, existing=True)  # the newest run of an id, which an older version may have made
     if not isinstance(reason, str):
         raise Rejected(f"a cancel's reason is a string, not {reason!r:.60}")
     seq, op = execution.next("cancel_workflow", id)

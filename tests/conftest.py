@@ -4,6 +4,7 @@ postgres_server and processes, import by name)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterator
@@ -20,6 +21,10 @@ if ROOT not in sys.path:
     # The examples in workflows/ are not installed: tests import them from the
     # checkout's root, as `fusee` finds them there (tests/examples).
     sys.path.append(ROOT)
+
+# A home that group or others may write to is refused (issue 36): the directories tests
+# make with a bare mkdir() must not be, whatever the developer's umask (002 on Fedora).
+os.umask(0o022)
 
 
 class HoldingStorage(Storage):

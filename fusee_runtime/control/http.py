@@ -312,8 +312,9 @@ class _Auth:
                 )
         headers = dict(scope["headers"])
         host = headers.get(b"host", b"").decode("latin-1")
-        cookie = headers.get(b"cookie")
-        return cookie is not None and self.sessions.allowed(cookie, host)
+        # However many `Cookie` headers carry them (a proxy may split them), as pages read.
+        cookies = [value for name, value in scope["headers"] if name == b"cookie"]
+        return bool(cookies) and self.sessions.allowed(b"; ".join(cookies), host)
 
 
 _OPEN_PAGES = frozenset({"/login", "/logout"})

@@ -91,6 +91,16 @@ async def test_logging_out_ends_the_session_on_the_server(engine: Engine, client
     assert (await browser.get("/v1/health", headers={"Cookie": other})).status_code == 200
 
 
+async def test_cookies_split_over_several_headers_are_all_read(engine: Engine, client_of) -> None:
+    # A proxy may split cookies over several `Cookie` headers: the API reads them all,
+    # as the pages do.
+    browser = client_of(build_app(Control(engine), token=TOKEN))
+    session = await login(browser)
+    split = [("Cookie", session), ("Cookie", "theme=dark")]
+    assert (await browser.get("/v1/health", headers=split)).status_code == 200
+    assert (await browser.get("/schedules", headers=split)).status_code == 200
+
+
 async def test_over_a_real_socket_hostile_cookies_are_401_and_logout_holds(
     serve: Callable[..., Served],
 ) -> None:
