@@ -9,7 +9,6 @@ from fusee_runtime.engine.config import Config
 from fusee_runtime.engine.engine import Engine
 from fusee_runtime.engine.handle import RunHandle
 from fusee_runtime.engine.limits import LimitInfo
-from fusee_runtime.engine.state import RunInfo, Status
 from fusee_runtime.errors import (
     Cancelled,
     ChildFailed,
@@ -31,6 +30,7 @@ from fusee_runtime.errors import (
     Terminated,
     TimedOut,
 )
+from fusee_runtime.model.run import RunInfo, Status
 from fusee_runtime.scope import current_ctx
 from fusee_runtime.streams import StepStreamWriter, StreamWriter
 

@@ -36,8 +36,8 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any
 
-from fusee_runtime.engine.state import Status
 from fusee_runtime.errors import Rejected
+from fusee_runtime.model.run import Status
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.state import Run

@@ -35,10 +35,9 @@ from collections.abc import AsyncGenerator, Awaitable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from fusee_runtime.engine.state import RunInfo, Status
-from fusee_runtime.engine.waits import Waiting
 from fusee_runtime.errors import Cancelled, JournalFailed, NotFound, RunFailed, Terminated, TimedOut
 from fusee_runtime.journal import records
+from fusee_runtime.model.run import RunInfo, Status, Waiting
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.engine import Engine

@@ -25,8 +25,8 @@ from fusee_runtime import errors, search
 from fusee_runtime.control import protocol
 from fusee_runtime.control.api import Control, OutcomeUnknown, run_info
 from fusee_runtime.engine.home import HomeLock, check_reachable
-from fusee_runtime.engine.state import RunInfo
 from fusee_runtime.errors import FuseeError, Rejected
+from fusee_runtime.model.run import RunInfo
 
 
 class OwnerUnanswered(Rejected):

@@ -33,7 +33,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from fusee_runtime.engine.limits import LimitInfo
-from fusee_runtime.engine.state import Status
+from fusee_runtime.model.run import Status
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.engine import Engine

@@ -11,7 +11,7 @@ from typing import Any
 
 from fusee_runtime import search
 from fusee_runtime.control.limits import BODY_BYTES_MAX, RESULT_WAIT_S_MAX
-from fusee_runtime.engine.state import Status
+from fusee_runtime.model.run import Status
 
 
 def _ref(name: str) -> dict[str, str]:

@@ -40,7 +40,6 @@ from fusee_runtime.control.client import (
 from fusee_runtime.control.limits import BODY_BYTES_MAX, RESULT_WAIT_S_MAX
 from fusee_runtime.control.openapi import OPENAPI
 from fusee_runtime.engine.engine import LIST_LIMIT_MAX
-from fusee_runtime.engine.state import RunInfo, Status
 from fusee_runtime.errors import (
     CodecError,
     EngineClosed,
@@ -55,6 +54,7 @@ from fusee_runtime.errors import (
     StoreUnavailable,
     TimedOut,
 )
+from fusee_runtime.model.run import RunInfo, Status
 
 log = logging.getLogger("fusee")
 

@@ -22,8 +22,8 @@ import orjson
 from fusee_runtime.control import protocol
 from fusee_runtime.control.api import Control, run_json
 from fusee_runtime.control.listening import Listener
-from fusee_runtime.engine.state import RunInfo
 from fusee_runtime.errors import FuseeError, Rejected
+from fusee_runtime.model.run import RunInfo
 
 if TYPE_CHECKING:
     from fusee_runtime.control.remote import Relay

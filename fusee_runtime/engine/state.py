@@ -9,61 +9,17 @@ appends, so memory and journal cannot tell different stories.
 from __future__ import annotations
 
 import asyncio
-import enum
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from fusee_runtime.attributes import merge_attributes
-from fusee_runtime.engine.waits import Waiting, utc, waiting
+from fusee_runtime.engine.waits import utc, waiting
 from fusee_runtime.errors import Failure
 from fusee_runtime.journal.records import CLOSES, R
+from fusee_runtime.model.run import RunInfo, Status
 
 if TYPE_CHECKING:
     from fusee_runtime.execution import Execution
-
-
-class Status(enum.StrEnum):
-    """A run's status; the values are the lowercase names."""
-
-    RUNNING = "running"
-    PARKED = "parked"
-    PAUSED = "paused"
-    STUCK = "stuck"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    TIMED_OUT = "timed_out"
-    TERMINATED = "terminated"
-    CONTINUED_AS_NEW = "continued_as_new"
-    RESET = "reset"
-
-    @property
-    def is_open(self) -> bool:
-        return self in (Status.RUNNING, Status.PARKED, Status.PAUSED, Status.STUCK)
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    """One run, as `describe()` and `list()` show it.
-
-    `failure` is the recorded failure of a failed run (its `kind`, `message`,
-    `traceback` and `cause`, as `Failure.to_json` writes it); `waiting` says
-    what an open run waits for, oldest first. `parent` is `(id, run_id)` of the
-    run that started this one as its child (`ctx.child`), or None.
-    """
-
-    id: str
-    run_id: str
-    workflow: str
-    status: Status
-    started_at: datetime
-    closed_at: datetime | None
-    error: str | None
-    attributes: dict[str, Any]
-    failure: dict[str, Any] | None = None
-    waiting: tuple[Waiting, ...] = ()
-    parent: tuple[str, str] | None = None
 
 
 @dataclass

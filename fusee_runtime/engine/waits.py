@@ -8,13 +8,13 @@ limit, and a cancel not closed on.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from fusee_runtime.errors import Failure
+from fusee_runtime.model.run import Waiting
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.state import Run
@@ -31,35 +31,6 @@ def utc(ts: float) -> datetime:
 def wake_at(at: float) -> float | None:
     """A wake-up instant as it is recorded: None ("never") past `INSTANT_MAX`."""
     return at if at < INSTANT_MAX else None
-
-
-@dataclass(frozen=True)
-class Waiting:
-    """One thing an open run waits for, as `RunInfo.waiting` lists them.
-
-    `kind` is one of:
-
-    - `"signal"`: a `ctx.wait_signal` for signal `name`, `until` its timeout (None: none);
-    - `"timer"`: a `ctx.sleep` (timer `name`) that fires at `until` (None: never);
-    - `"retry"`: step `name` runs its next attempt at `until`; `detail` is the last
-      failure;
-    - `"resume"`: step `name` is paused until `fusee resume`; `detail` is its failure;
-    - `"completion"`: the `ctx.await_completion` of step `name` waits for its token
-      to be completed from outside;
-    - `"child"`: child workflow `name` (its id) has not closed; `until` is its deadline;
-    - `"step"`: step `name` is running and has sent a heartbeat: `detail` says when,
-      and its details (`current_ctx().heartbeat`);
-    - `"permit"`: step `name` waits for a permit of the limit `detail` names
-      (`limit=`, with its key after a '/');
-    - `"cancel"`: a cancel was recorded (`detail`, its reason) and the run has not
-      closed: its code has not acted on it yet (`name` None), or it was delivered
-      (`name` "delivered") and the code is cleaning up.
-    """
-
-    kind: str
-    name: str | None = None
-    until: datetime | None = None
-    detail: str | None = None
 
 
 def until(at: float | None) -> str:

@@ -23,8 +23,8 @@ from fusee_runtime import (
     StepFailed,
     workflow,
 )
-from fusee_runtime.engine.state import Status
 from fusee_runtime.journal.records import R
+from fusee_runtime.model.run import Status
 
 STORES = ("local", "postgresql")
 

@@ -25,8 +25,8 @@ from fusee_runtime import (
     step,
     workflow,
 )
-from fusee_runtime.engine.state import Status
 from fusee_runtime.journal.records import R
+from fusee_runtime.model.run import Status
 
 
 async def collect(engine: Any, id: str, name: str) -> list[Any]:

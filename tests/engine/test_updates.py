@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from fusee_runtime import Cancelled, Ctx, NotFound, Rejected, step, workflow
-from fusee_runtime.engine.state import Status
+from fusee_runtime.model.run import Status
 
 
 def _must_be_text(item: Any) -> None:

@@ -183,10 +183,43 @@ def test_the_private_check_finds_a_private_read(source: str) -> None:
 def test_no_module_is_over_600_lines() -> None:
     long = {
         str(path.relative_to(ROOT)): n
-        for path in RUNTIME.values()
+        for path in MODULES.values()  # fusee_runtime and fusee_cli
         if (n := len(path.read_text().splitlines())) > MODULE_LINES_MAX
     }
     assert long == {}
+
+
+MODEL_MAY_NOT_IMPORT = ("fusee_runtime.engine", "fusee_runtime.journal", "fusee_runtime.control")
+
+
+def _every_import(tree: ast.Module) -> Iterator[str]:
+    """Every module a module names in an import: at any depth, type-only ones too."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            yield node.module
+            yield from (f"{node.module}.{a.name}" for a in node.names)
+
+
+def _model_imports_of_the_rooms() -> list[str]:
+    return [
+        f"{name} imports {imported}"
+        for name, path in RUNTIME.items()
+        if name == "fusee_runtime.model" or name.startswith("fusee_runtime.model.")
+        for imported in _every_import(ast.parse(path.read_text()))
+        if imported.startswith(MODEL_MAY_NOT_IMPORT)
+    ]
+
+
+def test_the_model_imports_nothing_of_the_engine_the_journal_or_the_control_surface() -> None:
+    # The vocabulary every room speaks depends on none of them (issue 37).
+    assert _model_imports_of_the_rooms() == []
+
+
+def test_the_model_check_finds_an_import_of_a_room() -> None:
+    tree = ast.parse("def f():\n    from fusee_runtime.engine import state\n")
+    assert "fusee_runtime.engine.state" in list(_every_import(tree))
 
 
 def test_the_engine_module_holds_the_lifecycle_and_the_public_api() -> None:

@@ -24,7 +24,7 @@ from fusee_runtime.control.ui.html import (
     value,
 )
 from fusee_runtime.control.ui.timeline import Attempt, Operation, Timeline
-from fusee_runtime.engine.state import RunInfo, Status
+from fusee_runtime.model.run import RunInfo, Status
 
 STATUS_CHOICES = ("", "open", *(s.value for s in Status))
 """What the status filter offers: any, every open status, each status."""
