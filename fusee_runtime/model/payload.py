@@ -1,0 +1,53 @@
+"""A value of the user's inside a record, encoded once (`Payload`)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import orjson
+
+
+class Payload:
+    """A value of the user's in a record: the JSON it encodes to, encoded once.
+
+    Made from the user's value as it is recorded (`Payload(json)`), or from a
+    record read back (`Payload.read(value)`); either side is computed once, when
+    first asked for.
+    """
+
+    __slots__ = ("_json", "_value")
+
+    _UNREAD: ClassVar[object] = object()
+
+    def __init__(self, json: bytes) -> None:
+        self._json: bytes | None = json
+        self._value: Any = Payload._UNREAD
+
+    @classmethod
+    def read(cls, value: Any) -> Payload:
+        """The payload of a value decoded from a record."""
+        payload = cls.__new__(cls)
+        payload._json = None
+        payload._value = value
+        return payload
+
+    @property
+    def json(self) -> bytes:
+        if self._json is None:
+            self._json = orjson.dumps(self._value)
+        return self._json
+
+    @property
+    def value(self) -> Any:
+        if self._value is Payload._UNREAD:
+            self._value = orjson.loads(self.json)
+        return self._value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Payload) and self.json == other.json
+
+    def __hash__(self) -> int:
+        return hash(self.json)
+
+    def __repr__(self) -> str:
+        return f"Payload({self.json!r})"
