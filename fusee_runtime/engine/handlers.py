@@ -97,24 +97,48 @@ class Handlers:
         if update_id is not None:
             if not isinstance(update_id, str) or not 0 < len(update_id) <= NAME_CHARS_MAX:
                 raise Rejected(f"an update id is a string of 1 to {NAME_CHARS_MAX} characters")
-            if update_id in run.updates_accepted and update_id not in run.updates_done:
-                return await self._applied(run, id, name, update_id)  # accepted, running
-            done = run.updates_done.get(update_id)
-            if done is not None:
-                done_lsn, done_result, done_failure = done
-                await self.driver.wait_durable(done_lsn)
-                if done_failure is not None:
-                    raise Rejected(
-                        f"update {name!r} of run {id!r} failed: {Failure.from_json(done_failure)}"
-                    )
-                return done_result
+            if update_id in run.updates_accepted or update_id in run.updates_done:
+                return await self._sent_before(run, id, name, update_id)
         if not run.is_open:
             raise Rejected(f"run {id!r} is {run.closing}: it takes no more updates")
-        entry = self._handler(run, run.updates, "update", name, "apply updates")
-        handle, validate = entry
+        handle, validate = self._handler(run, run.updates, "update", name, "apply updates")
         is_async = inspect.iscoroutinefunction(handle)
         if self.config.drive:
             self._check_update_point(run, id, is_async)
+        arg, encoded_arg = self._argument(id, name, arg, handle, validate)
+        if is_async:
+            return await self._accept(run, id, name, update_id, orjson.loads(encoded_arg))
+        self._check_not_applying(run, id, name)
+        result, failure = self._call_plain(name, handle, arg, encoded_arg)
+        at = self.driver.clock.now()
+        uid = update_id or uuid.uuid4().hex
+        arg_value = orjson.loads(encoded_arg)
+        wire_failure = self._update_failure(failure, len(encoded_arg))
+        rec = [R.UpdateApplied, run.run_id, uid, name, arg_value, run.position]
+        await self.driver.wait_durable(self.driver.append(run, [*rec, result, wire_failure, at]))
+        if failure is not None:
+            raise Rejected(f"update {name!r} of run {id!r} failed: {failure}")
+        return result
+
+    async def _sent_before(self, run: Run, id: str, name: str, update_id: str) -> Any:
+        """The answer to an update sent again with its id: its result once applied and
+        durable (the handler does not run again)."""
+        done = run.updates_done.get(update_id)
+        if done is None:
+            return await self._applied(run, id, name, update_id)  # accepted, running
+        done_lsn, done_result, done_failure = done
+        await self.driver.wait_durable(done_lsn)
+        if done_failure is not None:
+            raise Rejected(
+                f"update {name!r} of run {id!r} failed: {Failure.from_json(done_failure)}"
+            )
+        return done_result
+
+    def _argument(
+        self, id: str, name: str, arg: Any, handle: Any, validate: Any
+    ) -> tuple[Any, bytes]:
+        """An update's argument as its handler gets it, and as its record holds it
+        (encoded); `Rejected` if its validator refuses it."""
         # Typed by the handler's first parameter (`fusee_runtime.typed`): the handler and
         # the validator get the argument read back from its JSON, as a replay gives it.
         shape = parameter(handle, 0)
@@ -127,8 +151,11 @@ class Handlers:
                 validate(arg)
             except Exception as e:
                 raise Rejected(f"update {name!r} of run {id!r} was refused: {e}") from e
-        if is_async:
-            return await self._accept(run, id, name, update_id, orjson.loads(encoded_arg))
+        return arg, encoded_arg
+
+    @staticmethod
+    def _check_not_applying(run: Run, id: str, name: str) -> None:
+        """Refuses a plain update while the run applies an earlier one."""
         execution = run.execution
         busy = execution is not None and execution.updates is not None and execution.updates.busy
         # An async update accepted and not applied yet counts too: the run may be parked,
@@ -141,6 +168,12 @@ class Handlers:
                 f"run {id!r} is applying an earlier update; send update {name!r} again once "
                 "that one answered"
             )
+
+    def _call_plain(
+        self, name: str, handle: Any, arg: Any, encoded_arg: bytes
+    ) -> tuple[Any, Failure | None]:
+        """Runs a plain update handler: its result as JSON reads it back, or how it failed
+        (result None). A failure is recorded all the same; an async result is refused."""
         failure: Failure | None = None
         result: Any = None
         try:
@@ -157,27 +190,24 @@ class Handlers:
             raise Rejected(f"update handler {name!r} must be a plain function, not async")
         if failure is None:
             try:
-                encoded = self.driver.encode(result, f"the result of update {name!r}")
-                if len(encoded) + len(encoded_arg) > self.config.payload_bytes_max:
-                    raise CodecError(
-                        f"update {name!r}: its argument and result are {len(encoded_arg)} + "
-                        f"{len(encoded)} bytes, over the limit of "
-                        f"{self.config.payload_bytes_max} (Config.payload_bytes_max)"
-                    )
-                result = orjson.loads(encoded)
+                result = orjson.loads(self._encoded_result(name, result, len(encoded_arg)))
             except CodecError as e:
                 failure = Failure.of(e)
         if failure is not None:
             result = None
-        at = self.driver.clock.now()
-        uid = update_id or uuid.uuid4().hex
-        arg_value = orjson.loads(encoded_arg)
-        wire_failure = self._update_failure(failure, len(encoded_arg))
-        rec = [R.UpdateApplied, run.run_id, uid, name, arg_value, run.position]
-        await self.driver.wait_durable(self.driver.append(run, [*rec, result, wire_failure, at]))
-        if failure is not None:
-            raise Rejected(f"update {name!r} of run {id!r} failed: {failure}")
-        return result
+        return result, failure
+
+    def _encoded_result(self, name: str, result: Any, arg_bytes: int) -> bytes:
+        """An update's result encoded; `CodecError` if it cannot be, or if it and the
+        argument are over `Config.payload_bytes_max` together."""
+        encoded = self.driver.encode(result, f"the result of update {name!r}")
+        if len(encoded) + arg_bytes > self.config.payload_bytes_max:
+            raise CodecError(
+                f"update {name!r}: its argument and result are {arg_bytes} + "
+                f"{len(encoded)} bytes, over the limit of "
+                f"{self.config.payload_bytes_max} (Config.payload_bytes_max)"
+            )
+        return encoded
 
     async def _accept(self, run: Run, id: str, name: str, update_id: str | None, arg: Any) -> Any:
         """Records an async handler's update as accepted where the code waits, starts its

@@ -346,16 +346,7 @@ class HistoryStore:
         db: Any = None  # the writer's connection (`_connect_writer`)
         try:
             while True:
-                first = self._queue.get()
-                if isinstance(first, Closed):
-                    self._hurry.wait(BATCH_DELAY_S)
-                self._hurry.clear()
-                items = [first]
-                while len(items) < BATCH_ROWS_MAX:
-                    try:
-                        items.append(self._queue.get_nowait())
-                    except queue.Empty:
-                        break
+                items = self._next_batch()
                 # A damaged store takes nothing more: memory and the checkpoints keep them.
                 closed = [i for i in items if isinstance(i, Closed) and self.damage is None]
                 retry = False
@@ -384,6 +375,17 @@ class HistoryStore:
         finally:
             if db is not None:
                 db.close()
+
+    def _next_batch(self) -> list[Any]:
+        """The queue's next item, and what is queued behind it: `BATCH_ROWS_MAX` at most."""
+        items = [self._queue.get()]
+        if isinstance(items[0], Closed):
+            self._hurry.wait(BATCH_DELAY_S)  # for more to gather, unless a flush or close hurries
+        self._hurry.clear()
+        with contextlib.suppress(queue.Empty):  # until the queue is empty
+            while len(items) < BATCH_ROWS_MAX:
+                items.append(self._queue.get_nowait())
+        return items
 
     def _connect_writer(self) -> Any:
         return connect(self.path)

@@ -172,19 +172,8 @@ def _kind(record_type: str) -> str:
 
 def _apply(o: Operation, kind: str, rec: dict[str, Any]) -> None:
     """What record `rec` (of type `kind`) tells about operation `o`."""
-    started, ended = _instant(rec.get("started_at")), _instant(rec.get("ended_at"))
     if kind in ("StepCompleted", "StepFailed", "AttemptFailed"):
-        failed_at = _instant(rec.get("failed_at"))
-        number = rec.get("attempt") or len(o.attempts) + 1
-        o.attempts.append(Attempt(number, started, ended or failed_at, rec.get("failure")))
-        o.started_at = o.started_at or started
-        o.ended_at = ended or failed_at
-        if kind == "StepCompleted":
-            o.state, o.value, o.has_value = "completed", rec.get("value"), True
-        elif kind == "StepFailed":
-            o.state, o.failure = "failed", rec.get("failure")
-        else:
-            o.state = f"retrying at {_clock(_instant(rec.get('retry_at')))}"
+        _attempt_ended(o, kind, rec)
     elif kind in ("StepPaused", "StepResumed"):
         o.state = "paused" if kind == "StepPaused" else "resumed"
     elif kind == "TimerStarted":
@@ -197,6 +186,7 @@ def _apply(o: Operation, kind: str, rec: dict[str, Any]) -> None:
         o.state, o.ended_at = "received", _instant(rec.get("at"))
         o.value, o.has_value = rec.get("value"), True
     elif kind == "ChildStarted":
+        started = _instant(rec.get("started_at"))
         o.name, o.child, o.started_at = str(rec.get("workflow")), rec.get("workflow_id"), started
         o.state = "failed to start" if rec.get("error") else "started"
     elif kind == "ChildClosed":
@@ -215,6 +205,22 @@ def _apply(o: Operation, kind: str, rec: dict[str, Any]) -> None:
         o.state = "cancelled"
     elif kind not in ("StepHeartbeat", "CompletionSent", "StreamAppended", "StepStreamAppended"):
         o.state = o.state or kind
+
+
+def _attempt_ended(o: Operation, kind: str, rec: dict[str, Any]) -> None:
+    """An attempt of step `o` ended: it completed, it failed for good, or it retries."""
+    started, ended = _instant(rec.get("started_at")), _instant(rec.get("ended_at"))
+    failed_at = _instant(rec.get("failed_at"))
+    number = rec.get("attempt") or len(o.attempts) + 1
+    o.attempts.append(Attempt(number, started, ended or failed_at, rec.get("failure")))
+    o.started_at = o.started_at or started
+    o.ended_at = ended or failed_at
+    if kind == "StepCompleted":
+        o.state, o.value, o.has_value = "completed", rec.get("value"), True
+    elif kind == "StepFailed":
+        o.state, o.failure = "failed", rec.get("failure")
+    else:
+        o.state = f"retrying at {_clock(_instant(rec.get('retry_at')))}"
 
 
 def _instant(text: Any) -> datetime | None:
