@@ -6,37 +6,23 @@ The order of a live step is the durability contract made code:
 2. wait until every earlier record of the run is durable (the gate;
    skipped for `read_only` steps), so a crash can never take back an input
    the function saw;
-3. run one attempt: async functions on the loop, plain functions in the
-   thread pool (or on the loop with `inline=True`), `ctx.key()` pointing at
-   the step throughout;
+3. run one attempt (`fusee_runtime.attempts`): async functions on the loop,
+   plain functions in the thread pool (or on the loop with `inline=True`),
+   `ctx.key()` pointing at the step throughout;
 4. record the outcome and hand it on at once, without waiting for the disk:
    `StepCompleted`, or `AttemptFailed` with the retry instant (jitter drawn
    here, then recorded), or `StepPaused` when retries run out under
    `Exhausted.PAUSE`, or `StepFailed`.
 
-Attempts never overlap. An attempt given up on (timed out, or cut off when
-the run stopped waiting) is cancelled; a thread cannot be, so its function
-runs on until it returns, and its result is dropped. Until then it stays in
-`_RUNNING_ON`, and the step's next attempt (after the backoff, a resume, or
-an engine reopened in this process) starts only once it has returned,
-with a log line while it lags: `ctx.key()` is used by one attempt at a time.
-It also still counts in `StepWorkers.attempts`, so a closing engine gives it
-its grace period as any attempt in flight; if it runs past that, the engine
-closes without it (nothing can stop it) and the next attempt runs at the
-next open, after it in this process, and in another process where it no
-longer runs.
+Attempts never overlap: an attempt given up on whose function runs on (a
+thread cannot be stopped) is waited for, before the gate, by the step's next
+one (`attempts.after_abandoned`), and still counts in `StepWorkers.attempts`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
-import contextvars
-import functools
-import inspect
-import logging
-import math
 import random
 import threading
 from collections.abc import Callable
@@ -44,26 +30,17 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from fusee_runtime.attempts import after_abandoned, any_running_on, run_attempt
 from fusee_runtime.completions import Completion
 from fusee_runtime.dsl import Exhausted, RetryPolicy, StepOptions
 from fusee_runtime.engine.limits import Permit
 from fusee_runtime.engine.state import Op, Run
 from fusee_runtime.engine.waits import utc
-from fusee_runtime.errors import CodecError, Failure, StepFailed
-from fusee_runtime.journal.records import PAYLOAD_DEPTH_MAX, R, too_deep
-from fusee_runtime.scope import Running, step_var
-from fusee_runtime.typed import check, dumps, returns
+from fusee_runtime.errors import Failure, StepFailed
+from fusee_runtime.journal.records import R
 
 if TYPE_CHECKING:
     from fusee_runtime.execution import Execution
-    from fusee_runtime.host import RunHost
-
-log = logging.getLogger("fusee")
-
-_RUNNING_ON: dict[tuple[str, str], tuple[int, concurrent.futures.Future[Any]]] = {}
-"""Attempts given up on whose function has not returned yet, by (run id, seq): the
-attempt's number and a future done when it returns. Process-wide, as threads are."""
-_RUNNING_ON_LOCK = threading.Lock()
 
 
 class StepWorkers:
@@ -129,112 +106,12 @@ async def run_live(
     host, run = execution.host, execution.run
     if host.replay_only:
         execution.journal_ends(seq, kind, name)  # a step in flight: it would run now
-    policy = opts.retry or host.config.retry
-    # A step that failed before a crash continues with its attempt count,
-    # its first failure's time and its recorded backoff.
-    attempt = op.attempts_failed + 1 if op else 1
-    not_before = op.retry_at if op else None
-    first_failed_at = op.first_failed_at if op else None
     task = asyncio.current_task()
     execution.busy += 1
     if task is not None:
         execution.step_tasks[seq] = task
     try:
-        if op is not None and op.paused:
-            await execution.paused(seq, op)
-            attempt, not_before, first_failed_at = 1, None, None
-        while True:
-            if not_before is not None:
-                # The last failure's message, so a follower sees why it retries.
-                last = run.ops[seq].failure if seq in run.ops else None
-                why = f"; attempt {attempt - 1} failed: {Failure.from_json(last)}" if last else ""
-                run.current = f"{name}: retry {attempt} at {utc(not_before):%H:%M:%S}{why}"
-                await host.clock.sleep_until(not_before)
-            if _RUNNING_ON:
-                # Before the gate, which then covers whatever was appended meanwhile.
-                await _after_abandoned(execution, seq, name, attempt)
-            # The permit first: the gate then covers whatever was appended while it waited.
-            permit = await _permit(execution, seq, name, opts) if opts.limit else None
-            gated = False
-            try:
-                if not opts.read_only:
-                    await host.wait_durable(run.last_lsn)
-                    # An update applied meanwhile changed what the function may see:
-                    # that too must be durable first.
-                    while run.update_lsn > host.durable_lsn:
-                        await host.wait_durable(run.update_lsn)
-                execution.check_live()
-                if kind == "completion":
-                    if _finished(run, seq):
-                        return None
-                    args = (await _issue(execution, seq, name, attempt),)
-                    if _finished(run, seq):
-                        return None
-                    execution.check_live()
-                gated = True
-            finally:
-                if permit is not None and not gated:
-                    permit.release()
-            run.current = f"{name} (attempt {attempt})"
-            started = host.clock.now()
-            tracing = host.tracing
-            span = tracing.attempt(run, seq, name, attempt) if tracing is not None else None
-            outcome: bytes | Failure | None = None
-            try:
-                outcome = await _attempt(
-                    execution, seq, name, attempt, fn, args, kwargs, opts, permit
-                )
-            finally:
-                if tracing is not None:
-                    tracing.attempt_ended(span, outcome)
-            now = host.clock.now()
-            host.workers.attempts_done += 1
-            if not isinstance(outcome, bytes):
-                host.workers.attempts_failed += 1
-            if kind == "completion":
-                op = run.ops[seq]
-                if op.done:  # finished from outside while `send` ran
-                    return None
-                if isinstance(outcome, bytes):
-                    host.append(run, [R.CompletionSent, run.run_id, seq, now])
-                    run.current = None
-                    return None
-            if isinstance(outcome, bytes):
-                head = (run.run_id, seq, name)
-                host.append(
-                    run,
-                    [R.StepCompleted, *head, orjson.loads(outcome), started, now],
-                    wire=(int(R.StepCompleted), *head, orjson.Fragment(outcome), started, now),
-                )
-                run.current = None
-                host.workers.steps_done += 1
-                return run.ops[seq].value
-            failure = outcome
-            if first_failed_at is None:
-                first_failed_at = now
-            retry_at = _retry_at(policy, failure, attempt, now, first_failed_at)
-            recorded = failure.to_json()
-            if retry_at is not None:
-                delay = retry_at - now
-                rec = [R.AttemptFailed, run.run_id, seq, name, attempt, recorded, now, retry_at]
-                host.append(run, [*rec, delay, started])
-                host.log_attempt(run, name, attempt, failure, f"retry in {delay:.3g} s")
-                attempt += 1
-                not_before = retry_at
-                continue
-            if _pauses(execution, policy) and policy.retryable(failure, attempt):
-                rec = [R.StepPaused, run.run_id, seq, name, attempt, recorded, started, now]
-                host.append(run, rec)
-                host.log_attempt(run, name, attempt, failure, "paused: waits for resume")
-                await execution.paused(seq, run.ops[seq])
-                attempt, not_before, first_failed_at = 1, None, None
-                continue
-            host.append(run, [R.StepFailed, run.run_id, seq, name, recorded, started, now])
-            host.log_attempt(run, name, attempt, failure, "the step failed")
-            run.current = None
-            host.workers.steps_done += 1
-            host.workers.steps_failed += 1
-            raise StepFailed(name, Failure.from_json(recorded))
+        return await _run_attempts(execution, seq, op, name, fn, args, kwargs, opts, kind)
     except asyncio.CancelledError:
         if execution.cancel_lands():
             if task is not None:
@@ -250,6 +127,121 @@ async def run_live(
         execution.busy -= 1
         execution.step_tasks.pop(seq, None)
         execution.schedule_park()
+
+
+async def _run_attempts(
+    execution: Execution,
+    seq: str,
+    op: Op | None,
+    name: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    opts: StepOptions,
+    kind: str,
+) -> Any:
+    """The step's attempts, each in the order of the contract above, until one
+    completes it, it fails for good, or (`await_completion`) `send` returns."""
+    host, run = execution.host, execution.run
+    policy = opts.retry or host.config.retry
+    # A step that failed before a crash continues with its attempt count,
+    # its first failure's time and its recorded backoff.
+    attempt = op.attempts_failed + 1 if op else 1
+    not_before = op.retry_at if op else None
+    first_failed_at = op.first_failed_at if op else None
+    if op is not None and op.paused:
+        await execution.paused(seq, op)
+        attempt, not_before, first_failed_at = 1, None, None
+    while True:
+        if not_before is not None:
+            await _backoff(execution, seq, name, attempt, not_before)
+        if any_running_on():
+            # Before the gate, which then covers whatever was appended meanwhile.
+            await after_abandoned(execution, seq, name, attempt)
+        gated = await _gate(execution, seq, name, attempt, opts, kind, args)
+        if gated is None:
+            return None  # an `await_completion` finished meanwhile: no token goes out
+        permit, args = gated
+        run.current = f"{name} (attempt {attempt})"
+        started = host.clock.now()
+        tracing = host.tracing
+        span = tracing.attempt(run, seq, name, attempt) if tracing is not None else None
+        outcome: bytes | Failure | None = None
+        try:
+            outcome = await run_attempt(
+                execution, seq, name, attempt, fn, args, kwargs, opts, permit
+            )
+        finally:
+            if tracing is not None:
+                tracing.attempt_ended(span, outcome)
+        now = host.clock.now()
+        host.workers.attempts_done += 1
+        if not isinstance(outcome, bytes):
+            host.workers.attempts_failed += 1
+        if kind == "completion" and _send_ended(execution, seq, outcome, now):
+            return None
+        if isinstance(outcome, bytes):
+            return _completed(execution, seq, name, outcome, started, now)
+        if first_failed_at is None:
+            first_failed_at = now
+        retry_at = await _failed(
+            execution, seq, name, policy, outcome, attempt, started, now, first_failed_at
+        )
+        if retry_at is None:  # it was paused, and is resumed: it starts over
+            attempt, not_before, first_failed_at = 1, None, None
+        else:
+            attempt, not_before = attempt + 1, retry_at
+
+
+async def _backoff(
+    execution: Execution, seq: str, name: str, attempt: int, not_before: float
+) -> None:
+    """Step 1: waits out the recorded backoff before attempt number `attempt`."""
+    run = execution.run
+    # The last failure's message, so a follower sees why it retries.
+    last = run.ops[seq].failure if seq in run.ops else None
+    why = f"; attempt {attempt - 1} failed: {Failure.from_json(last)}" if last else ""
+    run.current = f"{name}: retry {attempt} at {utc(not_before):%H:%M:%S}{why}"
+    await execution.host.clock.sleep_until(not_before)
+
+
+async def _gate(
+    execution: Execution,
+    seq: str,
+    name: str,
+    attempt: int,
+    opts: StepOptions,
+    kind: str,
+    args: tuple[Any, ...],
+) -> tuple[Permit | None, tuple[Any, ...]] | None:
+    """Step 2: a permit of the step's limit, then every earlier record durable (and for
+    `await_completion`, this attempt's token). Returns the permit and the attempt's
+    arguments (`send`'s: the token), or None if the `await_completion` was finished
+    (completed, failed or cancelled) meanwhile."""
+    host, run = execution.host, execution.run
+    # The permit first: the gate then covers whatever was appended while it waited.
+    permit = await _permit(execution, seq, name, opts) if opts.limit else None
+    gated = False
+    try:
+        if not opts.read_only:
+            await host.wait_durable(run.last_lsn)
+            # An update applied meanwhile changed what the function may see:
+            # that too must be durable first.
+            while run.update_lsn > host.durable_lsn:
+                await host.wait_durable(run.update_lsn)
+        execution.check_live()
+        if kind == "completion":
+            if _finished(run, seq):
+                return None
+            args = (await _issue(execution, seq, name, attempt),)
+            if _finished(run, seq):
+                return None
+            execution.check_live()
+        gated = True
+    finally:
+        if permit is not None and not gated:
+            permit.release()
+    return permit, args
 
 
 async def _issue(execution: Execution, seq: str, name: str, attempt: int) -> Completion:
@@ -275,145 +267,73 @@ def _pauses(execution: Execution, policy: RetryPolicy) -> bool:
     return then is Exhausted.PAUSE
 
 
-async def _attempt(
+def _send_ended(
+    execution: Execution, seq: str, outcome: bytes | Failure | None, now: float
+) -> bool:
+    """Step 4 of an `await_completion`: whether this attempt ends it, as it was finished
+    from outside while `send` ran, or as `send` returned (which is recorded now)."""
+    host, run = execution.host, execution.run
+    if run.ops[seq].done:  # finished from outside while `send` ran
+        return True
+    if isinstance(outcome, bytes):
+        host.append(run, [R.CompletionSent, run.run_id, seq, now])
+        run.current = None
+        return True
+    return False
+
+
+def _completed(
+    execution: Execution, seq: str, name: str, outcome: bytes, started: float, now: float
+) -> Any:
+    """Step 4 of a success: records `StepCompleted` (the encoded result as it is) and
+    returns the step's value, without waiting for the disk."""
+    host, run = execution.host, execution.run
+    head = (run.run_id, seq, name)
+    host.append(
+        run,
+        [R.StepCompleted, *head, orjson.loads(outcome), started, now],
+        wire=(int(R.StepCompleted), *head, orjson.Fragment(outcome), started, now),
+    )
+    run.current = None
+    host.workers.steps_done += 1
+    return run.ops[seq].value
+
+
+async def _failed(
     execution: Execution,
     seq: str,
     name: str,
+    policy: RetryPolicy,
+    failure: Failure,
     attempt: int,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    opts: StepOptions,
-    permit: Permit | None = None,
-) -> bytes | Failure:
-    """Runs one attempt; returns the encoded result, or the failure. The `permit` (of
-    the step's limit) goes back once the attempt's function has returned."""
-    host = execution.host
-    workers = host.workers
-    # Workflow code and async step functions share the run's task, so the
-    # step marker is set around the await; a thread gets a copy of it.
-    token = step_var.set(Running(seq, name, attempt))
-    # A closing engine gives the attempts in flight a grace period to finish.
-    workers.attempts += 1
-    thread: concurrent.futures.Future[Any] | None = None
-    task: asyncio.Future[Any] | None = None  # an attempt with a timeout, apart from the run's
-    shape = returns(fn)  # None for a result that is plain JSON: the usual path
-    try:
-        if host.config.step_mock is not None:
-            run = execution.run
-            fn = host.config.step_mock(run.workflow, run.workflow_id, name, attempt) or fn
-        is_async = _is_async(fn)
-        watched = opts.heartbeat_timeout is not None
-        if is_async:
-            if watched:
-                host.beats.started(execution.run, seq)
-            work: Any = fn(*args, **kwargs)
-        elif opts.inline:
-            work = _ready(fn(*args, **kwargs))
-        else:
-            if watched:  # its silence counts once a thread runs it, not while it queues
-                fn = _starting(fn, host, execution.run, seq)
-            call = functools.partial(
-                workers.in_thread, contextvars.copy_context().run, fn, *args, **kwargs
-            )
-            thread = workers.pool.submit(call)
-            workers.in_threads += 1
-            work = asyncio.wrap_future(thread, loop=asyncio.get_running_loop())
-        if opts.timeout is not None or opts.heartbeat_timeout is not None:
-            task = asyncio.ensure_future(work)
-            value = await _within(execution, task, opts, seq, name, attempt)
-        else:
-            value = await work
-        if not is_async and inspect.isawaitable(value):  # a plain def returned a coroutine
-            value = await value
-    except Exception as e:
-        return Failure.of(e)
-    finally:
-        step_var.reset(token)
-        workers.attempts -= 1
-        host.beats.ended(execution.run, seq)
-        if thread is not None:
-            workers.in_threads -= 1
-            # Given up on (timed out, cut off): a thread not started yet is cancelled;
-            # one running cannot be, and the next attempt waits for it.
-            if not thread.done() and not thread.cancel():
-                _runs_on(host, execution.run.run_id, seq, attempt, thread, permit)
-                permit = None
-        elif task is not None and not task.done():
-            _runs_on(host, execution.run.run_id, seq, attempt, _returns(task), permit)
-            permit = None
-        if permit is not None:
-            permit.release()
-        if host.closing:
-            host.progressed()
-    try:
-        encoded = orjson.dumps(value) if shape is None else dumps(value, shape)
-    except TypeError as e:
-        return Failure(
-            f"the result of step {name!r} cannot be encoded as JSON: {e}",
-            kind="CodecError",
-            retryable=False,
-        )
-    if len(encoded) > host.config.payload_bytes_max:
-        return Failure(
-            f"the result of step {name!r} is {len(encoded)} bytes, over the limit of "
-            f"{host.config.payload_bytes_max} (Config.payload_bytes_max)",
-            kind="CodecError",
-            retryable=False,
-        )
-    if shape is not None:  # typed: checked to read back into its type before it is recorded
-        try:
-            value = check(shape, encoded, f"the result of step {name!r}")
-        except CodecError as e:
-            return Failure(str(e), kind="CodecError", retryable=False)
-    if too_deep(value, encoded):
-        return Failure(
-            f"the result of step {name!r} nests arrays and objects over "
-            f"{PAYLOAD_DEPTH_MAX} levels deep",
-            kind="CodecError",
-            retryable=False,
-        )
-    return encoded
-
-
-async def _within(
-    execution: Execution, work: asyncio.Future[Any], opts: StepOptions, seq: str, name: str, n: int
-) -> Any:
-    """The attempt's result, or a `TimedOut` failure once `opts.timeout` passes, or
-    `opts.heartbeat_timeout` passes without a heartbeat (the start of the step's
-    function counts as one; a thread not started yet is not silent)."""
+    started: float,
+    now: float,
+    first_failed_at: float,
+) -> float | None:
+    """Step 4 of a failure. Records `AttemptFailed` and returns when the next attempt
+    runs; or, with retries run out under `Exhausted.PAUSE`, records `StepPaused` and
+    returns None once the step is resumed; or records `StepFailed` and raises it."""
     host, run = execution.host, execution.run
-    clock = host.clock
-    ends = clock.now() + opts.timeout if opts.timeout is not None else math.inf
-
-    def silent_until() -> float:
-        if opts.heartbeat_timeout is None:
-            return math.inf
-        last = host.beats.last(run, seq)
-        return (clock.now() if last is None else last) + opts.heartbeat_timeout
-
-    while True:
-        timer = asyncio.ensure_future(clock.sleep_until(min(ends, silent_until())))
-        try:
-            done, _ = await asyncio.wait({work, timer}, return_when=asyncio.FIRST_COMPLETED)
-        except BaseException:
-            # The run stopped waiting (engine closing, run terminated): the step
-            # function must not go on running on its own.
-            work.cancel()
-            raise
-        finally:
-            timer.cancel()
-        if work in done:
-            return work.result()
-        now = clock.now()
-        if now >= ends:
-            why = f"timed out after {opts.timeout:g} s"
-        elif now >= silent_until():
-            why = f"sent no heartbeat for {opts.heartbeat_timeout:g} s"
-        else:
-            continue  # it beat meanwhile: wait until the new silence would be too long
-        work.cancel()
-        raise Failure(f"step {name!r} attempt {n} {why}", kind="TimedOut")
+    retry_at = _retry_at(policy, failure, attempt, now, first_failed_at)
+    recorded = failure.to_json()
+    if retry_at is not None:
+        delay = retry_at - now
+        rec = [R.AttemptFailed, run.run_id, seq, name, attempt, recorded, now, retry_at]
+        host.append(run, [*rec, delay, started])
+        host.log_attempt(run, name, attempt, failure, f"retry in {delay:.3g} s")
+        return retry_at
+    if _pauses(execution, policy) and policy.retryable(failure, attempt):
+        rec = [R.StepPaused, run.run_id, seq, name, attempt, recorded, started, now]
+        host.append(run, rec)
+        host.log_attempt(run, name, attempt, failure, "paused: waits for resume")
+        await execution.paused(seq, run.ops[seq])
+        return None
+    host.append(run, [R.StepFailed, run.run_id, seq, name, recorded, started, now])
+    host.log_attempt(run, name, attempt, failure, "the step failed")
+    run.current = None
+    host.workers.steps_done += 1
+    host.workers.steps_failed += 1
+    raise StepFailed(name, Failure.from_json(recorded))
 
 
 async def _permit(execution: Execution, seq: str, name: str, opts: StepOptions) -> Permit:
@@ -436,102 +356,6 @@ async def _permit(execution: Execution, seq: str, name: str, opts: StepOptions) 
         del run.permit_waits[seq]
 
 
-def _starting(fn: Callable[..., Any], host: RunHost, run: Run, seq: str) -> Callable[..., Any]:
-    """`fn`, telling the step's heartbeats when a thread starts running it."""
-
-    @functools.wraps(fn)
-    def starting(*args: Any, **kwargs: Any) -> Any:
-        host.beats.started(run, seq)
-        return fn(*args, **kwargs)
-
-    return starting
-
-
-def _runs_on(
-    host: RunHost,
-    run_id: str,
-    seq: str,
-    attempt: int,
-    done: concurrent.futures.Future[Any],
-    permit: Permit | None,
-) -> None:
-    """Keeps an attempt given up on whose function runs on, until `done`: the step's
-    next attempt waits for it, it still counts as an attempt in flight, and it keeps
-    its `permit` of the step's limit."""
-    key = (run_id, seq)
-    with _RUNNING_ON_LOCK:
-        _RUNNING_ON[key] = (attempt, done)
-    host.workers.attempts += 1
-    loop = asyncio.get_running_loop()
-
-    def settled() -> None:
-        host.workers.attempts -= 1
-        if permit is not None:
-            permit.release()
-        host.progressed()  # a closing engine may be waiting for it
-
-    def returned(_: concurrent.futures.Future[Any]) -> None:  # on the thread that ran it
-        with _RUNNING_ON_LOCK:
-            if _RUNNING_ON.get(key, (0, None))[1] is done:
-                del _RUNNING_ON[key]
-        with contextlib.suppress(RuntimeError):  # the engine's loop is closed: nothing to tell
-            loop.call_soon_threadsafe(settled)
-
-    done.add_done_callback(returned)
-
-
-def _returns(task: asyncio.Future[Any]) -> concurrent.futures.Future[Any]:
-    """A future done once a cancelled attempt's task has unwound; its outcome is dropped."""
-    done: concurrent.futures.Future[Any] = concurrent.futures.Future()
-
-    def unwound(t: asyncio.Future[Any]) -> None:
-        if not t.cancelled():
-            t.exception()  # retrieved, so asyncio does not report it: it is dropped
-        done.set_result(None)
-
-    task.add_done_callback(unwound)
-    return done
-
-
-async def _after_abandoned(execution: Execution, seq: str, name: str, attempt: int) -> None:
-    """Returns once no earlier attempt of this step runs: attempts never overlap."""
-    run = execution.run
-    lag = _RUNNING_ON.get((run.run_id, seq))
-    if lag is None or lag[1].done():
-        return
-    given_up, done = lag
-    log.warning(
-        "fusee: %s step %r: attempt %d was given up on but its function has not returned "
-        "(a thread cannot be stopped); attempt %d starts once it returns",
-        run.workflow_id,
-        name,
-        given_up,
-        attempt,
-    )
-    run.current = f"{name}: attempt {attempt} waits for attempt {given_up} to return"
-    loop = asyncio.get_running_loop()
-    returned: asyncio.Future[None] = loop.create_future()
-
-    def wake(_: concurrent.futures.Future[Any]) -> None:  # on the thread that ran it
-        with contextlib.suppress(RuntimeError):  # the loop is closed
-            loop.call_soon_threadsafe(_set_none, returned)
-
-    done.add_done_callback(wake)
-    await returned  # cancelled with the run's task (a close, a cancel), `done` left alone
-    log.info(
-        "fusee: %s step %r: attempt %d returned, its result dropped; attempt %d starts",
-        run.workflow_id,
-        name,
-        given_up,
-        attempt,
-    )
-
-
-def _set_none(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
-
-
 def _retry_at(
     policy: RetryPolicy, failure: Failure, attempt: int, now: float, first_failed_at: float
 ) -> float | None:
@@ -545,30 +369,6 @@ def _retry_at(
     if policy.max_elapsed is not None and at - first_failed_at > policy.max_elapsed:
         return None
     return at
-
-
-def _is_async(fn: Callable[..., Any]) -> bool:
-    try:
-        return _ASYNC[fn]
-    except (KeyError, TypeError):
-        pass
-    inner = fn
-    while isinstance(inner, functools.partial):
-        inner = inner.func
-    is_async = inspect.iscoroutinefunction(inner)
-    with contextlib.suppress(TypeError):  # not hashable: not remembered
-        if len(_ASYNC) >= 4096:
-            _ASYNC.clear()
-        _ASYNC[fn] = is_async
-    return is_async
-
-
-_ASYNC: dict[Callable[..., Any], bool] = {}
-"""Whether each step function seen is async (asking `inspect` costs more than a step)."""
-
-
-async def _ready(value: Any) -> Any:
-    return value
 
 
 async def abandoned() -> None:
