@@ -335,86 +335,140 @@ def _took(rec: dict[str, Any]) -> str:
 
 
 def _detail(rec: dict[str, Any], limit: int | None) -> str:
+    """What a record says, in `history`'s detail column: the values it holds cut to
+    `limit` characters (None: whole)."""
     kind = rec["type"]
-
-    def short(value: Any) -> str:
-        return clip(value, limit)
-
     if kind == "RunStarted":
-        origin = rec.get("origin") or {}
-        hows = []
-        if "reset" in origin:
-            hows.append(f"reset of run {origin['reset']}, from operation #{origin['before']}")
-        if "schedule" in origin:
-            hows.append(
-                "triggered by hand" if origin.get("manual") else "fired by its cron schedule"
-            )
-        if "parent" in origin:  # a reset child's too: it stays its parent's child
-            hows.append(f"child of {origin['parent']['id']}, operation #{origin['parent']['seq']}")
-        how = f" ({'; '.join(hows)})" if hows else ""
-        return f"id {rec['workflow_id']}, input {short(rec['input'])}{how}"
+        return _started(rec, limit)
     if kind in _COMPOSING:
-        return short(_composing(rec))
+        return clip(_composing(rec), limit)
+    if kind in _FAILING:
+        return clip(_failing(rec), limit)
+    if kind in _WAITING:
+        return _waiting(rec, limit)
+    if kind in _UPDATING:
+        return _updating(rec, limit)
+    if kind in _COMPLETING:
+        return _completing(rec, limit)
+    if kind in _FROM_ATTEMPTS:
+        return _from_attempt(rec, limit)
+    if kind in _VALUE_OF:
+        return clip(rec[_VALUE_OF[kind]], limit)
+    if kind == "StreamClosed":
+        return "stream closed"
+    if kind == "PatchMarked":
+        return f"patch {rec['patch_id']}: this run takes the patched branch"
+    if kind == "RunUnstuck":
+        return "goes on: resumed, or its code now matches its journal"
+    return _any_value(rec, limit)
+
+
+def _started(rec: dict[str, Any], limit: int | None) -> str:
+    """What a `RunStarted` says: the run's id, its input, and how it came to start."""
+    origin = rec.get("origin") or {}
+    hows = []
+    if "reset" in origin:
+        hows.append(f"reset of run {origin['reset']}, from operation #{origin['before']}")
+    if "schedule" in origin:
+        hows.append("triggered by hand" if origin.get("manual") else "fired by its cron schedule")
+    if "parent" in origin:  # a reset child's too: it stays its parent's child
+        hows.append(f"child of {origin['parent']['id']}, operation #{origin['parent']['seq']}")
+    how = f" ({'; '.join(hows)})" if hows else ""
+    return f"id {rec['workflow_id']}, input {clip(rec['input'], limit)}{how}"
+
+
+_FAILING = ("AttemptFailed", "StepFailed", "RunFailed", "StepPaused")
+
+
+def _failing(rec: dict[str, Any]) -> str:
+    """What a record of a failure says: the failure, and for a step's attempt what
+    comes next (a retry, or a resume)."""
+    kind, f = rec["type"], rec["failure"]
     if kind == "AttemptFailed":
-        f = rec["failure"]
         delay = rec["delay"]
-        return short(
-            f"attempt {rec['attempt']}: {f['kind']}: {f['message']}; retry in {delay:.3g} s"
-        )
-    if kind in ("StepFailed", "RunFailed"):
-        f = rec["failure"]
-        return short(f"{f['kind']}: {f['message']}")
-    if kind == "StepHeartbeat":
-        return short(f"attempt {rec['attempt']}: progress {clip(rec['details'], None)}")
-    if kind == "RunTerminated":
-        return short(rec["reason"])
+        return f"attempt {rec['attempt']}: {f['kind']}: {f['message']}; retry in {delay:.3g} s"
+    if kind == "StepPaused":
+        return f"attempt {rec['attempt']}: {f['kind']}: {f['message']}; waits for resume"
+    return f"{f['kind']}: {f['message']}"
+
+
+_WAITING = ("TimerStarted", "WaitStarted", "WaitCompleted", "SignalReceived")
+
+
+def _waiting(rec: dict[str, Any], limit: int | None) -> str:
+    """What a record of a timer, a wait for a signal, or a signal says."""
+    kind = rec["type"]
     if kind == "TimerStarted":
         at = rec["fire_at"]
         return f"fires at {when(at)}" if at is not None else "never fires (a sleep forever)"
     if kind == "WaitStarted":
         deadline = rec["deadline"]
         return f"until {when(deadline)}" if deadline is not None else "no timeout"
-    if kind == "WaitCompleted" and rec["signal_id"] is None:
-        return "timed out"
     if kind == "SignalReceived":
-        return f"#{rec['signal_id']}: {short(rec['value'])}"
-    if kind == "StepPaused":
+        return f"#{rec['signal_id']}: {clip(rec['value'], limit)}"
+    if rec["signal_id"] is None:  # a `WaitCompleted` with no signal
+        return "timed out"
+    return _any_value(rec, limit)
+
+
+_UPDATING = ("UpdateApplied", "UpdateAccepted")
+
+
+def _updating(rec: dict[str, Any], limit: int | None) -> str:
+    """What a record of an update says: its argument, then where its handler runs from
+    (accepted) or what it returned (applied)."""
+    if rec["type"] == "UpdateApplied":
         f = rec["failure"]
-        return short(f"attempt {rec['attempt']}: {f['kind']}: {f['message']}; waits for resume")
-    if kind == "UpdateApplied":
-        f = rec["failure"]
-        outcome = f"failed: {f['message']}" if f else f"-> {short(rec['result'])}"
-        arg = "" if rec["arg"] is None else f": {short(rec['arg'])}"
-        return short(f"update {rec['update_id']}{arg} {outcome} (after #{rec['position']})")
-    if kind == "UpdateAccepted":
-        return short(
-            f"update {rec['update_id']}: {short(rec['arg'])}, its handler runs from #"
-            f"{rec['position']}"
-        )
-    if kind == "StepStreamAppended":
-        return short(f"attempt {rec['attempt']}: {short(rec['item'])}")
+        outcome = f"failed: {f['message']}" if f else f"-> {clip(rec['result'], limit)}"
+        arg = "" if rec["arg"] is None else f": {clip(rec['arg'], limit)}"
+        return clip(f"update {rec['update_id']}{arg} {outcome} (after #{rec['position']})", limit)
+    return clip(
+        f"update {rec['update_id']}: {clip(rec['arg'], limit)}, its handler runs from #"
+        f"{rec['position']}",
+        limit,
+    )
+
+
+_COMPLETING = ("CompletionIssued", "CompletionSent", "CompletionDone")
+
+
+def _completing(rec: dict[str, Any], limit: int | None) -> str:
+    """What a record of `ctx.await_completion` says: a token issued, sent, then the
+    value (or failure) it was completed with."""
+    kind = rec["type"]
     if kind == "CompletionIssued":
         return f"attempt {rec['attempt']}: token issued"
     if kind == "CompletionSent":
         return "token sent; waits for its completion"
-    if kind == "CompletionDone":
-        f = rec["failure"]
-        return short(f"failed: {f['message']}") if f else short(rec["value"])
-    if kind == "StreamAppended":
-        return short(rec["item"])
-    if kind == "StreamClosed":
-        return "stream closed"
-    if kind == "RunStuck":
-        return short(rec["message"])
-    if kind == "AttributesSet":
-        return short(rec["attributes"])
-    if kind == "PatchMarked":
-        return f"patch {rec['patch_id']}: this run takes the patched branch"
-    if kind == "RunUnstuck":
-        return "goes on: resumed, or its code now matches its journal"
+    f = rec["failure"]
+    return clip(f"failed: {f['message']}", limit) if f else clip(rec["value"], limit)
+
+
+_FROM_ATTEMPTS = ("StepHeartbeat", "StepStreamAppended")
+
+
+def _from_attempt(rec: dict[str, Any], limit: int | None) -> str:
+    """What a step function sent while its attempt ran: a heartbeat's progress, or an
+    item of a stream."""
+    if rec["type"] == "StepHeartbeat":
+        return clip(f"attempt {rec['attempt']}: progress {clip(rec['details'], None)}", limit)
+    return clip(f"attempt {rec['attempt']}: {clip(rec['item'], limit)}", limit)
+
+
+# The records whose detail is one value they hold, by the field that holds it.
+_VALUE_OF = {
+    "RunTerminated": "reason",
+    "RunStuck": "message",
+    "AttributesSet": "attributes",
+    "StreamAppended": "item",
+}
+
+
+def _any_value(rec: dict[str, Any], limit: int | None) -> str:
+    """Any other record: the first of its value, result or reason ("" when none)."""
     for field in ("value", "result", "reason"):
         if field in rec:
-            return short(rec[field])
+            return clip(rec[field], limit)
     return ""
 
 

@@ -24,7 +24,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -277,9 +277,7 @@ async def _serve_shards(
         out.close()
     out.event("stopped")
     if worker.threads_left:  # as a home's serve: a cut-off step's thread would hold the exit
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+        _exit_now(0)
 
 
 def _address(http: str, token: str | None) -> tuple[str, int]:
@@ -318,26 +316,14 @@ async def _serve(
     lease: float | None = None,
 ) -> None:
     import asyncio
-    import signal
+    import functools
 
     from fusee_runtime.control.api import Control
-    from fusee_runtime.control.protocol import SOCKET_NAME
 
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     got: list[str] = []
     hurry: list[Callable[[], None]] = []  # what cuts the grace short
-
-    def on_signal(sig: signal.Signals) -> None:
-        if stop.is_set() and hurry:
-            # A second SIGTERM or Ctrl-C: no more grace for the steps still running.
-            out.event("hurrying", signal=sig.name)
-            hurry[0]()
-        got.append(sig.name)
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal, sig)
+    _stop_on_signals(stop, got, hurry, out)
     store = session.store()
     if lease is not None and store is None:
         raise CliError(Code.USAGE, "--lease needs --store: a home's journal has no lease")
@@ -349,88 +335,45 @@ async def _serve(
             f"--reload is not there yet for a database of {layout.shards} journals "
             "(each worker would reload on its own)",
         )
-    bound = None
-    if address is not None:
-        from fusee_runtime.control.http import bind
-
-        # Bound before the home opens, so the runs it resumes hand out completion URLs.
-        bound = bind(*address)  # Rejected (exit 2) if it cannot bind
-    url = public_url or (bound[1] if bound else None)
-    http = Http(address, bound[0] if bound else None, token, url)
+    http = _bind_http(address, token, public_url)
     if layout is not None and layout.shards > 1:
         await _serve_shards(
             home, app, layout, grace, retention_s, out, stop, got, hurry, http, leased
         )
         return
+    opening = functools.partial(
+        session.open_engine,
+        home,
+        app,
+        schedules=True,
+        grace=grace,
+        http_url=http.public_url,
+        retention=retention_s,
+        **leased,
+    )
     driving: dict[int, Engine] = {}  # with a store: the engine, once this process drives it
     async with contextlib.AsyncExitStack() as stack:
         if layout is not None:  # a standby serves HTTP too: it asks the driver
             await http.serve_routed(stack, layout, driving, home, **leased)
-        while True:
-            if store is not None and not await _standby(store, stop, out, http.url):
-                out.event("stopping", signal=got[0] if got else None, grace=grace)
-                out.event("stopped", runs_open=0)  # it drove nothing
-                out.close()
-                return
-            try:
-                engine = await stack.enter_async_context(
-                    session.open_engine(
-                        home,
-                        app,
-                        schedules=True,
-                        grace=grace,
-                        http_url=url,
-                        retention=retention_s,
-                        **leased,
-                    )
-                )
-            except session.Locked:
-                if store is None:
-                    raise
-                continue  # another standby took the journal first: wait for it in turn
-            break
+        engine = await _take_journal(stack, opening, store, stop, out, http)
+        if engine is None:  # stopped while standing by
+            out.event("stopping", signal=got[0] if got else None, grace=grace)
+            out.event("stopped", runs_open=0)  # it drove nothing
+            out.close()
+            return
         hurry.append(engine.end_grace)
         driving[0] = engine
         tasks: list[asyncio.Task[Any]] = []
         try:
             if layout is None:
                 await http.serve_engine(stack, Control(engine))
-            out.event(
-                "serving",
-                pid=os.getpid(),
-                home=str(home),
-                socket=str(home / SOCKET_NAME),
-                http=http.url,
-                public_url=engine.http_url,
-                app=app,
-                schedules=[s["workflow"] for s in engine.schedules.list()],
-                **({"lease": engine.config.lease} if store is not None else {}),
-                runs_open=int(engine.counters()["runs_open"]),
-                retention_s=retention_s,
-            )
+            out.event("serving", **_serving(engine, home, app, store, http, retention_s))
             tasks.append(asyncio.create_task(out.report(engine)))
             if reload:
                 tasks.append(asyncio.create_task(_reload(engine, app, out, stop)))
-            failed = asyncio.ensure_future(
-                engine.wait_until(lambda: engine.durability.failed is not None)
-            )
-            stopped = asyncio.ensure_future(stop.wait())
-            try:
-                await asyncio.wait({failed, stopped}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                failed.cancel()
-                stopped.cancel()
+            await _until_stopped_or_failed(engine, stop)
             if engine.durability.failed is not None:
-                # Fail-stop: a supervisor should see it and restart on a mended disk.
-                out.event("failed", error=str(engine.durability.failed))
-                await engine.close(0)
-                # As below: a step's thread would hold the exit.
-                if engine.driver.workers.threads_busy:
-                    session.error(str(engine.durability.failed))
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                    os._exit(Code.FAILED)
-                raise CliError(Code.FAILED, str(engine.durability.failed))
+                await _fail_stop(engine, out)
             out.event("stopping", signal=got[0] if got else None, grace=grace)
             # The socket and HTTP keep answering meanwhile: reads as usual, and
             # anything that would start work gets "the owner is stopping".
@@ -446,9 +389,124 @@ async def _serve(
         # A plain-def step cut off at the end of the grace period cannot be
         # stopped, and the interpreter would wait for its thread at exit. The
         # journal is closed and synced: nothing is lost by not waiting.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+        _exit_now(0)
+
+
+def _stop_on_signals(
+    stop: Any, got: list[str], hurry: list[Callable[[], None]], out: Output
+) -> None:
+    """Sets `stop` on SIGTERM or Ctrl-C (noting the signal in `got`); a second one
+    calls the first of `hurry`, which cuts the grace short."""
+    import asyncio
+    import signal
+
+    def on_signal(sig: signal.Signals) -> None:
+        if stop.is_set() and hurry:
+            # A second SIGTERM or Ctrl-C: no more grace for the steps still running.
+            out.event("hurrying", signal=sig.name)
+            hurry[0]()
+        got.append(sig.name)
+        stop.set()
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+
+
+def _bind_http(address: tuple[str, int] | None, token: str | None, public_url: str | None) -> Http:
+    """The HTTP API `--http` asks for, its socket bound now: before the home opens, so
+    the runs it resumes hand out completion URLs.
+
+    Raises:
+        Rejected: it cannot bind (exit 2).
+    """
+    bound = None
+    if address is not None:
+        from fusee_runtime.control.http import bind
+
+        bound = bind(*address)
+    url = public_url or (bound[1] if bound else None)
+    return Http(address, bound[0] if bound else None, token, url)
+
+
+async def _take_journal(
+    stack: contextlib.AsyncExitStack,
+    opening: Callable[[], contextlib.AbstractAsyncContextManager[Engine]],
+    store: str | None,
+    stop: Any,
+    out: Output,
+    http: Http,
+) -> Engine | None:
+    """The home's engine (`opening`), open until `stack` closes, once this process may
+    drive its journal: at once for a home's, after standing by (`_standby`) for a
+    store's. None if stopped while standing by."""
+    while True:
+        if store is not None and not await _standby(store, stop, out, http.url):
+            return None
+        try:
+            return await stack.enter_async_context(opening())
+        except session.Locked:
+            if store is None:
+                raise
+            # Another standby took the journal first: wait for it in turn.
+
+
+def _serving(
+    engine: Engine,
+    home: Path,
+    app: str,
+    store: str | None,
+    http: Http,
+    retention_s: float | None,
+) -> dict[str, Any]:
+    """What the `serving` event says of a home's engine (with a store: its lease)."""
+    from fusee_runtime.control.protocol import SOCKET_NAME
+
+    return {
+        "pid": os.getpid(),
+        "home": str(home),
+        "socket": str(home / SOCKET_NAME),
+        "http": http.url,
+        "public_url": engine.http_url,
+        "app": app,
+        "schedules": [s["workflow"] for s in engine.schedules.list()],
+        **({"lease": engine.config.lease} if store is not None else {}),
+        "runs_open": int(engine.counters()["runs_open"]),
+        "retention_s": retention_s,
+    }
+
+
+async def _until_stopped_or_failed(engine: Engine, stop: Any) -> None:
+    """Returns once `stop` is set or the journal failed (a write or fdatasync error)."""
+    import asyncio
+
+    failed = asyncio.ensure_future(engine.wait_until(lambda: engine.durability.failed is not None))
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({failed, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        failed.cancel()
+        stopped.cancel()
+
+
+async def _fail_stop(engine: Engine, out: Output) -> NoReturn:
+    """Stops on a failed journal, exit 1: a supervisor should see it and restart on a
+    mended disk."""
+    out.event("failed", error=str(engine.durability.failed))
+    await engine.close(0)
+    # As at a clean stop: a step's thread would hold the exit.
+    if engine.driver.workers.threads_busy:
+        session.error(str(engine.durability.failed))
+        _exit_now(Code.FAILED)
+    raise CliError(Code.FAILED, str(engine.durability.failed))
+
+
+def _exit_now(code: int) -> NoReturn:
+    """Exits without waiting for the threads of step functions cut off (the journal is
+    closed and synced), its output flushed."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 async def _reload(engine: Engine, app: str, out: Output, stop: Any) -> None:
