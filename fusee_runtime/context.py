@@ -17,8 +17,6 @@ once, without waiting for the disk.
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import inspect
 import random
 import uuid
@@ -29,14 +27,14 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from fusee_runtime import attributes as attributes_
-from fusee_runtime import children, versions
+from fusee_runtime import children, groups, versions
 from fusee_runtime.children import ChildHandle
 from fusee_runtime.completions import Completion
 from fusee_runtime.dsl import RetryPolicy, StepDef, StepOptions, WorkflowDef, seconds
 from fusee_runtime.engine.waits import until, utc, wake_at
 from fusee_runtime.errors import Failure, Rejected, StepFailed
 from fusee_runtime.journal.records import R
-from fusee_runtime.scope import NAME_CHARS_MAX, Cursor, Halt, cursor_var, step_var
+from fusee_runtime.scope import NAME_CHARS_MAX, Halt, step_var
 from fusee_runtime.steps import run_live
 from fusee_runtime.streams import StepStreamWriter, StreamWriter
 from fusee_runtime.tracing import traceparent_of
@@ -322,20 +320,7 @@ class Ctx:
         replay assigns the same numbers whatever order branches finish in.
         The legs of a fan-out become ready together and share one `fdatasync`.
         """
-        seq, _ = self._execution.next("group", "all")
-        tasks, cursors = self._branches(seq, awaitables)
-        self._execution.groups += 1
-        try:
-            if self._host.replay_only:
-                results = await self._execution.replayed_group(tasks)
-            else:
-                results = list(await asyncio.gather(*tasks))
-            self._check_branches(seq, cursors, whole=True)
-            return results
-        finally:
-            self._execution.groups -= 1
-            for t in tasks:
-                t.cancel()
+        return await groups.all_of(self._execution, awaitables)
 
     async def race(self, awaitables: Iterable[Awaitable[Any]]) -> tuple[int, Any]:
         """`(index, result)` of the first awaitable to finish; the others are cancelled.
@@ -343,63 +328,7 @@ class Ctx:
         The winner is recorded, so replay takes the same one. A run waiting
         inside `all` or `race` keeps its coroutine (it is not parked).
         """
-        seq, _ = self._execution.next("group", "race")
-        tasks, cursors = self._branches(seq, awaitables)
-        if not tasks:
-            raise Rejected("ctx.race() needs at least one awaitable")
-        self._execution.groups += 1
-        try:
-            winner = self._run.races.get(seq)
-            if winner is None:
-                done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-                winner = min(tasks.index(t) for t in done)
-                self._execution.check_live()
-                self._host.append(self._run, [R.RaceWon, self._run.run_id, seq, winner])
-            elif winner >= len(tasks):
-                self._execution.stuck(
-                    f"replay mismatch at operation #{seq}: the journal holds a race won by "
-                    f"awaitable {winner}, the code races {len(tasks)}"
-                )
-            else:
-                await asyncio.wait({tasks[winner]})
-            losers = [t for i, t in enumerate(tasks) if i != winner]
-            for t in losers:
-                t.cancel()
-            await asyncio.gather(*losers, return_exceptions=True)
-            self._check_branches(seq, cursors, whole=False)
-            return winner, tasks[winner].result()
-        finally:
-            self._execution.groups -= 1
-            for t in tasks:
-                t.cancel()
-
-    def _branches(
-        self, seq: str, awaitables: Iterable[Awaitable[Any]]
-    ) -> tuple[list[asyncio.Task[Any]], list[Cursor]]:
-        loop = asyncio.get_running_loop()
-        tasks, cursors = [], []
-        for i, aw in enumerate(awaitables):
-            cursor = Cursor(f"{seq}.{i}.")
-            branch = contextvars.copy_context()
-            branch.run(cursor_var.set, cursor)
-            tasks.append(loop.create_task(_awaited(aw), context=branch))
-            cursors.append(cursor)
-        return tasks, cursors
-
-    def _check_branches(self, seq: str, cursors: list[Cursor], whole: bool) -> None:
-        """Stops the run as stuck when the journal holds branch operations the code
-        did not ask for: more branches than it made, or (`whole`: every branch ran to
-        its end) operations past the end of a branch."""
-        prefix = f"{seq}."
-        for s, op in self._run.ops.items():
-            if not s.startswith(prefix) or s[len(prefix)] == "u":  # an update's, not a branch's
-                continue
-            branch, number = (int(p) for p in s[len(prefix) :].split(".")[:2])
-            if branch >= len(cursors) or (whole and number > cursors[branch].n):
-                self._execution.stuck(
-                    f"replay mismatch in the group at operation #{seq}: the journal holds "
-                    f"{op.kind} {op.name!r} at #{s}, the code did not ask for it"
-                )
+        return await groups.race(self._execution, awaitables)
 
     # -- search attributes ----------------------------------------------------------
 
@@ -594,7 +523,3 @@ class Ctx:
         if scope != "run":
             raise Rejected(f"stream {name!r}: scope={scope!r} is for step functions")
         return StreamWriter(self._execution, name)
-
-
-async def _awaited(aw: Awaitable[Any]) -> Any:
-    return await aw
