@@ -12,6 +12,7 @@ work is done in the engine's rooms (docs/architecture.md):
 
 - `durability`: the commit path, the one way to the journal (the storage seam);
 - `runs`: the table of runs, recovery, lookups;
+- `commands`: start, signal, cancel, terminate, resume and reset a run;
 - `driver`: running the runs' code, parking, timers, closing runs
   (the `RunHost` that a run's code talks to);
 - `checkpoints`: checkpoints, compaction, the history store, retention;
@@ -34,9 +35,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from fusee_runtime import search
 from fusee_runtime.completions import Tokens
-from fusee_runtime.dsl import WorkflowDef, seconds
-from fusee_runtime.engine import resets
+from fusee_runtime.dsl import WorkflowDef
 from fusee_runtime.engine.checkpoints import Checkpoints
+from fusee_runtime.engine.commands import Commands
 from fusee_runtime.engine.config import Config
 from fusee_runtime.engine.driver import Driver
 from fusee_runtime.engine.durability import Durability, soon
@@ -49,15 +50,11 @@ from fusee_runtime.engine.runlog import RunLog
 from fusee_runtime.engine.runs import RunTable, wanted
 from fusee_runtime.engine.schedules import Schedules
 from fusee_runtime.engine.state import Run, RunInfo, Status
-from fusee_runtime.engine.waits import wake_at
-from fusee_runtime.errors import EngineClosed, Failure, IdConflict, Rejected
+from fusee_runtime.errors import EngineClosed, Failure, Rejected
 from fusee_runtime.journal import records
-from fusee_runtime.journal.records import R
-from fusee_runtime.journal.shards import owned_id
 from fusee_runtime.journal.store import off_loop, open_store
-from fusee_runtime.scope import check_id, check_name
-from fusee_runtime.tracing import check_traceparent, open_tracing
-from fusee_runtime.typed import ANY, parameter
+from fusee_runtime.scope import check_id
+from fusee_runtime.tracing import open_tracing
 
 if TYPE_CHECKING:
     from fusee_runtime.control.server import ControlServer
@@ -121,6 +118,8 @@ class Engine:
         """Checkpoints, compaction, the history store and retention."""
         self.handlers = Handlers(self.driver, self.runs, tokens)
         """Queries, updates and completion tokens."""
+        self.commands = Commands(self.driver, self.runs, self.durability, self.clock)
+        """Start, signal, cancel, terminate, resume and reset: the commands on runs."""
         self._lock: HomeLock | None = None
         self._control: ControlServer | None = None
         self._hurry = asyncio.Event()
@@ -314,48 +313,10 @@ class Engine:
             IdConflict: the id has a run and `on_conflict` is `"fail"`, or its run
                 is one of another workflow (and `on_conflict` is not `"new_run"`).
         """
-        self.driver.check_accepting()
-        wf = self.workflow(workflow)
-        if on_conflict not in ("return", "fail", "new_run"):
-            raise Rejected(f"on_conflict is 'return', 'fail' or 'new_run', not {on_conflict!r}")
-        # Typed when the workflow's input parameter is annotated (`fusee_runtime.typed`).
-        shape = parameter(wf.fn, 1)
-        encoded = self.driver.encode(input, f"the input of workflow {wf.name!r}", shape)
-        limit = seconds(timeout)
-        if signal is not None:
-            check_name("signal", signal[0])
-            self.driver.encode(signal[1], f"signal {signal[0]!r}", ANY)
-        workflow_id = owned_id(id, self.driver.shard)
-        traceparent = check_traceparent(traceparent) if traceparent is not None else None
-        existing = self.runs.find_latest(workflow_id) if id is not None else None
-        if existing is not None:
-            if existing.workflow != wf.name and on_conflict != "new_run":
-                raise IdConflict(
-                    f"id {workflow_id!r} belongs to a run of workflow {existing.workflow!r}, "
-                    f"not {wf.name!r}: choose another id"
-                )
-            if on_conflict == "return":
-                if signal is not None:
-                    # Refused when the run is closed, rather than dropped silently.
-                    await self.signal(workflow_id, *signal)
-                if existing.run_id in self.runs.by_run_id:  # a stored run is durable
-                    await self.durability.wait(existing.start_lsn)
-                return RunHandle(self, workflow_id, existing.run_id)
-            if on_conflict == "fail":
-                raise IdConflict(
-                    f"a run of id {workflow_id!r} already exists (status {existing.status})"
-                )
-            if existing.is_open:
-                self.driver.close_run(
-                    existing, R.RunTerminated, "replaced by a new run (on_conflict='new_run')"
-                )
-        now = self.clock.now()
-        deadline = None if limit is None else wake_at(now + limit)
-        run = self.driver.new_run(workflow_id, wf.name, encoded, deadline, None, None, traceparent)
-        if signal is not None:
-            self.driver.signal(run, *signal)
-        await self.durability.wait(run.last_lsn)
-        return RunHandle(self, workflow_id, run.run_id)
+        ids = await self.commands.start(
+            workflow, input, id, on_conflict, timeout, signal, traceparent
+        )
+        return RunHandle(self, *ids)
 
     async def signal(
         self, id: str, name: str, value: Any = None, *, run_id: str | None = None
@@ -369,12 +330,7 @@ class Engine:
             Rejected: the run is closed (the message says how).
             CodecError: the value cannot be encoded as JSON.
         """
-        self.driver.check_accepting()
-        run = self.runs.get(id, run_id)
-        if not run.is_open:
-            raise Rejected(f"run {id!r} is {run.closing}: it takes no more signals")
-        lsn = self.driver.signal(run, name, value)
-        await self.durability.wait(lsn)
+        await self.commands.signal(id, name, value, run_id)
 
     async def cancel(
         self, id: str, reason: str = "cancelled", *, run_id: str | None = None
@@ -385,43 +341,18 @@ class Engine:
         may catch it to clean up); registered compensations run, newest
         first; the run closes as `cancelled`.
         """
-        self.driver.check_accepting()
-        run = self.runs.get(id, run_id)
-        if not run.is_open:
-            raise Rejected(f"run {id!r} is already closed ({run.closing})")
-        self.driver.request_cancel(run, reason)
-        await self.durability.wait(run.last_lsn)
+        await self.commands.cancel(id, reason, run_id)
 
     async def terminate(
         self, id: str, reason: str = "terminated", *, run_id: str | None = None
     ) -> None:
         """Closes the newest run of `id` at once, running nothing more; returns once durable."""
-        self.driver.check_accepting()
-        run = self.runs.get(id, run_id)
-        if not run.is_open:
-            raise Rejected(f"run {id!r} is already closed ({run.closing})")
-        self.driver.close_run(run, R.RunTerminated, reason)
-        await self.durability.wait(run.close_lsn or 0)
+        await self.commands.terminate(id, reason, run_id)
 
     async def resume(self, id: str, *, run_id: str | None = None) -> None:
         """Resumes a paused run (its paused step runs again with a fresh budget, on
         the code loaded now) or retries a stuck run's replay with the code loaded now."""
-        self.driver.check_accepting()
-        run = self.runs.get(id, run_id)
-        if not run.is_open:
-            raise Rejected(f"run {id!r} is closed ({run.closing}): nothing to resume")
-        paused = run.paused_ops()
-        stuck = run.status == Status.STUCK
-        for seq in paused:
-            self.driver.append(run, [R.StepResumed, run.run_id, seq, self.clock.now()])
-        if stuck:
-            self.driver.append(run, [R.RunUnstuck, run.run_id, self.clock.now()])
-            run.status = Status.RUNNING  # also when it was stuck in memory only
-            run.error = None
-            self.driver.spawn(run)
-        elif not paused:
-            raise Rejected(f"run {id!r} is {run.status}: only a paused or stuck run resumes")
-        await self.durability.wait(run.last_lsn)
+        await self.commands.resume(id, run_id)
 
     async def reset(self, id: str, to: int | str, *, run_id: str | None = None) -> RunHandle:
         """Closes the newest run of `id` as `reset` and starts a new run of the id that
@@ -438,12 +369,7 @@ class Engine:
             NotFound: no such run, or no such point in it (the message lists what `to` takes).
             Rejected: a number out of range, or `run_id` not the newest.
         """
-        self.driver.check_accepting()
-        run = self.runs.get(id, run_id)
-        newest = self.runs.latest(id) if run_id is not None else run
-        new = resets.reset(self.driver, run, to, newest)
-        await self.durability.wait(new.last_lsn)
-        return RunHandle(self, id, new.run_id)
+        return RunHandle(self, id, await self.commands.reset(id, to, run_id))
 
     def handle(self, id: str, run_id: str | None = None) -> RunHandle:
         """A handle on the newest run of `id`, looked up at each call (or, with `run_id`,

@@ -1,0 +1,154 @@
+"""Commands on runs from outside their code: start, signal, cancel, terminate, resume, reset.
+
+Each command checks what it is asked first (the engine takes work, the run
+exists and is open, the names and values are ones the journal takes), then
+appends its records through the driver, and returns once they are durable.
+`Engine` declares these commands (their docstrings are the public API) and
+hands them here; what a command answers is a run id, which the engine makes
+into a `RunHandle`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+from fusee_runtime.clock import Clock
+from fusee_runtime.dsl import WorkflowDef, seconds
+from fusee_runtime.engine import resets
+from fusee_runtime.engine.durability import Durability
+from fusee_runtime.engine.runs import RunTable
+from fusee_runtime.engine.state import Status
+from fusee_runtime.engine.waits import wake_at
+from fusee_runtime.errors import IdConflict, Rejected
+from fusee_runtime.journal.records import R
+from fusee_runtime.journal.shards import owned_id
+from fusee_runtime.scope import check_name
+from fusee_runtime.tracing import check_traceparent
+from fusee_runtime.typed import ANY, parameter
+
+if TYPE_CHECKING:
+    from fusee_runtime.engine.driver import Driver
+
+
+class Commands:
+    """The commands on the runs an engine holds; `Engine` says what each raises."""
+
+    def __init__(
+        self, driver: Driver, runs: RunTable, durability: Durability, clock: Clock
+    ) -> None:
+        self.driver = driver
+        self.runs = runs
+        self.durability = durability
+        self.clock = clock
+
+    async def start(
+        self,
+        workflow: str | WorkflowDef,
+        input: Any,
+        id: str | None,
+        on_conflict: Literal["return", "fail", "new_run"],
+        timeout: float | Any | None,
+        signal: tuple[str, Any] | None,
+        traceparent: str | None,
+    ) -> tuple[str, str]:
+        """Starts a run (`Engine.start`); returns its workflow id and run id once durable."""
+        self.driver.check_accepting()
+        name = workflow.name if isinstance(workflow, WorkflowDef) else workflow
+        wf = self.driver.workflow(name)
+        if on_conflict not in ("return", "fail", "new_run"):
+            raise Rejected(f"on_conflict is 'return', 'fail' or 'new_run', not {on_conflict!r}")
+        # Typed when the workflow's input parameter is annotated (`fusee_runtime.typed`).
+        shape = parameter(wf.fn, 1)
+        encoded = self.driver.encode(input, f"the input of workflow {wf.name!r}", shape)
+        limit = seconds(timeout)
+        if signal is not None:
+            check_name("signal", signal[0])
+            self.driver.encode(signal[1], f"signal {signal[0]!r}", ANY)
+        workflow_id = owned_id(id, self.driver.shard)
+        traceparent = check_traceparent(traceparent) if traceparent is not None else None
+        existing = self.runs.find_latest(workflow_id) if id is not None else None
+        if existing is not None:
+            if existing.workflow != wf.name and on_conflict != "new_run":
+                raise IdConflict(
+                    f"id {workflow_id!r} belongs to a run of workflow {existing.workflow!r}, "
+                    f"not {wf.name!r}: choose another id"
+                )
+            if on_conflict == "return":
+                if signal is not None:
+                    # Refused when the run is closed, rather than dropped silently.
+                    await self.signal(workflow_id, *signal)
+                if existing.run_id in self.runs.by_run_id:  # a stored run is durable
+                    await self.durability.wait(existing.start_lsn)
+                return workflow_id, existing.run_id
+            if on_conflict == "fail":
+                raise IdConflict(
+                    f"a run of id {workflow_id!r} already exists (status {existing.status})"
+                )
+            if existing.is_open:
+                self.driver.close_run(
+                    existing, R.RunTerminated, "replaced by a new run (on_conflict='new_run')"
+                )
+        now = self.clock.now()
+        deadline = None if limit is None else wake_at(now + limit)
+        run = self.driver.new_run(workflow_id, wf.name, encoded, deadline, None, None, traceparent)
+        if signal is not None:
+            self.driver.signal(run, *signal)
+        await self.durability.wait(run.last_lsn)
+        return workflow_id, run.run_id
+
+    async def signal(
+        self, id: str, name: str, value: Any = None, run_id: str | None = None
+    ) -> None:
+        """Delivers a signal (`Engine.signal`); returns once it is durable."""
+        self.driver.check_accepting()
+        run = self.runs.get(id, run_id)
+        if not run.is_open:
+            raise Rejected(f"run {id!r} is {run.closing}: it takes no more signals")
+        lsn = self.driver.signal(run, name, value)
+        await self.durability.wait(lsn)
+
+    async def cancel(self, id: str, reason: str, run_id: str | None) -> None:
+        """Asks a run to cancel (`Engine.cancel`); returns once the request is durable."""
+        self.driver.check_accepting()
+        run = self.runs.get(id, run_id)
+        if not run.is_open:
+            raise Rejected(f"run {id!r} is already closed ({run.closing})")
+        self.driver.request_cancel(run, reason)
+        await self.durability.wait(run.last_lsn)
+
+    async def terminate(self, id: str, reason: str, run_id: str | None) -> None:
+        """Closes a run at once (`Engine.terminate`); returns once durable."""
+        self.driver.check_accepting()
+        run = self.runs.get(id, run_id)
+        if not run.is_open:
+            raise Rejected(f"run {id!r} is already closed ({run.closing})")
+        self.driver.close_run(run, R.RunTerminated, reason)
+        await self.durability.wait(run.close_lsn or 0)
+
+    async def resume(self, id: str, run_id: str | None) -> None:
+        """Resumes a paused or stuck run (`Engine.resume`); returns once durable."""
+        self.driver.check_accepting()
+        run = self.runs.get(id, run_id)
+        if not run.is_open:
+            raise Rejected(f"run {id!r} is closed ({run.closing}): nothing to resume")
+        paused = run.paused_ops()
+        stuck = run.status == Status.STUCK
+        for seq in paused:
+            self.driver.append(run, [R.StepResumed, run.run_id, seq, self.clock.now()])
+        if stuck:
+            self.driver.append(run, [R.RunUnstuck, run.run_id, self.clock.now()])
+            run.status = Status.RUNNING  # also when it was stuck in memory only
+            run.error = None
+            self.driver.spawn(run)
+        elif not paused:
+            raise Rejected(f"run {id!r} is {run.status}: only a paused or stuck run resumes")
+        await self.durability.wait(run.last_lsn)
+
+    async def reset(self, id: str, to: int | str, run_id: str | None) -> str:
+        """Resets a run (`Engine.reset`); returns the new run's id once its start is durable."""
+        self.driver.check_accepting()
+        run = self.runs.get(id, run_id)
+        newest = self.runs.latest(id) if run_id is not None else run
+        new = resets.reset(self.driver, run, to, newest)
+        await self.durability.wait(new.last_lsn)
+        return new.run_id
