@@ -6,7 +6,8 @@ each (`append`): a timer to arm, a signal to hand to a wait, an operation
 resolved that wakes the code. It runs a run's code as a task
 (`spawn`, through `execution.run_code`), parks it when the code only waits
 (its coroutine is dropped; a wake-up replays it to the same point), and
-records how it closed once the code returns or fails.
+records how it closed once the code returns or fails. A requested cancel,
+and the journal lost, stop the code from outside (`engine.cancels`).
 
 A run's close turns final (`status`, result waiters, the history store)
 only once its record is durable.
@@ -29,6 +30,7 @@ import orjson
 from fusee_runtime.clock import Clock
 from fusee_runtime.completions import Completion, Tokens
 from fusee_runtime.dsl import WorkflowDef, registry
+from fusee_runtime.engine import cancels
 from fusee_runtime.engine.beats import Beats
 from fusee_runtime.engine.config import Config
 from fusee_runtime.engine.durability import Durability
@@ -240,7 +242,7 @@ class Driver:
         elif op is not None and kind in _RESOLVING:
             if kind == R.StepResumed and run.status == Status.PAUSED and not run.paused_ops():
                 run.status = Status.RUNNING
-            self._resolved(run, rec[2])
+            self.resolved(run, rec[2])
         return lsn
 
     def append_record(self, wire: Any) -> int:
@@ -395,7 +397,7 @@ class Driver:
         task.cancel()
         self.progressed()
 
-    def _resolved(self, run: Run, seq: str) -> None:
+    def resolved(self, run: Run, seq: str) -> None:
         """An op the run's code may wait on was resolved: wake the code."""
         fut = run.waiters.pop(seq, None)
         if fut is not None and not fut.done():
@@ -456,65 +458,15 @@ class Driver:
             return
         self.close_run(run, R.RunCompleted, orjson.loads(encoded), orjson.Fragment(encoded))
 
-    def interrupt(self, run: Run) -> None:
-        """Delivers a requested cancel wherever the run's code is waiting."""
-        execution = run.execution
-        running = execution.step_tasks if execution is not None else {}
-        resolved = set()
-        woken = False
-        for seq, op in list(run.pending.items()):
-            if ".u" in seq:
-                continue  # an update's: the cancel lands in the code, not in its handler
-            if op.kind == "completion" and not op.sent and seq in running:
-                continue  # its `send` runs: the task's cancel delivers it, as for a step
-            if op.kind == "child":
-                # The child runs on (its parent's close applies `parent_close`): code
-                # waiting for its result is woken, and the cancel lands there.
-                fut = run.waiters.pop(seq, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(None)
-                woken = True
-                continue
-            self.append(run, [R.OpCancelled, run.run_id, seq, op.kind, op.name])
-            resolved.add(seq)
-        if woken and not resolved and run.parked:
-            self._resolved(run, "")  # a parked parent replays up to its wait, and takes it there
-        # A paused step just resolved above raises Cancelled by itself; a task
-        # cancel on top would arrive as a bare CancelledError.
-        for seq, task in list(running.items()):
-            if seq not in resolved and ".u" not in seq:
-                task.cancel()
-
     def request_cancel(self, run: Run, reason: str) -> None:
-        """Records a cancel of open `run` (once: a second request changes nothing) and
-        delivers it where its code waits; a stuck run, whose code cannot take it,
-        closes as cancelled at once."""
-        if run.cancel_reason is not None or not run.is_open:
-            return
-        self.append(run, [R.CancelRequested, run.run_id, reason, self.clock.now()])
-        if run.status == Status.STUCK:
-            self.close_run(run, R.RunCancelled, reason)
-        else:
-            self.interrupt(run)
+        """Records a cancel of open `run` and delivers it where its code waits
+        (`fusee_runtime.engine.cancels.request_cancel`)."""
+        cancels.request_cancel(self, run, reason)
 
     def journal_lost(self, failed: JournalFailed) -> None:
-        """The journal failed (fail-stop): nothing more is recorded, and on PostgreSQL
-        another process may drive it now. Result waiters get `failed`, and the runs'
-        code stops at once, cancelling the async step attempts in flight; one in a
-        thread cannot be stopped, and its result is dropped (`Ctx.fence` fences it)."""
-        self.runs.fail_result_waiters(lambda run: failed)
-        in_flight = self.workers.attempts
-        for run in self.runs.by_run_id.values():
-            if run.task is not None and not run.task.done():
-                run.task.cancel()
-        if in_flight:
-            in_threads = self.workers.in_threads
-            log.error(
-                "fusee: the journal failed: cancelled %d async step attempt(s) in flight; "
-                "%d in threads run on and their results are dropped",
-                in_flight - in_threads,
-                in_threads,
-            )
+        """The journal failed: every run's code stops, result waiters get `failed`
+        (`fusee_runtime.engine.cancels.journal_lost`)."""
+        cancels.journal_lost(self, failed)
 
     def mark_stuck(self, run: Run, message: str) -> None:
         if run.stuck != message and run.is_open and self.durability.failed is None:
