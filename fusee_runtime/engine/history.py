@@ -10,8 +10,8 @@ Writing a run again is harmless (`INSERT OR REPLACE` by run id), so a crash
 between closing a run and committing it is repaired by moving it again on
 open.
 
-Each row keeps what `list()` shows (status, times, error, attributes) in
-columns, with indexes for the filters `list` takes (the search attributes
+Each row keeps what `list()` shows (status, times, error, attributes, a
+failed run's failure) in columns, with indexes for the filters `list` takes (the search attributes
 in a table of their own, `fusee_runtime.search`), and the run's whole
 record (every record of its journal, and how it was created when that is
 not a `RunStarted` of its own) as JSON, from which `history()` and a
@@ -40,13 +40,14 @@ The file, and SQLite's `-wal` and `-shm` beside it, are created 0600.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import logging
 import queue
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,9 @@ from fusee_runtime.engine.history_db import (
     is_damage,
     rollback,
 )
-from fusee_runtime.errors import HistoryDamaged
+from fusee_runtime.errors import Failure, HistoryDamaged
+from fusee_runtime.model.records import R
+from fusee_runtime.model.run import Status
 from fusee_runtime.search import Condition
 
 log = logging.getLogger("fusee")
@@ -94,6 +97,9 @@ class Row:
     parent_id: str | None
     parent_run_id: str | None
     attributes: dict[str, Any]
+    failure: dict[str, Any] | None = None
+    """A failed run's recorded failure, as `RunInfo.failure` gives it (the store
+    takes it from the run's records: `failure_of`)."""
 
     def columns(self) -> tuple[Any, ...]:
         """Its values in the order of `COLUMNS` (the same as its fields')."""
@@ -161,8 +167,8 @@ class HistoryStore:
                 # A store written before search attributes could be listed by.
                 db.executescript(f"BEGIN; {search.TABLE}; {search.FILL}; COMMIT;")
             columns = {c[1] for c in db.execute("PRAGMA table_info(runs)")}
-            if "parent_id" not in columns:
-                for statement in ADDED:
+            for column, statement in ADDED:
+                if column not in columns:
                     db.execute(statement)
             db.executescript(INDEXES)
         except sqlite3.Error as e:
@@ -313,14 +319,20 @@ class HistoryStore:
         if any(c.again for c in closed):
             gone = {run_id for (run_id,) in db.execute("SELECT run_id FROM pruned")}
         rows = [
-            (*c.row.columns()[:-1], orjson.dumps(c.row.attributes).decode(), c.creation, c.records)
+            (
+                *c.row.columns()[:-2],
+                orjson.dumps(c.row.attributes).decode(),
+                failure_of(c.row.status, c.records),
+                c.creation,
+                c.records,
+            )
             for c in closed
             if not (c.again and c.row.run_id in gone)
         ]
         # One statement for the whole batch: sqlite3 lets go of the GIL for each step,
         # and with the loop busy, taking it back after every row's insert cost up to a
         # switch interval (5 ms) each; the batch fell behind by tens of thousands.
-        fields = ", ".join(f"json_extract(value, '$[{i}]')" for i in range(14))
+        fields = ", ".join(f"json_extract(value, '$[{i}]')" for i in range(15))
         tagged = [row[0] for row in rows if row[11] != "{}"]
         db.execute("BEGIN")
         try:
@@ -419,7 +431,20 @@ class HistoryStore:
     ) -> list[Row]:
         sql, args = self.list_sql(status, workflow, limit, parent, where, before)
         with self._reading() as db:
-            return [_row(r) for r in db.execute(sql, args)]
+            rows = [_row(r) for r in db.execute(sql, args)]
+        return self.with_failures(rows)
+
+    def with_failures(self, rows: builtins.list[Row]) -> builtins.list[Row]:
+        """`rows`, a failed run's failure read from its records where its row has none
+        (written before the store had a `failure` column)."""
+        filled = []
+        for row in rows:
+            if row.status == Status.FAILED and row.failure is None:
+                stored = self.full(row.run_id)
+                if stored is not None:
+                    row = replace(row, failure=failure_of(row.status, stored[1]))
+            filled.append(row)
+        return filled
 
     def query_plan(
         self,
@@ -494,7 +519,19 @@ class HistoryStore:
         return n
 
 
+def failure_of(status: str, records: Sequence[Sequence[Any]]) -> dict[str, Any] | None:
+    """The recorded failure of a failed run, from its records (`(lsn, record)` pairs),
+    as `Run.info` gives it; None for a run of another status."""
+    if status != Status.FAILED:
+        return None
+    for _, rec in reversed(records):
+        if rec[0] == R.RunFailed:
+            return Failure.from_json(rec[2]).to_json()
+    return None
+
+
 def _row(values: Iterable[Any]) -> Row:
     v = list(values)
-    v[-1] = orjson.loads(v[-1])
+    v[-2] = orjson.loads(v[-2])
+    v[-1] = orjson.loads(v[-1]) if v[-1] is not None else None
     return Row(*v)

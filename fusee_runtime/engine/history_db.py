@@ -29,6 +29,7 @@ CREATE TABLE IF NOT EXISTS runs (
     parent_id TEXT,
     parent_run_id TEXT,
     attributes TEXT NOT NULL,
+    failure TEXT,
     creation TEXT,
     records BLOB NOT NULL
 );
@@ -42,13 +43,17 @@ CREATE TABLE IF NOT EXISTS pruned (run_id TEXT PRIMARY KEY, close_lsn INTEGER NO
 
 COLUMNS = (
     "run_id, workflow_id, workflow, status, started_at, closed_at, start_lsn, close_lsn, "
-    "error, parent_id, parent_run_id, attributes"
+    "error, parent_id, parent_run_id, attributes, failure"
 )
 ADDED = (
-    "ALTER TABLE runs ADD COLUMN parent_id TEXT",
-    "ALTER TABLE runs ADD COLUMN parent_run_id TEXT",
+    ("parent_id", "ALTER TABLE runs ADD COLUMN parent_id TEXT"),
+    ("parent_run_id", "ALTER TABLE runs ADD COLUMN parent_run_id TEXT"),
+    ("failure", "ALTER TABLE runs ADD COLUMN failure TEXT"),
 )
-"""What a store written before child workflows lacks (its runs have no parent)."""
+"""The columns an older store lacks, each with the statement that adds it: a store
+written before child workflows has no `parent_id` and `parent_run_id` (its runs have
+no parent); one written before `list` gave a stored run's failure has no `failure`
+(its failed runs' rows have none: `history.failure_of` reads it from their records)."""
 INDEXES = "CREATE INDEX IF NOT EXISTS runs_by_parent ON runs (parent_id, start_lsn);"
 
 

@@ -390,6 +390,7 @@ def _row_info(row: Row) -> RunInfo:
         closed_at=utc(row.closed_at),
         error=row.error,
         attributes=row.attributes,
+        failure=row.failure,
         parent=(row.parent_id, row.parent_run_id or "") if row.parent_id else None,
     )
 

@@ -31,12 +31,13 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from fusee_runtime.engine.history import Closed, HistoryStore, Row
+from fusee_runtime.engine.history import Closed, HistoryStore, Row, failure_of
 from fusee_runtime.errors import HistoryDamaged, Rejected
 from fusee_runtime.search import RANGES, Condition
 
@@ -49,11 +50,11 @@ log = logging.getLogger("fusee")
 
 COLUMNS = (
     "run_id, workflow_id, workflow, status, started_at, closed_at, start_lsn, close_lsn, "
-    "error, parent_id, parent_run_id, attributes"
+    "error, parent_id, parent_run_id, attributes, failure"
 )
 _UPSERT = (
     f"INSERT INTO fusee_runs ({COLUMNS}, creation, records) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
     "ON CONFLICT (run_id) DO UPDATE SET "
     + ", ".join(f"{c} = excluded.{c}" for c in (*COLUMNS.split(", ")[1:], "creation", "records"))
 )
@@ -110,9 +111,10 @@ class PgHistory(HistoryStore):
             gone = {run_id for (run_id,) in got}
         rows = [
             (
-                *c.row.columns()[:-1],
+                *c.row.columns()[:-2],
                 Jsonb(c.row.attributes),
-                orjson.dumps(c.creation) if c.creation is not None else None,
+                _bytes(failure_of(c.row.status, c.records)),
+                _bytes(c.creation),
                 orjson.dumps(c.records),
             )
             for c in closed
@@ -156,7 +158,7 @@ class PgHistory(HistoryStore):
                 "ORDER BY start_lsn DESC LIMIT 1",
                 (workflow_id,),
             ).fetchone()
-        return Row(*got) if got else None
+        return _row(got) if got else None
 
     def exists(self, run_id: str) -> bool:
         with self._reading() as db:
@@ -221,7 +223,8 @@ class PgHistory(HistoryStore):
     ) -> list[Row]:
         sql, args = self.list_sql(status, workflow, limit, parent, where, before)
         with self._reading() as db:
-            return [Row(*r) for r in db.execute(sql, args)]
+            rows = [_row(r) for r in db.execute(sql, args)]
+        return self.with_failures(rows)
 
     def query_plan(
         self,
@@ -299,6 +302,18 @@ def where_sql(where: Sequence[Condition]) -> tuple[list[str], list[Any]]:
             clauses.append(f"CASE WHEN jsonb_typeof(attributes -> %s) = '{kind}' THEN {test} END")
             args += [key, key, wanted]
     return clauses, args
+
+
+def _row(values: Sequence[Any]) -> Row:
+    """A row of `fusee_runs` (its `COLUMNS`), its failure decoded."""
+    row = Row(*values[:-1])
+    failure = values[-1]
+    return replace(row, failure=orjson.loads(failure)) if failure is not None else row
+
+
+def _bytes(value: Any) -> bytes | None:
+    """`value` as orjson writes it (a bytea column), None as NULL."""
+    return orjson.dumps(value) if value is not None else None
 
 
 def _jsonb() -> Any:

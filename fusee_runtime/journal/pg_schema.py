@@ -3,7 +3,7 @@ schema and how it migrates an older one (`fusee_schema.version`)."""
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The version of fusee's tables this code reads and writes."""
 MIGRATIONS: tuple[str, ...] = (
     # 1: the journal, its checkpoints, and who drives it.
@@ -86,6 +86,12 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX fusee_logs_by_id ON fusee_logs (id, seq);
     ALTER TABLE fusee_requests ADD COLUMN taker integer;
+    """,
+    # 5: a failed run's failure, for `list` (`engine/history.py`): orjson's bytes, as
+    # `records` (jsonb refuses a NUL character, which a message may hold). The rows of
+    # an older version have none: `list` reads it from their records.
+    """
+    ALTER TABLE fusee_runs ADD COLUMN failure bytea;
     """,
 )
 """`MIGRATIONS[v]` takes the schema from version v to v + 1."""

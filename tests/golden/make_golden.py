@@ -146,8 +146,8 @@ async def expected(home: Path, clock_at: float, store: str | None = None) -> dic
         infos = list(reversed(await engine.list(limit=1000)))
         runs = []
         for listed in infos:
-            # (`describe`, not the row `list` gives: of a run the history store holds,
-            # `list` leaves `failure` out, which a run in memory has.)
+            # (`describe`, not the row `list` gives: when this fixture was made, `list`
+            # left `failure` out for a run the history store held.)
             info = await engine.handle(listed.id, listed.run_id).describe()
             doc = run_json(info)
             if info.status == "completed":
