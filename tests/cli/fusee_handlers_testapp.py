@@ -63,3 +63,29 @@ def ledger_of(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
             return [orjson.loads(line) for line in f.read().splitlines()]
     except FileNotFoundError:
         return []
+
+
+def check_journal(
+    mode: str, result: Any, records: list[dict[str, Any]], ran: list[int], items: list[int]
+) -> None:
+    """The run ended with each update of `items` once, in order, in its `result` and its
+    journal (`records`, as `fusee history --json` gives them); an async update's step
+    ran once for each (`ran`: the `n` of each execution the ledger noted), a plain
+    update's never."""
+    assert result == {"items": items, "finish": True}
+    applied = [r for r in records if r["type"] == "UpdateApplied"]
+    ids = [r["update_id"] for r in applied]
+    assert len(set(ids)) == len(items)
+    assert [(r["name"], r["result"], r["failure"]) for r in applied] == [
+        ("put", i, None) for i in range(1, len(items) + 1)
+    ]
+    accepted = [r for r in records if r["type"] == "UpdateAccepted"]
+    steps = [r["value"] for r in records if r["type"] == "StepCompleted"]
+    if mode == "async":
+        # Its argument is in its `UpdateAccepted`; its `UpdateApplied` follows its step.
+        pairs = list(zip(ids, items, strict=True))
+        assert [(r["update_id"], r["arg"]) for r in accepted] == pairs
+        assert steps == ran == items
+    else:
+        assert [r["arg"] for r in applied] == items
+        assert accepted == steps == ran == []

@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 import pytest
-from fusee_handlers_testapp import ledger_of  # tests/cli is on the path (conftest)
+from fusee_handlers_testapp import check_journal, ledger_of  # tests/cli is on the path
 
 APP = "fusee_handlers_testapp"
 MODES = ["plain", "async"]
@@ -108,25 +108,8 @@ class Box:
         self.ok("signal", self.id, "finish", "true")
         done = json.loads(self.ok("result", self.id, "--wait", "--json"))
         assert done["status"] == "completed", done
-        assert done["result"] == {"items": items, "finish": True}
         records = json.loads(self.ok("history", self.id, "--json"))
-        applied = [r for r in records if r["type"] == "UpdateApplied"]
-        ids = [r["update_id"] for r in applied]
-        assert len(set(ids)) == len(items)
-        assert [(r["name"], r["result"], r["failure"]) for r in applied] == [
-            ("put", i, None) for i in range(1, len(items) + 1)
-        ]
-        accepted = [r for r in records if r["type"] == "UpdateAccepted"]
-        steps = [r["value"] for r in records if r["type"] == "StepCompleted"]
-        if self.mode == "async":
-            # Its argument is in its `UpdateAccepted`; its `UpdateApplied` follows its step.
-            pairs = list(zip(ids, items, strict=True))
-            assert [(r["update_id"], r["arg"]) for r in accepted] == pairs
-            assert steps == items
-        else:
-            assert [r["arg"] for r in applied] == items
-            assert accepted == steps == []
-        assert self.stamped() == (items if self.mode == "async" else [])
+        check_journal(self.mode, done["result"], records, self.stamped(), items)
 
 
 @pytest.fixture
