@@ -109,7 +109,17 @@ class Ctx:
         pass it with a step's writes, for the system written to refuse a lower one once it
         saw a higher one, so a driver that lost the journal cannot write after its
         successor (`docs/postgresql.md`, "Fencing"). PostgreSQL: `fusee_owner.epoch`, one
-        more at each open; a local home: the lsn its one driver began writing at."""
+        more at each open; a local home: the lsn its one driver began writing at.
+
+        Raises:
+            Rejected: called outside a step function (workflow code replays under
+                whichever driver runs it: a fence read there would change with it).
+        """
+        if step_var.get() is None:
+            raise Rejected(
+                "ctx.fence is for step functions: workflow code replays under any driver, "
+                "so a fence it read would change from one to the next"
+            )
         return self._host.fence
 
     def heartbeat(self, details: Any = None) -> None:
