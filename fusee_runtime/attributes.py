@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from fusee_runtime.errors import Rejected
-from fusee_runtime.journal.records import R
+from fusee_runtime.model.op_records import AttributesSet
 from fusee_runtime.scope import NAME_CHARS_MAX, handling_var, step_var
 
 if TYPE_CHECKING:
@@ -89,8 +89,8 @@ def set_attributes(execution: Execution, attributes: Any) -> None:
     seq, op = execution.next("attributes", "set")
     if op is None:
         run = execution.run
-        rec = [R.AttributesSet, run.run_id, seq, changes, execution.host.clock.now()]
-        execution.host.append(run, rec)
+        now = execution.host.clock.now()
+        execution.host.append(run, AttributesSet(run.run_id, seq, changes, now))
 
 
 def attributes_of(ops: dict[str, Op], carried: dict[str, Any] | None = None) -> dict[str, Any]:

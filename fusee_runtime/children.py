@@ -24,7 +24,7 @@ from fusee_runtime.engine.family import POLICIES
 from fusee_runtime.engine.state import Op
 from fusee_runtime.engine.waits import wake_at
 from fusee_runtime.errors import ChildFailed, Failure, IdConflict, NotFound, Rejected
-from fusee_runtime.journal.records import R
+from fusee_runtime.model.op_records import OpCancelled
 from fusee_runtime.scope import check_id, check_name
 from fusee_runtime.typed import ANY, decode, parameter, returns
 
@@ -233,7 +233,7 @@ async def _until_closed(execution: Execution, seq: str, child_seq: str, op: Op, 
                 await asyncio.shield(fut)
         except asyncio.CancelledError:
             if not op.done and execution.retires_on_cancel():
-                execution.host.append(run, [R.OpCancelled, run.run_id, seq, "result", op.name])
+                execution.host.append(run, OpCancelled(run.run_id, seq, "result", op.name))
             raise
         finally:
             execution.awaiting.discard(fut)

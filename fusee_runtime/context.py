@@ -33,7 +33,7 @@ from fusee_runtime.completions import Completion
 from fusee_runtime.dsl import RetryPolicy, StepDef, StepOptions, WorkflowDef, seconds
 from fusee_runtime.engine.waits import until, utc, wake_at
 from fusee_runtime.errors import Failure, Rejected, StepFailed
-from fusee_runtime.journal.records import R
+from fusee_runtime.model.op_records import TimerStarted, WaitStarted
 from fusee_runtime.scope import NAME_CHARS_MAX, Halt, step_var
 from fusee_runtime.steps import run_live
 from fusee_runtime.streams import StepStreamWriter, StreamWriter
@@ -251,7 +251,7 @@ class Ctx:
         seq, op = self._execution.next("timer", name)
         if op is None:
             at = wake_at(fire_at(self._host.clock.now()))
-            self._host.append(self._run, [R.TimerStarted, self._run.run_id, seq, name, at])
+            self._host.append(self._run, TimerStarted(self._run.run_id, seq, name, at))
             op = self._run.ops[seq]
         await self._execution.await_op(seq, op, f"sleeping {until(op.fire_at)}")
 
@@ -272,7 +272,7 @@ class Ctx:
         seq, op = self._execution.next("wait", signal)
         if op is None:
             deadline = None if t is None else wake_at(self._host.clock.now() + t)
-            self._host.append(self._run, [R.WaitStarted, self._run.run_id, seq, signal, deadline])
+            self._host.append(self._run, WaitStarted(self._run.run_id, seq, signal, deadline))
             op = self._run.ops[seq]
         till = "" if op.fire_at is None else f" {until(op.fire_at)}"
         await self._execution.await_op(seq, op, f"waiting for signal {signal!r}{till}")

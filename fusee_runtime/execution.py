@@ -42,7 +42,8 @@ from fusee_runtime.errors import (
     Rejected,
     StepFailed,
 )
-from fusee_runtime.journal.records import R
+from fusee_runtime.model.op_records import OpCancelled, ValueRecorded
+from fusee_runtime.model.payload import Payload
 from fusee_runtime.scope import (
     NAME_CHARS_MAX,
     Cursor,
@@ -308,7 +309,7 @@ class Execution:
         if op is not None:
             return op.value
         value = make()
-        self.host.append(self.run, [R.ValueRecorded, self.run.run_id, seq, name, value])
+        self.host.append(self.run, ValueRecorded(self.run.run_id, seq, name, Payload.of(value)))
         return value
 
     async def run_step(
@@ -379,7 +380,7 @@ class Execution:
                 if not op.done and self.retires_on_cancel():
                     # A losing race branch or an abandoned wait: retire it, so it
                     # neither fires later nor takes a signal meant for another.
-                    self.host.append(run, [R.OpCancelled, run.run_id, seq, op.kind, op.name])
+                    self.host.append(run, OpCancelled(run.run_id, seq, op.kind, op.name))
                 raise
             finally:
                 self.awaiting.discard(fut)
@@ -460,7 +461,7 @@ class Execution:
     def deliver_cancel(self, seq: str, kind: str, name: str) -> Cancelled:
         """Records that the run's cancel interrupted the operation at `seq`."""
         run = self.run
-        self.host.append(run, [R.OpCancelled, run.run_id, seq, kind, name])
+        self.host.append(run, OpCancelled(run.run_id, seq, kind, name))
         return self.cancelled()
 
     async def run_compensations(self) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from fusee_runtime.errors import Rejected
-from fusee_runtime.journal.records import R
+from fusee_runtime.model.op_records import RaceWon
 from fusee_runtime.scope import Cursor, cursor_var
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ async def race(execution: Execution, awaitables: Iterable[Awaitable[Any]]) -> tu
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             winner = min(tasks.index(t) for t in done)
             execution.check_live()
-            host.append(run, [R.RaceWon, run.run_id, seq, winner])
+            host.append(run, RaceWon(run.run_id, seq, winner))
         elif winner >= len(tasks):
             execution.stuck(
                 f"replay mismatch at operation #{seq}: the journal holds a race won by "

@@ -77,6 +77,18 @@ from fusee_runtime.history_fields import (
     what_is,
 )
 from fusee_runtime.journal.records import CLOSES, FIELDS, NOT_OF_A_RUN, R
+from fusee_runtime.model import codec
+from fusee_runtime.model.codec import RECORDS
+from fusee_runtime.model.op_records import OfOp, RaceWon
+from fusee_runtime.model.records import (
+    CancelRequested,
+    OfRun,
+    RunCancelled,
+    RunStarted,
+    SignalReceived,
+    UpdateAccepted,
+    UpdateApplied,
+)
 
 FORMAT = "fusee.history"
 VERSION = 1
@@ -217,7 +229,7 @@ def _check(doc: Mapping[str, Any]) -> None:
     closed = _check_records(doc, records, continued)
     if closed is None and status not in _OPEN:
         raise _Fault(f"its status is {status!r}, but no record closes the run")
-    if closed is not None and status != str(CLOSED_AS[closed]):
+    if closed is not None and status != str(CLOSED_AS[RECORDS[closed]]):
         raise _Fault(f"its status is {status!r}, but its {closed.name} closes the run")
 
 
@@ -266,56 +278,57 @@ def _check_records(doc: Mapping[str, Any], records: list[Any], continued: bool) 
     for n, record in enumerate(records, 1):
         if not (isinstance(record, list | tuple) and len(record) == 2):
             raise _Fault(f"record {n} is {what_is(record)}, not [lsn, [type, run_id, ...]]")
-        lsn, rec = record
+        lsn, array = record
         if not conforms(lsn, Count):
             raise _Fault(mismatch(f"record {n}'s lsn", lsn, Count))
         if lsn <= last_lsn:
             raise _Fault(f"record {n}'s lsn {lsn} does not follow the lsn before it ({last_lsn})")
         last_lsn = lsn
-        kind = _kind(n, lsn, rec)
+        kind = _kind(n, lsn, array)
         at = f"record {n} (lsn {lsn}, {kind.name})"
-        for name, tp, value in zip(FIELDS[kind], FIELD_TYPES[kind], rec[1:], strict=True):
+        for name, tp, value in zip(FIELDS[kind], FIELD_TYPES[kind], array[1:], strict=True):
             if not conforms(value, tp):
                 raise _Fault(mismatch(f"{at}: its {name}", value, tp))
-        if rec[1] != run_id:
-            raise _Fault(f"{at} is of run {quoted(rec[1])}, not of the document's {quoted(run_id)}")
+        typed = codec.from_array(array)
+        assert isinstance(typed, OfRun)  # (`_kind` refuses the records of no run)
+        if typed.run_id != run_id:
+            theirs = quoted(typed.run_id)
+            raise _Fault(f"{at} is of run {theirs}, not of the document's {quoted(run_id)}")
         if closed is not None:
             raise _Fault(
                 f"{at} follows record {closed[0]} ({closed[1].name}), which closed the run"
             )
         if kind in CLOSES:
             closed = (n, kind)
-        _check_start(at, n, kind, rec, doc, continued)
-        _check_once(once, n, at, kind, rec)
-        cancel = cancel or kind == R.CancelRequested
-        if kind == R.RunCancelled and not cancel:
+        _check_start(at, n, typed, doc, continued)
+        _check_once(once, n, at, typed)
+        cancel = cancel or isinstance(typed, CancelRequested)
+        if isinstance(typed, RunCancelled) and not cancel:
             raise _Fault(f"{at}: no CancelRequested before it: the run was not asked to cancel")
     return closed[1] if closed is not None else None
 
 
-def _kind(n: int, lsn: int, rec: Any) -> R:
-    if not (isinstance(rec, list | tuple) and rec):
-        raise _Fault(f"record {n} (lsn {lsn}) is {what_is(rec)}, not [type, run_id, ...]")
-    code = rec[0]
+def _kind(n: int, lsn: int, array: Any) -> R:
+    if not (isinstance(array, list | tuple) and array):
+        raise _Fault(f"record {n} (lsn {lsn}) is {what_is(array)}, not [type, run_id, ...]")
+    code = array[0]
     if not is_int(code) or code not in _CODES:
         raise _Fault(f"record {n} (lsn {lsn}): {what_is(code)} is not a record type")
     kind = R(code)
     if kind in NOT_OF_A_RUN:
         raise _Fault(f"record {n} (lsn {lsn}): a {kind.name} record is of no run")
-    if len(rec) != 1 + len(FIELDS[kind]):
+    if len(array) != 1 + len(FIELDS[kind]):
         raise _Fault(
-            f"record {n} (lsn {lsn}, {kind.name}) has {len(rec) - 1} fields, "
+            f"record {n} (lsn {lsn}, {kind.name}) has {len(array) - 1} fields, "
             f"not {len(FIELDS[kind])}"
         )
     return kind
 
 
-def _check_start(
-    at: str, n: int, kind: R, rec: list[Any], doc: Mapping[str, Any], continued: bool
-) -> None:
+def _check_start(at: str, n: int, rec: OfRun, doc: Mapping[str, Any], continued: bool) -> None:
     """The run's first record is its `RunStarted` (a continued run has none), and it
     names the document's id and workflow."""
-    if kind != R.RunStarted:
+    if not isinstance(rec, RunStarted):
         if n == 1 and not continued:
             raise _Fault(f"{at} comes first: a run's journal begins with its RunStarted")
         return
@@ -323,29 +336,38 @@ def _check_start(
         raise _Fault(f"{at}: a run made by continue_as_new has no RunStarted")
     if n != 1:
         raise _Fault(f"{at}: the run started at record 1 already")
-    if rec[2] != doc["id"]:
-        raise _Fault(f"{at} starts {quoted(rec[2])}, not the document's id {quoted(doc['id'])}")
-    if rec[3] != doc["workflow"]:
-        raise _Fault(f"{at} is of workflow {quoted(rec[3])}, not {quoted(doc['workflow'])}")
+    if rec.workflow_id != doc["id"]:
+        theirs = quoted(rec.workflow_id)
+        raise _Fault(f"{at} starts {theirs}, not the document's id {quoted(doc['id'])}")
+    if rec.workflow != doc["workflow"]:
+        raise _Fault(f"{at} is of workflow {quoted(rec.workflow)}, not {quoted(doc['workflow'])}")
 
 
-def _check_once(seen: dict[tuple[str, Any], int], n: int, at: str, kind: R, rec: list[Any]) -> None:
+def _check_once(seen: dict[tuple[str, Any], int], n: int, at: str, rec: OfRun) -> None:
     """What the engine records once (`STARTS`, `ENDS`, a race's winner, `ONCE`) is
     there once; `seen`: where each was, by what it is of."""
-    if kind in STARTS:
-        key, what = ("started", rec[2]), f"operation #{rec[2]} started"
-    elif kind in ENDS:
-        key, what = ("ended", rec[2]), f"operation #{rec[2]} ended"
-    elif kind == R.RaceWon:
-        key, what = ("won", rec[2]), f"the race at operation #{rec[2]} was won"
-    elif kind in ONCE:
-        of = None if kind == R.CancelRequested else rec[2]
+    kind = rec.code
+    if isinstance(rec, OfOp) and kind in STARTS:
+        key, what = ("started", rec.seq), f"operation #{rec.seq} started"
+    elif isinstance(rec, OfOp) and kind in ENDS:
+        key, what = ("ended", rec.seq), f"operation #{rec.seq} ended"
+    elif isinstance(rec, RaceWon):
+        key, what = ("won", rec.seq), f"the race at operation #{rec.seq} was won"
+    elif isinstance(rec, UpdateAccepted | UpdateApplied | SignalReceived | CancelRequested):
+        of = _once_of(rec)
         key, what = (kind.name, of), ONCE[kind].format(quoted(of))
     else:
         return
     first = seen.setdefault(key, n)
     if first != n:
         raise _Fault(f"{at}: {what} at record {first} already")
+
+
+def _once_of(rec: UpdateAccepted | UpdateApplied | SignalReceived | CancelRequested) -> Any:
+    """What a record of `ONCE` is once for: its update, its signal (none: the run's cancel)."""
+    if isinstance(rec, SignalReceived):
+        return rec.signal_id
+    return None if isinstance(rec, CancelRequested) else rec.update_id
 
 
 def _field(doc: Mapping[str, Any], name: str, tp: Any, whose: str) -> None:

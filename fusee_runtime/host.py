@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from fusee_runtime.engine.runlog import RunLog
     from fusee_runtime.engine.state import Run
     from fusee_runtime.errors import Failure, JournalFailed
+    from fusee_runtime.model.records import OfRun, Record
     from fusee_runtime.steps import StepWorkers
     from fusee_runtime.tracing import Tracing
     from fusee_runtime.typed import Shape
@@ -98,13 +99,12 @@ class RunHost(Protocol):
         `JournalFailed`)."""
         ...
 
-    def append(self, run: Run, rec: list[Any], wire: tuple[Any, ...] | None = None) -> int:
-        """Appends a record of `run` (`wire`: its encoding, when it embeds an encoded
-        payload), folds it into the run's state and reacts (timers, signals, wake-ups);
-        returns its lsn. Not durable yet."""
+    def append(self, run: Run, rec: OfRun) -> int:
+        """Appends a record of `run`, folds it into the run's state and reacts (timers,
+        signals, wake-ups); returns its lsn. Not durable yet."""
         ...
 
-    def append_record(self, wire: Any) -> int:
+    def append_record(self, rec: Record) -> int:
         """Appends a record that belongs to no run (a schedule's); returns its lsn."""
         ...
 

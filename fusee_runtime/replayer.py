@@ -45,7 +45,9 @@ from fusee_runtime.engine.state import CLOSED_AS, Run, Status, top
 from fusee_runtime.errors import HistoryInvalid, NotFound, Rejected
 from fusee_runtime.execution import Ended, Execution, run_code
 from fusee_runtime.history_doc import FORMAT, VERSION, check_history, read_history
-from fusee_runtime.journal.records import CLOSES, R
+from fusee_runtime.model import codec
+from fusee_runtime.model.op_records import OfOp, OpCancelled
+from fusee_runtime.model.records import CLOSES, OfRun, Record, RunFailed
 from fusee_runtime.scope import JournalEnds
 from fusee_runtime.steps import StepWorkers
 
@@ -117,7 +119,7 @@ def history_document(run: Run) -> dict[str, Any]:
         # (A close not yet durable is the run's status already, as its records say.)
         "status": str(run.closing or run.status),
         "creation": run.creation,
-        "records": [[lsn, rec] for lsn, rec in run.records],
+        "records": [[lsn, orjson.loads(codec.encode(rec))] for lsn, rec in run.records],
     }
 
 
@@ -152,7 +154,8 @@ async def replay_document(doc: Mapping[str, Any]) -> Replayed:
 
 async def _replay_checked(doc: dict[str, Any]) -> Replayed:
     try:
-        run, closed, must = _replayable(doc["creation"], doc["records"])
+        recs = [(lsn, codec.from_array(array)) for lsn, array in doc["records"]]
+        run, closed, must = _replayable(doc["creation"], recs)
     except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
         # (Not expected past `check_history`: a rule it lacks, stated in one line.)
         raise HistoryInvalid(
@@ -162,20 +165,20 @@ async def _replay_checked(doc: dict[str, Any]) -> Replayed:
 
 
 def _replayable(
-    creation: dict[str, Any] | None, records: list[list[Any]]
+    creation: dict[str, Any] | None, recs: list[tuple[int, Record]]
 ) -> tuple[Run, Status | None, frozenset[str] | None]:
     """The run as its journal leaves it, but open (so that its code replays); how it
     closed, if it did; and how its code must end then (None: anywhere, as for a run
     stopped from outside)."""
-    recs = [(lsn, rec) for lsn, rec in records]
     continued = creation is not None and creation["kind"] == "continued"
     run = created(creation, None if continued else recs[0])
     closed: Status | None = None
     failure: dict[str, Any] = {}
     for lsn, rec in recs:
-        if rec[0] in CLOSES:
-            closed = CLOSED_AS[rec[0]]
-            failure = rec[2] if rec[0] == R.RunFailed and isinstance(rec[2], dict) else {}
+        if isinstance(rec, RunFailed):
+            closed, failure = Status.FAILED, rec.failure if isinstance(rec.failure, dict) else {}
+        elif type(rec) in CLOSES:
+            closed, failure = CLOSED_AS[type(rec)], {}
         else:
             run.apply(lsn, rec)
     must = _MUST_END.get(closed) if closed is not None else None
@@ -231,8 +234,7 @@ async def replayed(run: Run, workflows: dict[str, WorkflowDef]) -> Run:
         Rejected: its workflow is not registered, or its code does not replay its
             journal (a driving engine would stop it as stuck).
     """
-    records = [[lsn, rec] for lsn, rec in run.records]
-    copy, _, _ = _replayable(run.creation, records)
+    copy, _, _ = _replayable(run.creation, list(run.records))
     wf = workflows.get(run.workflow)
     if wf is None:
         known = ", ".join(sorted(workflows)) or "none"
@@ -354,13 +356,14 @@ class ReplayHost:
     def check_accepting(self) -> None:
         pass
 
-    def append(self, run: Run, rec: list[Any], wire: tuple[Any, ...] | None = None) -> int:
-        if rec[0] == R.OpCancelled:
+    def append(self, run: Run, rec: OfRun) -> int:
+        if isinstance(rec, OpCancelled):
             return 0  # a branch given up as its group moves on (cancels do not land here)
         assert run.execution is not None
-        run.execution.journal_ends(str(rec[2]), "record", R(rec[0]).name)
+        where = rec.seq if isinstance(rec, OfOp) else getattr(rec, "update_id", "")
+        run.execution.journal_ends(where, "record", type(rec).__name__)
 
-    def append_record(self, wire: Any) -> int:
+    def append_record(self, rec: Record) -> int:
         raise JournalEnds("", "record", "schedule")
 
     def encode(self, value: Any, what: str, shape: Shape | None = None) -> bytes:

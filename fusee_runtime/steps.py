@@ -28,8 +28,6 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from fusee_runtime.attempts import after_abandoned, any_running_on, run_attempt
 from fusee_runtime.completions import Completion
 from fusee_runtime.dsl import Exhausted, RetryPolicy, StepOptions
@@ -37,7 +35,16 @@ from fusee_runtime.engine.limits import Permit
 from fusee_runtime.engine.state import Op, Run
 from fusee_runtime.engine.waits import utc
 from fusee_runtime.errors import Failure, StepFailed
-from fusee_runtime.journal.records import R
+from fusee_runtime.model import op_records
+from fusee_runtime.model.op_records import (
+    AttemptFailed,
+    CompletionIssued,
+    CompletionSent,
+    OpCancelled,
+    StepCompleted,
+    StepPaused,
+)
+from fusee_runtime.model.payload import Payload
 
 if TYPE_CHECKING:
     from fusee_runtime.execution import Execution
@@ -121,7 +128,7 @@ async def run_live(
         if (now_op is None or not now_op.done) and execution.retires_on_cancel():
             # A losing race branch or the sibling of a failed ctx.all branch:
             # retire the step, so replay does not run its function again.
-            host.append(run, [R.OpCancelled, run.run_id, seq, kind, name])
+            host.append(run, OpCancelled(run.run_id, seq, kind, name))
         raise
     finally:
         execution.busy -= 1
@@ -250,7 +257,7 @@ async def _issue(execution: Execution, seq: str, name: str, attempt: int) -> Com
     op = run.ops.get(seq)
     if op is None or op.attempt != attempt:
         now = host.clock.now()
-        host.append(run, [R.CompletionIssued, run.run_id, seq, name, attempt, now])
+        host.append(run, CompletionIssued(run.run_id, seq, name, attempt, now))
         await host.wait_durable(run.last_lsn)
     return host.completion(run, seq, run.ops[seq].issued)
 
@@ -276,7 +283,7 @@ def _send_ended(
     if run.ops[seq].done:  # finished from outside while `send` ran
         return True
     if isinstance(outcome, bytes):
-        host.append(run, [R.CompletionSent, run.run_id, seq, now])
+        host.append(run, CompletionSent(run.run_id, seq, now))
         run.current = None
         return True
     return False
@@ -288,12 +295,7 @@ def _completed(
     """Step 4 of a success: records `StepCompleted` (the encoded result as it is) and
     returns the step's value, without waiting for the disk."""
     host, run = execution.host, execution.run
-    head = (run.run_id, seq, name)
-    host.append(
-        run,
-        [R.StepCompleted, *head, orjson.loads(outcome), started, now],
-        wire=(int(R.StepCompleted), *head, orjson.Fragment(outcome), started, now),
-    )
+    host.append(run, StepCompleted(run.run_id, seq, name, Payload(outcome), started, now))
     run.current = None
     host.workers.steps_done += 1
     return run.ops[seq].value
@@ -318,17 +320,18 @@ async def _failed(
     recorded = failure.to_json()
     if retry_at is not None:
         delay = retry_at - now
-        rec = [R.AttemptFailed, run.run_id, seq, name, attempt, recorded, now, retry_at]
-        host.append(run, [*rec, delay, started])
+        host.append(
+            run,
+            AttemptFailed(run.run_id, seq, name, attempt, recorded, now, retry_at, delay, started),
+        )
         host.log_attempt(run, name, attempt, failure, f"retry in {delay:.3g} s")
         return retry_at
     if _pauses(execution, policy) and policy.retryable(failure, attempt):
-        rec = [R.StepPaused, run.run_id, seq, name, attempt, recorded, started, now]
-        host.append(run, rec)
+        host.append(run, StepPaused(run.run_id, seq, name, attempt, recorded, started, now))
         host.log_attempt(run, name, attempt, failure, "paused: waits for resume")
         await execution.paused(seq, run.ops[seq])
         return None
-    host.append(run, [R.StepFailed, run.run_id, seq, name, recorded, started, now])
+    host.append(run, op_records.StepFailed(run.run_id, seq, name, recorded, started, now))
     host.log_attempt(run, name, attempt, failure, "the step failed")
     run.current = None
     host.workers.steps_done += 1

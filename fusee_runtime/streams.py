@@ -52,10 +52,9 @@ import weakref
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from fusee_runtime.errors import Rejected
-from fusee_runtime.journal.records import R
+from fusee_runtime.model.op_records import StepStreamAppended, StreamAppended, StreamClosed
+from fusee_runtime.model.payload import Payload
 from fusee_runtime.scope import check_name, execution_var, step_var
 
 if TYPE_CHECKING:
@@ -102,9 +101,7 @@ class StreamWriter:
             if op.cancelled:
                 raise execution.cancelled()
             return
-        rec = [R.StreamAppended, run.run_id, seq, self.name, orjson.loads(encoded)]
-        wire = (int(R.StreamAppended), run.run_id, seq, self.name, orjson.Fragment(encoded))
-        execution.host.append(run, rec, wire)
+        execution.host.append(run, StreamAppended(run.run_id, seq, self.name, Payload(encoded)))
 
     def close(self) -> None:
         """Closes the stream: readers end once the close is durable. Closing twice is a no-op.
@@ -122,7 +119,7 @@ class StreamWriter:
         if op is not None and op.cancelled:
             raise execution.cancelled()
         if op is None:
-            execution.host.append(run, [R.StreamClosed, run.run_id, seq, self.name])
+            execution.host.append(run, StreamClosed(run.run_id, seq, self.name))
         closed.add(self.name)
 
     def _check_caller(self, what: str) -> None:
@@ -192,10 +189,10 @@ class StepStreamWriter:
             return
         if stream is not None and stream.closed_lsn is not None:
             return
-        head = (run.run_id, seq, step, self.name, attempt)
-        rec = [R.StepStreamAppended, *head, orjson.loads(encoded), self._own]
-        wire = (int(R.StepStreamAppended), *head, orjson.Fragment(encoded), self._own)
-        host.append(run, rec, wire)
+        item = Payload(encoded)
+        host.append(
+            run, StepStreamAppended(run.run_id, seq, step, self.name, attempt, item, self._own)
+        )
 
     def __repr__(self) -> str:
         return f"StepStreamWriter({self.name!r}, step={self._running.name!r})"

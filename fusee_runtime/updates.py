@@ -42,7 +42,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from fusee_runtime.errors import CodecError, Failure, JournalFailed, Rejected
-from fusee_runtime.journal.records import R
+from fusee_runtime.model.payload import NULL, Payload
+from fusee_runtime.model.records import UpdateApplied
 from fusee_runtime.scope import Cursor, Halt, JournalEnds, cursor_var, execution_var
 from fusee_runtime.typed import decode, parameter
 
@@ -197,9 +198,10 @@ class UpdateTasks:
                 wire = Failure(f"{failure.kind}: {failure.message[:200]}", kind=failure.kind)
                 wire = wire.to_json()
         # Its argument is in its `UpdateAccepted` already.
-        rec = [R.UpdateApplied, run.run_id, update_id, name, None, position]
-        now = host.clock.now()
-        host.append(run, [*rec, orjson.loads(encoded), wire, now])
+        result, now = Payload(encoded), host.clock.now()
+        host.append(
+            run, UpdateApplied(run.run_id, update_id, name, NULL, position, result, wire, now)
+        )
 
 
 def outcome(run: Any, update_id: str, name: str, id: str) -> Any:

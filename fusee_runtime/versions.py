@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from fusee_runtime.errors import Rejected
-from fusee_runtime.journal.records import R
+from fusee_runtime.model.op_records import PatchMarked
 from fusee_runtime.scope import check_name, handling_var, step_var
 
 if TYPE_CHECKING:
@@ -52,5 +52,5 @@ def patched(execution: Execution, patch_id: str, deprecated: bool = False) -> bo
     if execution.host.replay_only and execution.host.journal_closed:
         return False  # the replay checker, at a closed run's end: it closed without the patch
     seq, _ = execution.next("patch", patch_id)
-    execution.host.append(run, [R.PatchMarked, run.run_id, seq, patch_id])
+    execution.host.append(run, PatchMarked(run.run_id, seq, patch_id))
     return True

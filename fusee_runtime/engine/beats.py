@@ -26,12 +26,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from fusee_runtime.errors import JournalFailed, Rejected
-from fusee_runtime.journal.records import R
+from fusee_runtime.model.op_records import StepHeartbeat
+from fusee_runtime.model.payload import Payload
+from fusee_runtime.model.records import OfRun
 
 if TYPE_CHECKING:
     import asyncio
@@ -52,7 +55,7 @@ class Beats:
         self,
         clock: Clock,
         loop: Callable[[], asyncio.AbstractEventLoop | None],
-        append: Callable[[Run, list[Any]], int],
+        append: Callable[[Run, OfRun], int],
         appends: Callable[[], bool],
     ) -> None:
         """`appends` tells whether the journal takes records now (open, not failed,
@@ -62,7 +65,7 @@ class Beats:
         self._append = append
         self._appends = appends
         self._lock = threading.Lock()
-        self._pending: dict[tuple[str, str], tuple[Run, list[Any]]] = {}
+        self._pending: dict[tuple[str, str], tuple[Run, StepHeartbeat]] = {}
         self._last: dict[tuple[str, str], float] = {}
         self._appended_at: dict[tuple[str, str], float] = {}
         self._scheduled = False
@@ -72,9 +75,9 @@ class Beats:
         """Keeps `details` as the step's latest (any thread); appended within `EVERY_S`."""
         now = self._clock.now()
         key = (run.run_id, seq)
-        rec = [R.StepHeartbeat, run.run_id, seq, name, attempt, details, now, 0]
+        beat = StepHeartbeat(run.run_id, seq, name, attempt, Payload.of(details), now, 0)
         with self._lock:
-            self._pending[key] = (run, rec)
+            self._pending[key] = (run, beat)
             self._last[key] = now
             schedule = not self._scheduled and not self._closed
             self._scheduled = self._scheduled or schedule
@@ -99,7 +102,7 @@ class Beats:
         with self._lock:
             pending = self._pending.get((run.run_id, seq))
         if pending is not None:
-            details = pending[1][5]
+            details = pending[1].details.value
         else:
             op = run.ops.get(seq)
             details = op.progress if op is not None else None
@@ -144,7 +147,7 @@ class Beats:
 
     def _flush(self, at_once: bool = False) -> None:
         now = time.monotonic()
-        due: list[tuple[Run, list[Any]]] = []
+        due: list[tuple[Run, StepHeartbeat]] = []
         wait = None
         with self._lock:
             if not at_once:
@@ -164,12 +167,12 @@ class Beats:
                 self._scheduled = True
             else:
                 wait = None
-        for run, rec in due:
-            op = run.ops.get(rec[2])
+        for run, beat in due:
+            op = run.ops.get(beat.seq)
             if run.is_open and (op is None or not op.done):
-                rec[7] = (op.beats if op is not None else 0) + 1
+                number = (op.beats if op is not None else 0) + 1
                 try:
-                    self._append(run, rec)
+                    self._append(run, replace(beat, number=number))
                 except (JournalFailed, Rejected):  # the journal failed or closed: said elsewhere
                     return
         if wait is not None:

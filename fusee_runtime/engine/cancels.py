@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 
 from fusee_runtime.engine.state import Run, Status
 from fusee_runtime.errors import JournalFailed
-from fusee_runtime.journal.records import R
+from fusee_runtime.model.op_records import OpCancelled
+from fusee_runtime.model.records import CancelRequested, RunCancelled
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.driver import Driver
@@ -45,7 +46,7 @@ def interrupt(driver: Driver, run: Run) -> None:
                 fut.set_result(None)
             woken = True
             continue
-        driver.append(run, [R.OpCancelled, run.run_id, seq, op.kind, op.name])
+        driver.append(run, OpCancelled(run.run_id, seq, op.kind, op.name))
         resolved.add(seq)
     if woken and not resolved and run.parked:
         driver.resolved(run, "")  # a parked parent replays up to its wait, and takes it there
@@ -62,9 +63,9 @@ def request_cancel(driver: Driver, run: Run, reason: str) -> None:
     closes as cancelled at once."""
     if run.cancel_reason is not None or not run.is_open:
         return
-    driver.append(run, [R.CancelRequested, run.run_id, reason, driver.clock.now()])
+    driver.append(run, CancelRequested(run.run_id, reason, driver.clock.now()))
     if run.status == Status.STUCK:
-        driver.close_run(run, R.RunCancelled, reason)
+        driver.close_run(run, RunCancelled(run.run_id, reason, driver.clock.now()))
     else:
         interrupt(driver, run)
 

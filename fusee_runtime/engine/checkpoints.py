@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -42,6 +42,7 @@ from fusee_runtime.engine.state import Run
 from fusee_runtime.errors import HistoryDamaged, JournalFailed, Rejected
 from fusee_runtime.journal.reader import JournalRead
 from fusee_runtime.journal.store import JournalStore, off_loop
+from fusee_runtime.model.codec import array
 
 log = logging.getLogger("fusee")
 
@@ -183,7 +184,10 @@ class Checkpoints:
 
     def _write(self, lsn: int, body: dict[str, Any]) -> int:
         """On a thread: writes the checkpoint and compacts; returns its size in bytes."""
-        body["runs"] = [(creation, recs[:n]) for creation, recs, n in body["runs"]]
+        body["runs"] = [
+            (creation, [(lsn, array(rec)) for lsn, rec in recs[:n]])
+            for creation, recs, n in body["runs"]
+        ]
         return self.store.write_checkpoint(lsn, body)
 
     async def close(self, crash: bool = False) -> None:
@@ -237,7 +241,8 @@ class Checkpoints:
             run.parent["run_id"] if run.parent else None,
             dict(run.attributes),
         )
-        self.runs.store.put(Closed(row, run.creation, run.records, again))
+        records: list[tuple[int, Sequence[Any]]] = [(lsn, array(r)) for lsn, r in run.records]
+        self.runs.store.put(Closed(row, run.creation, records, again))
         if not again:  # closed in this process, not one before it
             self.closed[row.status] = self.closed.get(row.status, 0) + 1
 

@@ -20,8 +20,9 @@ from fusee_runtime.engine.runs import RunTable
 from fusee_runtime.engine.state import Status
 from fusee_runtime.engine.waits import wake_at
 from fusee_runtime.errors import IdConflict, Rejected
-from fusee_runtime.journal.records import R
 from fusee_runtime.journal.shards import owned_id
+from fusee_runtime.model.op_records import StepResumed
+from fusee_runtime.model.records import RunTerminated, RunUnstuck
 from fusee_runtime.scope import check_name
 from fusee_runtime.tracing import check_traceparent
 from fusee_runtime.typed import ANY, parameter
@@ -85,9 +86,9 @@ class Commands:
                     f"a run of id {workflow_id!r} already exists (status {existing.status})"
                 )
             if existing.is_open:
-                self.driver.close_run(
-                    existing, R.RunTerminated, "replaced by a new run (on_conflict='new_run')"
-                )
+                why = "replaced by a new run (on_conflict='new_run')"
+                closed = RunTerminated(existing.run_id, why, self.clock.now())
+                self.driver.close_run(existing, closed)
         now = self.clock.now()
         deadline = None if limit is None else wake_at(now + limit)
         run = self.driver.new_run(workflow_id, wf.name, encoded, deadline, None, None, traceparent)
@@ -122,7 +123,7 @@ class Commands:
         run = self.runs.get(id, run_id)
         if not run.is_open:
             raise Rejected(f"run {id!r} is already closed ({run.closing})")
-        self.driver.close_run(run, R.RunTerminated, reason)
+        self.driver.close_run(run, RunTerminated(run.run_id, reason, self.clock.now()))
         await self.durability.wait(run.close_lsn or 0)
 
     async def resume(self, id: str, run_id: str | None) -> None:
@@ -134,9 +135,9 @@ class Commands:
         paused = run.paused_ops()
         stuck = run.status == Status.STUCK
         for seq in paused:
-            self.driver.append(run, [R.StepResumed, run.run_id, seq, self.clock.now()])
+            self.driver.append(run, StepResumed(run.run_id, seq, self.clock.now()))
         if stuck:
-            self.driver.append(run, [R.RunUnstuck, run.run_id, self.clock.now()])
+            self.driver.append(run, RunUnstuck(run.run_id, self.clock.now()))
             run.status = Status.RUNNING  # also when it was stuck in memory only
             run.error = None
             self.driver.spawn(run)

@@ -13,7 +13,8 @@ from typing import Any
 
 from fusee_runtime.attributes import attributes_of
 from fusee_runtime.engine.state import Op, Run
-from fusee_runtime.journal.records import R
+from fusee_runtime.model import codec
+from fusee_runtime.model.records import Record, RunStarted
 
 
 def reset_creation(run: Run, carried: dict[str, Any] | None) -> dict[str, Any]:
@@ -59,7 +60,7 @@ def carried_attributes(run: Run) -> dict[str, Any] | None:
     return (run.creation or {}).get("attributes")
 
 
-def created(creation: dict[str, Any] | None, first: tuple[int, list[Any]] | None) -> Run:
+def created(creation: dict[str, Any] | None, first: tuple[int, Record] | None) -> Run:
     """A run as it stood when it was made, from its `creation` and its first record
     (its `RunStarted`; none for a continued run). The record is not applied yet."""
     if creation is not None and creation["kind"] == "continued":
@@ -76,11 +77,19 @@ def created(creation: dict[str, Any] | None, first: tuple[int, list[Any]] | None
         )
         run.last_lsn = c["start_lsn"]
     else:
-        if first is None or first[1][0] != R.RunStarted:
+        lsn, rec = first or (0, None)
+        if not isinstance(rec, RunStarted):
             raise ValueError("a run's first record is not its RunStarted")
-        lsn, rec = first
-        _, run_id, workflow_id, workflow, input, started_at, deadline, origin = rec
-        run = Run(run_id, workflow_id, workflow, input, started_at, lsn, deadline, origin)
+        run = Run(
+            rec.run_id,
+            rec.workflow_id,
+            rec.workflow,
+            rec.input.value,
+            rec.started_at,
+            lsn,
+            rec.deadline,
+            rec.origin,
+        )
     if creation is None:
         return run
     signals = [tuple(s) for s in creation["carried_signals"]]
@@ -102,8 +111,9 @@ def created(creation: dict[str, Any] | None, first: tuple[int, list[Any]] | None
 
 
 def rebuilt(creation: dict[str, Any] | None, records: list[list[Any]]) -> Run:
-    """A closed run rebuilt from what the history store keeps of it."""
-    recs = [(lsn, rec) for lsn, rec in records]
+    """A closed run rebuilt from what the history store keeps of it (its records as
+    `[lsn, array]` pairs)."""
+    recs = [(lsn, codec.from_array(array)) for lsn, array in records]
     continued = creation is not None and creation["kind"] == "continued"
     run = created(creation, None if continued else recs[0])
     for lsn, rec in recs:

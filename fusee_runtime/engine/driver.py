@@ -23,9 +23,7 @@ import os
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import orjson
+from typing import Any, cast
 
 from fusee_runtime.clock import Clock
 from fusee_runtime.completions import Completion, Tokens
@@ -49,7 +47,32 @@ from fusee_runtime.errors import (
     Rejected,
 )
 from fusee_runtime.execution import Ended, run_code
-from fusee_runtime.journal.records import PAYLOAD_DEPTH_MAX, R, too_deep
+from fusee_runtime.journal.records import PAYLOAD_DEPTH_MAX, too_deep
+from fusee_runtime.model.op_records import (
+    ChildClosed,
+    CompletionDone,
+    OpCancelled,
+    StepPaused,
+    StepResumed,
+    TimerFired,
+    TimerStarted,
+    WaitCompleted,
+    WaitStarted,
+)
+from fusee_runtime.model.payload import NULL, Payload
+from fusee_runtime.model.records import (
+    OfRun,
+    Record,
+    RunCancelled,
+    RunCompleted,
+    RunContinuedAsNew,
+    RunFailed,
+    RunStarted,
+    RunStuck,
+    RunTimedOut,
+    RunUnstuck,
+    SignalReceived,
+)
 from fusee_runtime.scope import check_name
 from fusee_runtime.steps import StepWorkers
 from fusee_runtime.tracing import Tracing, traceparent_of
@@ -57,14 +80,8 @@ from fusee_runtime.typed import ANY, Shape, check, dumps, parameter, returns
 
 log = logging.getLogger("fusee")
 
-_RESOLVING = (
-    R.TimerFired,
-    R.WaitCompleted,
-    R.OpCancelled,
-    R.StepResumed,
-    R.CompletionDone,
-    R.ChildClosed,
-)
+_RESOLVING = (TimerFired, WaitCompleted, OpCancelled, StepResumed, CompletionDone, ChildClosed)
+"""The records that end an operation some code may wait for."""
 
 
 class Driver:
@@ -228,25 +245,28 @@ class Driver:
 
     # -- appending -------------------------------------------------------------------------
 
-    def append(self, run: Run, rec: list[Any], wire: tuple[Any, ...] | None = None) -> int:
+    def append(self, run: Run, rec: OfRun) -> int:
         """Appends a record of `run` (not yet durable), folds it into memory and reacts."""
-        lsn = self.durability.append(wire if wire is not None else rec)
+        lsn = self.durability.append(rec)
         op = run.apply(lsn, rec)
-        kind = rec[0]
-        if kind in (R.TimerStarted, R.WaitStarted) and rec[4] is not None:
-            self.timers.add(rec[4], run.run_id, rec[2])
-        if kind in (R.WaitStarted, R.SignalReceived):
+        if isinstance(rec, TimerStarted) and rec.fire_at is not None:
+            self.timers.add(rec.fire_at, run.run_id, rec.seq)
+        elif isinstance(rec, WaitStarted) and rec.deadline is not None:
+            self.timers.add(rec.deadline, run.run_id, rec.seq)
+        if isinstance(rec, WaitStarted | SignalReceived):
             self.match_signals(run)
-        elif kind == R.StepPaused and run.is_open:
+        elif isinstance(rec, StepPaused) and run.is_open:
             run.status = Status.PAUSED
-        elif op is not None and kind in _RESOLVING:
-            if kind == R.StepResumed and run.status == Status.PAUSED and not run.paused_ops():
+        elif op is not None and isinstance(rec, _RESOLVING):
+            resumed = isinstance(rec, StepResumed) and run.status == Status.PAUSED
+            if resumed and not run.paused_ops():
                 run.status = Status.RUNNING
-            self.resolved(run, rec[2])
+            self.resolved(run, rec.seq)
         return lsn
 
-    def append_record(self, wire: Any) -> int:
-        return self.durability.append(wire)
+    def append_record(self, rec: Record) -> int:
+        """Appends a record of no run (a schedule's, a limit's); returns its lsn."""
+        return self.durability.append(rec)
 
     def new_run(
         self,
@@ -261,11 +281,9 @@ class Driver:
         run_id = run_id or uuid.uuid4().hex
         now = self.clock.now()
         origin = self._traced(origin, workflow, workflow_id, traceparent)
-        head = (run_id, workflow_id, workflow)
-        tail = (now, deadline, origin)
-        rec = [R.RunStarted, *head, orjson.loads(encoded_input), *tail]
-        wire = (int(R.RunStarted), *head, orjson.Fragment(encoded_input), *tail)
-        lsn = self.durability.append(wire)
+        input = Payload(encoded_input)
+        rec = RunStarted(run_id, workflow_id, workflow, input, now, deadline, origin)
+        lsn = self.durability.append(rec)
         run, _ = self.runs.fold(lsn, rec, durable=False)
         self.arm(run)
         self.spawn(run)
@@ -292,15 +310,14 @@ class Driver:
         check_name("signal", name)
         # Its type is known only where the code waits for it: written in its typed form.
         encoded = self.encode(value, f"signal {name!r}", ANY)
-        return self.receive(run, name, orjson.loads(encoded))
+        return self.receive(run, name, Payload(encoded))
 
-    def receive(self, run: Run, name: str, value: Any, signal_id: int | None = None) -> int:
-        """Appends signal `name` with `value` (already JSON) for `run`, as signal
-        `signal_id` (default: the run's next); returns its lsn."""
+    def receive(self, run: Run, name: str, value: Payload, signal_id: int | None = None) -> int:
+        """Appends signal `name` with `value` for `run`, as signal `signal_id` (default:
+        the run's next); returns its lsn."""
         signal_id = run.next_signal_id if signal_id is None else signal_id
-        return self.append(
-            run, [R.SignalReceived, run.run_id, signal_id, name, value, self.clock.now()]
-        )
+        now = self.clock.now()
+        return self.append(run, SignalReceived(run.run_id, signal_id, name, value, now))
 
     def continue_as_new(self, run: Run, input: Any) -> None:
         wf = self.workflows.get(run.workflow)
@@ -308,9 +325,8 @@ class Driver:
         encoded = self.encode(input, f"the input of workflow {run.workflow!r}", shape)
         new_run_id = uuid.uuid4().hex
         now = self.clock.now()
-        rec = [R.RunContinuedAsNew, run.run_id, new_run_id, orjson.loads(encoded), now]
-        wire = (int(R.RunContinuedAsNew), run.run_id, new_run_id, orjson.Fragment(encoded), now)
-        lsn = self.durability.append(wire)
+        rec = RunContinuedAsNew(run.run_id, new_run_id, Payload(encoded), now)
+        lsn = self.durability.append(rec)
         self.runs.fold(lsn, rec, durable=False)
         self._after_close(run)
         new = self.runs.by_run_id[new_run_id]
@@ -355,15 +371,16 @@ class Driver:
             return
         if seq is None:
             if run.deadline == at:
-                self.close_run(run, R.RunTimedOut, "the run passed its deadline")
+                now = self.clock.now()
+                self.close_run(run, RunTimedOut(run.run_id, "the run passed its deadline", now))
             return
         op = run.pending.get(seq)
         if op is None or op.fire_at != at:
             return
         if op.kind == "timer":
-            self.append(run, [R.TimerFired, run.run_id, seq, self.clock.now()])
+            self.append(run, TimerFired(run.run_id, seq, self.clock.now()))
         elif op.kind == "wait":
-            self.append(run, [R.WaitCompleted, run.run_id, seq, None, None, self.clock.now()])
+            self.append(run, WaitCompleted(run.run_id, seq, None, NULL, self.clock.now()))
 
     def match_signals(self, run: Run) -> None:
         """Hands buffered signals to pending waits, oldest signal to earliest wait."""
@@ -377,12 +394,14 @@ class Driver:
                 continue  # timed out before this signal came: its timer records None
             for signal_id, name, value in run.signals:
                 if name == op.name:
-                    self.append(run, [R.WaitCompleted, run.run_id, seq, signal_id, value, now])
+                    self.append(
+                        run, WaitCompleted(run.run_id, seq, signal_id, Payload.of(value), now)
+                    )
                     break
 
     def carried_on(self, run: Run) -> None:
         if run.stuck is not None and run.is_open:
-            self.append(run, [R.RunUnstuck, run.run_id, self.clock.now()])
+            self.append(run, RunUnstuck(run.run_id, self.clock.now()))
 
     def park(self, run: Run) -> None:
         task = run.task
@@ -443,20 +462,23 @@ class Driver:
             self._record_end(run, wf, ended)
 
     def _record_end(self, run: Run, wf: WorkflowDef, ended: Ended) -> None:
+        now = self.clock.now()
         if ended.error is not None:
-            if ended.cancelled:
-                self.close_run(run, R.RunCancelled, run.cancel_reason)
+            if ended.cancelled:  # (its reason is there: the cancel was delivered)
+                reason = cast(str, run.cancel_reason)
+                self.close_run(run, RunCancelled(run.run_id, reason, now))
             else:
-                self.close_run(run, R.RunFailed, Failure.of(ended.error).to_json())
+                failed = Failure.of(ended.error).to_json()
+                self.close_run(run, RunFailed(run.run_id, failed, now))
             return
         try:
             what = f"the result of workflow {run.workflow!r}"
             encoded = self.encode(ended.value, what, returns(wf.fn))
         except CodecError as e:
             failure = Failure(str(e), kind="CodecError", retryable=False)
-            self.close_run(run, R.RunFailed, failure.to_json())
+            self.close_run(run, RunFailed(run.run_id, failure.to_json(), now))
             return
-        self.close_run(run, R.RunCompleted, orjson.loads(encoded), orjson.Fragment(encoded))
+        self.close_run(run, RunCompleted(run.run_id, Payload(encoded), now))
 
     def request_cancel(self, run: Run, reason: str) -> None:
         """Records a cancel of open `run` and delivers it where its code waits
@@ -472,7 +494,7 @@ class Driver:
         if run.stuck != message and run.is_open and self.durability.failed is None:
             # Recorded, so every process sees why it stopped (once per reason: a
             # replay that stops at the same point again records nothing).
-            self.append(run, [R.RunStuck, run.run_id, message, self.clock.now()])
+            self.append(run, RunStuck(run.run_id, message, self.clock.now()))
         run.status = Status.STUCK
         run.error = message
         run.current = None
@@ -481,12 +503,10 @@ class Driver:
 
     # -- closing a run ---------------------------------------------------------------------
 
-    def close_run(self, run: Run, kind: R, value: Any, wire_value: Any = None) -> None:
-        """Appends how the run closed; it turns final once that is durable."""
-        now = self.clock.now()
-        rec = [kind, run.run_id, value, now]
-        wire = (int(kind), run.run_id, value if wire_value is None else wire_value, now)
-        self.append(run, rec, wire)
+    def close_run(self, run: Run, closed: OfRun) -> None:
+        """Appends how the run closed (a record of `CLOSES`); it turns final once that
+        is durable."""
+        self.append(run, closed)
         self._after_close(run)
 
     def _after_close(self, run: Run) -> None:

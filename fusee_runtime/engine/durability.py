@@ -43,12 +43,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from fusee_runtime.engine.config import Config
 from fusee_runtime.errors import JournalFailed, Rejected
 from fusee_runtime.journal.reader import Tail
 from fusee_runtime.journal.store import JournalStore, Writer
+from fusee_runtime.model.codec import encode
+from fusee_runtime.model.records import Record
 
 log = logging.getLogger("fusee")
 
@@ -140,7 +140,7 @@ class Durability:
 
     # -- appending ---------------------------------------------------------------------
 
-    def append(self, wire: Any) -> int:
+    def append(self, record: Record) -> int:
         """Appends one record (encoded here); returns its lsn. Not durable yet.
 
         Raises:
@@ -151,7 +151,7 @@ class Durability:
             raise self.failed
         if self.writer is None:
             raise Rejected("the engine is not open")
-        lsn = self.writer.append(orjson.dumps(wire))
+        lsn = self.writer.append(encode(record))
         if self._kick_handle is None:
             self._kick_handle = self._loop.call_soon(self._kick)  # type: ignore[union-attr]
         return lsn

@@ -44,8 +44,10 @@ import orjson
 
 from fusee_runtime.engine.state import Op, Run, Status
 from fusee_runtime.errors import Failure, NotFound
-from fusee_runtime.journal.records import R
 from fusee_runtime.journal.shards import shard_of
+from fusee_runtime.model.op_records import CancelSent, ChildClosed, ChildStarted, SignalSent
+from fusee_runtime.model.payload import NULL, Payload
+from fusee_runtime.model.records import RunTerminated
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.driver import Driver
@@ -80,19 +82,31 @@ class Family:
         """Records the start of a child, then starts it. An id whose newest run is
         open refuses the start (recorded: a replay gets the same refusal)."""
         now = self.driver.clock.now()
-        head = (parent.run_id, seq, child_id)
         message = self._refusal(child_id)
         if message is not None:
             error = {"kind": "IdConflict", "message": message}
-            rec = [R.ChildStarted, *head, None, workflow, None, deadline, policy, error, now]
-            self.driver.append(parent, rec)
+            refused = ChildStarted(
+                parent.run_id, seq, child_id, None, workflow, NULL, deadline, policy, error, now
+            )
+            self.driver.append(parent, refused)
             return
         child_run_id = uuid.uuid4().hex
-        fields = (child_run_id, workflow)
-        tail = (deadline, policy, None, now)
-        rec = [R.ChildStarted, *head, *fields, orjson.loads(encoded), *tail]
-        wire = (int(R.ChildStarted), *head, *fields, orjson.Fragment(encoded), *tail)
-        self.driver.append(parent, rec, wire)
+        input = Payload(encoded)
+        self.driver.append(
+            parent,
+            ChildStarted(
+                parent.run_id,
+                seq,
+                child_id,
+                child_run_id,
+                workflow,
+                input,
+                deadline,
+                policy,
+                None,
+                now,
+            ),
+        )
         self._start(parent, seq, parent.ops[seq], encoded)
 
     def _refusal(self, child_id: str) -> str | None:
@@ -134,12 +148,15 @@ class Family:
         of it), then delivers it; an unknown or closed target is recorded as refused."""
         target, error = self._target(target_id, target_run_id, "signals")
         now = self.driver.clock.now()
-        value = orjson.loads(encoded)
+        value = Payload(encoded)
         signal_id = target.next_signal_id if target is not None else None
-        head = (sender.run_id, seq, target_id, target.run_id if target else None, signal_id, name)
-        rec = [R.SignalSent, *head, value, error, now]
-        wire = (int(R.SignalSent), *head, orjson.Fragment(encoded), error, now)
-        self.driver.append(sender, rec, wire)
+        target_run = target.run_id if target else None
+        self.driver.append(
+            sender,
+            SignalSent(
+                sender.run_id, seq, target_id, target_run, signal_id, name, value, error, now
+            ),
+        )
         if target is not None:
             self.driver.receive(target, name, value, signal_id)
 
@@ -151,8 +168,9 @@ class Family:
         target, error = self._target(target_id, target_run_id, "cancels")
         now = self.driver.clock.now()
         target_run = target.run_id if target is not None else None
-        rec = [R.CancelSent, sender.run_id, seq, target_id, target_run, reason, error, now]
-        self.driver.append(sender, rec)
+        self.driver.append(
+            sender, CancelSent(sender.run_id, seq, target_id, target_run, reason, error, now)
+        )
         if target is not None:
             self.driver.request_cancel(target, reason)
 
@@ -254,13 +272,16 @@ class Family:
             why = f"child {child.workflow_id!r} was {status}: {child.reason}"
             failure = Failure(why, kind=str(status), retryable=False).to_json()
         now = self.driver.clock.now()
-        rec = [R.ChildClosed, parent.run_id, seq, child.run_id, str(status), result, failure, now]
-        self.driver.append(parent, rec)
+        closed = ChildClosed(
+            parent.run_id, seq, child.run_id, str(status), Payload.of(result), failure, now
+        )
+        self.driver.append(parent, closed)
 
     def _apply(self, child: Run, policy: str | None, parent: Run) -> None:
         reason = f"its parent {parent.workflow_id!r} closed ({parent.closing})"
         if policy == "terminate":
-            self.driver.close_run(child, R.RunTerminated, reason)
+            now = self.driver.clock.now()
+            self.driver.close_run(child, RunTerminated(child.run_id, reason, now))
         elif policy == "cancel":
             self.driver.request_cancel(child, reason)
 
@@ -325,7 +346,7 @@ class Family:
             return
         if op.kind == "signal_workflow" and op.signal_id is not None:
             if target.next_signal_id <= op.signal_id:
-                self.driver.receive(target, op.name, op.value, op.signal_id)
+                self.driver.receive(target, op.name, Payload.of(op.value), op.signal_id)
         elif op.kind == "cancel_workflow" and target.cancel_reason is None:
             self.driver.request_cancel(target, op.value)
 

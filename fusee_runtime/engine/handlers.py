@@ -30,7 +30,9 @@ from fusee_runtime.completions import Tokens, read_token
 from fusee_runtime.engine.runs import RunTable
 from fusee_runtime.engine.state import Run, Status, top
 from fusee_runtime.errors import CodecError, Failure, FuseeError, NotFound, Rejected
-from fusee_runtime.journal.records import R
+from fusee_runtime.model.op_records import CompletionDone
+from fusee_runtime.model.payload import NULL, Payload
+from fusee_runtime.model.records import UpdateAccepted, UpdateApplied
 from fusee_runtime.scope import NAME_CHARS_MAX, Halt, handling
 from fusee_runtime.typed import decode, parameter
 from fusee_runtime.updates import outcome
@@ -107,15 +109,23 @@ class Handlers:
             self._check_update_point(run, id, is_async)
         arg, encoded_arg = self._argument(id, name, arg, handle, validate)
         if is_async:
-            return await self._accept(run, id, name, update_id, orjson.loads(encoded_arg))
+            return await self._accept(run, id, name, update_id, Payload(encoded_arg))
         self._check_not_applying(run, id, name)
         result, failure = self._call_plain(name, handle, arg, encoded_arg)
         at = self.driver.clock.now()
         uid = update_id or uuid.uuid4().hex
-        arg_value = orjson.loads(encoded_arg)
         wire_failure = self._update_failure(failure, len(encoded_arg))
-        rec = [R.UpdateApplied, run.run_id, uid, name, arg_value, run.position]
-        await self.driver.wait_durable(self.driver.append(run, [*rec, result, wire_failure, at]))
+        applied = UpdateApplied(
+            run.run_id,
+            uid,
+            name,
+            Payload(encoded_arg),
+            run.position,
+            Payload.of(result),
+            wire_failure,
+            at,
+        )
+        await self.driver.wait_durable(self.driver.append(run, applied))
         if failure is not None:
             raise Rejected(f"update {name!r} of run {id!r} failed: {failure}")
         return result
@@ -209,17 +219,19 @@ class Handlers:
             )
         return encoded
 
-    async def _accept(self, run: Run, id: str, name: str, update_id: str | None, arg: Any) -> Any:
+    async def _accept(
+        self, run: Run, id: str, name: str, update_id: str | None, arg: Payload
+    ) -> Any:
         """Records an async handler's update as accepted where the code waits, starts its
         handler once that is durable (a parked run's code runs again for it), and
         returns its result once applied and durable."""
         uid, position = update_id or uuid.uuid4().hex, run.position
-        rec = [R.UpdateAccepted, run.run_id, uid, name, arg, position]
-        lsn = self.driver.append(run, [*rec, self.driver.clock.now()])
+        now = self.driver.clock.now()
+        lsn = self.driver.append(run, UpdateAccepted(run.run_id, uid, name, arg, position, now))
         # At once, where the code waits (its steps wait for the record to be durable).
         execution = run.execution
         if execution is not None and not run.parked:
-            execution.update_tasks().accepted(uid, name, arg, position, now=True)
+            execution.update_tasks().accepted(uid, name, arg.value, position, now=True)
         else:
             self.driver.wake(run)
         await self.driver.wait_durable(lsn)
@@ -328,14 +340,11 @@ class Handlers:
         now = self.driver.clock.now()
         if error is None:
             encoded = self.driver.encode(value, f"the completion of {run.ops[seq].name!r}")
-            rec = [R.CompletionDone, run.run_id, seq, orjson.loads(encoded), None, now]
-            wire = (int(R.CompletionDone), run.run_id, seq, orjson.Fragment(encoded), None, now)
-            lsn = self.driver.append(run, rec, wire)
+            done = CompletionDone(run.run_id, seq, Payload(encoded), None, now)
         else:
             failure = error if isinstance(error, Failure) else Failure(str(error), kind="Failed")
-            lsn = self.driver.append(
-                run, [R.CompletionDone, run.run_id, seq, None, failure.to_json(), now]
-            )
+            done = CompletionDone(run.run_id, seq, NULL, failure.to_json(), now)
+        lsn = self.driver.append(run, done)
         await self.driver.wait_durable(lsn)
         return run, seq
 

@@ -112,7 +112,8 @@ class Closed:
 
     row: Row
     creation: dict[str, Any] | None
-    records: list[tuple[int, list[Any]]]
+    records: list[tuple[int, Sequence[Any]]]
+    """`(lsn, record)`, each record as its JSON array (`model.codec.array`)."""
     again: bool = False
     """Queued again on open: it may have been stored, then pruned, before the crash."""
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fusee_runtime.errors import Rejected
-from fusee_runtime.journal.records import R
+from fusee_runtime.model.records import LimitSet, Record
 from fusee_runtime.scope import check_name
 
 DEFAULT_PERMITS = 1
@@ -143,7 +143,7 @@ class Limits:
     def __init__(
         self,
         now: Callable[[], float],
-        append: Callable[[builtins.list[Any]], int],
+        append: Callable[[Record], int],
         durable: Callable[[int], Awaitable[None]],
         changed: Callable[[], None],
     ) -> None:
@@ -177,7 +177,7 @@ class Limits:
             raise Rejected(
                 f"limit {name!r}: permits is a whole number from 0 to {PERMITS_MAX}, not {shown!r}"
             )
-        lsn = self._append([R.LimitSet, name, permits, self._now()])
+        lsn = self._append(LimitSet(name, permits, self._now()))
         self._apply(lsn, name, permits)
         for pool in builtins.list(self._pools.values()):
             if pool.name == name:
@@ -185,9 +185,9 @@ class Limits:
         self._changed()
         await self._durable(lsn)
 
-    def replay(self, lsn: int, rec: builtins.list[Any]) -> None:
+    def replay(self, lsn: int, rec: LimitSet) -> None:
         """A `LimitSet` read from the journal on open."""
-        self._apply(lsn, rec[1], rec[2])
+        self._apply(lsn, rec.name, rec.permits)
 
     def restore(self, snapshot: dict[str, builtins.list[int]]) -> None:
         """The sizes a checkpoint holds (`snapshot`)."""

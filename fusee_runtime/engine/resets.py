@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from fusee_runtime.engine.state import Run, top
 from fusee_runtime.errors import NotFound, Rejected
-from fusee_runtime.journal.records import R
+from fusee_runtime.model.records import RunReset
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.driver import Driver
@@ -129,7 +129,8 @@ def reset(driver: Driver, run: Run, to: int | str, newest: Run) -> Run:
         origin["parent"] = dict(run.parent)
     was_open = run.is_open
     if was_open:
-        driver.close_run(run, R.RunReset, f"reset to operation #{before}")
+        reset = RunReset(run.run_id, f"reset to operation #{before}", driver.clock.now())
+        driver.close_run(run, reset)
     new = driver.new_run(run.workflow_id, run.workflow, encoded, run.deadline, origin)
     if was_open:
         driver.family.reset(run, new)

@@ -34,7 +34,7 @@ import itertools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Literal
 
 from fusee_runtime import search
 from fusee_runtime.attributes import attributes_of
@@ -52,9 +52,17 @@ from fusee_runtime.engine.state import Op, Run, RunInfo, Status, top
 from fusee_runtime.engine.waits import utc
 from fusee_runtime.errors import JournalCorrupt, NotFound, Rejected
 from fusee_runtime.journal import checkpoint as ckpt
-from fusee_runtime.journal import records
 from fusee_runtime.journal.reader import JournalRead
-from fusee_runtime.journal.records import CLOSES, SCHEDULES, R
+from fusee_runtime.model import codec
+from fusee_runtime.model.records import (
+    CLOSES,
+    SCHEDULES,
+    LimitSet,
+    Record,
+    RunContinuedAsNew,
+    RunStarted,
+    SignalReceived,
+)
 from fusee_runtime.search import Condition
 
 log = logging.getLogger("fusee")
@@ -90,10 +98,10 @@ class RunTable:
             self._restore(read.base, schedules, limits)
         for lsn, payload in read.scan.records:
             try:
-                rec = records.decode(payload)
-                if rec[0] in SCHEDULES:
+                rec = codec.decode(payload)
+                if type(rec) in SCHEDULES:
                     schedules.replay(lsn, rec)
-                elif rec[0] == R.LimitSet:
+                elif isinstance(rec, LimitSet):
                     limits.replay(lsn, rec)
                 else:
                     self.fold(lsn, rec, durable=True)
@@ -110,7 +118,8 @@ class RunTable:
         try:
             schedules.restore(body["schedules"])
             limits.restore(body.get("limits", {}))  # a checkpoint from before limits: none
-            for creation, recs in body["runs"]:
+            for creation, arrays in body["runs"]:
+                recs = [(lsn, codec.from_array(array)) for lsn, array in arrays]
                 first = 0
                 if creation is None or creation["kind"] == "reset":
                     run = created(creation, recs[0])
@@ -119,7 +128,7 @@ class RunTable:
                 if run.run_id not in self.by_run_id:
                     self.by_run_id[run.run_id] = run
                     self.newest[run.workflow_id] = run
-                    if recs and recs[0][1][0] == R.RunStarted:
+                    if recs and isinstance(recs[0][1], RunStarted):
                         run.apply(*recs[0])
                         first = 1
                 for lsn, rec in recs[first:]:
@@ -131,15 +140,14 @@ class RunTable:
 
     # -- folding records -----------------------------------------------------------------
 
-    def fold(self, lsn: int, rec: list[Any], durable: bool) -> tuple[Run, Op | None]:
+    def fold(self, lsn: int, rec: Record, durable: bool) -> tuple[Run, Op | None]:
         """Folds one record into memory; returns its run and the op it resolved.
 
         `durable`: the record is known durable (read on open), so a close it
         records is final at once; a close appended live turns final when its
         record is durable.
         """
-        kind = rec[0]
-        if kind == R.RunStarted:
+        if isinstance(rec, RunStarted):
             run = created(None, (lsn, rec))
             origin = run.origin
             if origin and "reset" in origin:
@@ -152,13 +160,21 @@ class RunTable:
             self.newest[run.workflow_id] = run
             run.apply(lsn, rec)
             return run, None
-        run = self.by_run_id[rec[1]]
+        run = self.by_run_id[rec.run_id]  # type: ignore[attr-defined]
         op = run.apply(lsn, rec)
-        if kind in CLOSES:
+        if type(rec) in CLOSES:
             if durable:
                 run.status = run.closing or run.status
-            if kind == R.RunContinuedAsNew:
-                new = Run(rec[2], run.workflow_id, run.workflow, rec[3], rec[4], lsn, run.deadline)
+            if isinstance(rec, RunContinuedAsNew):
+                new = Run(
+                    rec.new_run_id,
+                    run.workflow_id,
+                    run.workflow,
+                    rec.input.value,
+                    rec.closed_at,
+                    lsn,
+                    run.deadline,
+                )
                 # A child that continues as new is still its parent's child.
                 new.origin = {"parent": run.parent} if run.parent else None
                 if run.origin and "traceparent" in run.origin:  # and the same trace
@@ -194,8 +210,8 @@ class RunTable:
         # Those its kept waits took stay taken; the others come again, in their order.
         known = {s[0]: tuple(s) for s in old.carried_signals}
         for _, r in old.records:
-            if r[0] == R.SignalReceived:
-                known.setdefault(r[2], (r[2], r[3], r[4]))
+            if isinstance(r, SignalReceived):
+                known.setdefault(r.signal_id, (r.signal_id, r.name, r.value.value))
         for op in old.ops.values():
             if op.kind == "wait" and op.signal_id is not None:
                 known.setdefault(op.signal_id, (op.signal_id, op.name, op.value))
@@ -328,7 +344,7 @@ class RunTable:
         stored = self.store.full(run_id) if self.store is not None else None
         return int(stored[1][0][0]) if stored and stored[1] else None
 
-    def records_of(self, id: str) -> list[tuple[int, list[Any]]]:
+    def records_of(self, id: str) -> list[tuple[int, Record]]:
         """Every record of every run of `id`, memory's and the store's, by lsn.
 
         Raises:
@@ -341,7 +357,7 @@ class RunTable:
             for run_id, stored in self.store.records_of(id):
                 if run_id not in known:
                     known.add(run_id)
-                    recs.extend((lsn, rec) for lsn, rec in stored)
+                    recs.extend((lsn, codec.from_array(array)) for lsn, array in stored)
         if not known:
             raise NotFound(f"no run with id {id!r}")
         recs.sort(key=lambda r: r[0])

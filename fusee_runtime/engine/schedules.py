@@ -31,8 +31,8 @@ import orjson
 from fusee_runtime.dsl import WorkflowDef
 from fusee_runtime.engine.waits import utc
 from fusee_runtime.errors import Rejected
-from fusee_runtime.journal.records import R
 from fusee_runtime.journal.shards import beside
+from fusee_runtime.model.records import Record, ScheduleArmed, ScheduleFired, SchedulePaused
 from fusee_runtime.model.run import RunInfo
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ class Schedules:
         # What a checkpoint holds: the state as of the last checkpoint, and the
         # records since (with their lsns), of which a checkpoint takes the durable ones.
         self._base: dict[str, ScheduleState] = {}
-        self._since: builtins.list[tuple[int, builtins.list[Any]]] = []
+        self._since: builtins.list[tuple[int, Record]] = []
         self._task: asyncio.Task[None] | None = None
         self._changed: asyncio.Event | None = None
         self.ticks = 0
@@ -108,7 +108,7 @@ class Schedules:
 
     # -- state ---------------------------------------------------------------------
 
-    def replay(self, lsn: int, rec: builtins.list[Any]) -> None:
+    def replay(self, lsn: int, rec: Record) -> None:
         """Folds one schedule record into memory (on open, and as they are appended)."""
         _fold(self._state, rec)
         if self._host.config.checkpoint_bytes is not None:
@@ -131,7 +131,7 @@ class Schedules:
         self._since = [(at, rec) for at, rec in self._since if at > lsn]
         return {name: dataclasses.asdict(st) for name, st in self._base.items()}
 
-    def _record(self, rec: builtins.list[Any]) -> int:
+    def _record(self, rec: Record) -> int:
         lsn = self._host.append_record(rec)
         self.replay(lsn, rec)
         return lsn
@@ -188,7 +188,7 @@ class Schedules:
             raise Rejected(f"workflow {wf.name!r} has no cron schedule")
         now = host.clock.now()
         if action in ("pause", "unpause"):
-            lsn = self._record([R.SchedulePaused, wf.name, action == "pause", now])
+            lsn = self._record(SchedulePaused(wf.name, action == "pause", now))
             log.info("fusee: schedule %s: %sd", wf.name, action)
             self.poke()
             await host.wait_durable(lsn)
@@ -262,14 +262,14 @@ class Schedules:
                 # First sight, or another expression than it was armed with: it fires
                 # from now on (the old expression's last firing says nothing of the
                 # new one's instants), and that is recorded.
-                self._record([R.ScheduleArmed, wf.name, *armed, now])
+                self._record(ScheduleArmed(wf.name, *armed, now))
                 continue
             if st.paused:
                 continue
             if st.buffered is not None and not self._open_runs(wf.name):
                 workflow_id = self._id(wf.name, st.buffered)
                 self._start(wf, st.buffered, workflow_id)
-                self._record([R.ScheduleFired, wf.name, st.buffered, "started", workflow_id, now])
+                self._record(ScheduleFired(wf.name, st.buffered, "started", workflow_id, now))
                 log.info("fusee: schedule %s: started %s (buffered)", wf.name, workflow_id)
             since = st.since
             assert since is not None
@@ -288,7 +288,7 @@ class Schedules:
             for i, t in enumerate(firing):
                 self._fire(wf, st, t, now, catching_up=clear and i > 0)
             if due[-1] not in firing:
-                self._record([R.ScheduleFired, wf.name, due[-1], "skipped", None, now])
+                self._record(ScheduleFired(wf.name, due[-1], "skipped", None, now))
         self.ticks += 1
         self._host.progressed()
 
@@ -316,7 +316,7 @@ class Schedules:
             outcome = "buffered"
         else:
             outcome = "skipped"
-        self._record([R.ScheduleFired, wf.name, at, outcome, workflow_id, now])
+        self._record(ScheduleFired(wf.name, at, outcome, workflow_id, now))
         log.info("fusee: schedule %s: %s %s", wf.name, outcome, workflow_id)
 
     def _id(self, workflow: str, at: float, exact: bool = False) -> str:
@@ -340,23 +340,23 @@ def _iso(at: float | None) -> str | None:
     return None if at is None else utc(at).isoformat().replace("+00:00", "Z")
 
 
-def _fold(state: dict[str, ScheduleState], rec: list[Any]) -> None:
+def _fold(state: dict[str, ScheduleState], rec: Record) -> None:
     """Folds one schedule record into `state`."""
-    kind, name = rec[0], rec[1]
-    st = state.setdefault(name, ScheduleState())
-    if kind == R.ScheduleArmed:
-        _, _, cron, timezone, armed_at = rec
-        st.cron = (cron, timezone)
-        st.floor = armed_at if st.floor is None else max(st.floor, armed_at)
-    elif kind == R.ScheduleFired:
-        _, _, instant, outcome, _, _ = rec
+    if isinstance(rec, ScheduleArmed):
+        st = state.setdefault(rec.workflow, ScheduleState())
+        st.cron = (rec.cron, rec.timezone)
+        st.floor = rec.armed_at if st.floor is None else max(st.floor, rec.armed_at)
+    elif isinstance(rec, ScheduleFired):
+        st = state.setdefault(rec.workflow, ScheduleState())
+        instant = rec.instant
         st.last = instant if st.last is None else max(st.last, instant)
-        if outcome == "buffered":
+        if rec.outcome == "buffered":
             st.buffered = instant
         elif st.buffered == instant:
             st.buffered = None  # started (or dropped) at last
-    elif kind == R.SchedulePaused:
-        st.paused = rec[2]
+    elif isinstance(rec, SchedulePaused):
+        st = state.setdefault(rec.workflow, ScheduleState())
+        st.paused = rec.paused
         if not st.paused:
             # What came due while paused is not caught up.
-            st.floor = rec[3] if st.floor is None else max(st.floor, rec[3])
+            st.floor = rec.at if st.floor is None else max(st.floor, rec.at)

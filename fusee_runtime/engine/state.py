@@ -15,7 +15,18 @@ from typing import TYPE_CHECKING, Any
 from fusee_runtime.engine.fold import OP_RECORDS, RUN_RECORDS
 from fusee_runtime.engine.waits import utc, waiting
 from fusee_runtime.errors import Failure
-from fusee_runtime.journal.records import CLOSES, R
+from fusee_runtime.model.op_records import StepHeartbeat
+from fusee_runtime.model.records import (
+    Record,
+    RunCancelled,
+    RunCompleted,
+    RunContinuedAsNew,
+    RunFailed,
+    RunReset,
+    RunStarted,
+    RunTerminated,
+    RunTimedOut,
+)
 from fusee_runtime.model.run import RunInfo, Status
 
 if TYPE_CHECKING:
@@ -124,9 +135,9 @@ class Run:
     cancel_delivered: bool = False
     # Why the run's code stopped, as recorded (`RunStuck`), until it went on (`RunUnstuck`).
     stuck: str | None = None
-    records: list[tuple[int, list[Any]]] = field(default_factory=list)
+    records: list[tuple[int, Record]] = field(default_factory=list)
     # The latest `StepHeartbeat` of each step, by seq: the only one `records` keeps.
-    beat_records: dict[str, list[Any]] = field(default_factory=dict)
+    beat_records: dict[str, StepHeartbeat] = field(default_factory=dict)
     last_lsn: int = 0
     # How it closed, as recorded; `status` turns closed once that is durable.
     closing: Status | None = None
@@ -174,22 +185,23 @@ class Run:
     # history store keep it, so the run is rebuilt without the run it came from.
     creation: dict[str, Any] | None = None
 
-    def apply(self, lsn: int, rec: list[Any]) -> Op | None:
+    def apply(self, lsn: int, rec: Record) -> Op | None:
         """Folds one record of this run into its state; returns the op it resolved, if any."""
-        kind = rec[0]
-        if kind == R.StepHeartbeat:
+        cls = type(rec)
+        if isinstance(rec, StepHeartbeat):
             self._replace_beat(rec)
         self.records.append((lsn, rec))
         self.last_lsn = lsn
-        if kind in OP_RECORDS:
-            return self._resolved(lsn, OP_RECORDS[kind](self, rec))
-        fold = RUN_RECORDS.get(kind)
+        fold = OP_RECORDS.get(cls)
+        if fold is not None:
+            return self._resolved(lsn, fold(self, rec, lsn))
+        fold = RUN_RECORDS.get(cls)
         if fold is not None:
             return fold(self, rec, lsn)
-        if kind == R.RunStarted and self.ops:
+        if cls is RunStarted and self.ops:
             self._inherit_streams()
-        elif kind in CLOSES:
-            self._close(lsn, kind, rec)
+        elif cls in CLOSED_AS:
+            self._close(lsn, rec)
         return None
 
     def _resolved(self, lsn: int, op: Op | None) -> Op | None:
@@ -201,11 +213,11 @@ class Run:
                 self.stream(name).closed_lsn = lsn
         return op
 
-    def _replace_beat(self, rec: list[Any]) -> None:
+    def _replace_beat(self, rec: StepHeartbeat) -> None:
         """Drops the step's previous heartbeat record: the run keeps only the latest of
         each step, so a step beating for hours does not grow its checkpoints."""
-        old = self.beat_records.get(rec[2])
-        self.beat_records[rec[2]] = rec
+        old = self.beat_records.get(rec.seq)
+        self.beat_records[rec.seq] = rec
         if old is None:
             return
         records = self.records
@@ -254,20 +266,19 @@ class Run:
             else:
                 self.stream(op.name).closed_lsn = lsn
 
-    def _close(self, lsn: int, kind: R, rec: list[Any]) -> None:
-        self.closing = CLOSED_AS[kind]
+    def _close(self, lsn: int, rec: Record) -> None:
+        self.closing = CLOSED_AS[type(rec)]
         self.close_lsn = lsn
-        self.closed_at = rec[-1]
-        if kind == R.RunCompleted:
-            self.result = rec[2]
-        elif kind == R.RunFailed:
-            self.failure = Failure.from_json(rec[2])
+        if isinstance(rec, RunCompleted):
+            self.result, self.closed_at = rec.result.value, rec.closed_at
+        elif isinstance(rec, RunFailed):
+            self.failure, self.closed_at = Failure.from_json(rec.failure), rec.closed_at
             self.error = str(self.failure)
-        elif kind == R.RunContinuedAsNew:
-            self.successor = rec[2]
-        else:
-            self.reason = rec[2]
-            self.error = f"{self.closing}: {rec[2]}"
+        elif isinstance(rec, RunContinuedAsNew):
+            self.successor, self.closed_at = rec.new_run_id, rec.closed_at
+        elif isinstance(rec, RunTerminated | RunCancelled | RunTimedOut | RunReset):
+            self.reason, self.closed_at = rec.reason, rec.closed_at
+            self.error = f"{self.closing}: {rec.reason}"
         self.pending.clear()
         for waiter in self.update_waiters.values():  # their handlers stop here: 0, not applied
             if not waiter.done():
@@ -304,12 +315,13 @@ class Run:
         )
 
 
-CLOSED_AS = {
-    R.RunCompleted: Status.COMPLETED,
-    R.RunFailed: Status.FAILED,
-    R.RunTerminated: Status.TERMINATED,
-    R.RunCancelled: Status.CANCELLED,
-    R.RunTimedOut: Status.TIMED_OUT,
-    R.RunReset: Status.RESET,
-    R.RunContinuedAsNew: Status.CONTINUED_AS_NEW,
+CLOSED_AS: dict[type[Record], Status] = {
+    RunCompleted: Status.COMPLETED,
+    RunFailed: Status.FAILED,
+    RunTerminated: Status.TERMINATED,
+    RunCancelled: Status.CANCELLED,
+    RunTimedOut: Status.TIMED_OUT,
+    RunReset: Status.RESET,
+    RunContinuedAsNew: Status.CONTINUED_AS_NEW,
 }
+"""The records that close a run, and the status each closes it with."""

@@ -7,7 +7,8 @@ from typing import Any
 
 from fusee_runtime.inspect.reading import Changed, HomeUnreadable, ReadOnly
 from fusee_runtime.journal import checkpoint as ckpt
-from fusee_runtime.journal.records import CLOSES, R
+from fusee_runtime.model import codec
+from fusee_runtime.model.records import CLOSES, OfRun, RunStarted
 
 
 def inspect_checkpoints(directory: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
@@ -74,14 +75,19 @@ def _checkpoint_runs(body: dict[str, Any]) -> tuple[int, dict[str, bool]]:
     """
     lsns: set[int] = set()
     runs: dict[str, bool] = {}
-    for creation, recs in body["runs"]:
+    for creation, arrays in body["runs"]:
+        recs = [(lsn, codec.from_array(array)) for lsn, array in arrays]
+        first = recs[0][1] if recs else None
         if creation is not None and creation["kind"] == "continued":
             run_id = creation["run_id"]
-        elif recs[0][1][0] == R.RunStarted:
-            run_id = recs[0][1][1]
+        elif isinstance(first, RunStarted):
+            run_id = first.run_id
         else:
             raise ValueError(f"a run begins at lsn {recs[0][0]} with no RunStarted")
-        runs[run_id] = any(rec[0] in CLOSES and rec[1] == run_id for _, rec in recs)
+        runs[run_id] = any(
+            isinstance(rec, OfRun) and type(rec) in CLOSES and rec.run_id == run_id
+            for _, rec in recs
+        )
         lsns.update(int(lsn) for lsn, _ in recs)
     if not isinstance(body["schedules"], dict):
         raise TypeError("its schedules are not an object")

@@ -15,9 +15,9 @@ from typing import Any
 from fusee_runtime.errors import JournalCorrupt
 from fusee_runtime.inspect.reading import Changed, HomeUnreadable, ReadOnly
 from fusee_runtime.journal import format as fmt
-from fusee_runtime.journal import records
 from fusee_runtime.journal.reader import Scan, ends_before, first_lsns, recover, starts_past
-from fusee_runtime.journal.records import CLOSES, NOT_OF_A_RUN, R
+from fusee_runtime.model import codec
+from fusee_runtime.model.records import CLOSES, OfRun, R, RunContinuedAsNew, RunStarted
 
 
 def inspect_journal(
@@ -182,11 +182,11 @@ def _tally(
             i += 1
         seg = kept[i]
         try:
-            rec = records.decode(payload)
-            kind = R(rec[0])
+            rec = codec.decode(payload)
+            kind = rec.code
             unknown = None
-            if runs is not None and lsn > after and kind not in NOT_OF_A_RUN:
-                unknown = _replayed(runs, kind, rec)
+            if runs is not None and lsn > after and isinstance(rec, OfRun):
+                unknown = _replayed(runs, rec)
         except (ValueError, IndexError, TypeError) as e:
             reason = f"record {lsn} is not one this version of fusee reads: {e}"
             return {"damage": _journal_damage(seg, reason)}
@@ -210,17 +210,17 @@ def _tally(
     }
 
 
-def _replayed(runs: dict[str, bool], kind: Any, rec: list[Any]) -> str | None:
+def _replayed(runs: dict[str, bool], rec: OfRun) -> str | None:
     """Folds a run's record into `runs` (run id: closed), as opening does; returns the
     run it names when that run is not there (opening refuses such a record)."""
-    if kind == R.RunStarted:
-        runs[rec[1]] = False
-    elif rec[1] not in runs:
-        return str(rec[1])
-    elif kind in CLOSES:
-        runs[rec[1]] = True
-        if kind == R.RunContinuedAsNew:
-            runs[rec[2]] = False  # the new run starts with this same record
+    if isinstance(rec, RunStarted):
+        runs[rec.run_id] = False
+    elif rec.run_id not in runs:
+        return str(rec.run_id)
+    elif type(rec) in CLOSES:
+        runs[rec.run_id] = True
+        if isinstance(rec, RunContinuedAsNew):
+            runs[rec.new_run_id] = False  # the new run starts with this same record
     return None
 
 

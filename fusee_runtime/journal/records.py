@@ -16,8 +16,10 @@ from typing import Any
 
 import orjson
 
+from fusee_runtime.model import codec
 from fusee_runtime.model.codec import RECORDS
-from fusee_runtime.model.records import R
+from fusee_runtime.model.payload import Payload
+from fusee_runtime.model.records import R, Record
 
 FIELDS: dict[R, tuple[str, ...]] = {
     R(code): tuple(f.name for f in fields(cls)) for code, cls in RECORDS.items()
@@ -39,8 +41,6 @@ CLOSES = {
     R.RunContinuedAsNew,
 }
 """Record types that close a run."""
-
-_TYPES = {int(r): r for r in R}
 
 PAYLOAD_DEPTH_MAX = 200
 """Deepest nesting of arrays and objects in a value the engine records. orjson writes
@@ -76,24 +76,23 @@ def encode(kind: R, *fields: Any) -> bytes:
 
 
 def decode(payload: bytes) -> list[Any]:
-    """The fields of a record, its type code first.
+    """A record's JSON array, its type code first, for tools and tests that look at the
+    journal's bytes (the engine reads typed records: `model.codec.decode`).
 
     Raises:
         ValueError: the payload is not a record this version knows.
     """
-    rec = orjson.loads(payload)
-    if not isinstance(rec, list) or not rec or rec[0] not in _TYPES:
-        raise ValueError("not a fusee record")
-    if len(rec) != 1 + len(FIELDS[_TYPES[rec[0]]]):
-        raise ValueError(f"record {R(rec[0]).name} has {len(rec) - 1} fields")
-    return rec
+    codec.decode(payload)
+    array: list[Any] = orjson.loads(payload)
+    return array
 
 
-def as_dict(lsn: int, rec: list[Any]) -> dict[str, Any]:
+def as_dict(lsn: int, rec: Record) -> dict[str, Any]:
     """A record as a readable mapping, for `history()` and `fusee history`."""
-    kind = R(rec[0])
-    out: dict[str, Any] = {"lsn": lsn, "type": kind.name}
-    out.update(zip(FIELDS[kind], rec[1:], strict=True))
+    out: dict[str, Any] = {"lsn": lsn, "type": type(rec).__name__}
+    for name in FIELDS[rec.code]:
+        value = getattr(rec, name)
+        out[name] = value.value if isinstance(value, Payload) else value
     return out
 
 

@@ -1,12 +1,16 @@
 """Records to the bytes the journal holds, and back: a JSON array of the record's type
 code and its fields in the order its class declares them, each `Payload` embedded
-as the JSON it already is. The bytes are those the engine has always written."""
+as the JSON it already is. The bytes are those the engine has always written.
+
+`array` gives that array (a tuple, with each payload an `orjson.Fragment`) for a
+record embedded in a larger document (a checkpoint, a history-store row, a history
+document); `from_array` reads one back from there.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import fields
-from operator import attrgetter
 from typing import Any
 
 import orjson
@@ -15,27 +19,72 @@ from fusee_runtime.model import op_records  # noqa: F401  (defines record classe
 from fusee_runtime.model.payload import Payload
 from fusee_runtime.model.records import Record
 
-RECORDS: dict[int, type[Record]] = {cls.code: cls for cls in Record.__subclasses__()}
+
+def _classes(base: type[Record]) -> list[type[Record]]:
+    """The record classes under `base` (those with a type code of their own)."""
+    below = base.__subclasses__()
+    return [c for c in below if "code" in vars(c)] + [
+        k for c in below if "code" not in vars(c) for k in _classes(c)
+    ]
+
+
+RECORDS: dict[int, type[Record]] = {cls.code: cls for cls in _classes(Record)}
 """Every record class, by its type code."""
 
-_FIELDS: dict[type[Record], Callable[[Record], tuple[Any, ...]]] = {
-    cls: attrgetter(*(f.name for f in fields(cls))) for cls in RECORDS.values()
-}
 _PAYLOADS: dict[type[Record], tuple[int, ...]] = {
     cls: tuple(i for i, f in enumerate(fields(cls)) if f.type == "Payload")
     for cls in RECORDS.values()
 }
+_WIDTH: dict[type[Record], int] = {cls: len(fields(cls)) for cls in RECORDS.values()}
 
 
-def _wire(value: Any) -> Any:
-    if isinstance(value, Payload):
-        return orjson.Fragment(value.json)
-    raise TypeError(f"a record holds no {type(value).__name__}")
+def _arrayer(cls: type[Record]) -> Callable[[Any], tuple[Any, ...]]:
+    """The function that gives a record of `cls` as its array: written out per class,
+    as `dataclasses` writes `__init__`, since it runs for every record appended."""
+    payloads = _PAYLOADS[cls]
+    items = [
+        f"Fragment(r.{f.name}.json)" if i in payloads else f"r.{f.name}"
+        for i, f in enumerate(fields(cls))
+    ]
+    source = f"def array(r):\n    return ({int(cls.code)}, {', '.join(items)})\n"
+    namespace: dict[str, Any] = {}
+    exec(source, {"Fragment": orjson.Fragment}, namespace)
+    fn: Callable[[Any], tuple[Any, ...]] = namespace["array"]
+    return fn
+
+
+_ARRAYS: dict[type[Record], Callable[[Any], tuple[Any, ...]]] = {
+    cls: _arrayer(cls) for cls in RECORDS.values()
+}
+
+
+def array(record: Record) -> tuple[Any, ...]:
+    """`record` as the JSON array it is in the journal (payloads as fragments)."""
+    return _ARRAYS[type(record)](record)
 
 
 def encode(record: Record) -> bytes:
     """The bytes of `record` in the journal."""
-    return orjson.dumps((int(record.code), *_FIELDS[type(record)](record)), default=_wire)
+    return orjson.dumps(_ARRAYS[type(record)](record))
+
+
+def from_array(array: Sequence[Any]) -> Record:
+    """The record a decoded JSON array holds (from the journal, a checkpoint or a
+    history-store row).
+
+    Raises:
+        ValueError: not a record this version knows (an unknown type code, or another
+            number of fields).
+    """
+    cls = RECORDS.get(array[0]) if isinstance(array, list | tuple) and array else None
+    if cls is None:
+        raise ValueError("not a fusee record")
+    values = list(array[1:])
+    if len(values) != _WIDTH[cls]:
+        raise ValueError(f"record {cls.__name__} has {len(values)} fields")
+    for i in _PAYLOADS[cls]:
+        values[i] = Payload.of(values[i])
+    return cls(*values)
 
 
 def decode(data: bytes) -> Record:
@@ -45,13 +94,4 @@ def decode(data: bytes) -> Record:
         ValueError: not a record this version knows (not JSON, an unknown type code,
             or another number of fields).
     """
-    array = orjson.loads(data)
-    cls = RECORDS.get(array[0]) if isinstance(array, list) and array else None
-    if cls is None:
-        raise ValueError("not a fusee record")
-    values = array[1:]
-    if len(values) != len(fields(cls)):
-        raise ValueError(f"record {cls.__name__} has {len(values)} fields")
-    for i in _PAYLOADS[cls]:
-        values[i] = Payload.read(values[i])
-    return cls(*values)
+    return from_array(orjson.loads(data))

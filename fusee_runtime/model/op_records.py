@@ -5,43 +5,43 @@ The record types of the run as a whole are in `model/records.py`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from fusee_runtime.model.payload import Payload
-from fusee_runtime.model.records import FailureJson, Instant, R, Record, Seq
+from fusee_runtime.model.records import FailureJson, Instant, OfRun, R, Seq, record
 
 
-@dataclass(frozen=True, slots=True)
-class StepCompleted(Record):
+@record
+class OfOp(OfRun):
+    """A record of one operation of a run: its `seq` follows the `run_id`."""
+
+    seq: Seq
+
+
+@record
+class StepCompleted(OfOp):
     code: ClassVar[R] = R.StepCompleted
 
-    run_id: str
-    seq: Seq
     name: str
     value: Payload
     started_at: Instant
     ended_at: Instant
 
 
-@dataclass(frozen=True, slots=True)
-class StepFailed(Record):
+@record
+class StepFailed(OfOp):
     code: ClassVar[R] = R.StepFailed
 
-    run_id: str
-    seq: Seq
     name: str
     failure: FailureJson
     started_at: Instant
     ended_at: Instant
 
 
-@dataclass(frozen=True, slots=True)
-class AttemptFailed(Record):
+@record
+class AttemptFailed(OfOp):
     code: ClassVar[R] = R.AttemptFailed
 
-    run_id: str
-    seq: Seq
     name: str
     attempt: int
     failure: FailureJson
@@ -51,62 +51,50 @@ class AttemptFailed(Record):
     started_at: Instant
 
 
-@dataclass(frozen=True, slots=True)
-class ValueRecorded(Record):
+@record
+class ValueRecorded(OfOp):
     code: ClassVar[R] = R.ValueRecorded
 
-    run_id: str
-    seq: Seq
     name: str
     value: Payload
 
 
-@dataclass(frozen=True, slots=True)
-class TimerStarted(Record):
+@record
+class TimerStarted(OfOp):
     code: ClassVar[R] = R.TimerStarted
 
-    run_id: str
-    seq: Seq
     name: str
     fire_at: Instant | None
 
 
-@dataclass(frozen=True, slots=True)
-class TimerFired(Record):
+@record
+class TimerFired(OfOp):
     code: ClassVar[R] = R.TimerFired
 
-    run_id: str
-    seq: Seq
     fired_at: Instant
 
 
-@dataclass(frozen=True, slots=True)
-class WaitStarted(Record):
+@record
+class WaitStarted(OfOp):
     code: ClassVar[R] = R.WaitStarted
 
-    run_id: str
-    seq: Seq
     name: str
     deadline: Instant | None
 
 
-@dataclass(frozen=True, slots=True)
-class WaitCompleted(Record):
+@record
+class WaitCompleted(OfOp):
     code: ClassVar[R] = R.WaitCompleted
 
-    run_id: str
-    seq: Seq
     signal_id: int | None
     value: Payload
     at: Instant
 
 
-@dataclass(frozen=True, slots=True)
-class StepPaused(Record):
+@record
+class StepPaused(OfOp):
     code: ClassVar[R] = R.StepPaused
 
-    run_id: str
-    seq: Seq
     name: str
     attempt: int
     failure: FailureJson
@@ -114,89 +102,73 @@ class StepPaused(Record):
     paused_at: Instant
 
 
-@dataclass(frozen=True, slots=True)
-class StepResumed(Record):
+@record
+class StepResumed(OfOp):
     code: ClassVar[R] = R.StepResumed
 
-    run_id: str
-    seq: Seq
     resumed_at: Instant
 
 
-@dataclass(frozen=True, slots=True)
-class OpCancelled(Record):
+@record
+class OpCancelled(OfOp):
     code: ClassVar[R] = R.OpCancelled
 
-    run_id: str
-    seq: Seq
     kind: str
     name: str
 
 
-@dataclass(frozen=True, slots=True)
-class RaceWon(Record):
+@record
+class RaceWon(OfOp):
     code: ClassVar[R] = R.RaceWon
 
-    run_id: str
-    seq: Seq
     index: int
 
 
-@dataclass(frozen=True, slots=True)
-class StreamAppended(Record):
+@record
+class StreamAppended(OfOp):
     code: ClassVar[R] = R.StreamAppended
 
-    run_id: str
-    seq: Seq
     name: str
     item: Payload
 
 
-@dataclass(frozen=True, slots=True)
-class StreamClosed(Record):
+@record
+class StreamClosed(OfOp):
     code: ClassVar[R] = R.StreamClosed
 
-    run_id: str
-    seq: Seq
     name: str
 
 
-@dataclass(frozen=True, slots=True)
-class CompletionIssued(Record):
+@record
+class CompletionIssued(OfOp):
     """`ctx.await_completion`: a token issued for an attempt (durable before `send` sees
     it), `send` returned, and the value or failure from outside."""
 
     code: ClassVar[R] = R.CompletionIssued
 
-    run_id: str
-    seq: Seq
     name: str
     attempt: int
     issued_at: Instant
 
 
-@dataclass(frozen=True, slots=True)
-class CompletionSent(Record):
+@record
+class CompletionSent(OfOp):
     code: ClassVar[R] = R.CompletionSent
 
-    run_id: str
-    seq: Seq
     sent_at: Instant
 
 
-@dataclass(frozen=True, slots=True)
-class CompletionDone(Record):
+@record
+class CompletionDone(OfOp):
     code: ClassVar[R] = R.CompletionDone
 
-    run_id: str
-    seq: Seq
     value: Payload
     failure: FailureJson | None
     done_at: Instant
 
 
-@dataclass(frozen=True, slots=True)
-class ChildStarted(Record):
+@record
+class ChildStarted(OfOp):
     """Composition (`ctx.child`, `ctx.start_child`, `ctx.signal_workflow`,
     `ctx.cancel_workflow`), in the parent's (sender's) journal. A child's start
     comes first, then the child's own `RunStarted` (origin {"parent": ...}); its
@@ -206,8 +178,6 @@ class ChildStarted(Record):
 
     code: ClassVar[R] = R.ChildStarted
 
-    run_id: str
-    seq: Seq
     workflow_id: str
     child_run_id: str | None
     workflow: str
@@ -218,12 +188,10 @@ class ChildStarted(Record):
     started_at: Instant
 
 
-@dataclass(frozen=True, slots=True)
-class ChildClosed(Record):
+@record
+class ChildClosed(OfOp):
     code: ClassVar[R] = R.ChildClosed
 
-    run_id: str
-    seq: Seq
     child_run_id: str
     status: str
     result: Payload
@@ -231,14 +199,12 @@ class ChildClosed(Record):
     closed_at: Instant
 
 
-@dataclass(frozen=True, slots=True)
-class SignalSent(Record):
+@record
+class SignalSent(OfOp):
     """A signal sent comes first, then the target's `SignalReceived` with `signal_id`."""
 
     code: ClassVar[R] = R.SignalSent
 
-    run_id: str
-    seq: Seq
     workflow_id: str
     target_run_id: str | None
     signal_id: int | None
@@ -248,12 +214,10 @@ class SignalSent(Record):
     sent_at: Instant
 
 
-@dataclass(frozen=True, slots=True)
-class CancelSent(Record):
+@record
+class CancelSent(OfOp):
     code: ClassVar[R] = R.CancelSent
 
-    run_id: str
-    seq: Seq
     workflow_id: str
     target_run_id: str | None
     reason: str
@@ -261,32 +225,28 @@ class CancelSent(Record):
     sent_at: Instant
 
 
-@dataclass(frozen=True, slots=True)
-class PatchMarked(Record):
+@record
+class PatchMarked(OfOp):
     """`ctx.patched(patch_id)` (and `deprecate_patch`) reached live: from here on this run
     takes the patched branch, on every replay too."""
 
     code: ClassVar[R] = R.PatchMarked
 
-    run_id: str
-    seq: Seq
     patch_id: str
 
 
-@dataclass(frozen=True, slots=True)
-class AttributesSet(Record):
+@record
+class AttributesSet(OfOp):
     """`ctx.set_attributes`: merged into the run's search attributes (null removes a key)."""
 
     code: ClassVar[R] = R.AttributesSet
 
-    run_id: str
-    seq: Seq
     attributes: dict[str, Any]
     set_at: Instant
 
 
-@dataclass(frozen=True, slots=True)
-class StepHeartbeat(Record):
+@record
+class StepHeartbeat(OfOp):
     """`current_ctx().heartbeat(details)` from a running step's function: the latest of an
     attempt's heartbeats, coalesced (at most one record every `beats.EVERY_S`).
     `details` is what `progress()` gives the next attempt, after a crash too.
@@ -296,8 +256,6 @@ class StepHeartbeat(Record):
 
     code: ClassVar[R] = R.StepHeartbeat
 
-    run_id: str
-    seq: Seq
     name: str
     attempt: int
     details: Payload
@@ -305,16 +263,14 @@ class StepHeartbeat(Record):
     number: int
 
 
-@dataclass(frozen=True, slots=True)
-class StepStreamAppended(Record):
+@record
+class StepStreamAppended(OfOp):
     """An item a step function appended to stream `name` of its run (`current_ctx().
     stream(name)` in a step), in the attempt it came from; `own`: the stream is the
     step's (`scope="step"`), closed when the step ends."""
 
     code: ClassVar[R] = R.StepStreamAppended
 
-    run_id: str
-    seq: Seq
     step: str
     name: str
     attempt: int

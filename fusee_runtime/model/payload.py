@@ -10,8 +10,9 @@ import orjson
 class Payload:
     """A value of the user's in a record: the JSON it encodes to, encoded once.
 
-    Made from the user's value as it is recorded (`Payload(json)`), or from a
-    record read back (`Payload.read(value)`); either side is computed once, when
+    Made from the JSON of the user's value as it is recorded (`Payload(json)`), or
+    from a value already in JSON's shape (`Payload.of(value)`: read back from a
+    record, or passed on by the engine); the other side is computed once, when
     first asked for.
     """
 
@@ -24,8 +25,8 @@ class Payload:
         self._value: Any = Payload._UNREAD
 
     @classmethod
-    def read(cls, value: Any) -> Payload:
-        """The payload of a value decoded from a record."""
+    def of(cls, value: Any) -> Payload:
+        """The payload of a value in JSON's shape (decoded from a record, or made so)."""
         payload = cls.__new__(cls)
         payload._json = None
         payload._value = value
@@ -51,3 +52,7 @@ class Payload:
 
     def __repr__(self) -> str:
         return f"Payload({self.json!r})"
+
+
+NULL = Payload.of(None)
+"""The payload of no value (`null`): a wait that timed out, a failed completion's value."""

@@ -1,4 +1,4 @@
-"""The journal's records, typed: one frozen dataclass per record type.
+"""The journal's records, typed: one frozen, slotted dataclass per record type.
 
 A record says what happened, in the past tense. On disk it is a JSON array:
 its type code (`R`, never renumbered), then its fields in the order its class
@@ -8,15 +8,15 @@ input, a step's result, a signal's value) is a `Payload`: the JSON it encodes
 to, encoded once when it is recorded, and decoded only when read
 (`model/payload.py`). `model/codec.py` turns records into bytes and back.
 
-The second field is the `run_id` of the run the record belongs to; the records
-of cron schedules have the workflow's name there, and `LimitSet` a limit's.
+The second field is the `run_id` of the run the record belongs to (an `OfRun`); the
+records of cron schedules have the workflow's name there, and `LimitSet` a limit's.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar, dataclass_transform
 
 from fusee_runtime.model.payload import Payload
 
@@ -76,18 +76,39 @@ class R(enum.IntEnum):
     UpdateAccepted = 43
 
 
-@dataclass(frozen=True, slots=True)
+_R = TypeVar("_R")
+
+
+@dataclass_transform(frozen_default=True)
+def record(cls: type[_R]) -> type[_R]:
+    """Makes `cls` a record class: a slotted dataclass, frozen to the type checker.
+
+    Not frozen at run time: a frozen dataclass's `__init__` sets each field through
+    `object.__setattr__`, four times the cost of a plain slotted one (0.73 against
+    0.18 us for a `StepCompleted`), and a record is made for every step. mypy refuses
+    any assignment to a field (`dataclass_transform(frozen_default=True)`).
+    """
+    return dataclass(slots=True)(cls)
+
+
+@record
 class Record:
     """What every record is: of one type (`code`), its fields in order."""
 
     code: ClassVar[R]
 
 
-@dataclass(frozen=True, slots=True)
-class RunStarted(Record):
-    code: ClassVar[R] = R.RunStarted
+@record
+class OfRun(Record):
+    """A record of one run: its `run_id` is its first field."""
 
     run_id: str
+
+
+@record
+class RunStarted(OfRun):
+    code: ClassVar[R] = R.RunStarted
+
     workflow_id: str
     workflow: str
     input: Payload
@@ -96,91 +117,82 @@ class RunStarted(Record):
     origin: dict[str, Any] | None
 
 
-@dataclass(frozen=True, slots=True)
-class RunCompleted(Record):
+@record
+class RunCompleted(OfRun):
     code: ClassVar[R] = R.RunCompleted
 
-    run_id: str
     result: Payload
     closed_at: Instant
 
 
-@dataclass(frozen=True, slots=True)
-class RunFailed(Record):
+@record
+class RunFailed(OfRun):
     code: ClassVar[R] = R.RunFailed
 
-    run_id: str
     failure: FailureJson
     closed_at: Instant
 
 
-@dataclass(frozen=True, slots=True)
-class RunTerminated(Record):
+@record
+class RunTerminated(OfRun):
     code: ClassVar[R] = R.RunTerminated
 
-    run_id: str
     reason: str
     closed_at: Instant
 
 
-@dataclass(frozen=True, slots=True)
-class SignalReceived(Record):
+@record
+class SignalReceived(OfRun):
     code: ClassVar[R] = R.SignalReceived
 
-    run_id: str
     signal_id: int
     name: str
     value: Payload
     received_at: Instant
 
 
-@dataclass(frozen=True, slots=True)
-class CancelRequested(Record):
+@record
+class CancelRequested(OfRun):
     code: ClassVar[R] = R.CancelRequested
 
-    run_id: str
     reason: str
     requested_at: Instant
 
 
-@dataclass(frozen=True, slots=True)
-class RunCancelled(Record):
+@record
+class RunCancelled(OfRun):
     code: ClassVar[R] = R.RunCancelled
 
-    run_id: str
     reason: str
     closed_at: Instant
 
 
-@dataclass(frozen=True, slots=True)
-class RunTimedOut(Record):
+@record
+class RunTimedOut(OfRun):
     code: ClassVar[R] = R.RunTimedOut
 
-    run_id: str
     reason: str
     closed_at: Instant
 
 
-@dataclass(frozen=True, slots=True)
-class RunReset(Record):
+@record
+class RunReset(OfRun):
     code: ClassVar[R] = R.RunReset
 
-    run_id: str
     reason: str
     closed_at: Instant
 
 
-@dataclass(frozen=True, slots=True)
-class RunContinuedAsNew(Record):
+@record
+class RunContinuedAsNew(OfRun):
     code: ClassVar[R] = R.RunContinuedAsNew
 
-    run_id: str
     new_run_id: str
     input: Payload
     closed_at: Instant
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ScheduleArmed(Record):
     """Cron schedules belong to a workflow, not to a run: the second field is the
     workflow's name."""
@@ -193,7 +205,7 @@ class ScheduleArmed(Record):
     armed_at: Instant
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ScheduleFired(Record):
     code: ClassVar[R] = R.ScheduleFired
 
@@ -204,7 +216,7 @@ class ScheduleFired(Record):
     at: Instant
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SchedulePaused(Record):
     code: ClassVar[R] = R.SchedulePaused
 
@@ -213,14 +225,13 @@ class SchedulePaused(Record):
     at: Instant
 
 
-@dataclass(frozen=True, slots=True)
-class UpdateApplied(Record):
+@record
+class UpdateApplied(OfRun):
     """`handle.update`: applied after the code asked for `position` operations (top level),
     so a replay applies it again at the same point."""
 
     code: ClassVar[R] = R.UpdateApplied
 
-    run_id: str
     update_id: str
     name: str
     arg: Payload
@@ -230,27 +241,25 @@ class UpdateApplied(Record):
     applied_at: Instant
 
 
-@dataclass(frozen=True, slots=True)
-class RunStuck(Record):
+@record
+class RunStuck(OfRun):
     """Why a run's code stopped (its code does not match its journal), so every process
     sees it `stuck`; and that it went on (`resume`, or code that matches)."""
 
     code: ClassVar[R] = R.RunStuck
 
-    run_id: str
     message: str
     stuck_at: Instant
 
 
-@dataclass(frozen=True, slots=True)
-class RunUnstuck(Record):
+@record
+class RunUnstuck(OfRun):
     code: ClassVar[R] = R.RunUnstuck
 
-    run_id: str
     at: Instant
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class LimitSet(Record):
     """`engine.limit(name, permits)`: the size of a named limit, from here on."""
 
@@ -261,17 +270,24 @@ class LimitSet(Record):
     set_at: Instant
 
 
-@dataclass(frozen=True, slots=True)
-class UpdateAccepted(Record):
+@record
+class UpdateAccepted(OfRun):
     """An update whose handler is `async def` was accepted at `position` (the code was
     waiting in that top-level operation): its handler runs from there, its own
     operations numbered "<position>.u<n>.<k>", and its `UpdateApplied` follows."""
 
     code: ClassVar[R] = R.UpdateAccepted
 
-    run_id: str
     update_id: str
     name: str
     arg: Payload
     position: int
     accepted_at: Instant
+
+
+CLOSES: frozenset[type[Record]] = frozenset(
+    {RunCompleted, RunFailed, RunTerminated, RunCancelled, RunTimedOut, RunReset, RunContinuedAsNew}
+)
+"""The records that close a run."""
+SCHEDULES: frozenset[type[Record]] = frozenset({ScheduleArmed, ScheduleFired, SchedulePaused})
+"""The records of cron schedules (of a workflow, not of a run)."""

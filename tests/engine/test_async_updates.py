@@ -9,11 +9,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import orjson
 import pytest
 
 from fusee_runtime import Cancelled, Ctx, JournalFailed, Rejected, step, workflow
 from fusee_runtime.journal.records import R
 from fusee_runtime.journal.storage import Storage
+from fusee_runtime.model import codec
 
 CALLS: list[str] = []
 GATE = {"main": asyncio.Event(), "handler": asyncio.Event()}
@@ -70,7 +72,9 @@ async def waits(ctx: Ctx, how: dict[str, Any]) -> list[str]:
 
 
 def records(engine: Any, id: str, kind: R) -> list[list[Any]]:
-    return [rec for _, rec in engine.runs.latest(id).records if rec[0] == kind]
+    """The run's records of `kind`, each as the JSON array the journal holds."""
+    recs = engine.runs.latest(id).records
+    return [orjson.loads(codec.encode(rec)) for _, rec in recs if rec.code == kind]
 
 
 async def test_an_async_update_runs_a_step_and_answers_once_durable(make_engine: Any) -> None:

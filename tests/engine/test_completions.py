@@ -131,7 +131,7 @@ async def test_the_token_is_durable_before_send_sees_it(make_engine: Any) -> Non
 
     def check(completion: Completion) -> None:
         run = engine.runs.latest("a-6")
-        issued = max(lsn for lsn, rec in run.records if rec[0] == R.CompletionIssued)
+        issued = max(lsn for lsn, rec in run.records if rec.code == R.CompletionIssued)
         seen.append((issued, engine.durability.durable_lsn))
 
     @workflow(name="completions.durable")

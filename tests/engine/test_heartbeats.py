@@ -243,8 +243,8 @@ async def test_a_run_keeps_only_the_latest_heartbeat_record_of_a_step(make_engin
             await engine.wait_until(lambda r=row: run.ops["1"].progress == {"row": r})  # type: ignore[misc]
             STEPS.put_nowait(row)
         assert await h.result(timeout=10) == 4
-        kept = [rec for _, rec in run.records if rec[0] == R.StepHeartbeat]
-        assert [rec[5] for rec in kept] == [{"row": 3}]
+        kept = [rec for _, rec in run.records if rec.code == R.StepHeartbeat]
+        assert [rec.details.value for rec in kept] == [{"row": 3}]
         in_journal = beats(await h.history())
         assert [r["details"] for r in in_journal] == [{"row": 3}]
         # the timing of a step that beat is forgotten once its attempt ends

@@ -59,8 +59,8 @@ async def test_a_steps_own_stream_ends_when_the_step_ends(make_engine: Any) -> N
         assert await h.result(timeout=10) == 3
         run = engine.runs.latest("a-1")
         assert run.streams["tokens"].closed_lsn is not None
-        recs = [rec for _, rec in run.records if rec[0] == R.StepStreamAppended]
-        assert [(r[2], r[3], r[4], r[5], r[7]) for r in recs] == [
+        recs = [rec for _, rec in run.records if rec.code == R.StepStreamAppended]
+        assert [(r.seq, r.step, r.name, r.attempt, r.own) for r in recs] == [
             ("1", "ss.tokens", "tokens", 1, True)
         ] * 3
     async with make_engine() as engine:  # replayed from the journal: once, still closed
@@ -123,7 +123,7 @@ async def test_a_retried_attempt_goes_on_after_what_the_failed_one_appended(
         assert await run_clock(h.result(timeout=10)) == 5
         assert await collect(engine, "f-1", "out") == [0, 1, 2, 3, 4]
         recs = engine.runs.latest("f-1").records
-        attempts = [rec[5] for _, rec in recs if rec[0] == R.StepStreamAppended]
+        attempts = [rec.attempt for _, rec in recs if rec.code == R.StepStreamAppended]
     assert SEEN == [[], [0, 1, 2]]
     assert attempts == [1, 1, 1, 2, 2]
 
@@ -198,7 +198,7 @@ async def test_refused_appends_say_why_and_record_nothing(make_engine: Any) -> N
     async with make_engine() as engine:
         seen = await (await engine.start("ss.refused", None, id="r-1")).result(timeout=10)
         run = engine.runs.latest("r-1")
-        assert not [rec for _, rec in run.records if rec[0] == R.StepStreamAppended]
+        assert not [rec for _, rec in run.records if rec.code == R.StepStreamAppended]
     assert seen == {
         "scope": "stream 'x': scope is 'run' or 'step', not 'branch'",
         "codec": seen["codec"],

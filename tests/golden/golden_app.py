@@ -389,7 +389,7 @@ def waiting_on(engine: Engine, id: str, kind: str) -> Callable[[], bool]:
 
 def recorded(engine: Engine, id: str, kind: R) -> Callable[[], bool]:
     """The newest run of `id` holds a record of `kind`."""
-    return lambda: any(rec[0] == kind for _, rec in engine.runs.latest(id).records)
+    return lambda: any(rec.code == kind for _, rec in engine.runs.latest(id).records)
 
 
 async def play(open_engine: OpenEngine, clock: FakeClock) -> None:

@@ -84,9 +84,9 @@ async def test_an_engine_s_records_decode_to_their_types_and_encode_to_their_byt
 def test_a_payload_is_encoded_once_either_way() -> None:
     made = Payload(b'{"a":[1,2.5,null]}')
     assert made.value == {"a": [1, 2.5, None]} and made.json == b'{"a":[1,2.5,null]}'
-    read = Payload.read({"a": [1, 2.5, None]})
+    read = Payload.of({"a": [1, 2.5, None]})
     assert read.json == made.json and read == made and hash(read) == hash(made)
-    assert Payload.read(None).json == b"null" and Payload(b"null").value is None
+    assert Payload.of(None).json == b"null" and Payload(b"null").value is None
 
 
 @pytest.mark.parametrize(
