@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from fusee_runtime.errors import Rejected
 from fusee_runtime.model.op_records import AttributesSet
+from fusee_runtime.model.ops import AttributesOp
 from fusee_runtime.scope import NAME_CHARS_MAX, handling_var, step_var
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ def set_attributes(execution: Execution, attributes: Any) -> None:
             "update handlers"
         )
     changes = checked(attributes)
-    seq, op = execution.next("attributes", "set")
+    seq, op = execution.next(AttributesOp, "set")
     if op is None:
         run = execution.run
         now = execution.host.clock.now()
@@ -100,7 +101,7 @@ def attributes_of(ops: dict[str, Op], carried: dict[str, Any] | None = None) -> 
     in."""
     out: dict[str, Any] = dict(carried or {})
     for op in ops.values():
-        if op.kind == "attributes" and not op.cancelled:
+        if isinstance(op, AttributesOp) and not op.cancelled:
             merge_attributes(out, op.value)
     return out
 

@@ -25,6 +25,7 @@ from fusee_runtime.engine.state import Op
 from fusee_runtime.engine.waits import wake_at
 from fusee_runtime.errors import ChildFailed, Failure, IdConflict, NotFound, Rejected
 from fusee_runtime.model.op_records import OpCancelled
+from fusee_runtime.model.ops import CancelSentOp, ChildOp, Peer, ResultOp, SignalSentOp
 from fusee_runtime.scope import check_id, check_name
 from fusee_runtime.typed import ANY, decode, parameter, returns
 
@@ -48,7 +49,7 @@ class ChildHandle:
     awaited inside `ctx.all` and `ctx.race`.
     """
 
-    def __init__(self, execution: Execution, seq: str, op: Op, wf: WorkflowDef) -> None:
+    def __init__(self, execution: Execution, seq: str, op: ChildOp, wf: WorkflowDef) -> None:
         assert op.peer is not None and op.peer_run is not None
         self._execution = execution
         self._seq = seq
@@ -79,7 +80,7 @@ class ChildHandle:
             Cancelled: the parent's own cancel arrived while it waited.
         """
         op, execution = self._op, self._execution
-        seq, mine = execution.next("result", self.id)
+        seq, mine = execution.next(ResultOp, self.id)
         if mine is not None:
             if mine.retired:
                 await execution.given_up(seq)
@@ -130,14 +131,14 @@ async def start_child(
     limit = seconds(timeout)
     if limit is not None and not limit > 0:  # NaN is not either
         raise Rejected(f"a child's timeout must be positive, not {timeout!r}")
-    seq, op = execution.next("child", id)
+    seq, op = execution.next(ChildOp, id)
     if op is None:
         check_id(id)
         shape = parameter(wf.fn, 1)
         encoded = host.encode(input, f"the input of child workflow {wf.name!r}", shape)
         deadline = None if limit is None else wake_at(host.clock.now() + limit)
         host.family.start_child(run, seq, id, wf.name, encoded, deadline, parent_close)
-        op = run.ops[seq]
+        op = run.op_of(seq, ChildOp)
     elif op.cancelled and op.peer_run is None:
         raise execution.cancelled()  # the run's cancel landed here, before the start
     elif op.workflow != wf.name:
@@ -159,12 +160,12 @@ async def send_signal(
     run, host = execution.run, execution.host
     check_id(id, existing=True)  # the newest run of an id, which an older version may have made
     check_name("signal", name)
-    seq, op = execution.next("signal_workflow", name)
+    seq, op = execution.next(SignalSentOp, name)
     if op is None:
         # Its type is known only where the target waits for it: sent in its typed form.
         encoded = host.encode(value, f"signal {name!r}", ANY)
         host.family.send_signal(run, seq, id, run_id, name, encoded)
-        op = run.ops[seq]
+        op = run.op_of(seq, SignalSentOp)
     elif op.cancelled:
         raise execution.cancelled()
     elif op.peer != id:
@@ -183,16 +184,16 @@ async def send_cancel(
     check_id(id, existing=True)  # the newest run of an id, which an older version may have made
     if not isinstance(reason, str):
         raise Rejected(f"a cancel's reason is a string, not {reason!r:.60}")
-    seq, op = execution.next("cancel_workflow", id)
+    seq, op = execution.next(CancelSentOp, id)
     if op is None:
         host.family.send_cancel(run, seq, id, run_id, reason)
-        op = run.ops[seq]
+        op = run.op_of(seq, CancelSentOp)
     elif op.cancelled:
         raise execution.cancelled()
     await _sent(execution, op)
 
 
-async def _sent(execution: Execution, op: Op) -> None:
+async def _sent(execution: Execution, op: Peer) -> None:
     if op.lsn is not None:
         await execution.host.wait_durable(op.lsn)
     if not op.ok:

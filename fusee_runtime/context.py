@@ -34,6 +34,7 @@ from fusee_runtime.dsl import RetryPolicy, StepDef, StepOptions, WorkflowDef, se
 from fusee_runtime.engine.waits import until, utc, wake_at
 from fusee_runtime.errors import Failure, Rejected, StepFailed
 from fusee_runtime.model.op_records import TimerStarted, WaitStarted
+from fusee_runtime.model.ops import CompletionOp, TimerOp, WaitOp
 from fusee_runtime.scope import NAME_CHARS_MAX, Halt, step_var
 from fusee_runtime.steps import run_live
 from fusee_runtime.streams import StepStreamWriter, StreamWriter
@@ -248,11 +249,11 @@ class Ctx:
         await self._timer(name, lambda now: at)
 
     async def _timer(self, name: str, fire_at: Callable[[float], float]) -> None:
-        seq, op = self._execution.next("timer", name)
+        seq, op = self._execution.next(TimerOp, name)
         if op is None:
             at = wake_at(fire_at(self._host.clock.now()))
             self._host.append(self._run, TimerStarted(self._run.run_id, seq, name, at))
-            op = self._run.ops[seq]
+            op = self._run.op_of(seq, TimerOp)
         await self._execution.await_op(seq, op, f"sleeping {until(op.fire_at)}")
 
     async def wait_for(
@@ -269,11 +270,11 @@ class Ctx:
         naming the signal and the type.
         """
         t = seconds(timeout)
-        seq, op = self._execution.next("wait", signal)
+        seq, op = self._execution.next(WaitOp, signal)
         if op is None:
             deadline = None if t is None else wake_at(self._host.clock.now() + t)
             self._host.append(self._run, WaitStarted(self._run.run_id, seq, signal, deadline))
-            op = self._run.ops[seq]
+            op = self._run.op_of(seq, WaitOp)
         till = "" if op.fire_at is None else f" {until(op.fire_at)}"
         await self._execution.await_op(seq, op, f"waiting for signal {signal!r}{till}")
         if type is None or op.value is None:  # None: also a wait that timed out
@@ -300,13 +301,13 @@ class Ctx:
         tokens of earlier attempts are refused. The token is durable before
         `send` sees it; a `send` cut off by a crash runs again with the same token.
         """
-        seq, op = self._execution.next("completion", name)
+        seq, op = self._execution.next(CompletionOp, name)
         if op is not None and op.retired:
             await self._execution.given_up(seq)
         if op is None or not (op.done or op.sent):
             opts = StepOptions().merged(retry=retry, timeout=seconds(timeout))
-            await run_live(self._execution, seq, op, name, send, (), {}, opts, kind="completion")
-            op = self._run.ops[seq]
+            await run_live(self._execution, seq, op, name, send, (), {}, opts, kind=CompletionOp)
+            op = self._run.op_of(seq, CompletionOp)
         await self._execution.await_op(seq, op, f"waiting for completion {name!r}")
         if op.ok:
             return op.value

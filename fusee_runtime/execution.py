@@ -43,6 +43,16 @@ from fusee_runtime.errors import (
     StepFailed,
 )
 from fusee_runtime.model.op_records import OpCancelled, ValueRecorded
+from fusee_runtime.model.ops import (
+    AttributesOp,
+    ChildOp,
+    GroupOp,
+    OpT,
+    PatchOp,
+    ResultOp,
+    StepOp,
+    ValueOp,
+)
 from fusee_runtime.model.payload import Payload
 from fusee_runtime.scope import (
     NAME_CHARS_MAX,
@@ -84,7 +94,7 @@ class Execution:
         self.root = Cursor("")
         self.count = 0
         """Operations asked for so far (deterministic: the same on every replay)."""
-        run.position, run.position_kind = 0, ""  # the code starts again from the top
+        run.position, run.position_kind = 0, None  # the code starts again from the top
         # and registers its handlers again: those of the code that ran before are gone.
         run.queries.clear()
         run.updates.clear()
@@ -113,8 +123,10 @@ class Execution:
 
     # -- replay --------------------------------------------------------------------
 
-    def next(self, kind: str, name: str) -> tuple[str, Op | None]:
-        """Takes the next operation number and what the journal holds there."""
+    def next(self, cls: type[OpT], name: str) -> tuple[str, OpT | None]:
+        """Takes the next operation number and what the journal holds there (an op of
+        class `cls` named `name`: else the run is stuck, its code not matching)."""
+        kind = cls.kind
         if handling_var.get():
             raise Rejected(
                 f"a query or update handler cannot start operations ({kind} {name!r}): "
@@ -130,39 +142,40 @@ class Execution:
         self.count += 1
         seq = f"{cursor.prefix}{cursor.n}"
         run = self.run
-        op = run.ops.get(seq)
-        if op is None and self.host.replay_only and kind not in ("group", "result"):
+        held = run.ops.get(seq)
+        if held is None and self.host.replay_only and cls not in (GroupOp, ResultOp):
             self.journal_ends(seq, kind, name)  # (a group or a wait on a child records nothing)
-        if op is not None and (op.kind, op.name) != (kind, name):
+        if held is not None and (type(held) is not cls or held.name != name):
             self.stuck(
-                f"replay mismatch at operation #{seq}: the journal holds {op.kind} "
-                f"{op.name!r}, the code asks for {kind} {name!r}"
+                f"replay mismatch at operation #{seq}: the journal holds {held.kind} "
+                f"{held.name!r}, the code asks for {kind} {name!r}"
             )
+        op = held if isinstance(held, cls) else None  # (`stuck` raised otherwise)
         if cursor is self.root:
             # Updates applied live after the code asked for this operation apply
             # here again, before anything else (a cancel) reaches the code.
-            run.position, run.position_kind = cursor.n, kind
+            run.position, run.position_kind = cursor.n, cls
             if cursor.n in run.update_log:
                 self._replay_updates(cursor.n)
             if not self.reached and (cursor.n > self.frontier or op is None or not op.done):
                 self.reached = True
                 self.host.progressed()  # handlers wait for it (`caught_up`)
-        if self.updates is not None and kind != "group" and (op is None or not op.done):
+        if self.updates is not None and cls is not GroupOp and (op is None or not op.done):
             self.updates.due(None)  # replay meets the live frontier here (in a branch too)
         if op is not None:
-            if op.cancelled and not op.retired and kind == "step":
+            if op.cancelled and not op.retired and cls is StepOp:
                 raise self.cancelled()
-            if not op.done and kind not in ("value", "child") and self.cancel_lands():
+            if not op.done and cls not in (ValueOp, ChildOp) and self.cancel_lands():
                 # A cancel whose request is durable but whose delivery was not
                 # (a crash in between): it lands here, on replay. (Not at a child's
                 # start: the child runs on, and a cancel lands where code waits.)
                 raise self.deliver_cancel(seq, kind, name)
-        elif seq in run.prefixes and kind != "group":
+        elif seq in run.prefixes and cls is not GroupOp:
             self.stuck(
                 f"replay mismatch at operation #{seq}: the journal holds a group of concurrent "
                 f"operations (ctx.all or ctx.race), the code asks for {kind} {name!r}"
             )
-        elif kind not in ("value", "group", "patch", "attributes") and self.cancel_lands():
+        elif cls not in (ValueOp, GroupOp, PatchOp, AttributesOp) and self.cancel_lands():
             raise self.deliver_cancel(seq, kind, name)
         if op is None and run.stuck is not None:
             self.host.carried_on(run)  # live past the journal's end: the code matches it
@@ -305,7 +318,7 @@ class Execution:
             # handler: not workflow code; what gets recorded is the step's result,
             # or the update.
             return make()
-        seq, op = self.next("value", name)
+        seq, op = self.next(ValueOp, name)
         if op is not None:
             return op.value
         value = make()
@@ -323,7 +336,7 @@ class Execution:
         """A step: its recorded outcome on replay, else it runs live."""
         if isinstance(fn, StepDef):
             fn = fn.fn
-        seq, op = self.next("step", name)
+        seq, op = self.next(StepOp, name)
         if op is not None and op.retired:
             await self.given_up(seq)
         if op is not None and op.done:
@@ -366,7 +379,7 @@ class Execution:
         run = self.run
         if not op.done and self.host.replay_only:
             self.journal_ends(seq, op.kind, op.name)
-        if not op.done and not (op.kind == "step" and not op.paused):
+        if not op.done and not (type(op) is StepOp and not op.paused):
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             run.waiters[seq] = fut
             self.awaiting.add(fut)

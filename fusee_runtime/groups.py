@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from fusee_runtime.errors import Rejected
 from fusee_runtime.model.op_records import RaceWon
+from fusee_runtime.model.ops import GroupOp
 from fusee_runtime.scope import Cursor, cursor_var
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 async def all_of(execution: Execution, awaitables: Iterable[Awaitable[Any]]) -> list[Any]:
     """`ctx.all`: the results of `awaitables`, run as branches of one group, in order."""
-    seq, _ = execution.next("group", "all")
+    seq, _ = execution.next(GroupOp, "all")
     tasks, cursors = _branches(seq, awaitables)
     execution.groups += 1
     try:
@@ -45,7 +46,7 @@ async def all_of(execution: Execution, awaitables: Iterable[Awaitable[Any]]) -> 
 async def race(execution: Execution, awaitables: Iterable[Awaitable[Any]]) -> tuple[int, Any]:
     """`ctx.race`: `(index, result)` of the first branch to finish, the winner recorded."""
     run, host = execution.run, execution.host
-    seq, _ = execution.next("group", "race")
+    seq, _ = execution.next(GroupOp, "race")
     tasks, cursors = _branches(seq, awaitables)
     if not tasks:
         raise Rejected("ctx.race() needs at least one awaitable")

@@ -12,15 +12,17 @@ word a mismatch for people: "its workflow is a list, not a string".
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import types
 import typing
 from typing import Any, NewType
 
-from fusee_runtime.engine.state import Op, Status
+from fusee_runtime.engine.state import Status
 from fusee_runtime.engine.waits import INSTANT_MAX
 from fusee_runtime.errors import CAUSES_MAX
 from fusee_runtime.journal.records import R
+from fusee_runtime.model.ops import OPS
 
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1
 SEQ_CHARS_MAX = 1000
@@ -107,13 +109,19 @@ FIELD_TYPES: dict[R, tuple[Any, ...]] = {
 _SIGNAL = tuple[Count, str, Any]
 _UPDATE_DONE = tuple[Count, Any, FailureJson | None]
 OP_FIELDS = {
-    **typing.get_type_hints(Op),
+    "kind": str,
+    **{
+        f.name: typing.get_type_hints(cls)[f.name]
+        for cls in OPS.values()
+        for f in dataclasses.fields(cls)
+    },
     "failure": FailureJson | None,
     **{name: Instant | None for name in ("first_failed_at", "retry_at", "fire_at", "beat_at")},
     "deadline": Instant | None,
     "streamed": dict[str, list[tuple[Count, Any]]] | None,
 }
-"""The fields of an operation a reset run inherited (`Op`, as `reset_creation` writes it)."""
+"""The fields of an operation a reset run inherited (`op_to_json` writes its kind and its
+class's fields; an earlier version wrote every kind's fields for each)."""
 CREATIONS: dict[str, dict[str, Any]] = {
     "reset": {
         "attributes": dict[str, Any],

@@ -32,7 +32,7 @@ from fusee_runtime.attempts import after_abandoned, any_running_on, run_attempt
 from fusee_runtime.completions import Completion
 from fusee_runtime.dsl import Exhausted, RetryPolicy, StepOptions
 from fusee_runtime.engine.limits import Permit
-from fusee_runtime.engine.state import Op, Run
+from fusee_runtime.engine.state import Run
 from fusee_runtime.engine.waits import utc
 from fusee_runtime.errors import Failure, StepFailed
 from fusee_runtime.model import op_records
@@ -44,6 +44,7 @@ from fusee_runtime.model.op_records import (
     StepCompleted,
     StepPaused,
 )
+from fusee_runtime.model.ops import CompletionOp, StepOp
 from fusee_runtime.model.payload import Payload
 
 if TYPE_CHECKING:
@@ -95,24 +96,24 @@ class StepWorkers:
 async def run_live(
     execution: Execution,
     seq: str,
-    op: Op | None,
+    op: StepOp | None,
     name: str,
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     opts: StepOptions,
-    kind: str = "step",
+    kind: type[StepOp] = StepOp,
 ) -> Any:
     """Runs the step at `seq` from where its journal leaves it; returns its result.
 
-    For `kind="completion"` (`ctx.await_completion`) `fn` is `send`: each
+    For a `CompletionOp` (`ctx.await_completion`) `fn` is `send`: each
     attempt first records that it issues a token and waits until that is
     durable, then calls `send(Completion)`; a success records that `send`
     returned (the value comes later, from outside) and returns None.
     """
     host, run = execution.host, execution.run
     if host.replay_only:
-        execution.journal_ends(seq, kind, name)  # a step in flight: it would run now
+        execution.journal_ends(seq, kind.kind, name)  # a step in flight: it would run now
     task = asyncio.current_task()
     execution.busy += 1
     if task is not None:
@@ -123,12 +124,12 @@ async def run_live(
         if execution.cancel_lands():
             if task is not None:
                 task.uncancel()
-            raise execution.deliver_cancel(seq, kind, name) from None
+            raise execution.deliver_cancel(seq, kind.kind, name) from None
         now_op = run.ops.get(seq)
         if (now_op is None or not now_op.done) and execution.retires_on_cancel():
             # A losing race branch or the sibling of a failed ctx.all branch:
             # retire the step, so replay does not run its function again.
-            host.append(run, OpCancelled(run.run_id, seq, kind, name))
+            host.append(run, OpCancelled(run.run_id, seq, kind.kind, name))
         raise
     finally:
         execution.busy -= 1
@@ -139,13 +140,13 @@ async def run_live(
 async def _run_attempts(
     execution: Execution,
     seq: str,
-    op: Op | None,
+    op: StepOp | None,
     name: str,
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     opts: StepOptions,
-    kind: str,
+    kind: type[StepOp],
 ) -> Any:
     """The step's attempts, each in the order of the contract above, until one
     completes it, it fails for good, or (`await_completion`) `send` returns."""
@@ -185,7 +186,7 @@ async def _run_attempts(
         host.workers.attempts_done += 1
         if not isinstance(outcome, bytes):
             host.workers.attempts_failed += 1
-        if kind == "completion" and _send_ended(execution, seq, outcome, now):
+        if kind is CompletionOp and _send_ended(execution, seq, outcome, now):
             return None
         if isinstance(outcome, bytes):
             return _completed(execution, seq, name, outcome, started, now)
@@ -218,7 +219,7 @@ async def _gate(
     name: str,
     attempt: int,
     opts: StepOptions,
-    kind: str,
+    kind: type[StepOp],
     args: tuple[Any, ...],
 ) -> tuple[Permit | None, tuple[Any, ...]] | None:
     """Step 2: a permit of the step's limit, then every earlier record durable (and for
@@ -237,7 +238,7 @@ async def _gate(
             while run.update_lsn > host.durable_lsn:
                 await host.wait_durable(run.update_lsn)
         execution.check_live()
-        if kind == "completion":
+        if kind is CompletionOp:
             if _finished(run, seq):
                 return None
             args = (await _issue(execution, seq, name, attempt),)
@@ -255,11 +256,11 @@ async def _issue(execution: Execution, seq: str, name: str, attempt: int) -> Com
     """The token of this attempt of an `await_completion`, durable before anyone sees it."""
     host, run = execution.host, execution.run
     op = run.ops.get(seq)
-    if op is None or op.attempt != attempt:
+    if not isinstance(op, CompletionOp) or op.attempt != attempt:
         now = host.clock.now()
         host.append(run, CompletionIssued(run.run_id, seq, name, attempt, now))
         await host.wait_durable(run.last_lsn)
-    return host.completion(run, seq, run.ops[seq].issued)
+    return host.completion(run, seq, run.op_of(seq, CompletionOp).issued)
 
 
 def _finished(run: Run, seq: str) -> bool:

@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from fusee_runtime.errors import Rejected
 from fusee_runtime.model.op_records import StepStreamAppended, StreamAppended, StreamClosed
+from fusee_runtime.model.ops import StepOp, StreamAppendOp, StreamCloseOp
 from fusee_runtime.model.payload import Payload
 from fusee_runtime.scope import check_name, execution_var, step_var
 
@@ -96,7 +97,7 @@ class StreamWriter:
             raise Rejected(f"stream {self.name!r} is closed: it takes no more items")
         encoded = execution.host.encode(item, f"an item of stream {self.name!r}")
         run = execution.run
-        seq, op = execution.next("stream.append", self.name)
+        seq, op = execution.next(StreamAppendOp, self.name)
         if op is not None:
             if op.cancelled:
                 raise execution.cancelled()
@@ -115,7 +116,7 @@ class StreamWriter:
         if self.name in closed:
             return
         run = execution.run
-        seq, op = execution.next("stream.close", self.name)
+        seq, op = execution.next(StreamCloseOp, self.name)
         if op is not None and op.cancelled:
             raise execution.cancelled()
         if op is None:
@@ -149,7 +150,8 @@ class StepStreamWriter:
         self._host, self._run, self._running = host, run, running
         self._own = scope == "step"
         op = run.ops.get(running.seq)
-        self.recorded: list[Any] = [item for _, item in ((op and op.streamed) or {}).get(name, ())]
+        streamed = (op.streamed if isinstance(op, StepOp) else None) or {}
+        self.recorded: list[Any] = [item for _, item in streamed.get(name, ())]
         """The items earlier attempts of this step appended to this stream: an attempt
         that runs again goes on after them."""
 

@@ -58,6 +58,7 @@ from fusee_runtime.engine.engine import Engine
 from fusee_runtime.engine.handle import RunHandle
 from fusee_runtime.errors import NotFound, Rejected
 from fusee_runtime.journal.storage import Storage
+from fusee_runtime.model.ops import CompletionOp
 from fusee_runtime.replayer import Replayed, history_document, replay
 
 __all__ = ["Call", "Env", "Replayed", "StepMock", "replay"]
@@ -247,7 +248,7 @@ class Env:
         pending = [
             (seq, op)
             for seq, op in run.ops.items()
-            if op.kind == "completion" and op.name == name and not op.done and op.issued
+            if isinstance(op, CompletionOp) and op.name == name and not op.done and op.issued
         ]
         if not pending:
             raise NotFound(f"run {id!r} waits for no completion named {name!r}")

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from fusee_runtime.errors import Rejected
 from fusee_runtime.model.op_records import PatchMarked
+from fusee_runtime.model.ops import PatchOp
 from fusee_runtime.scope import check_name, handling_var, step_var
 
 if TYPE_CHECKING:
@@ -44,13 +45,13 @@ def patched(execution: Execution, patch_id: str, deprecated: bool = False) -> bo
     here = execution.upcoming()
     held = run.ops.get(here)
     if held is not None and (held.kind, held.name) == ("patch", patch_id):
-        execution.next("patch", patch_id)  # replayed: the marker is this operation
+        execution.next(PatchOp, patch_id)  # replayed: the marker is this operation
         return True
     if held is not None or here in run.prefixes:
         # Passed before the patch existed (or another patch's marker is here).
         return False
     if execution.host.replay_only and execution.host.journal_closed:
         return False  # the replay checker, at a closed run's end: it closed without the patch
-    seq, _ = execution.next("patch", patch_id)
+    seq, _ = execution.next(PatchOp, patch_id)
     execution.host.append(run, PatchMarked(run.run_id, seq, patch_id))
     return True

@@ -33,6 +33,7 @@ import orjson
 
 from fusee_runtime.errors import JournalFailed, Rejected
 from fusee_runtime.model.op_records import StepHeartbeat
+from fusee_runtime.model.ops import StepOp
 from fusee_runtime.model.payload import Payload
 from fusee_runtime.model.records import OfRun
 
@@ -105,7 +106,7 @@ class Beats:
             details = pending[1].details.value
         else:
             op = run.ops.get(seq)
-            details = op.progress if op is not None else None
+            details = op.progress if isinstance(op, StepOp) else None
         return details if details is None else orjson.loads(orjson.dumps(details))
 
     def ended(self, run: Run, seq: str) -> None:
@@ -170,7 +171,7 @@ class Beats:
         for run, beat in due:
             op = run.ops.get(beat.seq)
             if run.is_open and (op is None or not op.done):
-                number = (op.beats if op is not None else 0) + 1
+                number = (op.beats if isinstance(op, StepOp) else 0) + 1
                 try:
                     self._append(run, replace(beat, number=number))
                 except (JournalFailed, Rejected):  # the journal failed or closed: said elsewhere

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from fusee_runtime.engine.state import Run, Status
 from fusee_runtime.errors import JournalFailed
 from fusee_runtime.model.op_records import OpCancelled
+from fusee_runtime.model.ops import ChildOp, CompletionOp
 from fusee_runtime.model.records import CancelRequested, RunCancelled
 
 if TYPE_CHECKING:
@@ -36,9 +37,9 @@ def interrupt(driver: Driver, run: Run) -> None:
     for seq, op in list(run.pending.items()):
         if ".u" in seq:
             continue  # an update's: the cancel lands in the code, not in its handler
-        if op.kind == "completion" and not op.sent and seq in running:
+        if isinstance(op, CompletionOp) and not op.sent and seq in running:
             continue  # its `send` runs: the task's cancel delivers it, as for a step
-        if op.kind == "child":
+        if isinstance(op, ChildOp):
             # The child runs on (its parent's close applies `parent_close`): code
             # waiting for its result is woken, and the cancel lands there.
             fut = run.waiters.pop(seq, None)

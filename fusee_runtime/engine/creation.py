@@ -8,12 +8,21 @@ store rebuilds it without the run it came from.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from fusee_runtime.attributes import attributes_of
-from fusee_runtime.engine.state import Op, Run
+from fusee_runtime.engine.state import Run
 from fusee_runtime.model import codec
+from fusee_runtime.model.ops import (
+    ChildOp,
+    Op,
+    Pending,
+    StepOp,
+    TimerOp,
+    WaitOp,
+    op_from_json,
+    op_to_json,
+)
 from fusee_runtime.model.records import Record, RunStarted
 
 
@@ -23,7 +32,7 @@ def reset_creation(run: Run, carried: dict[str, Any] | None) -> dict[str, Any]:
     return {
         "kind": "reset",
         "attributes": dict(carried or {}),
-        "ops": {seq: dataclasses.asdict(op) for seq, op in run.ops.items()},
+        "ops": {seq: op_to_json(op) for seq, op in run.ops.items()},
         "prefixes": sorted(run.prefixes),
         "races": dict(run.races),
         "pending": list(run.pending),
@@ -100,11 +109,11 @@ def created(creation: dict[str, Any] | None, first: tuple[int, Record] | None) -
     run.attributes = dict(creation.get("attributes") or {})  # (a continued run's)
     run.creation = creation
     if creation["kind"] == "reset":
-        run.ops = {seq: Op(**op) for seq, op in creation["ops"].items()}
+        run.ops = {seq: op_from_json(op) for seq, op in creation["ops"].items()}
         run.attributes = attributes_of(run.ops, creation.get("attributes"))
         run.prefixes = set(creation["prefixes"])
         run.races = dict(creation["races"])
-        run.pending = {seq: run.ops[seq] for seq in creation["pending"]}
+        run.pending = {seq: _pending(run.ops[seq]) for seq in creation["pending"]}
         run.update_log = {p: [tuple(u) for u in us] for p, us in creation["update_log"]}
         run.updates_accepted = dict(creation.get("updates_accepted", {}))
     return run
@@ -120,3 +129,14 @@ def rebuilt(creation: dict[str, Any] | None, records: list[list[Any]]) -> Run:
         run.apply(lsn, rec)
     run.status = run.closing or run.status
     return run
+
+
+def _pending(op: Op) -> Pending:
+    """An op a creation lists as pending (a timer, a wait, a paused step, a child).
+
+    Raises:
+        ValueError: another kind of op.
+    """
+    if not isinstance(op, TimerOp | WaitOp | StepOp | ChildOp):
+        raise ValueError(f"a {op.kind} operation cannot be pending")
+    return op

@@ -59,6 +59,7 @@ from fusee_runtime.model.op_records import (
     WaitCompleted,
     WaitStarted,
 )
+from fusee_runtime.model.ops import TimerOp, WaitOp
 from fusee_runtime.model.payload import NULL, Payload
 from fusee_runtime.model.records import (
     OfRun,
@@ -360,7 +361,7 @@ class Driver:
         if run.deadline is not None:
             self.timers.add(run.deadline, run.run_id, None)
         for seq, op in run.pending.items():
-            if op.fire_at is not None:
+            if isinstance(op, TimerOp | WaitOp) and op.fire_at is not None:
                 self.timers.add(op.fire_at, run.run_id, seq)
         self.match_signals(run)
 
@@ -375,11 +376,9 @@ class Driver:
                 self.close_run(run, RunTimedOut(run.run_id, "the run passed its deadline", now))
             return
         op = run.pending.get(seq)
-        if op is None or op.fire_at != at:
-            return
-        if op.kind == "timer":
+        if isinstance(op, TimerOp) and op.fire_at == at:
             self.append(run, TimerFired(run.run_id, seq, self.clock.now()))
-        elif op.kind == "wait":
+        elif isinstance(op, WaitOp) and op.fire_at == at:
             self.append(run, WaitCompleted(run.run_id, seq, None, NULL, self.clock.now()))
 
     def match_signals(self, run: Run) -> None:
@@ -388,7 +387,7 @@ class Driver:
             return
         now = self.clock.now()
         for seq, op in list(run.pending.items()):
-            if op.kind != "wait" or op.done:
+            if not isinstance(op, WaitOp) or op.done:
                 continue
             if op.fire_at is not None and op.fire_at <= now:
                 continue  # timed out before this signal came: its timer records None

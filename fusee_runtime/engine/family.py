@@ -42,10 +42,11 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from fusee_runtime.engine.state import Op, Run, Status
+from fusee_runtime.engine.state import Run, Status
 from fusee_runtime.errors import Failure, NotFound
 from fusee_runtime.journal.shards import shard_of
 from fusee_runtime.model.op_records import CancelSent, ChildClosed, ChildStarted, SignalSent
+from fusee_runtime.model.ops import CancelSentOp, ChildOp, Peer, SignalSentOp
 from fusee_runtime.model.payload import NULL, Payload
 from fusee_runtime.model.records import RunTerminated
 
@@ -107,7 +108,7 @@ class Family:
                 now,
             ),
         )
-        self._start(parent, seq, parent.ops[seq], encoded)
+        self._start(parent, seq, parent.op_of(seq, ChildOp), encoded)
 
     def _refusal(self, child_id: str) -> str | None:
         """Why a child of this id cannot start (None: it can)."""
@@ -128,7 +129,7 @@ class Family:
             )
         return None
 
-    def _start(self, parent: Run, seq: str, op: Op, encoded: bytes) -> None:
+    def _start(self, parent: Run, seq: str, op: ChildOp, encoded: bytes) -> None:
         assert op.peer is not None and op.workflow is not None and op.policy is not None
         ref = {"id": parent.workflow_id, "run_id": parent.run_id, "seq": seq, "close": op.policy}
         self.driver.new_run(
@@ -260,7 +261,7 @@ class Family:
             return
         seq = ref["seq"]
         op = parent.ops.get(seq)
-        if op is None or op.kind != "child" or op.done or op.peer != child.workflow_id:
+        if not isinstance(op, ChildOp) or op.done or op.peer != child.workflow_id:
             return
         status = child.closing or child.status
         result, failure = None, None
@@ -285,7 +286,7 @@ class Family:
         elif policy == "cancel":
             self.driver.request_cancel(child, reason)
 
-    def _child(self, parent: Run, seq: str, op: Op) -> Run | None:
+    def _child(self, parent: Run, seq: str, op: ChildOp) -> Run | None:
         """The run of child `op` now: the newest of its id while that is still the child
         `parent` started at `seq` (it may have continued as new), else the run started."""
         assert op.peer is not None and op.peer_run is not None
@@ -310,7 +311,7 @@ class Family:
                 if parent is not None and (ref["close"] == "terminate" or not run.cancel_reason):
                     self._apply(run, ref["close"], parent)
             for seq, op in list(run.ops.items()):
-                if run.is_open:
+                if run.is_open and isinstance(op, Peer):
                     self._settle_op(run, seq, op)
 
     def _closed_parent(self, child: Run, ref: dict[str, Any]) -> Run | None:
@@ -328,37 +329,41 @@ class Family:
             return None
         return parent
 
-    def _settle_op(self, run: Run, seq: str, op: Op) -> None:
+    def _settle_op(self, run: Run, seq: str, op: Peer) -> None:
         if op.peer_run is None or not op.ok:
             return
-        if op.kind == "child" and not op.done:
-            child = self._child(run, seq, op)
-            if child is None:
-                # Its `RunStarted` was cut off: start it as recorded.
-                self._start(run, seq, op, orjson.dumps(op.value))
-            elif not child.is_open:
-                # A child reset here has no new run that is the parent's child: the
-                # crash cut it off, and the parent hears of the reset.
-                self._tell_parent(child, cut=True)
+        if isinstance(op, ChildOp):
+            if not op.done:
+                self._settle_child(run, seq, op)
             return
         target = self.runs.by_run_id.get(op.peer_run)
         if target is None or not target.is_open:
             return
-        if op.kind == "signal_workflow" and op.signal_id is not None:
+        if isinstance(op, SignalSentOp) and op.signal_id is not None:
             if target.next_signal_id <= op.signal_id:
                 self.driver.receive(target, op.name, Payload.of(op.value), op.signal_id)
-        elif op.kind == "cancel_workflow" and target.cancel_reason is None:
+        elif isinstance(op, CancelSentOp) and target.cancel_reason is None:
             self.driver.request_cancel(target, op.value)
+
+    def _settle_child(self, run: Run, seq: str, op: ChildOp) -> None:
+        child = self._child(run, seq, op)
+        if child is None:
+            # Its `RunStarted` was cut off: start it as recorded.
+            self._start(run, seq, op, orjson.dumps(op.value))
+        elif not child.is_open:
+            # A child reset here has no new run that is the parent's child: the
+            # crash cut it off, and the parent hears of the reset.
+            self._tell_parent(child, cut=True)
 
 
 _GOES_ON = (Status.CONTINUED_AS_NEW, Status.RESET)
 """How a run closes when a new run of its id goes on as the same child."""
 
 
-def _open_children(run: Run) -> dict[str, Op]:
+def _open_children(run: Run) -> dict[str, ChildOp]:
     """The child operations of `run` whose child has not closed (as `run` knows)."""
     return {
         seq: op
         for seq, op in run.ops.items()
-        if op.kind == "child" and op.peer_run is not None and not op.done
+        if isinstance(op, ChildOp) and op.peer_run is not None and not op.done
     }

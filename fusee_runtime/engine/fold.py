@@ -43,6 +43,23 @@ from fusee_runtime.model.op_records import (
     WaitCompleted,
     WaitStarted,
 )
+from fusee_runtime.model.ops import (
+    OPS,
+    AttributesOp,
+    CancelSentOp,
+    ChildOp,
+    CompletionOp,
+    Op,
+    PatchOp,
+    Peer,
+    SignalSentOp,
+    StepOp,
+    StreamAppendOp,
+    StreamCloseOp,
+    TimerOp,
+    ValueOp,
+    WaitOp,
+)
 from fusee_runtime.model.records import (
     CancelRequested,
     Record,
@@ -55,24 +72,24 @@ from fusee_runtime.model.records import (
 from fusee_runtime.model.run import Status
 
 if TYPE_CHECKING:
-    from fusee_runtime.engine.state import Op, Run
+    from fusee_runtime.engine.state import Run
 
 
 def _step_completed(run: Run, rec: StepCompleted, lsn: int) -> Op:
-    op = run.op_at(rec.seq, "step", rec.name)
+    op = run.op_at(rec.seq, StepOp, rec.name)
     op.done, op.ok, op.value = True, True, rec.value.value
     return op
 
 
 def _step_failed(run: Run, rec: StepFailed, lsn: int) -> Op:
-    op = run.op_at(rec.seq, "step", rec.name)
+    op = run.op_at(rec.seq, StepOp, rec.name)
     op.done, op.ok, op.failure = True, False, rec.failure
     run.pending.pop(rec.seq, None)
     return op
 
 
 def _attempt_failed(run: Run, rec: AttemptFailed, lsn: int) -> None:
-    op = run.op_at(rec.seq, "step", rec.name)
+    op = run.op_at(rec.seq, StepOp, rec.name)
     op.attempts_failed, op.failure = rec.attempt, rec.failure
     if op.first_failed_at is None:
         op.first_failed_at = rec.failed_at
@@ -80,7 +97,7 @@ def _attempt_failed(run: Run, rec: AttemptFailed, lsn: int) -> None:
 
 
 def _step_paused(run: Run, rec: StepPaused, lsn: int) -> None:
-    op = run.op_at(rec.seq, "step", rec.name)
+    op = run.op_at(rec.seq, StepOp, rec.name)
     op.attempts_failed, op.failure, op.paused = rec.attempt, rec.failure, True
     run.pending[rec.seq] = op
     # What `describe()` and the CLI show as the reason the run stopped.
@@ -90,28 +107,29 @@ def _step_paused(run: Run, rec: StepPaused, lsn: int) -> None:
 
 def _step_resumed(run: Run, rec: StepResumed, lsn: int) -> Op | None:
     op = run.pending.pop(rec.seq, None)
-    if op is not None:
+    if isinstance(op, StepOp):
         op.paused = False
         op.attempts_failed, op.first_failed_at, op.retry_at = 0, None, None
-        op.attempt = 0  # an `await_completion` issues a new token for the fresh attempt
+        if isinstance(op, CompletionOp):
+            op.attempt = 0  # it issues a new token for the fresh attempt
         if not run.paused_ops():
             run.error = None
     return op
 
 
 def _value_recorded(run: Run, rec: ValueRecorded, lsn: int) -> None:
-    op = run.op_at(rec.seq, "value", rec.name)
+    op = run.op_at(rec.seq, ValueOp, rec.name)
     op.done, op.value = True, rec.value.value
 
 
 def _timer_started(run: Run, rec: TimerStarted, lsn: int) -> None:
-    op = run.op_at(rec.seq, "timer", rec.name)
+    op = run.op_at(rec.seq, TimerOp, rec.name)
     op.fire_at = rec.fire_at
     run.pending[rec.seq] = op
 
 
 def _wait_started(run: Run, rec: WaitStarted, lsn: int) -> None:
-    op = run.op_at(rec.seq, "wait", rec.name)
+    op = run.op_at(rec.seq, WaitOp, rec.name)
     op.fire_at = rec.deadline
     run.pending[rec.seq] = op
 
@@ -122,7 +140,7 @@ def _resolved(run: Run, rec: TimerFired | WaitCompleted, lsn: int) -> Op | None:
     if op is None:
         return None
     op.done = True
-    if isinstance(rec, WaitCompleted):
+    if isinstance(rec, WaitCompleted) and isinstance(op, WaitOp):
         signal_id = rec.signal_id
         op.signal_id, op.value = signal_id, rec.value.value
         if signal_id is not None:
@@ -131,7 +149,7 @@ def _resolved(run: Run, rec: TimerFired | WaitCompleted, lsn: int) -> Op | None:
 
 
 def _completion_issued(run: Run, rec: CompletionIssued, lsn: int) -> None:
-    op = run.op_at(rec.seq, "completion", rec.name)
+    op = run.op_at(rec.seq, CompletionOp, rec.name)
     if op.done:
         return  # finished while the token was on its way to the disk: nothing waits
     op.attempt, op.sent = rec.attempt, False
@@ -141,7 +159,7 @@ def _completion_issued(run: Run, rec: CompletionIssued, lsn: int) -> None:
 
 def _completion_sent(run: Run, rec: CompletionSent, lsn: int) -> None:
     op = run.ops.get(rec.seq)
-    if op is not None:
+    if isinstance(op, CompletionOp):
         op.sent = True
 
 
@@ -155,8 +173,10 @@ def _completion_done(run: Run, rec: CompletionDone, lsn: int) -> Op | None:
 
 def _op_cancelled(run: Run, rec: OpCancelled, lsn: int) -> Op:
     seq = rec.seq
-    op = run.op_at(seq, rec.kind, rec.name)
-    op.done, op.ok, op.cancelled, op.paused = True, False, True, False
+    op = run.op_at(seq, OPS[rec.kind], rec.name)
+    op.done, op.ok, op.cancelled = True, False, True
+    if isinstance(op, StepOp):
+        op.paused = False
     run.pending.pop(seq, None)
     if run.cancel_reason is None or ".u" in seq:  # (an update's op: not the run's cancel)
         op.retired = True  # a losing or abandoned branch: the run's cancel is still to come
@@ -166,7 +186,7 @@ def _op_cancelled(run: Run, rec: OpCancelled, lsn: int) -> Op:
 
 
 def _child_started(run: Run, rec: ChildStarted, lsn: int) -> None:
-    op = run.op_at(rec.seq, "child", rec.workflow_id)
+    op = run.op_at(rec.seq, ChildOp, rec.workflow_id)
     op.peer, op.peer_run, op.workflow = rec.workflow_id, rec.child_run_id, rec.workflow
     op.policy, op.deadline, op.lsn = rec.parent_close, rec.deadline, lsn
     if rec.error is not None:
@@ -180,7 +200,7 @@ def _child_closed(run: Run, rec: ChildClosed, lsn: int) -> Op | None:
     # `child_run_id` is the run that closed: the one started, or the last of the runs
     # it continued as new in.
     op = run.pending.pop(rec.seq, None) or run.ops.get(rec.seq)
-    if op is None or op.kind != "child":
+    if not isinstance(op, ChildOp):
         return None
     op.done, op.ok, op.status = True, rec.status == Status.COMPLETED, rec.status
     op.value, op.failure = rec.result.value, rec.failure
@@ -189,20 +209,20 @@ def _child_closed(run: Run, rec: ChildClosed, lsn: int) -> Op | None:
 
 def _signal_sent(run: Run, rec: SignalSent, lsn: int) -> Op:
     """One operation, done when recorded."""
-    op = run.op_at(rec.seq, "signal_workflow", rec.name)
+    op = run.op_at(rec.seq, SignalSentOp, rec.name)
     op.signal_id, op.value = rec.signal_id, rec.value.value
     return _sent(op, rec.workflow_id, rec.target_run_id, rec.error, lsn)
 
 
 def _cancel_sent(run: Run, rec: CancelSent, lsn: int) -> Op:
     """One operation, done when recorded."""
-    op = run.op_at(rec.seq, "cancel_workflow", rec.workflow_id)
+    op = run.op_at(rec.seq, CancelSentOp, rec.workflow_id)
     op.value = rec.reason
     return _sent(op, rec.workflow_id, rec.target_run_id, rec.error, lsn)
 
 
 def _sent(
-    op: Op, target: str, target_run: str | None, error: dict[str, Any] | None, lsn: int
+    op: Peer, target: str, target_run: str | None, error: dict[str, Any] | None, lsn: int
 ) -> Op:
     op.peer, op.peer_run, op.lsn = target, target_run, lsn
     op.done, op.ok, op.failure = True, error is None, error
@@ -211,31 +231,31 @@ def _sent(
 
 def _step_heartbeat(run: Run, rec: StepHeartbeat, lsn: int) -> None:
     # The op of a first attempt is made here: nothing else is recorded of it until it ends.
-    op = run.op_at(rec.seq, "step", rec.name)
+    op = run.op_at(rec.seq, StepOp, rec.name)
     op.progress, op.beat_at, op.beats = rec.details.value, rec.beat_at, rec.number
 
 
 def _attributes_set(run: Run, rec: AttributesSet, lsn: int) -> None:
-    op = run.op_at(rec.seq, "attributes", "set")
+    op = run.op_at(rec.seq, AttributesOp, "set")
     op.done, op.value = True, rec.attributes
     merge_attributes(run.attributes, rec.attributes)
 
 
 def _patch_marked(run: Run, rec: PatchMarked, lsn: int) -> None:
-    op = run.op_at(rec.seq, "patch", rec.patch_id)
+    op = run.op_at(rec.seq, PatchOp, rec.patch_id)
     op.done = True
 
 
 def _stream_appended(run: Run, rec: StreamAppended, lsn: int) -> None:
     item = rec.item.value
-    op = run.op_at(rec.seq, "stream.append", rec.name)
+    op = run.op_at(rec.seq, StreamAppendOp, rec.name)
     op.done, op.value, op.lsn = True, item, lsn
     run.stream(rec.name).items.append((lsn, item))
 
 
 def _step_stream_appended(run: Run, rec: StepStreamAppended, lsn: int) -> None:
     name, item = rec.name, rec.item.value
-    op = run.op_at(rec.seq, "step", rec.step)
+    op = run.op_at(rec.seq, StepOp, rec.step)
     op.streamed = op.streamed or {}
     op.streamed.setdefault(name, []).append((lsn, item))
     if rec.own and name not in (op.owns or ()):
@@ -244,7 +264,7 @@ def _step_stream_appended(run: Run, rec: StepStreamAppended, lsn: int) -> None:
 
 
 def _stream_closed(run: Run, rec: StreamClosed, lsn: int) -> None:
-    op = run.op_at(rec.seq, "stream.close", rec.name)
+    op = run.op_at(rec.seq, StreamCloseOp, rec.name)
     op.done, op.lsn = True, lsn
     run.stream(rec.name).closed_lsn = lsn
 

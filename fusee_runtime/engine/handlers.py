@@ -31,6 +31,7 @@ from fusee_runtime.engine.runs import RunTable
 from fusee_runtime.engine.state import Run, Status, top
 from fusee_runtime.errors import CodecError, Failure, FuseeError, NotFound, Rejected
 from fusee_runtime.model.op_records import CompletionDone
+from fusee_runtime.model.ops import CompletionOp, GroupOp
 from fusee_runtime.model.payload import NULL, Payload
 from fusee_runtime.model.records import UpdateAccepted, UpdateApplied
 from fusee_runtime.scope import NAME_CHARS_MAX, Halt, handling
@@ -304,7 +305,7 @@ class Handlers:
         found = handlers.get(name)
         if found is not None:
             return found
-        if not self.config.drive and kind == "update":
+        if not self.config.drive and handlers is run.updates:  # (only code registers them)
             raise Rejected(
                 f"no process runs the code of {run.workflow_id!r} to {to}: "
                 "start `fusee serve` (or the command that drives it) first"
@@ -323,7 +324,7 @@ class Handlers:
         execution = run.execution
         if not run.parked and execution is None:
             raise Rejected(f"run {id!r} is not running its code yet; send the update again")
-        inside = run.position_kind == "group" or (execution is not None and execution.groups)
+        inside = run.position_kind is GroupOp or (execution is not None and execution.groups)
         if inside and not is_async:
             raise Rejected(
                 f"run {id!r} is inside ctx.all or ctx.race; send the update again once it is past"
@@ -355,7 +356,7 @@ class Handlers:
         run_id, seq, issued = read_token(secret, token)
         run = self.runs.by_id(run_id)
         op = run.ops.get(seq) if run is not None else None
-        if run is None or op is None or op.kind != "completion":
+        if run is None or not isinstance(op, CompletionOp):
             raise NotFound("the run that issued this completion token is not in this home")
         what = f"completion {op.name!r} of run {run.workflow_id!r}"
         if not run.is_open:

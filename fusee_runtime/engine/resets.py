@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from fusee_runtime.engine.state import Run, top
 from fusee_runtime.errors import NotFound, Rejected
+from fusee_runtime.model.ops import ChildOp, CompletionOp, Op, StepOp, TimerOp, WaitOp
 from fusee_runtime.model.records import RunReset
 
 if TYPE_CHECKING:
@@ -39,12 +40,12 @@ if TYPE_CHECKING:
 POSITION = re.compile(r"[0-9]+(?:\.u?[0-9]+)+")
 """A position inside a top-level operation, as `fusee history` shows it: 2.0.1, 3.u1.2."""
 
-NAMED: dict[str, str] = {
-    "step": "step",
-    "wait": "wait",
-    "timer": "sleep",
-    "child": "child",
-    "completion": "completion",
+NAMED: dict[type[Op], str] = {
+    StepOp: "step",
+    WaitOp: "wait",
+    TimerOp: "sleep",
+    ChildOp: "child",
+    CompletionOp: "completion",
 }
 """The kinds of operation a reset finds by name, and what people call each."""
 
@@ -78,7 +79,7 @@ def reset_point(run: Run, to: int | str) -> int:
     position = POSITION.fullmatch(to) is not None
     if position and (to in run.ops or to in run.prefixes):
         return top(to)
-    named = [top(seq) for seq, op in run.ops.items() if op.kind in NAMED and op.name == to]
+    named = [top(seq) for seq, op in run.ops.items() if type(op) in NAMED and op.name == to]
     if named:
         return min(named)
     what = "at position" if position else "named"
@@ -96,8 +97,8 @@ def takes(run: Run) -> str:
     names: dict[str, dict[str, None]] = {kind: {} for kind in NAMED.values()}
     for seq in order:
         op = run.ops[seq]
-        if op.kind in NAMED:
-            names[NAMED[op.kind]].setdefault(op.name, None)
+        if type(op) in NAMED:
+            names[NAMED[type(op)]].setdefault(op.name, None)
     kinds = [f"a {kind} ({_shown(list(found))})" for kind, found in names.items() if found]
     if kinds:
         ways.append("the name of " + _listed(kinds, ", "))

@@ -54,6 +54,7 @@ from fusee_runtime.errors import JournalCorrupt, NotFound, Rejected
 from fusee_runtime.journal import checkpoint as ckpt
 from fusee_runtime.journal.reader import JournalRead
 from fusee_runtime.model import codec
+from fusee_runtime.model.ops import ChildOp, CompletionOp, StepOp, TimerOp, WaitOp
 from fusee_runtime.model.records import (
     CLOSES,
     SCHEDULES,
@@ -196,15 +197,22 @@ class RunTable:
         """A reset run keeps the operations of `old` numbered below `before`."""
         # An `await_completion` still open gets new tokens: the old ones name the old run.
         kept = {
-            seq: replace(op, streamed=op.streamed and {k: list(v) for k, v in op.streamed.items()})
+            seq: _copied(op)
             for seq, op in old.ops.items()
-            if top(seq) < before and (op.kind != "completion" or op.done)
+            if top(seq) < before and (not isinstance(op, CompletionOp) or op.done)
         }
         run.ops = kept
         run.prefixes = {p for p in old.prefixes if top(p) < before}
         run.races = {s: i for s, i in old.races.items() if top(s) < before}
-        run.pending = {s: op for s, op in kept.items() if not op.done and op.kind != "value"}
-        run.pending = {s: op for s, op in run.pending.items() if op.kind != "step" or op.paused}
+        # What waits: timers, waits, children, and paused steps (no other op is kept
+        # undone: a step in flight runs again, an open `await_completion` was left out).
+        run.pending = {
+            s: op
+            for s, op in kept.items()
+            if isinstance(op, TimerOp | WaitOp | ChildOp | StepOp)
+            and not op.done
+            and (not isinstance(op, StepOp) or op.paused)
+        }
         # Every signal the old run had: carried to it, received, or taken by a wait it
         # inherited itself (a reset of a reset: that signal's record is in an older run).
         # Those its kept waits took stay taken; the others come again, in their order.
@@ -213,9 +221,9 @@ class RunTable:
             if isinstance(r, SignalReceived):
                 known.setdefault(r.signal_id, (r.signal_id, r.name, r.value.value))
         for op in old.ops.values():
-            if op.kind == "wait" and op.signal_id is not None:
+            if isinstance(op, WaitOp) and op.signal_id is not None:
                 known.setdefault(op.signal_id, (op.signal_id, op.name, op.value))
-        taken = {op.signal_id for op in kept.values() if op.kind == "wait" and op.signal_id}
+        taken = {op.signal_id for op in kept.values() if isinstance(op, WaitOp) and op.signal_id}
         run.carried_signals = [known[i] for i in sorted(known) if i not in taken]
         run.signals = list(run.carried_signals)
         run.next_signal_id = old.next_signal_id
@@ -433,3 +441,10 @@ def wanted(
     except ValueError:
         known = ", ".join(["open", *(s.value for s in Status)])
         raise Rejected(f"unknown status {status!r}; statuses: {known}") from None
+
+
+def _copied(op: Op) -> Op:
+    """A copy of `op` for a reset run, with lists of its own where the op grows them."""
+    if isinstance(op, StepOp) and op.streamed:
+        return replace(op, streamed={k: list(v) for k, v in op.streamed.items()})
+    return replace(op)

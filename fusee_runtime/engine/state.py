@@ -16,6 +16,7 @@ from fusee_runtime.engine.fold import OP_RECORDS, RUN_RECORDS
 from fusee_runtime.engine.waits import utc, waiting
 from fusee_runtime.errors import Failure
 from fusee_runtime.model.op_records import StepHeartbeat
+from fusee_runtime.model.ops import Op, OpT, Pending, StepOp, StreamAppendOp, StreamCloseOp
 from fusee_runtime.model.records import (
     Record,
     RunCancelled,
@@ -31,64 +32,6 @@ from fusee_runtime.model.run import RunInfo, Status
 
 if TYPE_CHECKING:
     from fusee_runtime.execution import Execution
-
-
-@dataclass
-class Op:
-    """What the journal holds of one operation: a step, a recorded value, a
-    timer, a wait for a signal, or an append to or close of a stream."""
-
-    # "step", "value", "timer", "wait", "completion", "stream.append", "stream.close",
-    # "child", "signal_workflow", "cancel_workflow"
-    kind: str
-    name: str
-    attempts_failed: int = 0
-    first_failed_at: float | None = None
-    retry_at: float | None = None
-    done: bool = False
-    ok: bool = True
-    value: Any = None
-    failure: dict[str, Any] | None = None
-    paused: bool = False
-    cancelled: bool = False
-    # Cancelled because its `ctx.all`/`ctx.race` group stopped waiting for it,
-    # not by the run's cancel: replay leaves it pending, as it was then.
-    retired: bool = False
-    # A timer's fire time, or a wait's deadline (None: no timeout).
-    fire_at: float | None = None
-    # The signal a wait took.
-    signal_id: int | None = None
-    # Where a stream append or close was recorded: a reset run inherits the
-    # item with its position, which says when readers may see it.
-    lsn: int | None = None
-    # An `await_completion`: the attempt that issued the token valid now, how many
-    # tokens were issued (the number in the token: it only grows, also across a
-    # resume), and whether `send` returned.
-    attempt: int = 0
-    issued: int = 0
-    sent: bool = False
-    # A child (`name` is its id) or the target of a signal or cancel: its workflow
-    # id and run id (None: refused, see `failure`). A child's workflow, its
-    # `parent_close`, its deadline and how it closed; until it closes, `value` is
-    # its input (recovery starts it from there if a crash cut its `RunStarted` off).
-    # A step's latest heartbeat (`current_ctx().heartbeat`): its details, which the
-    # next attempt gets from `progress()`, when it came, and how many heartbeat records
-    # the step has (the `number` of the latest).
-    progress: Any = None
-    beat_at: float | None = None
-    beats: int = 0
-    # Items a step's function appended to streams of the run, by stream (with the
-    # position of each), and the streams that are the step's own, which its end closes.
-    streamed: dict[str, list[tuple[int, Any]]] | None = None
-    owns: list[str] | None = None
-    # Where the op was resolved: update handlers order replay by it.
-    done_lsn: int | None = None
-    peer: str | None = None
-    peer_run: str | None = None
-    workflow: str | None = None
-    policy: str | None = None
-    deadline: float | None = None
-    status: str | None = None
 
 
 @dataclass
@@ -123,7 +66,7 @@ class Run:
     prefixes: set[str] = field(default_factory=set)
     races: dict[str, int] = field(default_factory=dict)
     # Timers, waits and paused steps not yet resolved, in the order they began.
-    pending: dict[str, Op] = field(default_factory=dict)
+    pending: dict[str, Pending] = field(default_factory=dict)
     # Signals received and not yet taken by a wait: (signal_id, name, value).
     signals: list[tuple[int, str, Any]] = field(default_factory=list)
     next_signal_id: int = 1
@@ -168,7 +111,7 @@ class Run:
     # Top-level operations the code has asked for so far, and the kind of the last:
     # where an update applied now happens, as a replay will see it.
     position: int = 0
-    position_kind: str = ""
+    position_kind: type[Op] | None = None
     # Updates applied: by position, (update_id, name, arg) in order; by id, (lsn,
     # result, failure) for an update sent again with the same id.
     update_log: dict[int, list[tuple[str, str, Any]]] = field(default_factory=dict)
@@ -209,7 +152,7 @@ class Run:
         owned (a step's end closes them)."""
         if op is not None and op.done:
             op.done_lsn = lsn
-            for name in op.owns or ():
+            for name in (op.owns if isinstance(op, StepOp) else None) or ():
                 self.stream(name).closed_lsn = lsn
         return op
 
@@ -228,17 +171,35 @@ class Run:
                 self.records = records[:i] + records[i + 1 :]
                 return
 
-    def op_at(self, seq: str, kind: str, name: str) -> Op:
-        """The op at `seq`, made (of `kind`, named `name`) by its first record."""
+    def op_at(self, seq: str, cls: type[OpT], name: str) -> OpT:
+        """The op at `seq`, made (of class `cls`, named `name`) by its first record.
+
+        Raises:
+            ValueError: the op at `seq` is of another kind (no journal says so).
+        """
         op = self.ops.get(seq)
-        if op is None:
-            op = self.ops[seq] = Op(kind, name)
-            if "." in seq:
-                parts = seq.split(".")
-                for k in range(1, len(parts)):
-                    if parts[k][0] == "u" or parts[k - 1][0] == "u":
-                        continue  # "3" and "3.u1" of "3.u1.2": an update's numbers, no group
-                    self.prefixes.add(".".join(parts[:k]))
+        if op is not None:
+            if not isinstance(op, cls):
+                raise ValueError(f"operation #{seq} is a {op.kind}, not a {cls.kind}")
+            return op
+        made = self.ops[seq] = cls(name)
+        if "." in seq:
+            parts = seq.split(".")
+            for k in range(1, len(parts)):
+                if parts[k][0] == "u" or parts[k - 1][0] == "u":
+                    continue  # "3" and "3.u1" of "3.u1.2": an update's numbers, no group
+                self.prefixes.add(".".join(parts[:k]))
+        return made
+
+    def op_of(self, seq: str, cls: type[OpT]) -> OpT:
+        """The op at `seq`, which its records made of class `cls`.
+
+        Raises:
+            TypeError: it is of another class (the engine's own mistake).
+        """
+        op = self.ops[seq]
+        if not isinstance(op, cls):
+            raise TypeError(f"operation #{seq} is a {op.kind}, not a {cls.kind}")
         return op
 
     def stream(self, name: str) -> Stream:
@@ -250,18 +211,22 @@ class Run:
     def _inherit_streams(self) -> None:
         """A reset run starts with the operations it kept: their stream items are its own,
         since its code replays those appends without writing them again."""
-        kept = [
+        kept: list[tuple[int, StreamAppendOp | StreamCloseOp]] = [
             (op.lsn, op)
             for op in self.ops.values()
-            if op.kind.startswith("stream.") and op.lsn is not None and not op.cancelled
+            if isinstance(op, StreamAppendOp | StreamCloseOp)
+            and op.lsn is not None
+            and not op.cancelled
         ]
         for op in self.ops.values():  # and what its steps appended, in their streams
+            if not isinstance(op, StepOp):
+                continue
             for name, items in (op.streamed or {}).items():
-                kept += [(lsn, Op("stream.append", name, value=item)) for lsn, item in items]
+                kept += [(lsn, StreamAppendOp(name, value=item)) for lsn, item in items]
                 if op.done and name in (op.owns or ()):
-                    kept.append((items[-1][0], Op("stream.close", name)))
+                    kept.append((items[-1][0], StreamCloseOp(name)))
         for lsn, op in sorted(kept, key=lambda k: k[0]):
-            if op.kind == "stream.append":
+            if isinstance(op, StreamAppendOp):
                 self.stream(op.name).items.append((lsn, op.value))
             else:
                 self.stream(op.name).closed_lsn = lsn
@@ -296,7 +261,7 @@ class Run:
         return origin.get("parent") if origin else None
 
     def paused_ops(self) -> list[str]:
-        return [seq for seq, op in self.pending.items() if op.paused]
+        return [seq for seq, op in self.pending.items() if isinstance(op, StepOp) and op.paused]
 
     def info(self) -> RunInfo:
         return RunInfo(

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from fusee_runtime.errors import Failure
+from fusee_runtime.model.ops import ChildOp, CompletionOp, StepOp, TimerOp, WaitOp
 from fusee_runtime.model.run import Waiting
 
 if TYPE_CHECKING:
@@ -40,6 +41,10 @@ def until(at: float | None) -> str:
     return f"until {utc(at):%Y-%m-%d %H:%M:%S} UTC"
 
 
+def _utc(at: float | None) -> datetime | None:
+    return None if at is None else utc(at)
+
+
 def waiting(run: Run) -> tuple[Waiting, ...]:
     """What open `run` waits for: its pending timers, waits, paused steps and
     completions, its steps between attempts, and a cancel it has not closed on."""
@@ -51,28 +56,26 @@ def waiting(run: Run) -> tuple[Waiting, ...]:
             )
         )
     for op in run.pending.values():
-        until = utc(op.fire_at) if op.fire_at is not None else None
-        if op.kind == "wait":
-            out.append(Waiting("signal", op.name, until))
-        elif op.kind == "timer":
-            out.append(Waiting("timer", op.name, until))
-        elif op.paused:
-            out.append(Waiting("resume", op.name, detail=_failed(op.failure)))
-        elif op.kind == "completion" and not op.done:
-            out.append(Waiting("completion", op.name))
-        elif op.kind == "child":
-            until = utc(op.deadline) if op.deadline is not None else None
-            out.append(Waiting("child", op.name, until, op.workflow))
-    for op in run.ops.values():
-        if op.kind != "step" or op.done or op.paused:
+        match op:
+            case WaitOp():
+                out.append(Waiting("signal", op.name, _utc(op.fire_at)))
+            case TimerOp():
+                out.append(Waiting("timer", op.name, _utc(op.fire_at)))
+            case StepOp(paused=True):
+                out.append(Waiting("resume", op.name, detail=_failed(op.failure)))
+            case CompletionOp(done=False):
+                out.append(Waiting("completion", op.name))
+            case ChildOp():
+                out.append(Waiting("child", op.name, _utc(op.deadline), op.workflow))
+    for step in run.ops.values():
+        if type(step) is not StepOp or step.done or step.paused:
             continue
-        if op.retry_at is not None:
-            out.append(Waiting("retry", op.name, utc(op.retry_at), _failed(op.failure)))
-        elif op.beat_at is not None:
-            beat = f"{utc(op.beat_at):%H:%M:%S} UTC"
-            out.append(
-                Waiting("step", op.name, None, f"heartbeat at {beat}: {_shown(op.progress)}")
-            )
+        if step.retry_at is not None:
+            out.append(Waiting("retry", step.name, utc(step.retry_at), _failed(step.failure)))
+        elif step.beat_at is not None:
+            beat = f"{utc(step.beat_at):%H:%M:%S} UTC"
+            shown = _shown(step.progress)
+            out.append(Waiting("step", step.name, None, f"heartbeat at {beat}: {shown}"))
     for name, limit in run.permit_waits.values():
         out.append(Waiting("permit", name, None, limit))
     return tuple(out)

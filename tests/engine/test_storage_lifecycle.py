@@ -33,6 +33,8 @@ from fusee_runtime.journal import format as fmt
 from fusee_runtime.journal.reader import first_lsns
 from fusee_runtime.journal.records import R
 from fusee_runtime.journal.storage import Storage
+from fusee_runtime.model.codec import from_array
+from fusee_runtime.model.records import RunReset
 
 CALLS: list[int] = []
 
@@ -306,8 +308,8 @@ def test_a_schedule_snapshot_holds_only_the_records_up_to_its_lsn() -> None:
         config = Config()
 
     schedules = Schedules(Owner())  # type: ignore[arg-type]
-    schedules.replay(5, [R.ScheduleArmed, "w", "* * * * *", None, 100.0])
-    schedules.replay(6, [R.ScheduleFired, "w", 160.0, "started", "w@1", 161.0])
+    schedules.replay(5, from_array([R.ScheduleArmed, "w", "* * * * *", None, 100.0]))
+    schedules.replay(6, from_array([R.ScheduleFired, "w", 160.0, "started", "w@1", 161.0]))
     # A record after the checkpoint's lsn may never become durable: not in it.
     at_5 = schedules.snapshot(5)["w"]
     assert (at_5["floor"], at_5["last"]) == (100.0, None)
@@ -387,7 +389,8 @@ async def test_result_of_a_stored_run_reset_with_no_successor_returns(make_engin
     async with make_engine() as engine:
         await engine.start("sl_waits", 1, id="orphan")
         run = engine.runs.newest["orphan"]
-        engine.driver.close_run(run, R.RunReset, "reset to operation #1")
+        now = engine.driver.clock.now()
+        engine.driver.close_run(run, RunReset(run.run_id, "reset to operation #1", now))
         await engine.wait_until(lambda: not run.status.is_open)
         await drain(engine)
         assert "orphan" not in engine.runs.newest

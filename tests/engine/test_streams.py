@@ -25,7 +25,7 @@ from fusee_runtime import (
     step,
     workflow,
 )
-from fusee_runtime.journal.records import R
+from fusee_runtime.model.records import CancelRequested
 from fusee_runtime.model.run import Status
 
 
@@ -290,7 +290,7 @@ async def test_a_cancel_that_lands_on_an_append_lands_there_on_replay_too(
     async with make_engine(drive=False) as engine:
         await engine.signal("cancel", "go", None)
         run = engine.runs.latest("cancel")
-        engine.driver.append(run, [R.CancelRequested, run.run_id, "operator", 0.0])
+        engine.driver.append(run, CancelRequested(run.run_id, "operator", 0.0))
         await engine.durability.wait(run.last_lsn)
     async with make_engine() as engine:
         h = engine.handle("cancel")

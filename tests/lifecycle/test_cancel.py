@@ -25,7 +25,7 @@ from fusee_runtime import (
     step,
     workflow,
 )
-from fusee_runtime.journal.records import R
+from fusee_runtime.model.records import CancelRequested
 
 UNDONE: list[str] = []
 
@@ -243,7 +243,7 @@ async def test_a_cancel_acknowledged_just_before_a_crash_lands_on_reopen(
             await until_parked(engine, id)
         run = engine.runs.latest(id)
         # The journal as a SIGKILL right after the request became durable leaves it.
-        engine.driver.append(run, [R.CancelRequested, run.run_id, "acknowledged", 0.0])
+        engine.driver.append(run, CancelRequested(run.run_id, "acknowledged", 0.0))
         await engine.durability.wait(run.last_lsn)
     async with make_engine() as engine:
         with pytest.raises(Cancelled, match="acknowledged"):

@@ -499,8 +499,8 @@ class Machine(RuleBasedStateMachine):
         kept = set()
         for run in engine.runs.by_run_id.values():
             for lsn, rec in run.records:
-                if lsn <= durable and rec[0] == 2:  # StepCompleted
-                    kept.add(f"{run.workflow_id}/{run.run_id}/{rec[2]}")
+                if lsn <= durable and rec.code == 2:  # StepCompleted
+                    kept.add(f"{run.workflow_id}/{run.run_id}/{rec.seq}")
         self.again_allowed |= set(EXECUTED) - kept
         self.run(self.env.crash())
 
