@@ -207,6 +207,7 @@ class Param:
     """The annotation, evaluated: `str`, `int | str`, `Literal[...]`, ..."""
     required: bool
     default: Any = None
+    """What the method takes when it is not given (None for a required one)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -247,13 +248,11 @@ Op = Call[..., Any] | Stream[..., Any]
 
 def _params(method: Callable[..., object]) -> tuple[Param, ...]:
     """The arguments of a method of `Operations`, without `self`."""
-    found = list(inspect.signature(method, eval_str=True).parameters.values())[1:]
-    return tuple(
-        Param(
-            p.name, p.annotation, p.default is p.empty, None if p.default is p.empty else p.default
-        )
-        for p in found
-    )
+    params = []
+    for p in list(inspect.signature(method, eval_str=True).parameters.values())[1:]:
+        required = p.default is p.empty
+        params.append(Param(p.name, p.annotation, required, None if required else p.default))
+    return tuple(params)
 
 
 def _call(
@@ -266,6 +265,8 @@ def _call(
     http: bool,
     merge: Callable[[builtins.list[Any], Args], Any] | None = None,
 ) -> Call[P, R]:
+    """The descriptor of `method`, an operation that answers once: its name and arguments
+    are the method's."""
     return Call(method.__name__, _params(method), acts, route, http, call, answer, merge)
 
 
@@ -276,6 +277,7 @@ def _stream(
     route: Route,
     http: bool,
 ) -> Stream[P, E]:
+    """The descriptor of `method`, an operation that answers with events (it only reads)."""
     return Stream(method.__name__, _params(method), False, route, http, call)
 
 
