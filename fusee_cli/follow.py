@@ -20,8 +20,7 @@ from fusee_cli import session
 from fusee_cli.session import Code, echo_err, error, print_json
 
 if TYPE_CHECKING:
-    from fusee_runtime.control.api import Control
-    from fusee_runtime.control.client import ControlClient
+    from fusee_runtime.control.client import ControlApi
 
 _CODES = {"ok": Code.OK, "failed": Code.FAILED, "timed_out": Code.TIMED_OUT}
 
@@ -39,7 +38,7 @@ class Outcome:
 
 
 async def follow(
-    ctl: Control | ControlClient,
+    ctl: ControlApi,
     workflow_id: str,
     timeout_s: float | None,
     progress: Callable[[str | None], None] | None = None,
@@ -72,7 +71,7 @@ async def follow_home(
     workflow_id: str,
     timeout_s: float | None,
     progress: Callable[[str | None], None] | None = None,
-    first: Control | ControlClient | None = None,
+    first: ControlApi | None = None,
     say: Callable[[str], None] = echo_err,
 ) -> Outcome:
     """Follows a run through whoever owns the home, taking over when that owner goes away.

@@ -26,8 +26,7 @@ if TYPE_CHECKING:
     from json import JSONDecodeError
 
     from fusee_runtime import Engine, RunInfo
-    from fusee_runtime.control.api import Control
-    from fusee_runtime.control.client import ControlClient
+    from fusee_runtime.control.client import ControlApi
 
 T = TypeVar("T")
 
@@ -426,9 +425,7 @@ async def open_engine(
 
 
 @contextlib.asynccontextmanager
-async def control(
-    home: Path, app: str | None, *, drive: bool
-) -> AsyncIterator[Control | ControlClient]:
+async def control(home: Path, app: str | None, *, drive: bool) -> AsyncIterator[ControlApi]:
     """The home's control API: its owner's, over the socket, or else this process's own.
 
     `app` is what a home opened here loads; a command that only reads gives
@@ -465,7 +462,7 @@ def act(
     home: Path,
     app: str,
     workflow_id: str,
-    action: Callable[[Control | ControlClient, RunInfo], Awaitable[T]],
+    action: Callable[[ControlApi, RunInfo], Awaitable[T]],
     *,
     drive: bool = False,
 ) -> tuple[T, int | None]:
@@ -494,7 +491,7 @@ def act(
     return asyncio.run(main())
 
 
-async def find_run(ctl: Control | ControlClient, workflow_id: str) -> RunInfo:
+async def find_run(ctl: ControlApi, workflow_id: str) -> RunInfo:
     """The newest run of `workflow_id`, or a `CliError` with exit 3."""
     from fusee_runtime import NotFound
 

@@ -11,8 +11,7 @@ from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, Store, app_modu
 
 if TYPE_CHECKING:
     from fusee_runtime import RunInfo
-    from fusee_runtime.control.api import Control
-    from fusee_runtime.control.client import ControlClient
+    from fusee_runtime.control.client import ControlApi
 
 
 def cancel(
@@ -34,7 +33,7 @@ def cancel(
         module = app_module(app)
         wid = session.check_id(workflow_id)
 
-        async def cancel_run(ctl: Control | ControlClient, info: RunInfo) -> RunInfo:
+        async def cancel_run(ctl: ControlApi, info: RunInfo) -> RunInfo:
             # Raises Rejected, with how it closed, when the run is closed. Answers with
             # the run as the cancel left it: no read after it, so nothing can fail then.
             return await ctl.cancel(wid, reason)

@@ -22,8 +22,7 @@ from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, Store, app_modu
 
 if TYPE_CHECKING:
     from fusee_runtime import RunInfo
-    from fusee_runtime.control.api import Control
-    from fusee_runtime.control.client import ControlClient
+    from fusee_runtime.control.client import ControlApi
 
 Arg = Annotated[
     str | None,
@@ -66,7 +65,7 @@ def query(
         module = app_module(app)
         wid = session.check_id(workflow_id)
 
-        async def ask(ctl: Control | ControlClient, info: RunInfo) -> Any:
+        async def ask(ctl: ControlApi, info: RunInfo) -> Any:
             return await ctl.query(wid, name, payload)
 
         answer, _ = session.act(home, module, wid, ask)
@@ -113,7 +112,7 @@ def update(
         module = app_module(app)
         wid = session.check_id(workflow_id)
 
-        async def send(ctl: Control | ControlClient, info: RunInfo) -> Any:
+        async def send(ctl: ControlApi, info: RunInfo) -> Any:
             return await ctl.update(wid, name, payload, update_id=update_id)
 
         answer, _ = session.act(home, module, wid, send, drive=True)

@@ -32,8 +32,7 @@ from fusee_cli.session import CliError, Code, echo_err
 
 if TYPE_CHECKING:
     from fusee_runtime import RunInfo
-    from fusee_runtime.control.api import Control
-    from fusee_runtime.control.client import ControlClient
+    from fusee_runtime.control.client import ControlApi
     from fusee_runtime.journal.postgres import PgJournal
 
 POLL_S = 0.25
@@ -114,12 +113,12 @@ class _Runs:
     older: frozenset[str]
 
 
-async def _look(ctl: Control | ControlClient, info: RunInfo) -> _Runs:
+async def _look(ctl: ControlApi, info: RunInfo) -> _Runs:
     older = {r["run_id"] for r in await ctl.history(info.id)} - {info.run_id}
     return _Runs(info.run_id, info.status.is_open, frozenset(older))
 
 
-async def _found(ctl: Control | ControlClient, info: RunInfo) -> None:
+async def _found(ctl: ControlApi, info: RunInfo) -> None:
     """Nothing more to do: `session.act` found the run."""
 
 

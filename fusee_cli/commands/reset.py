@@ -13,8 +13,7 @@ from fusee_cli.session import CliError, Code
 
 if TYPE_CHECKING:
     from fusee_runtime import RunInfo
-    from fusee_runtime.control.api import Control
-    from fusee_runtime.control.client import ControlClient
+    from fusee_runtime.control.client import ControlApi
 
 _NUMBER = re.compile(r"[+-]?\d+")
 _NESTED = re.compile(r"\d+(?:\.u?\d+)+")  # a position inside an operation: 2.0.1, 3.u1.2
@@ -57,7 +56,7 @@ def reset(
         wid = session.check_id(workflow_id)
 
         async def reset_run(
-            ctl: Control | ControlClient, info: RunInfo
+            ctl: ControlApi, info: RunInfo
         ) -> tuple[RunInfo, RunInfo, dict[str, Any]]:
             from fusee_runtime import NotFound
 

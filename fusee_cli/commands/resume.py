@@ -10,8 +10,7 @@ from fusee_cli.session import CliError, Code
 
 if TYPE_CHECKING:
     from fusee_runtime import RunInfo
-    from fusee_runtime.control.api import Control
-    from fusee_runtime.control.client import ControlClient
+    from fusee_runtime.control.client import ControlApi
 
 
 def resume(
@@ -29,9 +28,7 @@ def resume(
         module = app_module(app)
         wid = session.check_id(workflow_id)
 
-        async def resume_run(
-            ctl: Control | ControlClient, info: RunInfo
-        ) -> tuple[RunInfo, RunInfo]:
+        async def resume_run(ctl: ControlApi, info: RunInfo) -> tuple[RunInfo, RunInfo]:
             from fusee_runtime import Rejected
 
             try:

@@ -12,8 +12,7 @@ from fusee_cli.session import CliError, Code
 
 if TYPE_CHECKING:
     from fusee_runtime import RunInfo
-    from fusee_runtime.control.api import Control
-    from fusee_runtime.control.client import ControlClient
+    from fusee_runtime.control.client import ControlApi
 
 SHOWN_CHARS_MAX = 72
 """Longest value echoed on stderr; the journal holds all of it."""
@@ -58,7 +57,7 @@ def signal(
         module = app_module(app)
         wid = session.check_id(workflow_id)
 
-        async def deliver(ctl: Control | ControlClient, info: RunInfo) -> None:
+        async def deliver(ctl: ControlApi, info: RunInfo) -> None:
             # Raises Rejected, naming the status, when the run is closed.
             await ctl.signal(wid, name, payload)
 

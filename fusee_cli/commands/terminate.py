@@ -11,8 +11,7 @@ from fusee_cli.options import DEFAULT_HOME, App, Home, Id, Json, Store, app_modu
 
 if TYPE_CHECKING:
     from fusee_runtime import RunInfo
-    from fusee_runtime.control.api import Control
-    from fusee_runtime.control.client import ControlClient
+    from fusee_runtime.control.client import ControlApi
 
 
 def terminate(
@@ -34,9 +33,7 @@ def terminate(
         module = app_module(app)
         wid = session.check_id(workflow_id)
 
-        async def terminate_run(
-            ctl: Control | ControlClient, info: RunInfo
-        ) -> tuple[RunInfo, RunInfo]:
+        async def terminate_run(ctl: ControlApi, info: RunInfo) -> tuple[RunInfo, RunInfo]:
             # Raises Rejected, with how it closed, when the run is closed.
             return info, await ctl.terminate(wid, reason)
 

@@ -18,9 +18,9 @@ before (a PostgreSQL `COMMIT` whose answer a server restart cut off, an
 may have acted, look before trying again", never the `JournalFailed` of a
 journal that had failed before the call, which recorded nothing.
 
-`run_json` and `run_info` turn a run into the JSON that the socket and
-HTTP send, and back; `history` sends records as `records.as_json` shapes
-them (ISO 8601 instants, integer operation numbers).
+`history` sends records as `records.as_json` shapes them (ISO 8601
+instants, integer operation numbers); `wire` has a run as JSON and back
+(`run_json`, `run_info`, still importable from here).
 """
 
 from __future__ import annotations
@@ -32,12 +32,14 @@ import dataclasses
 import os
 import socket
 from collections.abc import AsyncGenerator, Awaitable
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from fusee_runtime.control.ops import Operations
+from fusee_runtime.control.wire import run_info as run_info  # (re-exported: its old home)
+from fusee_runtime.control.wire import run_json
 from fusee_runtime.errors import Cancelled, JournalFailed, NotFound, RunFailed, Terminated, TimedOut
 from fusee_runtime.journal import records
-from fusee_runtime.model.run import RunInfo, Status, Waiting
+from fusee_runtime.model.run import RunInfo, Status
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.engine import Engine
@@ -56,69 +58,8 @@ class OutcomeUnknown(JournalFailed):
     nothing was recorded."""
 
 
-def run_json(info: RunInfo) -> dict[str, Any]:
-    """A `RunInfo` as a JSON object (instants in ISO 8601)."""
-    return {
-        "id": info.id,
-        "run_id": info.run_id,
-        "workflow": info.workflow,
-        "status": str(info.status),
-        "started_at": info.started_at.isoformat(),
-        "closed_at": info.closed_at.isoformat() if info.closed_at else None,
-        "error": info.error,
-        "attributes": info.attributes,
-        "failure": info.failure,
-        "waiting": [
-            {
-                "kind": w.kind,
-                "name": w.name,
-                "until": w.until.isoformat() if w.until else None,
-                "detail": w.detail,
-            }
-            for w in info.waiting
-        ],
-        "parent": {"id": info.parent[0], "run_id": info.parent[1]} if info.parent else None,
-    }
-
-
-def run_info(doc: dict[str, Any]) -> RunInfo:
-    """The `RunInfo` that `run_json` wrote."""
-    closed = doc["closed_at"]
-    return RunInfo(
-        id=doc["id"],
-        run_id=doc["run_id"],
-        workflow=doc["workflow"],
-        status=Status(doc["status"]),
-        started_at=datetime.fromisoformat(doc["started_at"]),
-        closed_at=datetime.fromisoformat(closed) if closed else None,
-        error=doc["error"],
-        attributes=doc["attributes"],
-        failure=doc.get("failure"),
-        waiting=tuple(
-            Waiting(
-                w["kind"],
-                w["name"],
-                datetime.fromisoformat(w["until"]) if w["until"] else None,
-                w["detail"],
-            )
-            for w in doc.get("waiting", ())
-        ),
-        parent=_parent(doc.get("parent")),
-    )
-
-
-def _parent(doc: Any) -> tuple[str, str] | None:
-    """`RunInfo.parent` from `run_json`'s object, or from the pair the control socket
-    sends (orjson writes a dataclass's tuple as a list)."""
-    if not doc:
-        return None
-    if isinstance(doc, dict):
-        return (doc["id"], doc["run_id"])
-    return (doc[0], doc[1])
-
-
-class Control:
-    """The operations of the control API, on an open engine.
+class Control(Operations):
+    """The operations of the control API (`ops.Operations`), on an open engine.
 
     `watch` and `stream` are async iterators of JSON values; the other
     operations are coroutines.

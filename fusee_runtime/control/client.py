@@ -1,32 +1,40 @@
-"""A command's side of the control socket: `ControlClient`.
+"""The asking side of the control API: `Client`, and `ControlClient` over the socket.
 
-`ControlClient` offers the operations of `Control` to another process,
-over the socket of the process that owns the home (`protocol` says what
-goes over the wire); the caller sees the same values and the same
-exceptions as in process. When the owner does not answer, the client
-says how, so the caller knows whether a retry is safe: `OwnerGone`
-(nothing was sent), `OwnerLost` (the request was sent, the owner may have
-acted), `OwnerUnanswered` (it is there, but silent for `ANSWER_S`).
+`Client` implements the declared operations (`ops.Operations`) over a
+transport that carries an operation's descriptor and its arguments as
+JSON to whoever drives the home, and its answer back. `ControlClient` is
+the transport of the home's socket (`protocol` says what goes over the
+wire); the caller sees the same values and the same exceptions as in
+process. When the owner does not answer, the client says how, so the
+caller knows whether a retry is safe: `OwnerGone` (nothing was sent),
+`OwnerLost` (the request was sent, the owner may have acted),
+`OwnerUnanswered` (it is there, but silent for `ANSWER_S`).
 """
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import builtins
 import contextlib
 import socket
 from collections.abc import AsyncGenerator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ParamSpec, TypeVar
 
 import orjson
 
 from fusee_runtime import errors, search
-from fusee_runtime.control import protocol
-from fusee_runtime.control.api import Control, OutcomeUnknown, run_info
+from fusee_runtime.control import ops, protocol
+from fusee_runtime.control.api import Control, OutcomeUnknown
+from fusee_runtime.control.ops import Operations
 from fusee_runtime.engine.home import HomeLock, check_reachable
 from fusee_runtime.errors import FuseeError, Rejected
 from fusee_runtime.model.run import RunInfo
+
+P = ParamSpec("P")
+R = TypeVar("R")
+E = TypeVar("E")
 
 
 class OwnerUnanswered(Rejected):
@@ -69,7 +77,176 @@ _RAISED: dict[str, type[FuseeError]] = {
 }
 
 
-class ControlClient:
+class Client(Operations):
+    """The operations of `ops.Operations` asked of whoever drives a home, through a
+    transport: each method sends its operation's descriptor and its arguments as JSON
+    (`call`, `events`), and reads the answer back as the descriptor says (`ops.Call.answer`),
+    so a caller sees the values and the exceptions of an engine in process.
+
+    A transport says how a request travels: the home's socket (`ControlClient`), the
+    database (`remote.StoreClient`), the journal each call belongs to (`router.ShardRouter`),
+    an engine of this process (`router.LocalClient`). It keeps the wire as it is: an
+    argument left at its default is not sent where an owner of an older version would
+    refuse it (`list`'s `parent`, `where`, `before`; `start`'s `traceparent`, ...).
+    """
+
+    @property
+    @abc.abstractmethod
+    def owner(self) -> int | None:
+        """The pid of the process that serves the calls (None: this one)."""
+
+    @property
+    @abc.abstractmethod
+    def driver(self) -> str:
+        """The process that serves the calls, for people."""
+
+    @property
+    def pages_by_cursor(self) -> bool:
+        """Whether `list` takes `before` (a database of several journals does not)."""
+        return True
+
+    def local_control(self, id: str) -> Control | None:
+        """The engine of this process that drives the runs of `id`, if one does (a worker
+        of a database serving HTTP: `WorkerRouter`); None: they are driven elsewhere."""
+        return None
+
+    @abc.abstractmethod
+    async def call(self, op: ops.Call[..., Any], args: ops.Args) -> Any:
+        """Operation `op` with its arguments as JSON: its answer as JSON."""
+
+    @abc.abstractmethod
+    def events(self, op: ops.Stream[..., Any], args: ops.Args) -> AsyncGenerator[Any, None]:
+        """As `call`, for an operation that answers with events (`watch`, `stream`)."""
+
+    async def _ask(self, op: ops.Call[P, R], /, *by_position: P.args, **args: P.kwargs) -> R:
+        """`op` with `args`, by name (mypy checks them against the operation's method in
+        `Operations`): its answer, read back."""
+        assert not by_position, "arguments go by name on the wire"
+        return op.answer(await self.call(op, args), args)
+
+    def _follow(
+        self, op: ops.Stream[P, E], /, *by_position: P.args, **args: P.kwargs
+    ) -> AsyncGenerator[E, None]:
+        """As `_ask`, for an operation that answers with events."""
+        assert not by_position, "arguments go by name on the wire"
+        return self.events(op, args)
+
+    async def ping(self) -> dict[str, Any]:
+        """Who serves the calls: `pid`, `home`, `host`."""
+        return await self._ask(ops.PING)
+
+    async def start(
+        self,
+        workflow: str,
+        input: Any = None,
+        id: str | None = None,
+        on_conflict: ops.OnConflict = "return",
+        traceparent: str | None = None,
+    ) -> tuple[RunInfo, bool]:
+        args: dict[str, Any] = {"traceparent": traceparent} if traceparent else {}
+        return await self._ask(
+            ops.START, workflow=workflow, input=input, id=id, on_conflict=on_conflict, **args
+        )
+
+    async def describe(self, id: str) -> RunInfo:
+        return await self._ask(ops.DESCRIBE, id=id)
+
+    async def list(
+        self,
+        status: str | None = None,
+        workflow: str | None = None,
+        limit: int | None = None,
+        parent: str | None = None,
+        where: dict[str, Any] | None = None,
+        before: str | None = None,
+    ) -> builtins.list[RunInfo]:
+        # Asked only when given: an owner of an older version takes none of these.
+        args: dict[str, Any] = {"parent": parent} if parent else {}
+        if before:
+            args["before"] = before
+        if where:
+            # Checked and normalized here (a datetime becomes its UTC text), as pairs.
+            pairs: dict[str, Any] = {}
+            for key, op, value in search.conditions(where):
+                pairs.setdefault(key, []).append([op, value])
+            args["where"] = pairs
+        return await self._ask(ops.LIST, status=status, workflow=workflow, limit=limit, **args)
+
+    async def history(self, id: str) -> builtins.list[dict[str, Any]]:
+        return await self._ask(ops.HISTORY, id=id)
+
+    async def log(self, id: str, last: int = 200) -> builtins.list[dict[str, Any]]:
+        return await self._ask(ops.LOG, id=id, last=last)
+
+    async def journal(self, id: str, run_id: str | None = None) -> dict[str, Any]:
+        return await self._ask(ops.JOURNAL, id=id, **({"run_id": run_id} if run_id else {}))
+
+    async def run_ids(
+        self, workflow: str | None = None, open: bool = False
+    ) -> builtins.list[builtins.list[str]]:
+        args: dict[str, Any] = {"workflow": workflow} if workflow else {}
+        if open:
+            args["open"] = True
+        return await self._ask(ops.RUN_IDS, **args)
+
+    async def signal(self, id: str, name: str, value: Any = None) -> RunInfo:
+        return await self._acted(id, await self._ask(ops.SIGNAL, id=id, name=name, value=value))
+
+    async def cancel(self, id: str, reason: str = "cancelled") -> RunInfo:
+        return await self._acted(id, await self._ask(ops.CANCEL, id=id, reason=reason))
+
+    async def terminate(self, id: str, reason: str = "terminated") -> RunInfo:
+        return await self._acted(id, await self._ask(ops.TERMINATE, id=id, reason=reason))
+
+    async def resume(self, id: str) -> RunInfo:
+        return await self._acted(id, await self._ask(ops.RESUME, id=id))
+
+    async def _acted(self, id: str, answer: RunInfo | None) -> RunInfo:
+        """The run an act answered with. An owner of an older version answers null: then
+        the run as `describe` finds it (its error, if it fails, says nothing of the act,
+        which is durable)."""
+        return answer if answer is not None else await self.describe(id)
+
+    async def reset(self, id: str, to: int | str) -> RunInfo:
+        return await self._ask(ops.RESET, id=id, to=to)
+
+    async def complete(self, token: str, value: Any = None) -> dict[str, Any]:
+        return await self._ask(ops.COMPLETE, token=token, value=value)
+
+    async def fail(self, token: str, message: str) -> dict[str, Any]:
+        return await self._ask(ops.FAIL, token=token, message=message)
+
+    async def query(self, id: str, name: str, arg: Any = None) -> Any:
+        return await self._ask(ops.QUERY, id=id, name=name, arg=arg)
+
+    async def update(
+        self, id: str, name: str, arg: Any = None, update_id: str | None = None
+    ) -> Any:
+        return await self._ask(ops.UPDATE, id=id, name=name, arg=arg, update_id=update_id)
+
+    async def schedules(self) -> builtins.list[dict[str, Any]]:
+        return await self._ask(ops.SCHEDULES)
+
+    async def schedule(self, name: str, action: ops.ScheduleAction) -> Any:
+        return await self._ask(ops.SCHEDULE, name=name, action=action)
+
+    async def prune(self, older_than: float) -> int:
+        return await self._ask(ops.PRUNE, older_than=older_than)
+
+    async def limits(self) -> builtins.list[dict[str, Any]]:
+        return await self._ask(ops.LIMITS)
+
+    async def limit(self, name: str, permits: int) -> dict[str, Any]:
+        return await self._ask(ops.LIMIT, name=name, permits=permits)
+
+    def watch(self, id: str, timeout: float | None = None) -> AsyncGenerator[dict[str, Any], None]:
+        return self._follow(ops.WATCH, id=id, timeout=timeout)
+
+    def stream(self, id: str, name: str, follow: bool = True) -> AsyncGenerator[Any, None]:
+        return self._follow(ops.STREAM, id=id, name=name, follow=follow)
+
+
+class ControlClient(Client):
     """The control API of the process that owns a home, over its socket."""
 
     def __init__(self, home: Path, pid: int | None) -> None:
@@ -102,158 +279,29 @@ class ControlClient:
         # The pid in the lock file names the owner if it does not answer.
         client = cls(home, HomeLock(home).owner())
         try:
-            pong = await client.call("ping")
+            pong = await client.ping()
         except OwnerGone:
             return None
         client._pid = pong["pid"]
         return client
 
-    @property
-    def pages_by_cursor(self) -> bool:
-        """Whether `list` takes `before` (a database of several journals does not)."""
-        return True
-
-    def local_control(self, id: str) -> Control | None:
-        """The engine of this process that drives the runs of `id`, if one does (a worker
-        of a database serving HTTP: `WorkerRouter`); None: they are driven elsewhere."""
-        return None
-
-    async def ping(self) -> dict[str, Any]:
-        """Who serves the calls: `pid`, `home`, `host`."""
-        return await self.call("ping")
-
-    async def start(
-        self,
-        workflow: str,
-        input: Any = None,
-        id: str | None = None,
-        on_conflict: Literal["return", "fail", "new_run"] = "return",
-        traceparent: str | None = None,
-    ) -> tuple[RunInfo, bool]:
-        args: dict[str, Any] = {"traceparent": traceparent} if traceparent else {}
-        info, existed = await self.call(
-            "start", workflow=workflow, input=input, id=id, on_conflict=on_conflict, **args
-        )
-        return run_info(info), existed
-
-    async def describe(self, id: str) -> RunInfo:
-        return run_info(await self.call("describe", id=id))
-
-    async def list(
-        self,
-        status: str | None = None,
-        workflow: str | None = None,
-        limit: int | None = None,
-        parent: str | None = None,
-        where: dict[str, Any] | None = None,
-        before: str | None = None,
-    ) -> builtins.list[RunInfo]:
-        args: dict[str, Any] = {"status": status, "workflow": workflow, "limit": limit}
-        # Asked only when given: an owner of an older version takes none of these.
-        if parent:
-            args["parent"] = parent
-        if before:
-            args["before"] = before
-        if where:
-            # Checked and normalized here (a datetime becomes its UTC text), as pairs.
-            pairs: dict[str, Any] = {}
-            for key, op, value in search.conditions(where):
-                pairs.setdefault(key, []).append([op, value])
-            args["where"] = pairs
-        docs = await self.call("list", **args)
-        return [run_info(d) for d in docs]
-
-    async def history(self, id: str) -> builtins.list[dict[str, Any]]:
-        return await self.call("history", id=id)
-
-    async def log(self, id: str, last: int = 200) -> builtins.list[dict[str, Any]]:
-        return await self.call("log", id=id, last=last)
-
-    async def journal(self, id: str, run_id: str | None = None) -> dict[str, Any]:
-        return await self.call("journal", id=id, **({"run_id": run_id} if run_id else {}))
-
-    async def run_ids(
-        self, workflow: str | None = None, open: bool = False
-    ) -> builtins.list[builtins.list[str]]:
-        args: dict[str, Any] = {"workflow": workflow} if workflow else {}
-        return await self.call("run_ids", **args, **({"open": True} if open else {}))
-
-    async def signal(self, id: str, name: str, value: Any = None) -> RunInfo:
-        return await self._acted(id, await self.call("signal", id=id, name=name, value=value))
-
-    async def cancel(self, id: str, reason: str = "cancelled") -> RunInfo:
-        return await self._acted(id, await self.call("cancel", id=id, reason=reason))
-
-    async def terminate(self, id: str, reason: str = "terminated") -> RunInfo:
-        return await self._acted(id, await self.call("terminate", id=id, reason=reason))
-
-    async def resume(self, id: str) -> RunInfo:
-        return await self._acted(id, await self.call("resume", id=id))
-
-    async def _acted(self, id: str, answer: Any) -> RunInfo:
-        """The run an act answered with. An owner of an older version answers null: then
-        the run as `describe` finds it (its error, if it fails, says nothing of the act,
-        which is durable)."""
-        return run_info(answer) if answer is not None else await self.describe(id)
-
-    async def reset(self, id: str, to: int | str) -> RunInfo:
-        return run_info(await self.call("reset", id=id, to=to))
-
-    async def complete(self, token: str, value: Any = None) -> dict[str, Any]:
-        return await self.call("complete", token=token, value=value)
-
-    async def fail(self, token: str, message: str) -> dict[str, Any]:
-        return await self.call("fail", token=token, message=message)
-
-    async def query(self, id: str, name: str, arg: Any = None) -> Any:
-        return await self.call("query", id=id, name=name, arg=arg)
-
-    async def update(
-        self, id: str, name: str, arg: Any = None, update_id: str | None = None
-    ) -> Any:
-        return await self.call("update", id=id, name=name, arg=arg, update_id=update_id)
-
-    async def schedules(self) -> builtins.list[dict[str, Any]]:
-        return await self.call("schedules")
-
-    async def schedule(self, name: str, action: Literal["pause", "unpause", "trigger"]) -> Any:
-        value = await self.call("schedule", name=name, action=action)
-        return run_info(value) if action == "trigger" else value
-
-    async def prune(self, older_than: float) -> int:
-        return await self.call("prune", older_than=older_than)
-
-    async def limits(self) -> builtins.list[dict[str, Any]]:
-        return await self.call("limits")
-
-    async def limit(self, name: str, permits: int) -> dict[str, Any]:
-        return await self.call("limit", name=name, permits=permits)
-
-    def watch(self, id: str, timeout: float | None = None) -> AsyncGenerator[dict[str, Any], None]:
-        return self.events("watch", id=id, timeout=timeout)
-
-    def stream(self, id: str, name: str, follow: bool = True) -> AsyncGenerator[Any, None]:
-        return self.events("stream", id=id, name=name, follow=follow)
-
-    async def call(self, op: str, **args: Any) -> Any:
-        """Operation `op` of the protocol (`control/protocol.py`), by name, with its
-        arguments as JSON: its answer as JSON."""
+    async def call(self, op: ops.Call[..., Any], args: ops.Args) -> Any:
+        """Operation `op` over the socket (`control/protocol.py`), with its arguments
+        as JSON: its answer as JSON."""
         async with contextlib.aclosing(self._exchange(op, args)) as lines:
             async for is_event, value in lines:
                 if not is_event:
                     return value
         raise AssertionError("unreachable: an exchange ends with its value or an error")
 
-    async def events(self, op: str, **args: Any) -> AsyncGenerator[Any, None]:
+    async def events(self, op: ops.Stream[..., Any], args: ops.Args) -> AsyncGenerator[Any, None]:
         """As `call`, for an operation that answers with events (`watch`, `stream`)."""
         async with contextlib.aclosing(self._exchange(op, args)) as lines:
             async for is_event, value in lines:
                 if is_event:
                     yield value
 
-    async def _exchange(
-        self, op: str, args: dict[str, Any]
-    ) -> AsyncGenerator[tuple[bool, Any], None]:
+    async def _exchange(self, op: ops.Op, args: ops.Args) -> AsyncGenerator[tuple[bool, Any], None]:
         """Sends one request; yields `(True, event)` for each event, then `(False, value)`.
 
         Raises:
@@ -263,12 +311,12 @@ class ControlClient:
         reader, writer = await self.open_stream()
         lost = OwnerLost(
             f"the owner of {self.home} (pid {self._pid}) closed the connection "
-            f"before answering {op!r}; it may have stopped"
+            f"before answering {op.name!r}; it may have stopped"
         )
         try:
             try:
                 writer.write(
-                    orjson.dumps({"op": op, "args": args}, option=orjson.OPT_APPEND_NEWLINE)
+                    orjson.dumps({"op": op.name, "args": args}, option=orjson.OPT_APPEND_NEWLINE)
                 )
                 await writer.drain()
             except ConnectionError:  # it went away as it was asked (a follower whose run closed)
@@ -287,7 +335,7 @@ class ControlClient:
                     ) from None
                 except ValueError:  # a line over LINE_BYTES_MAX
                     raise Rejected(
-                        f"the answer to {op!r} is over {protocol.LINE_BYTES_MAX} bytes; "
+                        f"the answer to {op.name!r} is over {protocol.LINE_BYTES_MAX} bytes; "
                         "run the command when no process owns the home"
                     ) from None
                 if not line:
@@ -333,6 +381,7 @@ class ControlClient:
             raise
 
 
-Operations = Control | ControlClient
+ControlApi = Control | Client
 """The control API, whoever answers it: an engine in this process (`Control`), or the
-process that drives the journal (`ControlClient` and its kinds). They take the same calls."""
+process that drives the journal (a `Client`: over the socket, the database, a router).
+They take the same calls (`ops.Operations`), and say who answers them (`owner`, `driver`)."""

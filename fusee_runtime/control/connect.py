@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from fusee_runtime import Config, Engine, HomeLocked
 from fusee_runtime.control.api import Control
-from fusee_runtime.control.client import ControlClient, OwnerUnanswered
+from fusee_runtime.control.client import Client, ControlApi, ControlClient, OwnerUnanswered
 from fusee_runtime.engine.home import HomeLock
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ async def connect(
     grace: float = 0.0,
     waiting: Callable[[int | None], None] | None = None,
     **config: Any,
-) -> AsyncIterator[Control | ControlClient]:
+) -> AsyncIterator[ControlApi]:
     """The home's control API: its owner's, over the socket, or else this process's own.
 
     With no owner the home is opened here, driving its runs (`drive`) or
@@ -116,7 +116,7 @@ async def connect(
                     client = await reach(_opener(shards, home, app, drive, grace, config))
                     stack.push_async_exit(shards.pop_all())  # kept open once all are reached
                 if client is not None:
-                    ctl: Control | ControlClient = client
+                    ctl: ControlApi = client
                     break
                 opening = open_home(home, app, drive=drive, grace=grace, **config)
                 ctl = Control(await stack.enter_async_context(opening))
@@ -135,9 +135,9 @@ async def connect(
         yield ctl
 
 
-Opener = Callable[[int, str], Awaitable[ControlClient]]
+Opener = Callable[[int, str], Awaitable[Client]]
 """Opens journal k of a sharded database (at its URL) in this process."""
-Reach = Callable[[Opener], Awaitable[ControlClient | None]]
+Reach = Callable[[Opener], Awaitable[Client | None]]
 """Reaches the owner (None: no process serves it), opening what it must with an `Opener`."""
 
 
@@ -152,7 +152,7 @@ def _opener(
     """Opens a journal no worker drives as `open_home` would, in `<home>/shard-<k>`
     (as a worker's), into `stack`."""
 
-    async def open_shard(k: int, url: str) -> ControlClient:
+    async def open_shard(k: int, url: str) -> Client:
         from fusee_runtime.control.router import LocalClient
 
         where = home / f"shard-{k}"
@@ -179,7 +179,7 @@ def _reach(home: Path, config: dict[str, Any]) -> Reach:
     journal = PgJournal(url, lease)
     layouts: list[Layout] = []
 
-    async def reach(open_shard: Opener) -> ControlClient | None:
+    async def reach(open_shard: Opener) -> Client | None:
         if not layouts:
             layouts.append(await asyncio.to_thread(read_layout, journal))
         layout = layouts[0]
@@ -187,7 +187,7 @@ def _reach(home: Path, config: dict[str, Any]) -> Reach:
             return await StoreClient.reach(journal)
         from fusee_runtime.control.router import ShardRouter
 
-        async def open_undriven(k: int) -> ControlClient:
+        async def open_undriven(k: int) -> Client:
             await asyncio.to_thread(prepare, journal, layout, k)  # as a worker would
             return await open_shard(k, layout.url_of(k))
 

@@ -60,7 +60,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fusee_runtime.control import limits, metrics, ui
 from fusee_runtime.control.api import Control
-from fusee_runtime.control.client import Operations
+from fusee_runtime.control.client import ControlApi
 from fusee_runtime.control.connections import Connections, connections_max
 from fusee_runtime.control.limits import CLOSE_GRACE_S, TOKEN_CHARS_MIN
 from fusee_runtime.control.listening import Listener
@@ -72,7 +72,7 @@ from fusee_runtime.errors import Rejected
 
 
 def build_app(
-    control: Operations,
+    control: ControlApi,
     token: str | None = None,
     *,
     public_url: str | None = None,
@@ -101,7 +101,7 @@ def build_app(
         engines = engines or (lambda: {0: engine})
     api = Api(control)
     paths: dict[str, list[tuple[str, Endpoint]]] = {}
-    for method, path, fn in ROUTES:
+    for method, path, _, fn in ROUTES:
         paths.setdefault(path, []).append((method, fn))
     routes = [
         Route(
@@ -384,7 +384,7 @@ class HttpServer:
         app: `build_app`'s other arguments.
     """
 
-    def __init__(self, control: Operations, token: str | None = None, **app: Any) -> None:
+    def __init__(self, control: ControlApi, token: str | None = None, **app: Any) -> None:
         self.app = build_app(control, token, **app)
         self._api: Api = self.app.state.api
         self._served = AsgiServer(self.app)

@@ -2,16 +2,17 @@
 
 A command given `--store URL` on a database laid out as N journals reaches
 each journal's driver through the database (`control/remote.py`), and
-`ShardRouter` sends each call where it belongs:
+`ShardRouter` sends each call where its declaration says (`ops.Route`, the
+descriptor's `route`):
 
 - a call about a workflow id goes to the journal the id belongs to (where
   every run of that id is: a child's id belongs to its parent's journal, a
-  cron run's to journal 0); a start without an id goes to any;
+  cron run's to journal 0: `ID`); a start without an id goes to any (`ANY`);
 - `list`, `run_ids` and `prune` ask every journal and merge the answers
   (newest first, cut to the limit); `limit` sets a concurrency limit in each
-  (`limits` shows journal 0's);
-- a completion token is tried on each journal until one knows it;
-- schedules live in journal 0 (they fire there alone).
+  (`EVERY`, merged by the descriptor's `merge`; `limits` shows journal 0's);
+- a completion token is tried on each journal until one knows it (`TOKEN`);
+- schedules live in journal 0 (they fire there alone: `FIRST`).
 
 A journal that no worker drives is opened by the command itself, as a home
 with no owner is (`connect`'s `open_shard`): its calls then run here
@@ -35,14 +36,14 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
+from fusee_runtime.control import ops
 from fusee_runtime.control.api import Control
-from fusee_runtime.control.client import ControlClient, OwnerGone, OwnerLost, OwnerUnanswered
+from fusee_runtime.control.client import Client, OwnerGone, OwnerLost, OwnerUnanswered
+from fusee_runtime.control.ops import Route
 from fusee_runtime.control.remote import StoreClient
-from fusee_runtime.control.server import to_json
+from fusee_runtime.control.wire import as_json
 from fusee_runtime.errors import NotFound, Rejected
-from fusee_runtime.journal.postgres import PgJournal, describe
+from fusee_runtime.journal.postgres import PgJournal
 from fusee_runtime.journal.shards import Layout
 
 if TYPE_CHECKING:
@@ -56,22 +57,15 @@ REMOTE_WATCHES_MAX = 16
 a budget of their own: a full house of long polls does not hold up a signal."""
 
 
-_EVERY = {"list", "run_ids", "prune", "limit"}
-_TOKEN = {"complete", "fail"}
-_FIRST = {"ping", "schedules", "schedule", "limits"}
+class ShardRouter(Client):
+    """The control API of every journal of a sharded database (see the module): each
+    call goes where its descriptor's `route` says (`ops.Route`)."""
 
-
-class ShardRouter(ControlClient):
-    """The control API of every journal of a sharded database (see the module)."""
-
-    def __init__(
-        self, layout: Layout, clients: list[ControlClient], pid: int | None = None
-    ) -> None:
+    def __init__(self, layout: Layout, clients: list[Client], pid: int | None = None) -> None:
         """`clients[k]` is journal k's driver's API (`pid` the owner's without them)."""
-        super().__init__(Path(describe(layout.url)), clients[0].owner if clients else pid)
         self.layout = layout
         self.clients = clients
-        self.where = clients[0].where if clients else None
+        self._pid = clients[0].owner if clients else pid
         self._last = 0  # the journal of the last call about an id
 
     @property
@@ -94,7 +88,7 @@ class ShardRouter(ControlClient):
         cls,
         layout: Layout,
         lease: float,
-        open_shard: Callable[[int], Awaitable[ControlClient]] | None = None,
+        open_shard: Callable[[int], Awaitable[Client]] | None = None,
     ) -> ShardRouter:
         """The drivers of every journal; `open_shard(k)` opens one no worker drives
         (in this process).
@@ -105,9 +99,9 @@ class ShardRouter(ControlClient):
         """
         journals = [PgJournal(layout.url_of(k), lease) for k in range(layout.shards)]
         found = await asyncio.gather(*(StoreClient.reach(j) for j in journals))
-        clients: list[ControlClient] = []
+        clients: list[Client] = []
         for k, driven in enumerate(found):
-            client: ControlClient | None = driven
+            client: Client | None = driven
             if client is None:
                 if open_shard is None:
                     raise OwnerGone(
@@ -119,50 +113,50 @@ class ShardRouter(ControlClient):
             clients.append(client)
         return cls(layout, clients)
 
-    async def client(self, k: int) -> ControlClient:
+    async def client(self, k: int) -> Client:
         """The control API of journal k's driver."""
         return self.clients[k]
 
-    async def call(self, op: str, **args: Any) -> Any:
-        shards = self.layout.shards
-        if op in _FIRST or shards == 1:
-            return await (await self.client(0)).call(op, **args)
-        if op in _EVERY:
+    async def call(self, op: ops.Call[..., Any], args: ops.Args) -> Any:
+        if op.route is Route.FIRST or self.layout.shards == 1:
+            return await (await self.client(0)).call(op, args)
+        if op.route is Route.EVERY:
             return await self._every(op, args)
-        if op in _TOKEN:
+        if op.route is Route.TOKEN:
             return await self._first_that_knows(op, args)
         id = args.get("id")
         if id is None:
-            if op != "start":
-                raise Rejected(f"the control API has no operation {op!r} without an id")
+            if op.route is not Route.ANY:
+                raise Rejected(f"the control API has no operation {op.name!r} without an id")
             return await self._any_driven(op, args)
         self._last = self.layout.shard_of(id)
-        return await (await self.client(self._last)).call(op, **args)
+        return await (await self.client(self._last)).call(op, args)
 
-    async def events(self, op: str, **args: Any) -> AsyncGenerator[Any, None]:
+    async def events(self, op: ops.Stream[..., Any], args: ops.Args) -> AsyncGenerator[Any, None]:
+        assert op.route is Route.ID, op.name
         self._last = self.layout.shard_of(args["id"])
         client = await self.client(self._last)
-        async with contextlib.aclosing(client.events(op, **args)) as events:
+        async with contextlib.aclosing(client.events(op, args)) as events:
             async for event in events:
                 yield event
 
-    async def _any_driven(self, op: str, args: dict[str, Any]) -> Any:
+    async def _any_driven(self, op: ops.Call[..., Any], args: ops.Args) -> Any:
         """`op` on a journal picked at random among those a process drives now."""
         order = random.sample(range(self.layout.shards), self.layout.shards)
         for k in order:
             try:
                 self._last = k
-                return await (await self.client(k)).call(op, **args)
+                return await (await self.client(k)).call(op, args)
             except OwnerGone:  # none drives it now: nothing was done there
                 if k == order[-1]:
                     raise
         raise AssertionError("unreachable: the last journal answers or raises")
 
-    async def _first_that_knows(self, op: str, args: dict[str, Any]) -> Any:
+    async def _first_that_knows(self, op: ops.Call[..., Any], args: ops.Args) -> Any:
         first: NotFound | OwnerGone | None = None
         for k in range(self.layout.shards):
             try:
-                return await (await self.client(k)).call(op, **args)
+                return await (await self.client(k)).call(op, args)
             except NotFound as e:
                 first = first or e
             except OwnerGone as e:  # the token may be that journal's: say so, if none knows it
@@ -170,23 +164,17 @@ class ShardRouter(ControlClient):
         assert first is not None
         raise first
 
-    async def _every(self, op: str, args: dict[str, Any]) -> Any:
-        if op == "list" and args.get("before"):
+    async def _every(self, op: ops.Call[..., Any], args: ops.Args) -> Any:
+        """`op` on every journal, its answers merged as it declares (`ops.Call.merge`)."""
+        if args.get("before"):  # (list's cursor: the journals' pages do not line up)
             raise Rejected(
                 f"paging (before) across the {self.layout.shards} journals of a database is "
                 "not there yet: narrow the list with a status, workflow or where instead"
             )
+        assert op.merge is not None, op.name
         clients = [await self.client(k) for k in range(self.layout.shards)]
-        answers = await asyncio.gather(*(c.call(op, **args) for c in clients))
-        if op == "prune":
-            return sum(answers)
-        if op == "limit":  # each journal's engine has the limit's permits: set on every one
-            return answers[0]
-        merged = [item for answer in answers for item in answer]
-        if op == "list":
-            merged.sort(key=lambda doc: doc["started_at"], reverse=True)
-            return merged[: args["limit"]] if args.get("limit") else merged
-        return merged
+        answers = await asyncio.gather(*(c.call(op, args) for c in clients))
+        return op.merge(answers, args)
 
 
 class WorkerRouter(ShardRouter):
@@ -212,7 +200,7 @@ class WorkerRouter(ShardRouter):
         self._serving = home
         self._calls = asyncio.Semaphore(remote_calls_max)
         self._watches = asyncio.Semaphore(remote_watches_max)
-        self._remote: dict[int, ControlClient] = {}  # a journal's, whichever process drives it
+        self._remote: dict[int, Client] = {}  # a journal's, whichever process drives it
 
     @property
     def driver(self) -> str:
@@ -222,7 +210,7 @@ class WorkerRouter(ShardRouter):
         engine = self._local(self.layout.shard_of(id))
         return Control(engine) if engine is not None else None
 
-    async def client(self, k: int) -> ControlClient:
+    async def client(self, k: int) -> Client:
         engine = self._local(k)
         if engine is not None:
             return LocalClient(Control(engine))
@@ -247,15 +235,14 @@ class WorkerRouter(ShardRouter):
             remote = self._remote[k] = _Bounded(reached, self._calls, self._watches, forget)
         return remote
 
-    async def call(self, op: str, **args: Any) -> Any:
-        if op == "ping":
-            driven = [k for k in range(self.layout.shards) if self._local(k) is not None]
-            ping = {"pid": os.getpid(), "home": str(self._serving), "host": socket.gethostname()}
-            return ping | {"journals": driven}
-        return await super().call(op, **args)
+    async def ping(self) -> dict[str, Any]:
+        """This process, and the journals it drives now."""
+        driven = [k for k in range(self.layout.shards) if self._local(k) is not None]
+        ping = {"pid": os.getpid(), "home": str(self._serving), "host": socket.gethostname()}
+        return ping | {"journals": driven}
 
 
-class _Bounded(ControlClient):
+class _Bounded(Client):
     """A driver's control API through the database, as many calls and watches at a time
     as `calls` and `watches` let through. A request no process took (`OwnerGone`: the
     journal has no driver now) calls `forget`, so that the next call looks for one
@@ -263,32 +250,34 @@ class _Bounded(ControlClient):
 
     def __init__(
         self,
-        client: ControlClient,
+        client: Client,
         calls: asyncio.Semaphore,
         watches: asyncio.Semaphore,
         forget: Callable[[], object],
     ) -> None:
-        super().__init__(client.home, client.owner)
-        self.where = client.where
         self._client = client
         self._calls = calls
         self._watches = watches
         self._forget = forget
 
     @property
+    def owner(self) -> int | None:
+        return self._client.owner
+
+    @property
     def driver(self) -> str:
         return self._client.driver
 
-    async def call(self, op: str, **args: Any) -> Any:
+    async def call(self, op: ops.Call[..., Any], args: ops.Args) -> Any:
         async with self._calls:
             try:
-                return await self._client.call(op, **args)
+                return await self._client.call(op, args)
             except OwnerGone:
                 self._forget()
                 raise
 
-    async def events(self, op: str, **args: Any) -> AsyncGenerator[Any, None]:
-        async with self._watches, contextlib.aclosing(self._client.events(op, **args)) as events:
+    async def events(self, op: ops.Stream[..., Any], args: ops.Args) -> AsyncGenerator[Any, None]:
+        async with self._watches, contextlib.aclosing(self._client.events(op, args)) as events:
             try:
                 async for event in events:
                     yield event
@@ -297,27 +286,26 @@ class _Bounded(ControlClient):
                 raise
 
 
-class LocalClient(ControlClient):
-    """The control API of an engine opened in this process, called by operation name
-    as a driver's is (the answers as JSON, as it sends them): a journal no worker
-    drives, opened by the command that asks it."""
+class LocalClient(Client):
+    """The control API of an engine opened in this process, asked as a driver's is (its
+    answers as JSON, as a driver sends them): a journal no worker drives, opened by the
+    command that asks it, or one a worker drives itself."""
 
     def __init__(self, control: Control) -> None:
-        super().__init__(control.engine.home, None)
         self.control = control
+
+    @property
+    def owner(self) -> int | None:
+        return None
 
     @property
     def driver(self) -> str:
         return "this command"
 
-    async def call(self, op: str, **args: Any) -> Any:
-        return _as_json(await getattr(self.control, op)(**args))
+    async def call(self, op: ops.Call[..., Any], args: ops.Args) -> Any:
+        return as_json(await op.call(self.control, args))
 
-    async def events(self, op: str, **args: Any) -> AsyncGenerator[Any, None]:
-        async with contextlib.aclosing(getattr(self.control, op)(**args)) as events:
+    async def events(self, op: ops.Stream[..., Any], args: ops.Args) -> AsyncGenerator[Any, None]:
+        async with contextlib.aclosing(op.call(self.control, args)) as events:
             async for event in events:
-                yield _as_json(event)
-
-
-def _as_json(value: Any) -> Any:
-    return orjson.loads(orjson.dumps(value, default=to_json))
+                yield as_json(event)

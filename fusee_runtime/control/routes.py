@@ -9,8 +9,8 @@ may have been. Every error is a JSON answer too, `{"error": {"type": NAME,
 "message": TEXT}}`: `status_of` maps the engine's errors to statuses, a
 request refused before it reached the engine carries its own, and a bug
 is a 500 whose body is one line (the "fusee" logger gets the rest).
-`ROUTES` lists every route; `http.build_app` serves them and
-`openapi.OPENAPI` documents each one.
+`ROUTES` lists every route and the declared operation it serves (`ops`);
+`http.build_app` serves them and `openapi.OPENAPI` documents each one.
 """
 
 from __future__ import annotations
@@ -29,16 +29,12 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from fusee_runtime import search
-from fusee_runtime.control.api import OutcomeUnknown, run_info, run_json
-from fusee_runtime.control.client import (
-    ControlClient,
-    Operations,
-    OwnerGone,
-    OwnerLost,
-    OwnerUnanswered,
-)
+from fusee_runtime.control import ops
+from fusee_runtime.control.api import OutcomeUnknown
+from fusee_runtime.control.client import Client, ControlApi, OwnerGone, OwnerLost, OwnerUnanswered
 from fusee_runtime.control.limits import BODY_BYTES_MAX, RESULT_WAIT_S_MAX
 from fusee_runtime.control.openapi import OPENAPI
+from fusee_runtime.control.wire import run_info, run_json
 from fusee_runtime.engine.engine import LIST_LIMIT_MAX
 from fusee_runtime.errors import (
     CodecError,
@@ -123,7 +119,7 @@ def status_of(error: FuseeError) -> int:
 class Api:
     """What every endpoint serves from."""
 
-    control: Operations
+    control: ControlApi
     closing: asyncio.Event = field(default_factory=asyncio.Event)
     """Set when the server closes: long polls answer at once."""
 
@@ -264,7 +260,7 @@ async def _start(request: Request, api: Api) -> Response:
     return _json({**run_json(info), "existed": existed}, 201 if created else 200)
 
 
-async def _exists(control: Operations, id: str) -> bool:
+async def _exists(control: ControlApi, id: str) -> bool:
     try:
         await control.describe(id)
     except NotFound:
@@ -333,12 +329,12 @@ async def _result(request: Request, api: Api) -> Response:
 
 
 async def _outcome(
-    control: Operations, id: str, wait_s: float, again: bool = True, follow: bool = False
+    control: ControlApi, id: str, wait_s: float, again: bool = True, follow: bool = False
 ) -> tuple[int, Any]:
     """The status and body that answer the result of run `id` within `wait_s` seconds.
     With `follow`, an engine that closes during the wait raises `EngineClosed` (a
     worker follows the run to its next driver: `_routed`)."""
-    if isinstance(control, ControlClient):
+    if isinstance(control, Client):
         return await _routed(control, id, wait_s)
     stopping = control.engine.closing
     try:
@@ -371,7 +367,7 @@ async def _outcome(
     return 200, {"id": id, "run_id": info.run_id, "status": "completed", "result": value}
 
 
-async def _routed(client: ControlClient, id: str, wait_s: float) -> tuple[int, Any]:
+async def _routed(client: Client, id: str, wait_s: float) -> tuple[int, Any]:
     """As `_outcome`, in a worker of a database: from the engine that drives the run,
     if this process drives its journal, else from its driver's `watch`. A driver that
     stops, dies or hands the journal over during the wait is followed to the next one,
@@ -401,9 +397,7 @@ async def _routed(client: ControlClient, id: str, wait_s: float) -> tuple[int, A
         await asyncio.sleep(min(STUCK_RETRY_S, max(0.0, deadline - loop.time())))
 
 
-async def _watched(
-    client: ControlClient, id: str, wait_s: float, again: bool = True
-) -> tuple[int, Any]:
+async def _watched(client: Client, id: str, wait_s: float, again: bool = True) -> tuple[int, Any]:
     """The answer of the run's driver in another process, from its `watch`."""
     outcome: dict[str, Any] = {}
     async with contextlib.aclosing(client.watch(id, timeout=wait_s)) as events:
@@ -523,26 +517,28 @@ async def _openapi(request: Request, api: Api) -> Response:
     return _json(OPENAPI)
 
 
-ROUTES: list[tuple[str, str, Endpoint]] = [
-    ("POST", "/v1/runs", _start),
-    ("GET", "/v1/runs", _list),
-    ("GET", "/v1/runs/{id}", _describe),
-    ("GET", "/v1/runs/{id}/history", _history),
-    ("GET", "/v1/runs/{id}/result", _result),
-    ("POST", "/v1/runs/{id}/signals/{name}", _signal),
-    ("POST", "/v1/runs/{id}/cancel", _cancel),
-    ("POST", "/v1/runs/{id}/terminate", _terminate),
-    ("POST", "/v1/runs/{id}/resume", _resume),
-    ("POST", "/v1/runs/{id}/reset", _reset),
-    ("POST", "/v1/runs/{id}/queries/{name}", _query),
-    ("POST", "/v1/runs/{id}/updates/{name}", _update),
-    ("POST", "/v1/complete/{token}", _complete),
-    ("POST", "/v1/fail/{token}", _fail),
-    ("GET", "/v1/schedules", _schedules),
-    ("POST", "/v1/schedules/{name}/pause", _acting("pause")),
-    ("POST", "/v1/schedules/{name}/unpause", _acting("unpause")),
-    ("POST", "/v1/schedules/{name}/trigger", _acting("trigger")),
-    ("GET", "/v1/openapi.json", _openapi),
-    ("GET", "/v1/health", _health),
+ROUTES: list[tuple[str, str, ops.Op | None, Endpoint]] = [
+    ("POST", "/v1/runs", ops.START, _start),
+    ("GET", "/v1/runs", ops.LIST, _list),
+    ("GET", "/v1/runs/{id}", ops.DESCRIBE, _describe),
+    ("GET", "/v1/runs/{id}/history", ops.HISTORY, _history),
+    ("GET", "/v1/runs/{id}/result", ops.WATCH, _result),
+    ("POST", "/v1/runs/{id}/signals/{name}", ops.SIGNAL, _signal),
+    ("POST", "/v1/runs/{id}/cancel", ops.CANCEL, _cancel),
+    ("POST", "/v1/runs/{id}/terminate", ops.TERMINATE, _terminate),
+    ("POST", "/v1/runs/{id}/resume", ops.RESUME, _resume),
+    ("POST", "/v1/runs/{id}/reset", ops.RESET, _reset),
+    ("POST", "/v1/runs/{id}/queries/{name}", ops.QUERY, _query),
+    ("POST", "/v1/runs/{id}/updates/{name}", ops.UPDATE, _update),
+    ("POST", "/v1/complete/{token}", ops.COMPLETE, _complete),
+    ("POST", "/v1/fail/{token}", ops.FAIL, _fail),
+    ("GET", "/v1/schedules", ops.SCHEDULES, _schedules),
+    ("POST", "/v1/schedules/{name}/pause", ops.SCHEDULE, _acting("pause")),
+    ("POST", "/v1/schedules/{name}/unpause", ops.SCHEDULE, _acting("unpause")),
+    ("POST", "/v1/schedules/{name}/trigger", ops.SCHEDULE, _acting("trigger")),
+    ("GET", "/v1/openapi.json", None, _openapi),
+    ("GET", "/v1/health", ops.PING, _health),
 ]
-"""Every route: method, path, endpoint. `openapi.OPENAPI` documents each one."""
+"""Every route: method, path, the operation it serves (`ops.OPS`: those whose `http` says
+so, each by one route or more; None: the document), endpoint. `openapi.OPENAPI`
+documents each one; a long poll of a run's result follows its `watch`."""

@@ -2,9 +2,11 @@
 
 While its engine is open, the process that owns a home serves `Control`
 on `<home>/control.sock` (mode 0600), so commands from other processes
-reach the runs it drives. `protocol` says what goes over the wire. Every
-answer is one line, errors included; a bug in a call costs the client one
-line and the owner a log entry, never the connection of another call.
+reach the runs it drives. `protocol` says what goes over the wire. A
+request's `op` is looked up among the declared operations (`ops.OPS`) and
+called through its descriptor; no other name is served. Every answer is
+one line, errors included; a bug in a call costs the client one line and
+the owner a log entry, never the connection of another call.
 """
 
 from __future__ import annotations
@@ -14,16 +16,17 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from fusee_runtime.control import protocol
-from fusee_runtime.control.api import Control, run_json
+from fusee_runtime.control.api import Control
 from fusee_runtime.control.listening import Listener
+from fusee_runtime.control.ops import OPS, Stream
+from fusee_runtime.control.wire import answer_line
 from fusee_runtime.errors import FuseeError, Rejected
-from fusee_runtime.model.run import RunInfo
 
 if TYPE_CHECKING:
     from fusee_runtime.control.remote import Relay
@@ -31,27 +34,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fusee")
 
-_CALLS = frozenset(
-    {"ping", "start", "describe", "list", "history", "log", "journal", "run_ids", "signal"}
-    | {"cancel", "terminate", "resume", "reset", "complete", "fail", "query", "update"}
-    | {"schedules", "schedule", "prune", "limits", "limit"}
-)
-_ITERATORS = frozenset({"watch", "stream"})
-
-
-def to_json(value: Any) -> Any:
-    """What the protocol sends for a value that is not JSON already (a `RunInfo`)."""
-    if isinstance(value, RunInfo):
-        return run_json(value)
-    raise TypeError(f"cannot send a {type(value).__name__}")
-
-
-def _line(doc: dict[str, Any]) -> bytes:
-    return orjson.dumps(doc, default=to_json, option=orjson.OPT_APPEND_NEWLINE)
-
 
 def _error_line(e: Exception) -> bytes:
-    return _line({"error": {"type": type(e).__name__, "message": str(e)}})
+    return answer_line({"error": {"type": type(e).__name__, "message": str(e)}})
 
 
 async def serve_control(engine: Engine) -> ControlServer | None:
@@ -165,17 +150,17 @@ class ControlServer:
             async with asyncio.timeout(protocol.ANSWER_S):
                 line = await reader.readline()
             request = orjson.loads(line)
-            op, args = request["op"], request.get("args") or {}
-            if op not in _CALLS | _ITERATORS or not isinstance(args, dict):
-                raise Rejected(f"the control API has no operation {op!r}")
-            method: Callable[..., Any] = getattr(self._control, op)
-            if op in _ITERATORS:
-                async with contextlib.aclosing(method(**args)) as events:
+            name, args = request["op"], request.get("args") or {}
+            op = OPS.get(name)
+            if op is None or not isinstance(args, dict):
+                raise Rejected(f"the control API has no operation {name!r}")
+            if isinstance(op, Stream):
+                async with contextlib.aclosing(op.call(self._control, args)) as events:
                     await _pump(events, writer)
                 value = None
             else:
-                value = await _beating(asyncio.ensure_future(method(**args)), writer)
-            writer.write(_line({"ok": value}))
+                value = await _beating(asyncio.ensure_future(op.call(self._control, args)), writer)
+            writer.write(answer_line({"ok": value}))
         except FuseeError as e:
             writer.write(_error_line(e))
         except TimeoutError:
@@ -219,5 +204,5 @@ async def _pump(events: AsyncIterator[Any], writer: asyncio.StreamWriter) -> Non
             event = await _beating(asyncio.ensure_future(anext(events)), writer)
         except StopAsyncIteration:
             return
-        writer.write(_line({"event": event}))
+        writer.write(answer_line({"event": event}))
         await writer.drain()

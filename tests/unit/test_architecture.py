@@ -237,3 +237,61 @@ def test_the_engine_module_holds_the_lifecycle_and_the_public_api() -> None:
         and not n.name.startswith("__")
     }
     assert all(lines <= 15 for lines in private.values()), private
+
+
+# Where the control API is served or called, an attribute looked up by a computed name,
+# with the reason it is not an operation found by its name on the wire.
+ALLOWED_NAME_LOOKUPS = {
+    ("fusee_runtime.control.metrics", "getattr(e.driver.workers, attribute)"): "a counter",
+    ("fusee_runtime.control.metrics", "getattr(i, field)"): "a field of LimitInfo",
+    (
+        "fusee_cli.app",
+        "getattr(importlib.import_module(f'fusee_cli.commands.{module}'), function)",
+    ): "the one command the CLI was asked to build",
+}
+NAME_LOOKUPS = ("getattr", "methodcaller", "attrgetter")
+
+
+def _name_lookups(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """`getattr(obj, name)`, `methodcaller(name)`, `attrgetter(name)` with a name that
+    is not a string written in the code: (line, the call)."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        called = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+        if called not in NAME_LOOKUPS:
+            continue
+        names = node.args[1:2] if called == "getattr" else node.args
+        if any(not isinstance(name, ast.Constant) for name in names):
+            yield node.lineno, ast.unparse(node)
+
+
+def _operations_found_by_name() -> list[str]:
+    return [
+        f"{path.relative_to(ROOT)}:{line}: {call}"
+        for module, path in MODULES.items()
+        if module.startswith(("fusee_runtime.control", "fusee_cli"))
+        for line, call in _name_lookups(ast.parse(path.read_text()))
+        if (module, call) not in ALLOWED_NAME_LOOKUPS
+    ]
+
+
+def test_no_module_finds_a_control_operation_by_its_name() -> None:
+    """The control surface and the CLI reach an operation through its declaration
+    (`fusee_runtime/control/ops.py`: a descriptor and its typed call), never by looking
+    a name from a request up on an object (issue 37)."""
+    assert _operations_found_by_name() == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "async def answer(control, op, args):\n    return await getattr(control, op)(**args)\n",
+        "def f(control, op):\n    method = getattr(control, op, None)\n    return method\n",
+        "import operator\ncall = operator.methodcaller(op, **args)\n",
+    ],
+)
+def test_the_name_lookup_check_finds_a_dispatch_by_name(source: str) -> None:
+    assert list(_name_lookups(ast.parse(source)))
+    assert not list(_name_lookups(ast.parse("x = getattr(control, 'engine', None)\n")))

@@ -29,7 +29,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from fusee_runtime import search
-from fusee_runtime.control.client import Operations
+from fusee_runtime.control.client import ControlApi
 from fusee_runtime.control.routes import status_of
 from fusee_runtime.control.ui import auth, html, views
 from fusee_runtime.control.ui.timeline import fold
@@ -63,7 +63,7 @@ HEADERS = {
 
 
 def routes(
-    control: Operations,
+    control: ControlApi,
     token: str | None,
     sessions: auth.Sessions,
     public_url: Callable[[], str | None],
@@ -142,7 +142,7 @@ def runs_query(request: Request) -> views.RunsQuery:
     )
 
 
-async def _runs(control: Operations, request: Request) -> Response:
+async def _runs(control: ControlApi, request: Request) -> Response:
     q = runs_query(request)
     status = 200
     try:
@@ -158,7 +158,7 @@ async def _runs(control: Operations, request: Request) -> Response:
     return _html(html.page("Runs", page, "runs", _logged_in(request)), status)
 
 
-async def list_runs(control: Operations, q: views.RunsQuery) -> tuple[list[Any], bool, str]:
+async def list_runs(control: ControlApi, q: views.RunsQuery) -> tuple[list[Any], bool, str]:
     """The runs of page `q.page` of the runs that pass `q`'s filters, whether there are
     older ones, and a note on how they were found."""
     where = search.parse(q.where) if q.where else None
@@ -182,7 +182,7 @@ async def list_runs(control: Operations, q: views.RunsQuery) -> tuple[list[Any],
     return runs[skip : skip + PAGE_RUNS], len(runs) > skip + PAGE_RUNS, note
 
 
-async def _run(control: Operations, request: Request) -> Response:
+async def _run(control: ControlApi, request: Request) -> Response:
     id = request.path_params["id"]
     try:
         info = await control.describe(id)

@@ -1,0 +1,466 @@
+"""The control API's operations, declared once: what may be asked of a home.
+
+A command (`fusee signal`), a program and a web hook ask a home the same
+operations, with the same values and the same errors, whoever answers.
+`Operations` declares them: one typed method each. Every operation also has
+a descriptor made from its method (`Call`, or `Stream` for one that answers
+with events), which says what the faces need to know of it:
+
+- `name`: its name on the wire (the method's), the `op` of a request line;
+- `params`: its arguments, read from the method's signature (names, types,
+  defaults), so they are written once;
+- `streams`: whether it answers with events (`watch`, `stream`);
+- `acts`: whether it changes something (records, deletes, sets) or only reads;
+- `route`: where a router between the journals of a database sends it (`Route`);
+- `http`: whether the HTTP API serves it (`routes.ROUTES` names its routes);
+- `call`: the operation called on an implementation of `Operations`, with
+  its arguments as sent: `lambda o, a: o.describe(**a)`, so an operation is
+  reached by a typed call, never looked up by its name;
+- `answer` (a `Call`'s): how a client reads its JSON answer back;
+  `merge` (a `Call` sent to every journal): how the answers make one.
+
+`OPS` holds the descriptors by wire name. The faces follow from it:
+
+- `api.Control` implements `Operations` on an engine in this process;
+- `server.ControlServer` looks a request's `op` up in `OPS` and answers with
+  its `call` on a `Control` (no name outside `OPS` is served);
+- `client.Client` implements `Operations` over any transport that carries a
+  descriptor and its JSON arguments there and the answer back (the home's
+  socket, the database, several journals' drivers through a router, an
+  engine of this process); its methods send their descriptor by value;
+- `router.ShardRouter` routes each call by its descriptor's `route`, merging
+  with its `merge`;
+- the HTTP routes (`routes.ROUTES`) each name the descriptor they serve.
+
+tests/engine/test_control_ops.py fails when a face misses an operation.
+"""
+
+from __future__ import annotations
+
+import builtins
+import enum
+import inspect
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Concatenate, Generic, Literal, ParamSpec, Protocol, TypeVar
+
+from fusee_runtime.control.wire import run_info
+from fusee_runtime.model.run import RunInfo
+
+P = ParamSpec("P")
+R = TypeVar("R")
+E = TypeVar("E")
+
+Args = dict[str, Any]
+"""An operation's arguments as a request carries them: a JSON object, by name."""
+OnConflict = Literal["return", "fail", "new_run"]
+ScheduleAction = Literal["pause", "unpause", "trigger"]
+
+
+class Operations(Protocol):
+    """The operations of the control API, whoever answers them.
+
+    An operation that acts answers once what it recorded is durable.
+    `watch` and `stream` answer with events; the others are coroutines.
+    """
+
+    async def ping(self) -> dict[str, Any]:
+        """Who answers: `pid`, `home`, `host`."""
+        ...
+
+    async def start(
+        self,
+        workflow: str,
+        input: Any = None,
+        id: str | None = None,
+        on_conflict: OnConflict = "return",
+        traceparent: str | None = None,
+    ) -> tuple[RunInfo, bool]:
+        """Starts a run (once durable); returns it and whether the id already had a run."""
+        ...
+
+    async def describe(self, id: str) -> RunInfo:
+        """The newest run of `id`."""
+        ...
+
+    async def list(
+        self,
+        status: str | None = None,
+        workflow: str | None = None,
+        limit: int | None = None,
+        parent: str | None = None,
+        where: dict[str, Any] | None = None,
+        before: str | None = None,
+    ) -> builtins.list[RunInfo]:
+        """Runs, newest first (as `Engine.list`)."""
+        ...
+
+    async def history(self, id: str) -> builtins.list[dict[str, Any]]:
+        """The records of every run of `id` as JSON (`records.as_json`)."""
+        ...
+
+    async def log(self, id: str, last: int = 200) -> builtins.list[dict[str, Any]]:
+        """The last `last` `ctx.log` lines of the runs of `id`, oldest first."""
+        ...
+
+    async def journal(self, id: str, run_id: str | None = None) -> dict[str, Any]:
+        """The newest run of `id` (or its run `run_id`) as a history document."""
+        ...
+
+    async def run_ids(
+        self, workflow: str | None = None, open: bool = False
+    ) -> builtins.list[builtins.list[str]]:
+        """Every run (of `workflow`; the open ones, with `open`) as `[id, run_id]` pairs."""
+        ...
+
+    async def signal(self, id: str, name: str, value: Any = None) -> RunInfo:
+        """Delivers signal `name` to the newest run of `id`; returns the run as it stands."""
+        ...
+
+    async def cancel(self, id: str, reason: str = "cancelled") -> RunInfo:
+        """Cancels the newest run of `id`; returns it as it stands."""
+        ...
+
+    async def terminate(self, id: str, reason: str = "terminated") -> RunInfo:
+        """Terminates the newest run of `id`; returns it once closed."""
+        ...
+
+    async def resume(self, id: str) -> RunInfo:
+        """Resumes the newest run of `id` (paused or stuck); returns it as it stands."""
+        ...
+
+    async def reset(self, id: str, to: int | str) -> RunInfo:
+        """Resets the newest run of `id` to `to`; returns the new run."""
+        ...
+
+    async def complete(self, token: str, value: Any = None) -> dict[str, Any]:
+        """Finishes the `await_completion` that issued `token`; returns its run's id and
+        the completion's name."""
+        ...
+
+    async def fail(self, token: str, message: str) -> dict[str, Any]:
+        """Fails the `await_completion` that issued `token`; returns as `complete`."""
+        ...
+
+    async def query(self, id: str, name: str, arg: Any = None) -> Any:
+        """The answer of the newest run of `id` to query `name`."""
+        ...
+
+    async def update(
+        self, id: str, name: str, arg: Any = None, update_id: str | None = None
+    ) -> Any:
+        """Applies update `name` to the newest run of `id`; returns the handler's result."""
+        ...
+
+    async def schedules(self) -> builtins.list[dict[str, Any]]:
+        """Every cron schedule."""
+        ...
+
+    async def schedule(self, name: str, action: ScheduleAction) -> Any:
+        """Pauses or unpauses the schedule of workflow `name` (returns the schedule), or
+        triggers a run of it now (returns the run)."""
+        ...
+
+    async def prune(self, older_than: float) -> int:
+        """Deletes the runs closed more than `older_than` seconds ago; returns how many."""
+        ...
+
+    async def limits(self) -> builtins.list[dict[str, Any]]:
+        """Every limit set or in use (`LimitInfo` as a mapping)."""
+        ...
+
+    async def limit(self, name: str, permits: int) -> dict[str, Any]:
+        """Sets limit `name`'s size; returns the limit as `limits` shows it."""
+        ...
+
+    def watch(self, id: str, timeout: float | None = None) -> AsyncGenerator[dict[str, Any], None]:
+        """Follows the newest run of `id`: progress events, then one outcome."""
+        ...
+
+    def stream(self, id: str, name: str, follow: bool = True) -> AsyncGenerator[Any, None]:
+        """The durable items of stream `name` of the newest run of `id`."""
+        ...
+
+
+class Route(enum.Enum):
+    """Where a router between the journals of a database sends an operation
+    (`router.ShardRouter`; with one journal, everything goes to it)."""
+
+    ID = "id"
+    """The journal the `id` argument belongs to: every run of an id is there."""
+    ANY = "any"
+    """A start: the journal of its id, or without one any journal a worker drives."""
+    TOKEN = "token"
+    """Each journal in turn, until one knows the completion token."""
+    EVERY = "every"
+    """Every journal; the answers merged into one (`Call.merge`)."""
+    FIRST = "first"
+    """Journal 0: the schedules live there (they fire there alone)."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One argument of an operation, as its method in `Operations` declares it."""
+
+    name: str
+    type: Any
+    """The annotation, evaluated: `str`, `int | str`, `Literal[...]`, ..."""
+    required: bool
+    default: Any = None
+    """What the method takes when it is not given (None for a required one)."""
+
+
+@dataclass(frozen=True, eq=False)
+class Call(Generic[P, R]):
+    """An operation that answers once (see the module); `R` is what a client reads back."""
+
+    name: str
+    params: tuple[Param, ...]
+    acts: bool
+    route: Route
+    http: bool
+    call: Callable[[Operations, Args], Awaitable[Any]]
+    answer: Callable[[Any, Args], R]
+    merge: Callable[[builtins.list[Any], Args], Any] | None = None
+    streams: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        assert (self.route is Route.EVERY) == (self.merge is not None), self.name
+
+
+@dataclass(frozen=True, eq=False)
+class Stream(Generic[P, E]):
+    """An operation that answers with events, then ends (see the module); `E` is an
+    event as a client reads it."""
+
+    name: str
+    params: tuple[Param, ...]
+    acts: bool
+    route: Route
+    http: bool
+    call: Callable[[Operations, Args], AsyncGenerator[Any, None]]
+    streams: ClassVar[bool] = True
+
+
+Op = Call[..., Any] | Stream[..., Any]
+"""Any operation's descriptor."""
+
+
+def _params(method: Callable[..., object]) -> tuple[Param, ...]:
+    """The arguments of a method of `Operations`, without `self`."""
+    params = []
+    for p in list(inspect.signature(method, eval_str=True).parameters.values())[1:]:
+        required = p.default is p.empty
+        params.append(Param(p.name, p.annotation, required, None if required else p.default))
+    return tuple(params)
+
+
+def _call(
+    method: Callable[Concatenate[Operations, P], Awaitable[object]],
+    call: Callable[[Operations, Args], Awaitable[Any]],
+    answer: Callable[[Any, Args], R],
+    *,
+    acts: bool,
+    route: Route,
+    http: bool,
+    merge: Callable[[builtins.list[Any], Args], Any] | None = None,
+) -> Call[P, R]:
+    """The descriptor of `method`, an operation that answers once: its name and arguments
+    are the method's."""
+    return Call(method.__name__, _params(method), acts, route, http, call, answer, merge)
+
+
+def _stream(
+    method: Callable[Concatenate[Operations, P], AsyncGenerator[E, None]],
+    call: Callable[[Operations, Args], AsyncGenerator[Any, None]],
+    *,
+    route: Route,
+    http: bool,
+) -> Stream[P, E]:
+    """The descriptor of `method`, an operation that answers with events (it only reads)."""
+    return Stream(method.__name__, _params(method), False, route, http, call)
+
+
+# -- how a client reads an answer back, and how a router merges answers ---------------
+
+
+def _as_sent(answer: Any, args: Args) -> Any:
+    return answer
+
+
+def _run(answer: Any, args: Args) -> RunInfo:
+    return run_info(answer)
+
+
+def _runs(answer: Any, args: Args) -> builtins.list[RunInfo]:
+    return [run_info(doc) for doc in answer]
+
+
+def _started(answer: Any, args: Args) -> tuple[RunInfo, bool]:
+    info, existed = answer
+    return run_info(info), existed
+
+
+def _acted(answer: Any, args: Args) -> RunInfo | None:
+    """The run an act answered with; None from an owner of an older version, which
+    answered null (the client then describes the run)."""
+    return run_info(answer) if answer is not None else None
+
+
+def _scheduled(answer: Any, args: Args) -> Any:
+    return run_info(answer) if args["action"] == "trigger" else answer
+
+
+def _newest_first(answers: builtins.list[Any], args: Args) -> Any:
+    merged = [doc for answer in answers for doc in answer]
+    merged.sort(key=lambda doc: doc["started_at"], reverse=True)
+    return merged[: args["limit"]] if args.get("limit") else merged
+
+
+def _joined(answers: builtins.list[Any], args: Args) -> Any:
+    return [item for answer in answers for item in answer]
+
+
+def _summed(answers: builtins.list[Any], args: Args) -> Any:
+    return sum(answers)
+
+
+def _first(answers: builtins.list[Any], args: Args) -> Any:
+    """Each journal's engine has the limit's permits: set on every one, alike."""
+    return answers[0]
+
+
+# -- the operations -------------------------------------------------------------------
+
+PING = _call(
+    Operations.ping, lambda o, a: o.ping(**a), _as_sent, acts=False, route=Route.FIRST, http=True
+)
+START = _call(
+    Operations.start, lambda o, a: o.start(**a), _started, acts=True, route=Route.ANY, http=True
+)
+DESCRIBE = _call(
+    Operations.describe, lambda o, a: o.describe(**a), _run, acts=False, route=Route.ID, http=True
+)
+LIST = _call(
+    Operations.list,
+    lambda o, a: o.list(**a),
+    _runs,
+    acts=False,
+    route=Route.EVERY,
+    http=True,
+    merge=_newest_first,
+)
+HISTORY = _call(
+    Operations.history, lambda o, a: o.history(**a), _as_sent, acts=False, route=Route.ID, http=True
+)
+LOG = _call(
+    Operations.log, lambda o, a: o.log(**a), _as_sent, acts=False, route=Route.ID, http=False
+)
+JOURNAL = _call(
+    Operations.journal,
+    lambda o, a: o.journal(**a),
+    _as_sent,
+    acts=False,
+    route=Route.ID,
+    http=False,
+)
+RUN_IDS = _call(
+    Operations.run_ids,
+    lambda o, a: o.run_ids(**a),
+    _as_sent,
+    acts=False,
+    route=Route.EVERY,
+    http=False,
+    merge=_joined,
+)
+SIGNAL = _call(
+    Operations.signal, lambda o, a: o.signal(**a), _acted, acts=True, route=Route.ID, http=True
+)
+CANCEL = _call(
+    Operations.cancel, lambda o, a: o.cancel(**a), _acted, acts=True, route=Route.ID, http=True
+)
+TERMINATE = _call(
+    Operations.terminate,
+    lambda o, a: o.terminate(**a),
+    _acted,
+    acts=True,
+    route=Route.ID,
+    http=True,
+)
+RESUME = _call(
+    Operations.resume, lambda o, a: o.resume(**a), _acted, acts=True, route=Route.ID, http=True
+)
+RESET = _call(
+    Operations.reset, lambda o, a: o.reset(**a), _run, acts=True, route=Route.ID, http=True
+)
+COMPLETE = _call(
+    Operations.complete,
+    lambda o, a: o.complete(**a),
+    _as_sent,
+    acts=True,
+    route=Route.TOKEN,
+    http=True,
+)
+FAIL = _call(
+    Operations.fail, lambda o, a: o.fail(**a), _as_sent, acts=True, route=Route.TOKEN, http=True
+)
+QUERY = _call(
+    Operations.query, lambda o, a: o.query(**a), _as_sent, acts=False, route=Route.ID, http=True
+)
+UPDATE = _call(
+    Operations.update, lambda o, a: o.update(**a), _as_sent, acts=True, route=Route.ID, http=True
+)
+SCHEDULES = _call(
+    Operations.schedules,
+    lambda o, a: o.schedules(**a),
+    _as_sent,
+    acts=False,
+    route=Route.FIRST,
+    http=True,
+)
+SCHEDULE = _call(
+    Operations.schedule,
+    lambda o, a: o.schedule(**a),
+    _scheduled,
+    acts=True,
+    route=Route.FIRST,
+    http=True,
+)
+PRUNE = _call(
+    Operations.prune,
+    lambda o, a: o.prune(**a),
+    _as_sent,
+    acts=True,
+    route=Route.EVERY,
+    http=False,
+    merge=_summed,
+)
+LIMITS = _call(
+    Operations.limits,
+    lambda o, a: o.limits(**a),
+    _as_sent,
+    acts=False,
+    route=Route.FIRST,
+    http=False,
+)
+LIMIT = _call(
+    Operations.limit,
+    lambda o, a: o.limit(**a),
+    _as_sent,
+    acts=True,
+    route=Route.EVERY,
+    http=False,
+    merge=_first,
+)
+WATCH = _stream(Operations.watch, lambda o, a: o.watch(**a), route=Route.ID, http=True)
+STREAM = _stream(Operations.stream, lambda o, a: o.stream(**a), route=Route.ID, http=False)
+
+OPS: dict[str, Op] = {
+    op.name: op
+    for op in (
+        *(PING, START, DESCRIBE, LIST, HISTORY, LOG, JOURNAL, RUN_IDS),
+        *(SIGNAL, CANCEL, TERMINATE, RESUME, RESET, COMPLETE, FAIL, QUERY, UPDATE),
+        *(SCHEDULES, SCHEDULE, PRUNE, LIMITS, LIMIT, WATCH, STREAM),
+    )
+}
+"""Every operation, by its name on the wire."""
