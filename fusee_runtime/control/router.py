@@ -42,8 +42,8 @@ from fusee_runtime.control.client import ControlClient, OwnerGone, OwnerLost, Ow
 from fusee_runtime.control.remote import StoreClient
 from fusee_runtime.control.server import to_json
 from fusee_runtime.errors import NotFound, Rejected
-from fusee_runtime.journal.postgres import PgJournal, describe
-from fusee_runtime.journal.shards import Layout
+from fusee_runtime.store.shards import Layout
+from fusee_runtime.store.shared import describe, open_shared
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.engine import Engine
@@ -103,7 +103,7 @@ class ShardRouter(ControlClient):
             OwnerGone: a journal has no worker driving it, and no `open_shard`.
             HomeLocked: as `open_shard` (a process took the journal meanwhile).
         """
-        journals = [PgJournal(layout.url_of(k), lease) for k in range(layout.shards)]
+        journals = [open_shared(layout.url_of(k), lease) for k in range(layout.shards)]
         found = await asyncio.gather(*(StoreClient.reach(j) for j in journals))
         clients: list[ControlClient] = []
         for k, driven in enumerate(found):
@@ -228,7 +228,7 @@ class WorkerRouter(ShardRouter):
             return LocalClient(Control(engine))
         remote = self._remote.get(k)
         if remote is None:
-            journal = PgJournal(self.layout.url_of(k), self._lease)
+            journal = open_shared(self.layout.url_of(k), self._lease)
             async with self._calls:
                 try:
                     reached = await StoreClient.reach(journal)

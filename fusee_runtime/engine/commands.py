@@ -21,8 +21,8 @@ from fusee_runtime.engine.state import Status
 from fusee_runtime.engine.waits import wake_at
 from fusee_runtime.errors import IdConflict, Rejected
 from fusee_runtime.journal.records import R
-from fusee_runtime.journal.shards import owned_id
 from fusee_runtime.scope import check_name
+from fusee_runtime.store.shards import owned_id
 from fusee_runtime.tracing import check_traceparent
 from fusee_runtime.typed import ANY, parameter
 

@@ -48,7 +48,7 @@ import orjson
 from fusee_runtime.engine.config import Config
 from fusee_runtime.errors import JournalFailed, Rejected
 from fusee_runtime.journal.reader import Tail
-from fusee_runtime.journal.store import JournalStore, Writer
+from fusee_runtime.store.seam import JournalStore, Writer
 
 log = logging.getLogger("fusee")
 

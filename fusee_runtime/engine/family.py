@@ -45,7 +45,7 @@ import orjson
 from fusee_runtime.engine.state import Op, Run, Status
 from fusee_runtime.errors import Failure, NotFound
 from fusee_runtime.journal.records import R
-from fusee_runtime.journal.shards import shard_of
+from fusee_runtime.store.shards import shard_of
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.driver import Driver

@@ -45,7 +45,7 @@ from fusee_runtime.engine.creation import (
     rebuilt,
     reset_creation,
 )
-from fusee_runtime.engine.history import HistoryStore, Row
+from fusee_runtime.engine.history import with_failures
 from fusee_runtime.engine.limits import Limits
 from fusee_runtime.engine.schedules import Schedules
 from fusee_runtime.engine.state import Op, Run, RunInfo, Status, top
@@ -56,6 +56,8 @@ from fusee_runtime.journal import records
 from fusee_runtime.journal.reader import JournalRead
 from fusee_runtime.journal.records import CLOSES, SCHEDULES, R
 from fusee_runtime.search import Condition
+from fusee_runtime.store.history import Row
+from fusee_runtime.store.seam import HistoryStore
 
 log = logging.getLogger("fusee")
 
@@ -314,7 +316,8 @@ class RunTable:
         if self.store is not None and closed:
             more = None if limit is None else limit + len(mine)
             stored = want.value if isinstance(want, Status) else None
-            for row in self.store.list(stored, workflow, more, parent, where, lsn):
+            rows = self.store.list(stored, workflow, more, parent, where, lsn)
+            for row in with_failures(self.store, rows):
                 if row.run_id not in self.by_run_id:
                     found.append((row.start_lsn, _row_info(row)))
         found.sort(key=lambda f: f[0], reverse=True)

@@ -32,8 +32,8 @@ from fusee_runtime.dsl import WorkflowDef
 from fusee_runtime.engine.waits import utc
 from fusee_runtime.errors import Rejected
 from fusee_runtime.journal.records import R
-from fusee_runtime.journal.shards import beside
 from fusee_runtime.model.run import RunInfo
+from fusee_runtime.store.shards import beside
 
 if TYPE_CHECKING:
     from fusee_runtime.host import RunHost

@@ -177,7 +177,7 @@ def test_a_request_nobody_takes_is_withdrawn_and_says_so(
 
     from fusee_runtime import Config, Engine
     from fusee_runtime.control.client import OwnerGone
-    from fusee_runtime.journal.postgres import PgJournal
+    from fusee_runtime.store.postgres import PgJournal
 
     monkeypatch.setattr(remote, "TAKE_S", 0.2)
 

@@ -14,9 +14,9 @@ import orjson
 import psycopg
 import pytest
 
-from fusee_runtime.journal import pg_log, postgres
-from fusee_runtime.journal.pg_log import PgRunLog, read_lines
-from fusee_runtime.journal.postgres import PgJournal
+from fusee_runtime.store import pg_log, postgres
+from fusee_runtime.store.pg_log import PgRunLog, read_lines
+from fusee_runtime.store.postgres import PgJournal
 
 
 def _line(i: int) -> dict[str, Any]:
