@@ -1,4 +1,4 @@
-"""The control API of a database of several journals (`journal/shards.py`).
+"""The control API of a database of several journals (`store/shards.py`).
 
 A command given `--store URL` on a database laid out as N journals reaches
 each journal's driver through the database (`control/remote.py`), and

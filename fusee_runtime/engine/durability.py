@@ -81,7 +81,7 @@ class Durability:
         self.where = str(home)
         """The journal's place, for messages (the store's name once started)."""
         self.shard: tuple[int, int] = (0, 1)
-        """Which journal of how many in its database (`journal/shards.py`), once started."""
+        """Which journal of how many in its database (`store/shards.py`), once started."""
         self.fence = 0
         """This process's turn driving the journal (`JournalStore.epoch`), once started."""
         self.remote = False

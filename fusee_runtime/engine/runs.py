@@ -7,7 +7,7 @@ back from the history store (`store`) when asked for.
 
 Recovery, the one story. Opening a home rebuilds this table in two steps:
 
-1. `JournalStore.read` (`journal/store.py`; the local journal: cut the
+1. `JournalStore.read` (`store/seam.py`; the local journal: cut the
    leftovers of an interrupted checkpoint; take the newest checkpoint that
    reads whole, a damaged one passed over for the one before and set aside
    later; scan the journal after it, from where the checkpoint says the

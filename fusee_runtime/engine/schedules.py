@@ -321,7 +321,7 @@ class Schedules:
 
     def _id(self, workflow: str, at: float, exact: bool = False) -> str:
         """The id of a firing: its instant's, made to belong to this journal (with
-        several in the database, cron fires in journal 0 alone: `journal/shards.py`)."""
+        several in the database, cron fires in journal 0 alone: `store/shards.py`)."""
         return beside(instant_id(workflow, at, exact=exact), self._host.shard)
 
     def _start(self, wf: WorkflowDef, at: float, workflow_id: str, *, manual: bool = False) -> Any:

@@ -1,4 +1,4 @@
-"""The run log of a journal in PostgreSQL (`journal/pg_log.py`): lines wait while the
+"""The run log of a journal in PostgreSQL (`store/pg_log.py`): lines wait while the
 server refuses them and go in once it takes them; closing never waits long on a
 server that does not answer. A real server, and a real socket that never answers."""
 

@@ -1,7 +1,7 @@
 """Several workers driving one database's runs at once: a database of several journals.
 
 `fusee serve --store URL --shards N` lays the database out as N journals
-(`journal/shards.py`); every worker drives its fair share of them at once
+(`store/shards.py`); every worker drives its fair share of them at once
 (`control/worker.py`), and a command's call goes to the journal its id
 belongs to (`control/router.py`). Real worker processes on a real server; the
 test process is a client on another "host" (a home of its own).

@@ -28,11 +28,11 @@ from processes import REPO, fusee_script
 from prometheus_client.parser import text_string_to_metric_families
 
 from fusee_runtime import Config, Ctx, Engine, StoreUnavailable, workflow
-from fusee_runtime.control import remote
 from fusee_runtime.control.client import OwnerGone, OwnerLost, OwnerUnanswered
 from fusee_runtime.control.http import build_app
 from fusee_runtime.control.router import WorkerRouter
 from fusee_runtime.control.routes import status_of
+from fusee_runtime.store import pg_requests
 from fusee_runtime.store.shards import shard_of
 from fusee_runtime.store.shared import open_shared
 
@@ -329,7 +329,7 @@ async def test_a_journal_whose_driver_stopped_is_looked_for_again_not_waited_on(
 ) -> None:
     """Once a request to a journal's last driver was not taken (it stopped, none took
     over), the next call looks for a driver again: a 503 at once, not after TAKE_S."""
-    monkeypatch.setattr(remote, "TAKE_S", 0.2)
+    monkeypatch.setattr(pg_requests, "TAKE_S", 0.2)
     config = Config(store=pg_url)
     async with Engine(tmp_path / "driver", [__name__], config=config) as engine:
         await engine.start("shards_http.waits", None, id="g-1")
