@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from fusee_runtime import Engine
     from fusee_runtime.control.api import Control
     from fusee_runtime.control.http import HttpServer
-    from fusee_runtime.journal.shards import Layout
+    from fusee_runtime.store.shards import Layout
 
 
 class Http:

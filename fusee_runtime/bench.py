@@ -97,8 +97,9 @@ def run(home: Path, quick: bool = False, store: str | None = None) -> dict[str, 
         if store is None:
             return asyncio.run(_measure(_Local(scratch), quick))
         from fusee_runtime import bench_pg
+        from fusee_runtime.store.shared import open_scratch
 
-        with bench_pg.Schemas(store) as schemas:
+        with open_scratch(store) as schemas:
             report = asyncio.run(_measure(bench_pg.Places(scratch, schemas), quick))
             # The concurrent runs again, spread over 1, 2 and 4 worker processes.
             report["workers_steps_per_s"] = {

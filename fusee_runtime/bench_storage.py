@@ -44,10 +44,10 @@ import orjson
 from fusee_runtime import search
 from fusee_runtime.bench import parked, tagged
 from fusee_runtime.engine.engine import Config, Engine
-from fusee_runtime.engine.history import NAME as HISTORY_DB
 from fusee_runtime.journal import checkpoint as ckpt
 from fusee_runtime.journal import format as fmt
 from fusee_runtime.journal.storage import Storage
+from fusee_runtime.store.history_db import NAME as HISTORY_DB
 
 KEYS = ("config", "build", "disk", "open", "crash_open", "list")
 """What a run of the storage bench reports, in order."""

@@ -81,7 +81,7 @@ class RunHost(Protocol):
 
     @property
     def shard(self) -> tuple[int, int]:
-        """Which journal of how many its database holds (`journal/shards.py`)."""
+        """Which journal of how many its database holds (`store/shards.py`)."""
         ...
 
     @property

@@ -50,6 +50,7 @@ from fusee_runtime.model.op_records import OfOp, OpCancelled
 from fusee_runtime.model.records import CLOSES, OfRun, Record, RunFailed
 from fusee_runtime.scope import JournalEnds
 from fusee_runtime.steps import StepWorkers
+from fusee_runtime.store.log_files import FileRunLog
 
 if TYPE_CHECKING:
     from fusee_runtime.completions import Completion
@@ -333,7 +334,7 @@ class ReplayHost:
         self.config = Config()
         self.workflows = workflows
         self.workers = StepWorkers(1)  # never asked: no step function runs here
-        self.run_log: RunLog | None = RunLog(Path("/nonexistent"))
+        self.run_log: RunLog | None = RunLog(FileRunLog(Path("/nonexistent")))
         self.run_log.close()  # ctx.log writes nothing
         self.mismatch: str | None = None
         self.continued = False

@@ -102,7 +102,7 @@ class Server:
 def journal_payloads(url: str) -> list[bytes]:
     """Every record payload the journal in `url` keeps, in lsn order (opened as its
     owner would, so a gap is `JournalCorrupt`)."""
-    from fusee_runtime.journal.postgres import PgJournal
+    from fusee_runtime.store.postgres import PgJournal
 
     pg = PgJournal(url)
     pg.open()

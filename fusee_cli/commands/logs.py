@@ -1,14 +1,15 @@
 """`fusee logs`: the `ctx.log` lines of an id's runs, and following them.
 
-The lines are read from `<home>/logs/` (see `fusee_runtime.engine.runlog`),
+The lines are read from `<home>/logs/` (see `fusee_runtime.store.log_files`),
 not through the engine, so they can be read and followed while another
 process owns the home. The journal is asked only what the files cannot
 say: whether an id without lines has a run at all, and which of its runs
 is the newest (a follower stops when that one closes for good).
 
-With `--store`, the lines are in the database (`fusee_logs` of the id's
-journal: `fusee_runtime.journal.pg_log`), written by whichever host drives
-the run, and read from there; a follower looks for new ones every `POLL_S`.
+With `--store`, the lines are in the store (`fusee_logs` of the id's
+journal in the database: `SharedStore.log_lines`), written by whichever
+host drives the run, and read from there; a follower looks for new ones
+every `POLL_S`.
 
 Output. Readable lines by default, following or not, each run's lines after
 a `── run RUN_ID (WORKFLOW)` line (without the workflow for lines written
@@ -33,7 +34,7 @@ from fusee_cli.session import CliError, Code, echo_err
 if TYPE_CHECKING:
     from fusee_runtime import RunInfo
     from fusee_runtime.control.client import ControlApi
-    from fusee_runtime.journal.postgres import PgJournal
+    from fusee_runtime.store.shared import LogLines
 
 POLL_S = 0.25
 """How often a follower of lines in a database asks for new ones."""
@@ -135,15 +136,16 @@ async def _follow_driven(home: Path, app: str, workflow_id: str, as_json: bool) 
 
 
 def _print_kept(home: Path, app: str, workflow_id: str, as_json: bool) -> None:
-    from fusee_runtime.engine.runlog import read_all
+    import contextlib
+
+    from fusee_runtime.store.log_files import read_all
 
     url = session.store()
     if url is None:
         kept = read_all(home / "logs")
     else:
-        from fusee_runtime.journal.pg_log import read_lines
-
-        kept = [line for _, line in read_lines(_journal_of(url, workflow_id), workflow_id)]
+        with contextlib.closing(_lines_of(url, workflow_id)) as lines:
+            kept = [line for _, line in lines.read()]
     show = _Printer(as_json)
     for raw in kept:
         show.line(raw, workflow_id)
@@ -152,14 +154,13 @@ def _print_kept(home: Path, app: str, workflow_id: str, as_json: bool) -> None:
         echo_err(f"no log lines for {workflow_id} yet")
 
 
-def _journal_of(url: str, workflow_id: str) -> PgJournal:
-    """The journal of the database at `url` that keeps the runs of `workflow_id` (and
-    so their lines)."""
-    from fusee_runtime.journal.postgres import PgJournal
-    from fusee_runtime.journal.shards import read_layout
+def _lines_of(url: str, workflow_id: str) -> LogLines:
+    """The lines of `workflow_id` in the journal of the database at `url` that keeps
+    its runs."""
+    from fusee_runtime.store.shared import open_shared
 
-    layout = read_layout(PgJournal(url))
-    return PgJournal(layout.url_of(layout.shard_of(workflow_id)))
+    layout = open_shared(url).layout()
+    return open_shared(layout.url_of(layout.shard_of(workflow_id))).log_lines(workflow_id)
 
 
 async def _follow_store(home: Path, app: str, url: str, workflow_id: str, as_json: bool) -> None:
@@ -176,9 +177,8 @@ async def _follow_store(home: Path, app: str, url: str, workflow_id: str, as_jso
 
     from fusee_runtime.control.client import OwnerGone, OwnerLost, OwnerUnanswered
     from fusee_runtime.engine.runlog import CONTINUED
-    from fusee_runtime.journal.pg_log import read_lines
 
-    journal = await asyncio.to_thread(_journal_of, url, workflow_id)
+    lines = await asyncio.to_thread(_lines_of, url, workflow_id)
     show = _Printer(as_json)
     async with session.control(home, app, drive=True) as ctl:
         try:
@@ -187,16 +187,18 @@ async def _follow_store(home: Path, app: str, url: str, workflow_id: str, as_jso
             if e.code != Code.NOT_FOUND:
                 raise
             # Lines may outlive the journal's record of the id (pruned): show those.
-            for _, raw in await asyncio.to_thread(read_lines, journal, workflow_id):
-                show.line(raw, workflow_id)
+            try:
+                for _, raw in await asyncio.to_thread(lines.read):
+                    show.line(raw, workflow_id)
+            finally:
+                await asyncio.to_thread(lines.close)
             if not show.printed:
                 raise
             return
-        conn = await asyncio.to_thread(journal.connect)
         try:
             after, quiet, closed = 0, 0, False
             while True:
-                rows = await asyncio.to_thread(read_lines, journal, workflow_id, after, None, conn)
+                rows = await asyncio.to_thread(lines.read, after)
                 for seq, raw in rows:
                     after = seq
                     doc = show.line(raw, workflow_id)
@@ -214,7 +216,7 @@ async def _follow_store(home: Path, app: str, url: str, workflow_id: str, as_jso
                         closed = not info.status.is_open and str(info.status) not in CONTINUED
                 await asyncio.sleep(POLL_S)
         finally:
-            await asyncio.to_thread(conn.close)
+            await asyncio.to_thread(lines.close)
 
 
 async def _follow(
@@ -229,7 +231,7 @@ async def _follow(
 
     from watchfiles import awatch
 
-    from fusee_runtime.engine.runlog import LogTail
+    from fusee_runtime.store.log_files import LogTail
 
     tail = LogTail(directory)
     show = _Printer(as_json)

@@ -35,7 +35,7 @@ from fusee_cli.session import CliError, Code
 
 if TYPE_CHECKING:
     from fusee_runtime import Engine
-    from fusee_runtime.journal.shards import Layout
+    from fusee_runtime.store.shards import Layout
 
 STATS_S = 10.0
 """How often the JSON output reports its counters (the live line: every second)."""
@@ -168,14 +168,13 @@ async def _standby(store: str, stop: Any, out: Output, http: str | None) -> bool
     driver lets go or dies (its session ends: at once for a killed process, after
     `Config.lease` for one cut off the network).
     """
-    from fusee_runtime.journal.postgres import describe
-    from fusee_runtime.journal.standby import wait_for_journal
+    from fusee_runtime.store.shared import describe, open_shared
 
     def waiting(holder: str) -> None:
         out.event("standby", store=describe(store), holder=holder, http=http)
 
     with _for_people(Path(".")):  # (the URL was checked by `_layout`)
-        return await wait_for_journal(store, stop, waiting)
+        return await open_shared(store).wait_for_journal(stop, waiting)
 
 
 @contextlib.contextmanager
@@ -200,8 +199,7 @@ async def _layout(store: str | None, shards: int | None) -> Layout | None:
     import asyncio
 
     from fusee_runtime import Config
-    from fusee_runtime.journal.postgres import PgJournal
-    from fusee_runtime.journal.shards import read_layout
+    from fusee_runtime.store.shared import open_shared
 
     if store is None:
         if shards is not None and shards > 1:
@@ -212,7 +210,7 @@ async def _layout(store: str | None, shards: int | None) -> Layout | None:
     except ValueError as e:
         raise CliError(Code.USAGE, str(e)) from None
     with _for_people(Path(".")):
-        return await asyncio.to_thread(read_layout, PgJournal(store), shards)
+        return await asyncio.to_thread(open_shared(store).layout, shards)
 
 
 async def _serve_shards(
@@ -232,8 +230,9 @@ async def _serve_shards(
     every journal when asked (`control/router.py`'s `WorkerRouter`)."""
     from fusee_runtime.control.connect import open_home
     from fusee_runtime.control.worker import ShardWorker
-    from fusee_runtime.engine.home import HomeLock, private_dir
-    from fusee_runtime.journal.postgres import describe
+    from fusee_runtime.engine.home import HomeLock
+    from fusee_runtime.journal.safefiles import private_dir
+    from fusee_runtime.store.shared import describe
 
     def open_shard(k: int) -> Any:
         return open_home(

@@ -33,7 +33,7 @@ from fusee_runtime.control.client import Client, ControlApi, ControlClient, Owne
 from fusee_runtime.engine.home import HomeLock
 
 if TYPE_CHECKING:
-    from fusee_runtime.journal.shards import Layout
+    from fusee_runtime.store.shards import Layout
 
 RETRY_OPEN_S = 0.05
 """Pause between two tries to reach the owner or take the home, while another process has it
@@ -172,23 +172,22 @@ def _reach(home: Path, config: dict[str, Any]) -> Reach:
         return lambda _: ControlClient.connect(home)
     Config(store=url)  # a URL of another kind is said before anything connects
     from fusee_runtime.control.remote import StoreClient
-    from fusee_runtime.journal.postgres import PgJournal
-    from fusee_runtime.journal.shards import prepare, read_layout
+    from fusee_runtime.store.shared import open_shared
 
     lease = config.get("lease", Config.lease)
-    journal = PgJournal(url, lease)
+    journal = open_shared(url, lease)
     layouts: list[Layout] = []
 
     async def reach(open_shard: Opener) -> Client | None:
         if not layouts:
-            layouts.append(await asyncio.to_thread(read_layout, journal))
+            layouts.append(await asyncio.to_thread(journal.layout))
         layout = layouts[0]
         if layout.shards == 1:
             return await StoreClient.reach(journal)
         from fusee_runtime.control.router import ShardRouter
 
         async def open_undriven(k: int) -> Client:
-            await asyncio.to_thread(prepare, journal, layout, k)  # as a worker would
+            await asyncio.to_thread(journal.prepare, layout, k)  # as a worker would
             return await open_shard(k, layout.url_of(k))
 
         return await ShardRouter.reach(layout, lease, open_undriven)

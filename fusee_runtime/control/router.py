@@ -1,4 +1,4 @@
-"""The control API of a database of several journals (`journal/shards.py`).
+"""The control API of a database of several journals (`store/shards.py`).
 
 A command given `--store URL` on a database laid out as N journals reaches
 each journal's driver through the database (`control/remote.py`), and
@@ -43,8 +43,8 @@ from fusee_runtime.control.ops import Route
 from fusee_runtime.control.remote import StoreClient
 from fusee_runtime.control.wire import as_json
 from fusee_runtime.errors import NotFound, Rejected
-from fusee_runtime.journal.postgres import PgJournal
-from fusee_runtime.journal.shards import Layout
+from fusee_runtime.store.shards import Layout
+from fusee_runtime.store.shared import open_shared
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.engine import Engine
@@ -97,7 +97,7 @@ class ShardRouter(Client):
             OwnerGone: a journal has no worker driving it, and no `open_shard`.
             HomeLocked: as `open_shard` (a process took the journal meanwhile).
         """
-        journals = [PgJournal(layout.url_of(k), lease) for k in range(layout.shards)]
+        journals = [open_shared(layout.url_of(k), lease) for k in range(layout.shards)]
         found = await asyncio.gather(*(StoreClient.reach(j) for j in journals))
         clients: list[Client] = []
         for k, driven in enumerate(found):
@@ -216,7 +216,7 @@ class WorkerRouter(ShardRouter):
             return LocalClient(Control(engine))
         remote = self._remote.get(k)
         if remote is None:
-            journal = PgJournal(self.layout.url_of(k), self._lease)
+            journal = open_shared(self.layout.url_of(k), self._lease)
             async with self._calls:
                 try:
                     reached = await StoreClient.reach(journal)

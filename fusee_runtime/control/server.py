@@ -29,8 +29,8 @@ from fusee_runtime.control.wire import answer_line
 from fusee_runtime.errors import FuseeError, Rejected
 
 if TYPE_CHECKING:
-    from fusee_runtime.control.remote import Relay
     from fusee_runtime.engine.engine import Engine
+    from fusee_runtime.store.seam import Relay
 
 log = logging.getLogger("fusee")
 
@@ -82,13 +82,9 @@ class ControlServer:
         except BaseException:
             sock.close()
             raise
-        if self._journal.remote:
-            # Commands on other hosts ask through the database (`control/remote.py`).
-            from fusee_runtime.control.remote import Relay
-            from fusee_runtime.journal.postgres import PgJournal
-
-            assert isinstance(self._journal, PgJournal)
-            relay = Relay(self._journal, self._accept)
+        # Commands on other hosts ask through the store (`control/remote.py`), if they may.
+        relay = self._journal.relay(self._accept)
+        if relay is not None:
             try:
                 await relay.start()
             except Exception as e:

@@ -1,11 +1,12 @@
 """A worker of a sharded database: `fusee serve --store URL` beside other workers.
 
-A database laid out as N journals (`journal/shards.py`) is driven by as many
+A database laid out as N journals (`store/shards.py`) is driven by as many
 `fusee serve --store URL` processes as its operators start, on any hosts.
-Each worker holds an advisory lock of its own while it lives, so the workers
-count one another in `pg_locks` (a killed worker stops counting the moment
-its session ends), and drives its fair share of the journals, ceil(N ÷
-workers), one engine per journal (home `<home>/shard-<k>`):
+Each worker holds a seat while it lives (`SharedStore.seat`: in PostgreSQL an
+advisory lock of its own, `store/pg_shards.py`), so the workers count one
+another (a killed worker stops counting the moment its session ends), and
+drives its fair share of the journals, ceil(N ÷ workers), one engine per
+journal (home `<home>/shard-<k>`):
 
 - it takes free journals while it has fewer than its share, and any journal
   left free for two rounds whatever its share (so none stays undriven);
@@ -13,7 +14,7 @@ workers), one engine per journal (home `<home>/shard-<k>`):
   the engine closes with its grace, and the next driver replays the runs);
 - a journal whose engine failed (its session lost) is closed and free again.
 
-A journal is taken as any is (its lock, `journal/postgres.py`), so two workers
+A journal is taken as any is (its lock, `store/postgres.py`), so two workers
 never drive one, and one that dies is taken over within a round of its
 session's end. Cron schedules fire in shard 0's engine alone.
 """
@@ -31,12 +32,10 @@ from typing import TYPE_CHECKING, Any
 
 from fusee_runtime.engine.config import Config
 from fusee_runtime.errors import HomeLocked, StoreUnavailable
-from fusee_runtime.journal.postgres import LOCK_CLASS, PgJournal, import_psycopg
-from fusee_runtime.journal.shards import Layout, prepare_shard
+from fusee_runtime.store.shards import Layout
+from fusee_runtime.store.shared import Seat, open_shared
 
 if TYPE_CHECKING:
-    import psycopg
-
     from fusee_runtime.engine.engine import Engine
 
 log = logging.getLogger("fusee")
@@ -47,11 +46,6 @@ taken (after its driver's session ended, at once for a killed process)."""
 KEEP_S = 30.0
 """How long a worker keeps a journal it took beyond its share (nobody else did) before
 it may give it back: a worker counted but unable to open any costs a churn this often."""
-_LOCKS = (
-    "SELECT classid::bigint, objid::bigint FROM pg_locks WHERE locktype = 'advisory' "
-    "AND granted AND objsubid = 2 AND database = "
-    "(SELECT oid FROM pg_database WHERE datname = current_database())"
-)
 
 
 class ShardWorker:
@@ -73,7 +67,7 @@ class ShardWorker:
         """The engines this worker drives, by shard."""
         self._open_shard = open_shard
         self._event = event
-        self._pg = PgJournal(layout.url, lease)
+        self._shared = open_shared(layout.url, lease)
         self._round_s = round_s
         self.threads_left = False
         """A step function's thread of a closed engine still runs (cut off at the end of
@@ -90,71 +84,43 @@ class ShardWorker:
             StoreUnavailable: the server cannot be reached at the start.
             AppImportError, JournalCorrupt: as a journal's engine opens.
         """
-        failed = import_psycopg().Error
-        first = await asyncio.to_thread(self._connect)
+        shared = self._shared
+        failed = shared.error
+        first = await asyncio.to_thread(shared.seat, self.layout)
         try:
-            keys = await asyncio.to_thread(self._register, first)
+            await asyncio.to_thread(first.register)
         except failed as e:
             first.close()
-            raise StoreUnavailable(f"cannot join {self._pg.name}: {self._pg.said(e)}") from None
-        conn: psycopg.Connection[Any] | None = first
+            raise StoreUnavailable(f"cannot join {shared.name}: {shared.said(e)}") from None
+        seat: Seat | None = first
         try:
             while not stop.is_set():
                 try:
-                    if conn is None:  # its session was lost: count itself in again
-                        conn = await asyncio.to_thread(self._connect)
-                        keys = await asyncio.to_thread(self._register, conn)
-                    await self._round(conn, keys)
+                    if seat is None:  # its session was lost: count itself in again
+                        seat = await asyncio.to_thread(shared.seat, self.layout)
+                        await asyncio.to_thread(seat.register)
+                    await self._round(seat)
                 except (failed, StoreUnavailable) as e:
                     # The server restarted, or the network blipped: the engines whose
                     # sessions went too stop on their own and are given back.
                     log.warning("fusee: worker lost its session (%s); reconnecting", e)
-                    if conn is not None:
-                        await asyncio.to_thread(conn.close)
-                    conn = None
+                    if seat is not None:
+                        await asyncio.to_thread(seat.close)
+                    seat = None
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self._round_s)
         finally:
             # Together: a stop takes one grace, not one a journal.
             giving = [self._give(k, "stopping") for k in sorted(self.engines, reverse=True)]
             await asyncio.gather(*giving, return_exceptions=True)
-            if conn is not None:
-                await asyncio.to_thread(conn.close)
+            if seat is not None:
+                await asyncio.to_thread(seat.close)
 
-    def _connect(self) -> psycopg.Connection[Any]:
-        conn = self._pg.connect()
-        conn.autocommit = True
-        return conn
-
-    def _register(self, conn: psycopg.Connection[Any]) -> tuple[int, list[int]]:
-        """Takes this worker's own lock; returns the workers' lock class and each
-        journal's lock key, as `pg_locks` shows them."""
-        schemas = [self.layout.schema_of(k) for k in range(self.layout.shards)]
-        row = conn.execute(
-            "SELECT hashtext(%s)::bigint & 4294967295, "
-            "array_agg(hashtext(s)::bigint & 4294967295 ORDER BY k) "
-            "FROM unnest(%s::text[]) WITH ORDINALITY AS t(s, k)",
-            (self.layout.schema + "/workers", schemas),
-        ).fetchone()
-        assert row is not None
-        workers, journals = row
-        while True:  # a key no other worker holds
-            key = random.randrange(1, 2**31)
-            (got,) = conn.execute(
-                "SELECT pg_try_advisory_lock(%s, %s)", (_signed(workers), key)
-            ).fetchone() or (False,)
-            if got:
-                return workers, list(journals)
-
-    async def _round(self, conn: psycopg.Connection[Any], keys: tuple[int, list[int]]) -> None:
+    async def _round(self, seat: Seat) -> None:
         for shard, engine in list(self.engines.items()):
             if engine.durability.failed is not None:
                 await self._give(shard, "failed", error=str(engine.durability.failed))
-        locks = await asyncio.to_thread(lambda: conn.execute(_LOCKS).fetchall())
-        workers_class, journal_keys = keys
-        workers = max(1, sum(1 for c, _ in locks if c == workers_class))
-        held = {o for c, o in locks if c == LOCK_CLASS}
-        free = {k for k, key in enumerate(journal_keys) if key not in held}
+        workers, free = await asyncio.to_thread(seat.look)
         share = math.ceil(self.layout.shards / workers)
         long_free, self._free_before = free & self._free_before, free
         now = asyncio.get_running_loop().time()
@@ -169,17 +135,17 @@ class ShardWorker:
         for k in sorted(free, key=lambda k: (k - start) % self.layout.shards):
             if k in self.engines or (len(self.engines) >= share and k not in long_free):
                 continue
-            if await self._take(conn, k) and len(self.engines) > share:
+            if await self._take(seat, k) and len(self.engines) > share:
                 self._kept[k] = now + KEEP_S
 
-    async def _take(self, conn: psycopg.Connection[Any], shard: int) -> bool:
+    async def _take(self, seat: Seat, shard: int) -> bool:
         stack = contextlib.AsyncExitStack()
         try:
-            await asyncio.to_thread(prepare_shard, conn, self.layout, shard)
+            await asyncio.to_thread(seat.prepare, shard)
             engine = await stack.enter_async_context(self._open_shard(shard))
         except HomeLocked:
             return False  # another worker was quicker
-        except (StoreUnavailable, import_psycopg().Error) as e:  # a restart: next round
+        except (StoreUnavailable, self._shared.error) as e:  # a restart: next round
             log.warning("fusee: cannot take shard %d: %s", shard, e)
             return False
         self.engines[shard] = engine
@@ -203,8 +169,3 @@ class ShardWorker:
         """Cuts short the grace of the engines closing now (a second SIGTERM)."""
         for engine in [*self.engines.values(), *self._closing]:
             engine.end_grace()
-
-
-def _signed(key: int) -> int:
-    """An advisory lock key as int4 (`pg_locks` shows it unsigned)."""
-    return key - 2**32 if key >= 2**31 else key

@@ -34,15 +34,16 @@ from typing import Any
 from fusee_runtime.dsl import seconds
 from fusee_runtime.engine.config import Config
 from fusee_runtime.engine.durability import Durability
-from fusee_runtime.engine.history import Closed, Row
+from fusee_runtime.engine.history import failure_of, reset_source
 from fusee_runtime.engine.limits import Limits
 from fusee_runtime.engine.runs import RunTable
 from fusee_runtime.engine.schedules import Schedules
 from fusee_runtime.engine.state import Run
 from fusee_runtime.errors import HistoryDamaged, JournalFailed, Rejected
 from fusee_runtime.journal.reader import JournalRead
-from fusee_runtime.journal.store import JournalStore, off_loop
 from fusee_runtime.model.codec import array
+from fusee_runtime.store.history import Closed, Row
+from fusee_runtime.store.seam import JournalStore, off_loop
 
 log = logging.getLogger("fusee")
 
@@ -240,6 +241,7 @@ class Checkpoints:
             run.parent["id"] if run.parent else None,
             run.parent["run_id"] if run.parent else None,
             dict(run.attributes),
+            failure_of(run.status.value, run.records),
         )
         records: list[tuple[int, Sequence[Any]]] = [(lsn, array(r)) for lsn, r in run.records]
         self.runs.store.put(Closed(row, run.creation, records, again))
@@ -264,7 +266,7 @@ class Checkpoints:
             for run in self.runs.by_run_id.values()
             if run.origin and "reset" in run.origin and run.start_lsn > floor
         }
-        return await asyncio.to_thread(store.prune, now - age, floor, keep)
+        return await asyncio.to_thread(store.prune, now - age, floor, keep, reset_source)
 
     def start_retention(
         self, prune: Callable[[float], Awaitable[int]], progressed: Callable[[], None]

@@ -20,10 +20,10 @@ from fusee_runtime.engine.runs import RunTable
 from fusee_runtime.engine.state import Status
 from fusee_runtime.engine.waits import wake_at
 from fusee_runtime.errors import IdConflict, Rejected
-from fusee_runtime.journal.shards import owned_id
 from fusee_runtime.model.op_records import StepResumed
 from fusee_runtime.model.records import RunTerminated, RunUnstuck
 from fusee_runtime.scope import check_name
+from fusee_runtime.store.shards import owned_id
 from fusee_runtime.tracing import check_traceparent
 from fusee_runtime.typed import ANY, parameter
 

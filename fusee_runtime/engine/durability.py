@@ -46,9 +46,9 @@ from typing import Any
 from fusee_runtime.engine.config import Config
 from fusee_runtime.errors import JournalFailed, Rejected
 from fusee_runtime.journal.reader import Tail
-from fusee_runtime.journal.store import JournalStore, Writer
 from fusee_runtime.model.codec import encode
 from fusee_runtime.model.records import Record
+from fusee_runtime.store.seam import JournalStore, Writer
 
 log = logging.getLogger("fusee")
 
@@ -81,7 +81,7 @@ class Durability:
         self.where = str(home)
         """The journal's place, for messages (the store's name once started)."""
         self.shard: tuple[int, int] = (0, 1)
-        """Which journal of how many in its database (`journal/shards.py`), once started."""
+        """Which journal of how many in its database (`store/shards.py`), once started."""
         self.fence = 0
         """This process's turn driving the journal (`JournalStore.epoch`), once started."""
         self.remote = False

@@ -43,7 +43,7 @@ from fusee_runtime.engine.driver import Driver
 from fusee_runtime.engine.durability import Durability, soon
 from fusee_runtime.engine.handle import RunHandle
 from fusee_runtime.engine.handlers import Handlers
-from fusee_runtime.engine.home import HomeLock, private_dir
+from fusee_runtime.engine.home import HomeLock
 from fusee_runtime.engine.limits import LimitInfo
 from fusee_runtime.engine.registry import load_app
 from fusee_runtime.engine.runlog import RunLog
@@ -52,8 +52,9 @@ from fusee_runtime.engine.schedules import Schedules
 from fusee_runtime.engine.state import Run, RunInfo, Status
 from fusee_runtime.errors import EngineClosed, Failure, Rejected
 from fusee_runtime.journal import records
-from fusee_runtime.journal.store import off_loop, open_store
+from fusee_runtime.journal.safefiles import private_dir
 from fusee_runtime.scope import check_id
+from fusee_runtime.store.seam import off_loop, open_store
 from fusee_runtime.tracing import open_tracing
 
 if TYPE_CHECKING:
@@ -190,7 +191,7 @@ class Engine:
         self.driver.tracing = open_tracing(self.config.tracing, self.config.tracer_provider)
         self.driver.opened = True
         if self.config.drive:
-            self.driver.run_log = journal.run_log(self.home)
+            self.driver.run_log = RunLog(journal.run_log(self.home))
             self.driver.timers.start()
             if self.config.control:
                 # Only an engine that drives its runs serves: a passive one (a command

@@ -44,11 +44,11 @@ import orjson
 
 from fusee_runtime.engine.state import Run, Status
 from fusee_runtime.errors import Failure, NotFound
-from fusee_runtime.journal.shards import shard_of
 from fusee_runtime.model.op_records import CancelSent, ChildClosed, ChildStarted, SignalSent
 from fusee_runtime.model.ops import CancelSentOp, ChildOp, Peer, SignalSentOp
 from fusee_runtime.model.payload import NULL, Payload
 from fusee_runtime.model.records import RunTerminated
+from fusee_runtime.store.shards import shard_of
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.driver import Driver

@@ -3,7 +3,7 @@
 A home holds every workflow's inputs, results and signals, so it is private
 to the account that runs fusee, as PostgreSQL keeps its data directory:
 the home and its directories 0700, its files 0600, whatever the umask.
-What fusee creates is created so (`private_dir`, and each writer passes
+What fusee creates is created so (`safefiles.private_dir`, and each writer passes
 0600 to `open`); opening a home also tightens what an older version made
 0755 and 0644 (`make_private`), rather than refusing it as PostgreSQL does:
 taking read rights away from other accounts is always safe, and it is what
@@ -29,14 +29,13 @@ from pathlib import Path
 
 from fusee_runtime.completions import SECRET_NAME
 from fusee_runtime.control.protocol import SOCKET_NAME
-from fusee_runtime.engine.history import NAME as HISTORY
 from fusee_runtime.errors import HomeLocked, HomeUnsafe
 from fusee_runtime.journal.safefiles import check_dir, check_entry, nofollow, open_file
+from fusee_runtime.store.history_db import NAME as HISTORY
 
 log = logging.getLogger("fusee")
 
 LOCK_NAME = "LOCK"
-DIR_MODE = 0o700
 FILE_MODE = 0o600
 SUBDIRS = ("journal", "logs")
 """The home's directories: everything in them is fusee's."""
@@ -113,23 +112,6 @@ class HomeLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
-
-
-def private_dir(path: Path, parents: bool = False) -> None:
-    """Makes directory `path` 0700 (whatever the umask) if it is not there.
-
-    Raises:
-        HomeUnsafe: it is there, but `check_dir` refuses it (another account's...).
-        OSError: it cannot be made, or something else than a directory is there.
-    """
-    try:
-        path.mkdir(mode=DIR_MODE, parents=parents)
-    except FileExistsError:
-        if not path.is_dir():
-            raise
-        check_dir(path)
-        return
-    os.chmod(path, DIR_MODE)  # the umask may have taken bits away, never added any
 
 
 def refuse_planted(home: Path) -> None:

@@ -7,7 +7,7 @@ back from the history store (`store`) when asked for.
 
 Recovery, the one story. Opening a home rebuilds this table in two steps:
 
-1. `JournalStore.read` (`journal/store.py`; the local journal: cut the
+1. `JournalStore.read` (`store/seam.py`; the local journal: cut the
    leftovers of an interrupted checkpoint; take the newest checkpoint that
    reads whole, a damaged one passed over for the one before and set aside
    later; scan the journal after it, from where the checkpoint says the
@@ -45,7 +45,7 @@ from fusee_runtime.engine.creation import (
     rebuilt,
     reset_creation,
 )
-from fusee_runtime.engine.history import HistoryStore, Row
+from fusee_runtime.engine.history import with_failures
 from fusee_runtime.engine.limits import Limits
 from fusee_runtime.engine.schedules import Schedules
 from fusee_runtime.engine.state import Op, Run, RunInfo, Status, top
@@ -65,6 +65,8 @@ from fusee_runtime.model.records import (
     SignalReceived,
 )
 from fusee_runtime.search import Condition
+from fusee_runtime.store.history import Row
+from fusee_runtime.store.seam import HistoryStore
 
 log = logging.getLogger("fusee")
 
@@ -338,7 +340,8 @@ class RunTable:
         if self.store is not None and closed:
             more = None if limit is None else limit + len(mine)
             stored = want.value if isinstance(want, Status) else None
-            for row in self.store.list(stored, workflow, more, parent, where, lsn):
+            rows = self.store.list(stored, workflow, more, parent, where, lsn)
+            for row in with_failures(self.store, rows):
                 if row.run_id not in self.by_run_id:
                     found.append((row.start_lsn, _row_info(row)))
         found.sort(key=lambda f: f[0], reverse=True)

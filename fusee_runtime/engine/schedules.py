@@ -31,9 +31,9 @@ import orjson
 from fusee_runtime.dsl import WorkflowDef
 from fusee_runtime.engine.waits import utc
 from fusee_runtime.errors import Rejected
-from fusee_runtime.journal.shards import beside
 from fusee_runtime.model.records import Record, ScheduleArmed, ScheduleFired, SchedulePaused
 from fusee_runtime.model.run import RunInfo
+from fusee_runtime.store.shards import beside
 
 if TYPE_CHECKING:
     from fusee_runtime.host import RunHost
@@ -321,7 +321,7 @@ class Schedules:
 
     def _id(self, workflow: str, at: float, exact: bool = False) -> str:
         """The id of a firing: its instant's, made to belong to this journal (with
-        several in the database, cron fires in journal 0 alone: `journal/shards.py`)."""
+        several in the database, cron fires in journal 0 alone: `store/shards.py`)."""
         return beside(instant_id(workflow, at, exact=exact), self._host.shard)
 
     def _start(self, wf: WorkflowDef, at: float, workflow_id: str, *, manual: bool = False) -> Any:

@@ -47,7 +47,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fusee_runtime.engine.history import NAME
 from fusee_runtime.engine.home import refuse_planted
 from fusee_runtime.errors import HomeUnsafe
 from fusee_runtime.inspect.checkpoints import checkpoint_damages, inspect_checkpoints
@@ -56,6 +55,7 @@ from fusee_runtime.inspect.history import inspect_history
 from fusee_runtime.inspect.journal import inspect_journal
 from fusee_runtime.inspect.reading import Changed, HomeUnreadable
 from fusee_runtime.journal.safefiles import check_dir
+from fusee_runtime.store.history_db import NAME
 
 SCANS_MAX = 3
 """Looks at a home that shows a problem, looking for two in a row that agree."""

@@ -36,6 +36,7 @@ from pathlib import Path
 from fusee_runtime.errors import HomeUnsafe
 
 FILE_MODE = 0o600
+DIR_MODE = 0o700
 NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 OTHERS_WRITE = 0o022
 """Write rights of the group and of others: with either, another account can leave a link."""
@@ -135,6 +136,23 @@ def check_dir(path: Path) -> None:
             f"links in it for fusee to write through; make it private (`chmod 700 {path}`) "
             "and open it again",
         )
+
+
+def private_dir(path: Path, parents: bool = False) -> None:
+    """Makes directory `path` 0700 (whatever the umask) if it is not there.
+
+    Raises:
+        HomeUnsafe: it is there, but `check_dir` refuses it (another account's...).
+        OSError: it cannot be made, or something else than a directory is there.
+    """
+    try:
+        path.mkdir(mode=DIR_MODE, parents=parents)
+    except FileExistsError:
+        if not path.is_dir():
+            raise
+        check_dir(path)
+        return
+    os.chmod(path, DIR_MODE)  # the umask may have taken bits away, never added any
 
 
 def check_entry(path: Path) -> os.stat_result | None:

@@ -18,7 +18,7 @@ import pytest
 from damage import DAMAGES, flip_page_2
 
 from fusee_runtime import Completion, Ctx, workflow
-from fusee_runtime.engine import history
+from fusee_runtime.store import history_db as history
 
 TOKENS: list[str] = []
 

@@ -177,14 +177,15 @@ def test_a_request_nobody_takes_is_withdrawn_and_says_so(
 
     from fusee_runtime import Config, Engine
     from fusee_runtime.control.client import OwnerGone
-    from fusee_runtime.journal.postgres import PgJournal
+    from fusee_runtime.store import pg_requests
+    from fusee_runtime.store.shared import open_shared
 
-    monkeypatch.setattr(remote, "TAKE_S", 0.2)
+    monkeypatch.setattr(pg_requests, "TAKE_S", 0.2)
 
     async def main() -> None:
         config = Config(store=pg_url, drive=False)
         async with Engine(tmp_path / "h", app=None, config=config):
-            journal = PgJournal(pg_url)
+            journal = open_shared(pg_url)
             assert await remote.StoreClient.reach(journal) is None
             with pytest.raises(OwnerGone, match="no process took the request"):
                 await remote.StoreClient(journal).ping()

@@ -57,7 +57,7 @@ class ReportingClock(SystemClock):
 def hold_postgres_commits() -> None:
     """The same freeze for a journal in PostgreSQL: no batch reaches the server once
     `crash_app.HOLD` is set (the database stays real; only this process stops writing)."""
-    from fusee_runtime.journal.pg_writer import PgWriter
+    from fusee_runtime.store.pg_writer import PgWriter
 
     write = PgWriter._write
 

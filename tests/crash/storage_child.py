@@ -39,8 +39,8 @@ from typing import Any
 import orjson
 
 from fusee_runtime import Config, Ctx, Engine, current_ctx, workflow
-from fusee_runtime.engine.history import HistoryStore
 from fusee_runtime.journal.storage import Storage
+from fusee_runtime.store.sqlite_history import SqliteHistory
 
 CONFIG = Config(
     segment_bytes=64 << 10, payload_bytes_max=8 << 10, checkpoint_bytes=16 << 10, control=False
@@ -193,17 +193,17 @@ class _KillingConnection:
 
 
 def kill_in_history_batch(point: str, nth: int) -> None:
-    """Wraps `HistoryStore._write` so that its `nth` batch dies at `point` (if `point`
+    """Wraps `SqliteHistory._write` so that its `nth` batch dies at `point` (if `point`
     is a history point)."""
-    write = HistoryStore._write
+    write = SqliteHistory._write
     chosen = "history-batch" if point.startswith("history-") else None
 
-    def _write(self: HistoryStore, db: Any, closed: list[Any]) -> None:
+    def _write(self: SqliteHistory, db: Any, closed: list[Any]) -> None:
         if reached("history-batch", chosen, nth):
             db = _KillingConnection(db, point, [c.row.run_id for c in closed])
         write(self, db, closed)
 
-    HistoryStore._write = _write  # type: ignore[method-assign]
+    SqliteHistory._write = _write  # type: ignore[method-assign]
 
 
 async def main(home: str, point: str, nth: int, first_run: int) -> None:

@@ -28,7 +28,7 @@ from fusee_runtime.control.client import Client, ControlClient
 from fusee_runtime.control.ops import OPS, Operations, Param, Route
 from fusee_runtime.control.router import LocalClient, ShardRouter
 from fusee_runtime.control.routes import ROUTES
-from fusee_runtime.journal.shards import Layout
+from fusee_runtime.store.shards import Layout
 
 UNSERVED = (
     "the control API has no operation",  # the server does not know the name

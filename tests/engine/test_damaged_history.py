@@ -21,9 +21,9 @@ import pytest
 from damage import DAMAGES, directory, overwrite_header
 
 from fusee_runtime import Ctx, step, workflow
-from fusee_runtime.engine import history
-from fusee_runtime.engine.history import HistoryStore
 from fusee_runtime.errors import HistoryDamaged, NotFound
+from fusee_runtime.store import history, history_db
+from fusee_runtime.store.sqlite_history import SqliteHistory
 
 
 @step
@@ -68,8 +68,8 @@ async def test_a_damaged_store_leaves_the_open_runs_going_and_loses_nothing(
     make_engine, home, damage, caplog
 ) -> None:
     await fill(make_engine)
-    store = home / history.NAME
-    assert store.is_file() and not (home / f"{history.NAME}-wal").exists()
+    store = home / history_db.NAME
+    assert store.is_file() and not (home / f"{history_db.NAME}-wal").exists()
     damage(store)
     journal = {p.name: p.read_bytes() for p in (home / "journal").glob("*.seg")}
 
@@ -82,7 +82,7 @@ async def test_a_damaged_store_leaves_the_open_runs_going_and_loses_nothing(
             if damage is directory:
                 assert "(it is a directory)" in message and "move it aside" in message
             else:
-                assert f"move {history.NAME}, {history.NAME}-wal and" in message
+                assert f"move {history_db.NAME}, {history_db.NAME}-wal and" in message
             with pytest.raises(HistoryDamaged):
                 await engine.handle("done-0").describe()
             with pytest.raises(HistoryDamaged):
@@ -110,7 +110,7 @@ async def test_a_damaged_store_leaves_the_open_runs_going_and_loses_nothing(
             # Closed, and not stored: memory keeps them.
             assert {fresh.run_id, first.run_id, again.run_id} <= set(engine.runs.by_run_id)
     # Said once in the log, when it was found.
-    said = [r.getMessage() for r in caplog.records if history.NAME in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records if history_db.NAME in r.getMessage()]
     assert len(said) == 1, said
     assert "closed runs stay in memory and in checkpoints" in said[0]
 
@@ -122,7 +122,7 @@ async def test_a_damaged_store_leaves_the_open_runs_going_and_loses_nothing(
     # that closed meanwhile reach it from the checkpoint.
     aside = home.parent / "aside"
     aside.mkdir()
-    for p in home.glob(f"{history.NAME}*"):
+    for p in home.glob(f"{history_db.NAME}*"):
         shutil.move(p, aside / p.name)
     async with make_engine() as engine:
         await engine.checkpoints.flush_history()
@@ -140,7 +140,7 @@ async def test_a_damaged_store_leaves_the_open_runs_going_and_loses_nothing(
 
 async def test_a_store_that_cannot_be_opened_is_not_written_to(make_engine, home) -> None:
     await fill(make_engine)
-    store = home / history.NAME
+    store = home / history_db.NAME
     overwrite_header(store)
     damaged = store.read_bytes()
     async with make_engine() as engine:
@@ -149,7 +149,7 @@ async def test_a_store_that_cannot_be_opened_is_not_written_to(make_engine, home
         await opened.signal("go", 1)
         assert await opened.result() == 1
     assert store.read_bytes() == damaged
-    assert sorted(p.name for p in home.glob(f"{history.NAME}*")) == [history.NAME]
+    assert sorted(p.name for p in home.glob(f"{history_db.NAME}*")) == [history_db.NAME]
 
 
 class FullAtCommit:
@@ -184,13 +184,13 @@ async def test_a_full_disk_under_the_store_is_said_once_as_a_full_disk(
 ) -> None:
     full = threading.Event()
     attempts: list[bool] = []
-    write = HistoryStore._write
+    write = SqliteHistory._write
 
-    def on_a_disk_that_may_be_full(self: HistoryStore, db: Any, closed: Any) -> None:
+    def on_a_disk_that_may_be_full(self: SqliteHistory, db: Any, closed: Any) -> None:
         attempts.append(full.is_set())
         write(self, FullAtCommit(db) if full.is_set() else db, closed)
 
-    monkeypatch.setattr(HistoryStore, "_write", on_a_disk_that_may_be_full)
+    monkeypatch.setattr(SqliteHistory, "_write", on_a_disk_that_may_be_full)
     monkeypatch.setattr(history, "RETRY_S", 0.001)
     with caplog.at_level(logging.INFO, logger="fusee"):
         async with make_engine() as engine:

@@ -12,8 +12,8 @@ import psycopg
 import pytest
 
 from fusee_runtime import Ctx, RunFailed, workflow
-from fusee_runtime.engine.history import NAME
 from fusee_runtime.model.run import RunInfo
+from fusee_runtime.store.history_db import NAME
 
 STORES = ("local", "postgresql")
 

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from fusee_runtime import Ctx, FakeClock, RetryPolicy, current_ctx, step, workflow
-from fusee_runtime.engine.runlog import LogTail, RunLog, read_all
+from fusee_runtime.store.log_files import FileRunLog, LogTail, read_all
 
 QUICK = RetryPolicy(attempts=3, initial=1, jitter=False)
 
@@ -314,7 +314,7 @@ async def test_plain_steps_log_from_many_threads_at_once(make_engine, home: Path
 # -- files: rotation, reading, following --------------------------------------------------------
 
 
-def fill(log: RunLog, n: int, start: int = 0) -> None:
+def fill(log: FileRunLog, n: int, start: int = 0) -> None:
     for k in range(start, start + n):
         log.write({"id": "r", "msg": f"{k:04d}"})
 
@@ -324,7 +324,7 @@ def numbers(raws: list[bytes]) -> list[int]:
 
 
 def test_the_log_rotates_by_size_and_keeps_a_few_files(tmp_path: Path) -> None:
-    log = RunLog(tmp_path, file_bytes_max=200, files_kept=2)
+    log = FileRunLog(tmp_path, file_bytes_max=200, files_kept=2)
     fill(log, 60)  # 28 bytes a line: 7 lines a file
     log.close()
 
@@ -337,7 +337,7 @@ def test_the_log_rotates_by_size_and_keeps_a_few_files(tmp_path: Path) -> None:
 
 
 def test_a_tail_reads_every_line_once_across_rotations(tmp_path: Path) -> None:
-    log = RunLog(tmp_path, file_bytes_max=200, files_kept=3)
+    log = FileRunLog(tmp_path, file_bytes_max=200, files_kept=3)
     tail = LogTail(tmp_path)
     assert tail.read() == []  # no file yet
     seen: list[int] = []
@@ -364,14 +364,14 @@ def test_a_reader_leaves_a_line_being_written_for_the_next_read(tmp_path: Path) 
 
 def test_a_torn_last_line_is_ended_before_the_next_one(tmp_path: Path) -> None:
     (tmp_path / "fusee.log").write_bytes(b'{"msg":"0000"}\n{"msg":"00')
-    log = RunLog(tmp_path)
+    log = FileRunLog(tmp_path)
     fill(log, 1, 7)
     log.close()
     assert (tmp_path / "fusee.log").read_bytes().splitlines()[-1] == b'{"id":"r","msg":"0007"}'
 
 
 def test_lines_written_after_close_are_dropped(tmp_path: Path) -> None:
-    log = RunLog(tmp_path)
+    log = FileRunLog(tmp_path)
     fill(log, 1)
     log.close()
     fill(log, 1, 1)
@@ -380,4 +380,4 @@ def test_lines_written_after_close_are_dropped(tmp_path: Path) -> None:
 
 def test_sizes_below_one_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="at least 1"):
-        RunLog(tmp_path, files_kept=0)
+        FileRunLog(tmp_path, files_kept=0)

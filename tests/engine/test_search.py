@@ -17,8 +17,10 @@ import pytest
 
 from fusee_runtime import Ctx, Rejected, search, workflow
 from fusee_runtime.engine.config import Config
-from fusee_runtime.engine.history import NAME, Closed, HistoryStore, Row
-from fusee_runtime.journal.store import open_store
+from fusee_runtime.store.history import Closed, Row
+from fusee_runtime.store.history_db import NAME
+from fusee_runtime.store.seam import open_store
+from fusee_runtime.store.sqlite_history import SqliteHistory
 
 STORES = ("local", "postgresql")
 
@@ -87,7 +89,7 @@ def store_with(home: Path, rows: list[dict[str, Any]], url: str | None = None) -
     """A history store holding a closed run per row of attributes: the home's, or with
     `url` the one beside a PostgreSQL journal (its `close` closes the journal too)."""
     if url is None:
-        store: Any = HistoryStore(home, on_stored=lambda _: None)
+        store: Any = SqliteHistory(home, on_stored=lambda _: None)
     else:
         journal = open_store(home, Config(store=url))
         journal.open()
@@ -199,7 +201,7 @@ def test_a_store_from_before_the_attributes_table_gets_it_filled(tmp_path: Path)
     db.execute("DROP TABLE attributes")
     db.commit()
     db.close()
-    store = HistoryStore(tmp_path, on_stored=lambda _: None)
+    store = SqliteHistory(tmp_path, on_stored=lambda _: None)
     store.open()
     try:
         got = store.list(None, None, None, where=search.conditions({"vip": True}))

@@ -25,8 +25,6 @@ from fusee_runtime import (
     step,
     workflow,
 )
-from fusee_runtime.engine import history
-from fusee_runtime.engine.history import HistoryStore
 from fusee_runtime.engine.schedules import Schedules
 from fusee_runtime.journal import checkpoint as ckpt
 from fusee_runtime.journal import format as fmt
@@ -35,6 +33,8 @@ from fusee_runtime.journal.records import R
 from fusee_runtime.journal.storage import Storage
 from fusee_runtime.model.codec import from_array
 from fusee_runtime.model.records import RunReset
+from fusee_runtime.store import history
+from fusee_runtime.store.sqlite_history import SqliteHistory
 
 CALLS: list[int] = []
 
@@ -459,16 +459,16 @@ async def test_a_pruned_run_found_closed_again_after_a_crash_stays_pruned(
 async def test_a_history_store_that_fails_writes_again_later_and_loses_nothing(
     make_engine, monkeypatch
 ) -> None:
-    real = HistoryStore._write
+    real = SqliteHistory._write
     failures = []
 
-    def flaky(self: HistoryStore, db: Any, closed: Any) -> None:
+    def flaky(self: SqliteHistory, db: Any, closed: Any) -> None:
         if len(failures) < 2:
             failures.append(len(closed))
             raise sqlite3.OperationalError("database or disk is full")
         real(self, db, closed)
 
-    monkeypatch.setattr(HistoryStore, "_write", flaky)
+    monkeypatch.setattr(SqliteHistory, "_write", flaky)
     monkeypatch.setattr(history, "RETRY_S", 0.001)
     async with make_engine() as engine:
         for i in range(20):

@@ -390,7 +390,7 @@ def test_an_app_without_opentelemetry_or_a_store_imports_neither(tmp_path: Path)
                 assert await (await engine.start("tn.w", None, id="w")).result() == 1
                 assert engine.driver.tracing is None
                 assert not engine.runs.latest("w").origin  # no traceparent recorded
-            optional = ("opentelemetry", "psycopg", "fusee_runtime.journal.postgres")
+            optional = ("opentelemetry", "psycopg", "fusee_runtime.store.postgres")
             print(sorted(m for m in sys.modules if m.startswith(optional)))
 
         asyncio.run(main())

@@ -72,7 +72,7 @@ TABLES = (
     "fusee_layout",
     "fusee_logs",
 )
-"""fusee's tables (`journal/pg_schema.py`) but the control API's requests and answers
+"""fusee's tables (`store/pg_schema.py`) but the control API's requests and answers
 (empty once the engine closed, and not the journal's)."""
 DERIVED_TABLES = ("fusee_checkpoints", "fusee_runs", "fusee_pruned")
 """What a PostgreSQL store holds beside its journal: emptied, it opens "journal only"."""

@@ -40,7 +40,7 @@ from fusee_runtime.control.api import Control
 from fusee_runtime.control.client import ControlClient
 from fusee_runtime.control.http import build_app
 from fusee_runtime.control.routes import status_of
-from fusee_runtime.journal.postgres import LOCK_CLASS
+from fusee_runtime.store.postgres import LOCK_CLASS
 
 STORES = ("local", "postgresql")
 

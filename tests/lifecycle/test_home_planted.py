@@ -36,10 +36,10 @@ from typer.testing import CliRunner
 from fusee_cli.app import app as cli_app
 from fusee_runtime import Completion, Config, Ctx, Engine, Rejected, workflow
 from fusee_runtime.completions import home_secret
-from fusee_runtime.engine.history import HistoryStore
-from fusee_runtime.engine.runlog import RunLog
 from fusee_runtime.errors import HomeUnsafe
 from fusee_runtime.journal.storage import Storage
+from fusee_runtime.store.log_files import FileRunLog
+from fusee_runtime.store.sqlite_history import SqliteHistory
 
 REPO = Path(__file__).resolve().parents[2]
 NOTES = "the user's own notes\n"
@@ -388,7 +388,7 @@ def test_no_file_is_written_through_a_link_once_open(tmp_path: Path, caplog: Any
     logs = tmp_path / "logs"
     logs.mkdir(mode=0o700)
     (logs / "fusee.log").symlink_to(loot)
-    run_log = RunLog(logs)
+    run_log = FileRunLog(logs)
     run_log.write({"id": "r-1", "msg": "a line with the run's data"})
     run_log.close()
     assert "symbolic link" in caplog.text
@@ -404,7 +404,7 @@ def test_no_file_is_written_through_a_link_once_open(tmp_path: Path, caplog: Any
     with pytest.raises(HomeUnsafe):
         storage.open(segment)
     (tmp_path / "history.db-wal").symlink_to(loot)
-    store = HistoryStore(tmp_path, lambda ids: None)
+    store = SqliteHistory(tmp_path, lambda ids: None)
     store.open()
     assert store.damage is not None and "symbolic link" in str(store.damage)
     assert loot.read_bytes() == b""

@@ -1,4 +1,4 @@
-"""The run log of a journal in PostgreSQL (`journal/pg_log.py`): lines wait while the
+"""The run log of a journal in PostgreSQL (`store/pg_log.py`): lines wait while the
 server refuses them and go in once it takes them; closing never waits long on a
 server that does not answer. A real server, and a real socket that never answers."""
 
@@ -14,9 +14,9 @@ import orjson
 import psycopg
 import pytest
 
-from fusee_runtime.journal import pg_log, postgres
-from fusee_runtime.journal.pg_log import PgRunLog, read_lines
-from fusee_runtime.journal.postgres import PgJournal
+from fusee_runtime.store import pg_log, postgres
+from fusee_runtime.store.pg_log import PgRunLog, read_lines
+from fusee_runtime.store.postgres import PgJournal
 
 
 def _line(i: int) -> dict[str, Any]:

@@ -24,7 +24,7 @@ import postgres_server
 import pytest
 from pg_workers import Progress, Worker, merged_events, until_balanced
 
-from fusee_runtime.journal.shards import shard_of
+from fusee_runtime.store.shards import shard_of
 
 SHARDS = 2
 CLIENTS = 4

@@ -33,7 +33,7 @@ from fusee_runtime import (
     workflow,
 )
 from fusee_runtime.errors import IdConflict
-from fusee_runtime.journal import postgres
+from fusee_runtime.store import postgres
 
 RAN: list[int] = []
 

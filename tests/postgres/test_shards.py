@@ -1,7 +1,7 @@
 """Several workers driving one database's runs at once: a database of several journals.
 
 `fusee serve --store URL --shards N` lays the database out as N journals
-(`journal/shards.py`); every worker drives its fair share of them at once
+(`store/shards.py`); every worker drives its fair share of them at once
 (`control/worker.py`), and a command's call goes to the journal its id
 belongs to (`control/router.py`). Real worker processes on a real server; the
 test process is a client on another "host" (a home of its own).
@@ -36,8 +36,8 @@ from fusee_runtime import Config, Ctx, Engine, Rejected, StoreUnavailable, workf
 from fusee_runtime.control.client import OwnerGone
 from fusee_runtime.control.router import ShardRouter
 from fusee_runtime.errors import IdConflict
-from fusee_runtime.journal.postgres import PgJournal
-from fusee_runtime.journal.shards import Layout, read_layout, shard_of, with_schema
+from fusee_runtime.store.shards import Layout, shard_of, with_schema
+from fusee_runtime.store.shared import open_shared
 
 SHARDS = 3
 RUNS = 30
@@ -79,7 +79,7 @@ def test_workers_drive_journals_at_once_and_a_killed_one_s_runs_are_taken_over(
         events = merged_events(workers)
         held: dict[Worker, set[int]] = {w: set() for w in workers}
         until_balanced(events, held, SHARDS)
-        layout = read_layout(PgJournal(pg_url))
+        layout = open_shared(pg_url).layout()
         assert layout.shards == SHARDS
 
         async def begin() -> None:
@@ -150,7 +150,7 @@ def test_a_layout_is_made_once_and_an_engine_keeps_to_its_journal_s_ids(
     tmp_path: Path, pg_url: str
 ) -> None:
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        from fusee_runtime.journal.shards import layout, prepare_shard
+        from fusee_runtime.store.pg_shards import layout, prepare_shard
 
         made = layout(conn, pg_url, 4)
         assert made == Layout(pg_url, "public", 4)
@@ -181,13 +181,13 @@ async def test_a_journal_from_before_shards_stays_one_and_is_not_laid_out_again(
     async with Engine(tmp_path / "h", [__name__], config=Config(store=pg_url)) as e:
         await (await e.start("shards.echo", 1, id="old-1")).result()
     with pytest.raises(StoreUnavailable, match=r"laid out as 1 journal, not the"):
-        read_layout(PgJournal(pg_url), 4)
-    assert read_layout(PgJournal(pg_url)).shards == 1
+        open_shared(pg_url).layout(4)
+    assert open_shared(pg_url).layout().shards == 1
 
 
 async def test_the_router_alone_says_which_journal_nobody_drives(pg_url: str) -> None:
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        from fusee_runtime.journal.shards import layout
+        from fusee_runtime.store.pg_shards import layout
 
         made = layout(conn, pg_url, 2)
     with pytest.raises(OwnerGone, match=r"journal 0 of the 2 in .* has no worker driving it"):
@@ -224,8 +224,8 @@ async def test_two_workers_share_the_journals_and_go_on_after_losing_sessions(
 
     from fusee_runtime.control.connect import open_home
     from fusee_runtime.control.worker import ShardWorker
-    from fusee_runtime.journal.postgres import LOCK_CLASS
-    from fusee_runtime.journal.shards import layout
+    from fusee_runtime.store.pg_shards import layout
+    from fusee_runtime.store.postgres import LOCK_CLASS
 
     with psycopg.connect(pg_url, autocommit=True) as conn:
         made = layout(conn, pg_url, 2)
@@ -294,7 +294,7 @@ async def test_two_workers_share_the_journals_and_go_on_after_losing_sessions(
 def test_with_no_worker_a_command_opens_the_journals_itself_and_each_run_lands_in_its_own(
     tmp_path: Path, pg_url: str
 ) -> None:
-    from fusee_runtime.journal.shards import layout
+    from fusee_runtime.store.pg_shards import layout
 
     with psycopg.connect(pg_url, autocommit=True) as conn:
         made = layout(conn, pg_url, 3)
@@ -328,7 +328,7 @@ def test_with_no_worker_a_command_opens_the_journals_itself_and_each_run_lands_i
 
 def test_children_and_cron_runs_stay_in_their_parent_s_journal(tmp_path: Path, pg_url: str) -> None:
     from fusee_runtime.control.api import Control
-    from fusee_runtime.journal.shards import layout, prepare_shard
+    from fusee_runtime.store.pg_shards import layout, prepare_shard
 
     with psycopg.connect(pg_url, autocommit=True) as conn:
         made = layout(conn, pg_url, 3)

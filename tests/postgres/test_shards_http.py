@@ -28,13 +28,13 @@ from processes import REPO, fusee_script
 from prometheus_client.parser import text_string_to_metric_families
 
 from fusee_runtime import Config, Ctx, Engine, StoreUnavailable, workflow
-from fusee_runtime.control import remote
 from fusee_runtime.control.client import OwnerGone, OwnerLost, OwnerUnanswered
 from fusee_runtime.control.http import build_app
 from fusee_runtime.control.router import WorkerRouter
 from fusee_runtime.control.routes import status_of
-from fusee_runtime.journal.postgres import PgJournal
-from fusee_runtime.journal.shards import read_layout, shard_of
+from fusee_runtime.store import pg_requests
+from fusee_runtime.store.shards import shard_of
+from fusee_runtime.store.shared import open_shared
 
 SHARDS = 3
 HTTP = ("--app", "takeover_app", "--http", "127.0.0.1:0")
@@ -195,7 +195,7 @@ def test_a_standby_serves_http_through_the_driver_then_from_its_own_engine(
 
 
 async def test_a_call_about_a_journal_nobody_drives_is_a_503_that_says_so(pg_url: str) -> None:
-    layout = await asyncio.to_thread(read_layout, PgJournal(pg_url), SHARDS)
+    layout = await asyncio.to_thread(open_shared(pg_url).layout, SHARDS)
     router = WorkerRouter(layout, 10.0, lambda k: None, Path("nowhere"))
     transport = httpx.ASGITransport(app=build_app(router))
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:7777") as c:
@@ -298,7 +298,7 @@ async def test_watches_passed_on_do_not_hold_up_calls(tmp_path: Path, pg_url: st
     config = Config(store=pg_url)
     async with Engine(tmp_path / "driver", [__name__], config=config) as engine:
         await engine.start("shards_http.waits", None, id="b-1")
-        layout = await asyncio.to_thread(read_layout, PgJournal(pg_url))
+        layout = await asyncio.to_thread(open_shared(pg_url).layout)
         router = WorkerRouter(layout, 10.0, lambda k: None, tmp_path, 1, 1)
         first = router.watch("b-1")  # holds the one session for watches
         assert "progress" in await anext(first)
@@ -329,11 +329,11 @@ async def test_a_journal_whose_driver_stopped_is_looked_for_again_not_waited_on(
 ) -> None:
     """Once a request to a journal's last driver was not taken (it stopped, none took
     over), the next call looks for a driver again: a 503 at once, not after TAKE_S."""
-    monkeypatch.setattr(remote, "TAKE_S", 0.2)
+    monkeypatch.setattr(pg_requests, "TAKE_S", 0.2)
     config = Config(store=pg_url)
     async with Engine(tmp_path / "driver", [__name__], config=config) as engine:
         await engine.start("shards_http.waits", None, id="g-1")
-        layout = await asyncio.to_thread(read_layout, PgJournal(pg_url))
+        layout = await asyncio.to_thread(open_shared(pg_url).layout)
         router = WorkerRouter(layout, 10.0, lambda k: None, tmp_path)
         assert (await router.describe("g-1")).id == "g-1"  # its driver, reached and kept
     with pytest.raises(OwnerGone, match="no process took the request"):

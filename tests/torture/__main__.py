@@ -130,7 +130,7 @@ def _schema(url: str, schema: str, drop: bool = False) -> str:
     """Makes `schema` anew in the database (or drops it); returns the URL that uses it."""
     import psycopg
 
-    from fusee_runtime.journal.shards import with_schema
+    from fusee_runtime.store.shards import with_schema
 
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

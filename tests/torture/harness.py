@@ -75,11 +75,11 @@ from typing import Any
 import orjson
 
 from fusee_runtime import Engine
-from fusee_runtime.engine import history
 from fusee_runtime.journal import checkpoint as ckpt
 from fusee_runtime.journal.reader import first_lsns, recover
 from fusee_runtime.journal.records import CLOSES, R, decode
 from fusee_runtime.journal.storage import Storage
+from fusee_runtime.store import history_db as history
 
 from . import torture_app
 

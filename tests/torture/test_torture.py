@@ -31,13 +31,13 @@ from typing import Any
 import orjson
 import pytest
 
-from fusee_runtime.engine import history
 from fusee_runtime.engine.limits import DEFAULT_PERMITS
 from fusee_runtime.journal import checkpoint as ckpt
 from fusee_runtime.journal import format as fmt
 from fusee_runtime.journal.reader import first_lsns, locate, recover
 from fusee_runtime.journal.records import R, decode
 from fusee_runtime.journal.storage import Storage
+from fusee_runtime.store import history_db as history
 
 from .harness import Evidence, Report, Seen, check, newest_checkpoint, read_home, trial
 from .torture_app import FAULTS, LIMIT, LIMIT_PERMITS, FaultStorage

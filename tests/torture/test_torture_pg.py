@@ -18,9 +18,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from fusee_runtime.journal.postgres import PgJournal
 from fusee_runtime.journal.records import R, decode
-from fusee_runtime.journal.shards import prepare, read_layout, shard_of
+from fusee_runtime.store.shards import shard_of
+from fusee_runtime.store.shared import open_shared
 
 from .harness import Seen, read_home, trial
 from .torture_app import PG_FAULTS
@@ -62,8 +62,8 @@ def test_trials_on_a_journal_of_a_sharded_database_break_no_promise(
     reports = []
     for seed in PG_SHARD_SEEDS:
         url = pg_server.database()
-        layout = read_layout(PgJournal(url), 2)
-        prepare(PgJournal(url), layout, 1)
+        layout = open_shared(url).layout(2)
+        open_shared(url).prepare(layout, 1)
         fault = PG_FAULTS[seed % len(PG_FAULTS)]
         report, _ = trial(
             seed, tmp_path / f"trial-{seed}", fault=fault, store=layout.url_of(1), shard=(1, 2)

@@ -47,10 +47,10 @@ from fusee_runtime import (
     step,
     workflow,
 )
-from fusee_runtime.engine import history
 from fusee_runtime.journal import format as fmt
-from fusee_runtime.journal.shards import beside
 from fusee_runtime.journal.storage import Storage
+from fusee_runtime.store import sqlite_history as history
+from fusee_runtime.store.shards import beside
 
 LEDGER: str | None = None
 """The ledger's path, set by whoever runs the workload (the child, then the parent)."""
@@ -249,7 +249,7 @@ def watch_history(kill_at: int) -> None:
 
     # With a PostgreSQL store, closed runs go to fusee_runs: each batch is one
     # transaction, killed here before it commits.
-    from fusee_runtime.journal import pg_history
+    from fusee_runtime.store import pg_history
 
     write = pg_history.PgHistory._write
 

@@ -222,6 +222,106 @@ def test_the_model_check_finds_an_import_of_a_room() -> None:
     assert "fusee_runtime.engine.state" in list(_every_import(tree))
 
 
+STORAGE = ("fusee_runtime.store", "fusee_runtime.journal")
+"""The storage package: the seam and the stores (`store/`), and the journal's format
+(`journal/`). See docs/architecture.md, "The storage seam"."""
+STORAGE_MAY_NOT_IMPORT = ("fusee_runtime.engine", "fusee_runtime.control")
+LOCAL_KINDS = frozenset({"LocalJournal", "SqliteHistory"})
+"""The local store's classes, which only `open_store` and the local journal pick."""
+
+
+def _in(name: str, packages: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+def _storage_imports_of_the_rooms(modules: dict[str, ast.Module]) -> list[str]:
+    return [
+        f"{name} imports {imported}"
+        for name, tree in modules.items()
+        if _in(name, STORAGE)
+        for imported in _every_import(tree)
+        if _in(imported, STORAGE_MAY_NOT_IMPORT)
+    ]
+
+
+def _trees(names: dict[str, Path]) -> dict[str, ast.Module]:
+    return {name: ast.parse(path.read_text()) for name, path in names.items()}
+
+
+def test_the_storage_package_imports_nothing_of_the_engine_or_the_control_surface() -> None:
+    # The engine and the control surface stand on the stores, never the other way
+    # (issue 37): a store hands plain values up, and is handed what it needs.
+    assert _storage_imports_of_the_rooms(_trees(RUNTIME)) == []
+
+
+def test_the_storage_check_finds_an_import_of_the_engine() -> None:
+    tree = ast.parse("if TYPE_CHECKING:\n    from fusee_runtime.engine.config import Config\n")
+    found = _storage_imports_of_the_rooms({"fusee_runtime.store.seam": tree})
+    assert "fusee_runtime.store.seam imports fusee_runtime.engine.config" in found
+
+
+def _store_kinds(modules: dict[str, ast.Module]) -> frozenset[str]:
+    """The classes that are one kind of store: PostgreSQL's (`Pg...`) and the local
+    store's, as the storage package defines them."""
+    pg = {
+        node.name
+        for name, tree in modules.items()
+        if _in(name, STORAGE)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef) and node.name.startswith("Pg")
+    }
+    return frozenset(pg | LOCAL_KINDS)
+
+
+def _is_kind_module(name: str) -> bool:
+    """psycopg, or a module of the storage package that is one store kind's own."""
+    last = name.rpartition(".")[2]
+    return _in(name, ("psycopg",)) or (
+        _in(name, STORAGE) and (last == "postgres" or last.startswith("pg_"))
+    )
+
+
+def _store_kinds_named_outside(modules: dict[str, ast.Module], kinds: frozenset[str]) -> list[str]:
+    found = []
+    for name, tree in modules.items():
+        if _in(name, STORAGE):
+            continue
+        found += [f"{name} imports {m}" for m in _every_import(tree) if _is_kind_module(m)]
+        for node in ast.walk(tree):
+            named = (
+                node.id
+                if isinstance(node, ast.Name)
+                else node.attr
+                if isinstance(node, ast.Attribute)
+                else None
+            )
+            if named in kinds:
+                found.append(f"{name}:{getattr(node, 'lineno', '?')} names {named}")
+    return found
+
+
+def test_no_module_outside_the_storage_package_names_a_store_kind() -> None:
+    # Above the seam a store is a `JournalStore` from `open_store`, or a `SharedStore`
+    # from `open_shared`, whatever `Config.store` says (issue 37).
+    modules = _trees(MODULES)
+    assert _store_kinds_named_outside(modules, _store_kinds(modules)) == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "def f():\n    import psycopg\n",
+        "from fusee_runtime.store.pg_log import read_lines\n",
+        "from fusee_runtime.store import postgres\n",
+        "def f(j):\n    assert isinstance(j, PgJournal)\n",
+        "def f(m):\n    return m.SqliteHistory\n",
+    ],
+)
+def test_the_store_kind_check_finds_a_store_kind(source: str) -> None:
+    modules = {"fusee_runtime.control.server": ast.parse(source)}
+    assert _store_kinds_named_outside(modules, frozenset({"PgJournal", "SqliteHistory"}))
+
+
 def test_the_engine_module_holds_the_lifecycle_and_the_public_api() -> None:
     """engine.py defines the `Engine` class and nothing else; its private methods are
     a few lines of glue, not rooms of their own."""

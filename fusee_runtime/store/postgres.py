@@ -44,15 +44,17 @@ from typing import TYPE_CHECKING, Any
 from fusee_runtime.completions import SECRET_BYTES
 from fusee_runtime.errors import HomeLocked, JournalCorrupt, JournalFailed, StoreUnavailable
 from fusee_runtime.journal import checkpoint as ckpt
-from fusee_runtime.journal.pg_schema import MIGRATIONS, SCHEMA_VERSION
-from fusee_runtime.journal.pg_writer import PgWriter
 from fusee_runtime.journal.reader import JournalRead, Scan, Tail
+from fusee_runtime.store.pg_schema import MIGRATIONS, SCHEMA_VERSION
+from fusee_runtime.store.pg_writer import PgWriter
 
 if TYPE_CHECKING:
     import psycopg
 
-    from fusee_runtime.journal.pg_history import PgHistory
-    from fusee_runtime.journal.pg_log import PgRunLog
+    from fusee_runtime.store.pg_history import PgHistory
+    from fusee_runtime.store.pg_log import PgRunLog
+    from fusee_runtime.store.pg_requests import PgRelay
+    from fusee_runtime.store.seam import Answer
 
 log = logging.getLogger("fusee")
 
@@ -111,7 +113,7 @@ class PgJournal:
         self.lease = lease
         self.name = describe(url)
         self.shard: tuple[int, int] = (0, 1)
-        """Which journal of how many in its database (`journal/shards.py`), as its
+        """Which journal of how many in its database (`store/shards.py`), as its
         `fusee_layout` row says once open."""
         self.secret: bytes | None = None
         """The completion tokens' secret (`fusee_secret`), read by `open`."""
@@ -404,7 +406,7 @@ class PgJournal:
 
     def history(self, home: Path, on_stored: Callable[[list[str]], None]) -> PgHistory:
         """The closed runs, in `fusee_runs` beside the journal (not in the home)."""
-        from fusee_runtime.journal.pg_history import PgHistory
+        from fusee_runtime.store.pg_history import PgHistory
 
         return PgHistory(self, on_stored)
 
@@ -413,9 +415,16 @@ class PgJournal:
 
     def run_log(self, home: Path) -> PgRunLog:
         """`ctx.log` lines go to `fusee_logs`, where any host reads them (`pg_log`)."""
-        from fusee_runtime.journal.pg_log import PgRunLog
+        from fusee_runtime.store.pg_log import PgRunLog
 
         return PgRunLog(self)
+
+    def relay(self, answer: Answer) -> PgRelay:
+        """Commands on other hosts ask the driver through the database: their requests
+        are taken from `fusee_requests` (`pg_requests`)."""
+        from fusee_runtime.store.pg_requests import PgRelay
+
+        return PgRelay(self, answer)
 
     def replay_floor(self) -> int:
         with self._side_lock:

@@ -1,5 +1,5 @@
-"""The history store's SQLite file (`engine/history.py`): its schema, how it is opened
-(0600, never through a link), and what damage to it looks like."""
+"""The history store's SQLite file (`store/sqlite_history.py`): its schema, how it is
+opened (0600, never through a link), and what damage to it looks like."""
 
 from __future__ import annotations
 
@@ -41,10 +41,6 @@ CREATE INDEX IF NOT EXISTS runs_by_closed_at ON runs (closed_at);
 CREATE TABLE IF NOT EXISTS pruned (run_id TEXT PRIMARY KEY, close_lsn INTEGER NOT NULL);
 """
 
-COLUMNS = (
-    "run_id, workflow_id, workflow, status, started_at, closed_at, start_lsn, close_lsn, "
-    "error, parent_id, parent_run_id, attributes, failure"
-)
 ADDED = (
     ("parent_id", "ALTER TABLE runs ADD COLUMN parent_id TEXT"),
     ("parent_run_id", "ALTER TABLE runs ADD COLUMN parent_run_id TEXT"),
@@ -53,7 +49,8 @@ ADDED = (
 """The columns an older store lacks, each with the statement that adds it: a store
 written before child workflows has no `parent_id` and `parent_run_id` (its runs have
 no parent); one written before `list` gave a stored run's failure has no `failure`
-(its failed runs' rows have none: `history.failure_of` reads it from their records)."""
+(its failed runs' rows have none: the engine reads it from their records,
+`engine/history.with_failures`)."""
 INDEXES = "CREATE INDEX IF NOT EXISTS runs_by_parent ON runs (parent_id, start_lsn);"
 
 

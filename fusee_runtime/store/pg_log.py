@@ -2,7 +2,7 @@
 
 With the journal in PostgreSQL, the process that drives a run may be on
 another host than the one that asks for its lines, and after a takeover its
-next driver on yet another. So the lines (`engine/runlog.py`: the same
+next driver on yet another. So the lines (`store/log_files.py`: the same
 JSON objects) go to the table `fusee_logs` beside the journal, where any
 host reads them, instead of `<home>/logs`. A row is the line's JSON as
 written (`line`) and its `id`, the one field a reader selects on: the other
@@ -27,18 +27,17 @@ import collections
 import itertools
 import logging
 import threading
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from fusee_runtime.engine.runlog import RunLog
 from fusee_runtime.errors import StoreUnavailable
+from fusee_runtime.store.log_files import encode_line
 
 if TYPE_CHECKING:
     import psycopg
 
-    from fusee_runtime.journal.postgres import PgJournal
+    from fusee_runtime.store.postgres import PgJournal
 
 log = logging.getLogger("fusee")
 
@@ -61,12 +60,12 @@ _INSERT = "INSERT INTO fusee_logs (id, line) VALUES (%s, %s)"
 _TRIM = "DELETE FROM fusee_logs WHERE seq <= (SELECT max(seq) FROM fusee_logs) - %s"
 
 
-class PgRunLog(RunLog):
+class PgRunLog:
     """The run log of an engine whose journal is in PostgreSQL (see the module)."""
 
     def __init__(self, journal: PgJournal) -> None:
-        super().__init__(Path(journal.name))
         self._journal = journal
+        self._closed = False
         self._queued: collections.deque[tuple[str, bytes]] = collections.deque()
         self._queued_bytes = 0
         self._taken_gone = 0  # lines of the batch being inserted that `append` dropped
@@ -76,7 +75,12 @@ class PgRunLog(RunLog):
         self.dropped = 0
         """Lines dropped: queued past `QUEUED_MAX`, or at close while the server failed."""
 
+    def write(self, line: dict[str, Any]) -> None:
+        """Queues one line (see the module)."""
+        self.append(line["id"], encode_line(line))
+
     def append(self, id: str, data: bytes) -> None:
+        """Queues the line `data` (JSON and a newline) of a run of `id`."""
         with self._wake:
             if self._closed:
                 return

@@ -22,7 +22,7 @@ MIGRATIONS: tuple[str, ...] = (
     );
     INSERT INTO fusee_owner (epoch, holder) VALUES (0, '');
     """,
-    # 2: the closed runs (`journal/pg_history.py`), the completion tokens' secret, and
+    # 2: the closed runs (`store/pg_history.py`), the completion tokens' secret, and
     # the control API's requests and answers (`control/remote.py`).
     """
     CREATE TABLE fusee_runs (
@@ -66,7 +66,7 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (request, seq)
     );
     """,
-    # 3: which shard of how many this journal is (`journal/shards.py`). IF NOT EXISTS: in
+    # 3: which shard of how many this journal is (`store/shards.py`). IF NOT EXISTS: in
     # the URL's own schema, the first worker lays the database out before any journal.
     """
     CREATE TABLE IF NOT EXISTS fusee_layout (
@@ -75,7 +75,7 @@ MIGRATIONS: tuple[str, ...] = (
         shards integer NOT NULL
     );
     """,
-    # 4: the run log, `ctx.log` lines that any host reads (`journal/pg_log.py`), an
+    # 4: the run log, `ctx.log` lines that any host reads (`store/pg_log.py`), an
     # identity column (inserting needs no privilege on its sequence); and which session
     # took a control request, so that its asker sees the taker die (`control/remote.py`).
     """
@@ -87,7 +87,7 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX fusee_logs_by_id ON fusee_logs (id, seq);
     ALTER TABLE fusee_requests ADD COLUMN taker integer;
     """,
-    # 5: a failed run's failure, for `list` (`engine/history.py`): orjson's bytes, as
+    # 5: a failed run's failure, for `list` (`store/history.py`): orjson's bytes, as
     # `records` (jsonb refuses a NUL character, which a message may hold). The rows of
     # an older version have none: `list` reads it from their records.
     """

@@ -1,4 +1,4 @@
-"""Group commit into PostgreSQL: the journal writer of `journal/postgres.py`.
+"""Group commit into PostgreSQL: the journal writer of `store/postgres.py`.
 
 Appends queue on the loop; a thread inserts each batch (one row, or `COPY` for
 many) and commits it, so one `COMMIT` plays the part of the local journal's

@@ -1,0 +1,351 @@
+"""The history store: where closed runs go, written by a thread, read by the loop.
+
+A run that closed (durably, in the journal) is queued here (`put`), and one
+background thread writes the queue in batches, one transaction each, off
+the durability path: nothing waits for it but the engine's memory, which
+drops a closed run once its row is committed (`on_stored`), and compaction,
+which deletes the journal only once a checkpoint no longer needs it (a run
+not yet committed here is kept in the checkpoint). Writing a run again is
+harmless (by run id, the new row replaces the old), so a crash between
+closing a run and committing it is repaired by queueing it again on open
+(`Closed.again`). A batch that fails (a full disk, the server gone) is kept
+and written again every `RETRY_S`; the log says once what failed, and once
+that it writes again.
+
+Each row keeps what `list()` shows in columns (a `Row`: plain values the
+engine decides, `engine/checkpoints.py`), with indexes for the filters
+`list` takes, and the run's whole record (how it was made, `creation`, when
+that is not a `RunStarted` of its own; every record of its journal,
+`records`) as JSON, which the store never reads into: `history()` and a
+closed run's `result()` are answered from it by the engine.
+
+`HistoryBase` is that thread and the reads, once for both stores: the
+SQLite file of a home (`store/sqlite_history.py`) and the `fusee_runs`
+table beside a PostgreSQL journal (`store/pg_history.py`). Each says how it
+opens, connects, writes a batch and reads (what its errors mean); the SQL
+they share is `store/history_sql.py`'s.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import functools
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from fusee_runtime.errors import HistoryDamaged
+from fusee_runtime.search import Condition
+from fusee_runtime.store.history_sql import COLUMNS, Dialect
+
+log = logging.getLogger("fusee")
+
+BATCH_DELAY_S = 0.05
+"""How long the thread lets closed runs gather before it writes a batch."""
+BATCH_ROWS_MAX = 5000
+RETRY_S = 1.0
+"""How long the thread waits before writing again after a failed batch (a full disk)."""
+
+ResetSource = Callable[[dict[str, Any], Callable[[], list[Any]]], "str | None"]
+"""`prune`'s question to the engine: the run that a stored run of this `creation` was
+reset from (None: it was not made by a reset), its records decoded when asked for."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One closed run as the store holds it (its records read only when asked)."""
+
+    run_id: str
+    workflow_id: str
+    workflow: str
+    status: str
+    started_at: float
+    closed_at: float
+    start_lsn: int
+    close_lsn: int
+    error: str | None
+    parent_id: str | None
+    parent_run_id: str | None
+    attributes: dict[str, Any]
+    failure: dict[str, Any] | None = None
+    """A failed run's recorded failure, as `RunInfo.failure` gives it (the engine reads
+    it from the run's records: `engine/history.failure_of`)."""
+
+    def columns(self) -> tuple[Any, ...]:
+        """Its values in the order of `COLUMNS` (the same as its fields')."""
+        return tuple(getattr(self, name) for name in COLUMNS.split(", "))
+
+
+@dataclass
+class Closed:
+    """A closed run queued for the store."""
+
+    row: Row
+    creation: dict[str, Any] | None
+    records: list[tuple[int, Sequence[Any]]]
+    """`(lsn, record)`, each record as its JSON array (`model.codec.array`)."""
+    again: bool = False
+    """Queued again on open: it may have been stored, then pruned, before the crash."""
+
+
+@dataclass
+class _Flush:
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+
+
+_STOP = object()
+
+
+class HistoryBase:
+    """The writer thread for closed runs and the reads for the loop (see the module);
+    a store says how it connects (`_connect_writer`), writes a batch (`_write`), reads
+    (`_reading`) and what of its errors is damage (`_damaged`)."""
+
+    dialect: Dialect
+    thread_name = "fusee-history"
+
+    def __init__(self, where: str, on_stored: Callable[[list[str]], None]) -> None:
+        """`on_stored(run_ids)` is called on the writer thread after each commit."""
+        self.where = where
+        """Where it is, for messages."""
+        self._on_stored = on_stored
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._hurry = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.failed: BaseException | None = None
+        """Why the last batch failed (None once one is written)."""
+        self.damage: HistoryDamaged | None = None
+        """Why the store cannot be used (found on open, a read or a write): reads raise
+        it, and nothing more is written to it until the next open."""
+        self.pruned_before = 0.0
+        """The latest cutoff this store pruned at (0: none since open)."""
+        self.rows_written = 0
+        self.batches = 0
+
+    # -- what each store says ----------------------------------------------------------
+
+    def _connect_writer(self) -> Any:
+        raise NotImplementedError
+
+    def _write(self, db: Any, closed: list[Closed]) -> None:
+        """Writes one batch in one transaction, then calls `_stored`."""
+        raise NotImplementedError
+
+    def _reading(self) -> contextlib.AbstractContextManager[Any]:
+        """The loop's connection, with the store's errors said as `HistoryDamaged`."""
+        raise NotImplementedError
+
+    def _damaged(self, e: BaseException) -> HistoryDamaged | None:
+        """The error to keep if `e` says the store is damaged (its use then stops)."""
+        return None
+
+    def _close_reads(self) -> None:
+        pass
+
+    def _start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
+        self._thread.start()
+
+    def _usable(self) -> None:
+        """Raises `HistoryDamaged` if the store was found damaged."""
+        if self.damage is not None:
+            raise HistoryDamaged(str(self.damage), self.damage.path)
+
+    # -- writes (the thread) -------------------------------------------------------------
+
+    def put(self, closed: Closed) -> None:
+        """Queues a closed run for the next batch (a damaged store takes none)."""
+        if self.damage is None:
+            self._queue.put(closed)
+
+    def flush(self) -> None:
+        """Returns once everything queued before is committed (raises what failed)."""
+        self._usable()
+        if self._thread is None or not self._thread.is_alive():
+            if self.failed is not None:
+                raise self.failed
+            return
+        flush = _Flush()
+        self._queue.put(flush)
+        self._hurry.set()
+        flush.done.wait()
+        if flush.error is not None:
+            raise flush.error
+
+    def close(self) -> None:
+        """Writes what is queued, then stops the thread and closes the store."""
+        if self._thread is not None:
+            self._queue.put(_STOP)
+            self._hurry.set()
+            self._thread.join()
+            self._thread = None
+        self._close_reads()
+
+    def _run(self) -> None:
+        db: Any = None  # the writer's connection (`_connect_writer`)
+        try:
+            while True:
+                items = self._next_batch()
+                # A damaged store takes nothing more: memory and the checkpoints keep them.
+                closed = [i for i in items if isinstance(i, Closed) and self.damage is None]
+                retry = False
+                if closed:
+                    try:
+                        if db is None:
+                            db = self._connect_writer()
+                        self._write(db, closed)
+                    except Exception as e:
+                        if db is not None:
+                            db.close()  # the next batch starts on a fresh connection
+                            db = None
+                        retry = self._failed(e, closed)
+                    else:
+                        if self.failed is not None:
+                            log.warning("fusee: the history store %s writes again", self.where)
+                        self.failed = None
+                for item in items:
+                    if isinstance(item, _Flush):
+                        item.error = self.damage or self.failed
+                        item.done.set()
+                if any(i is _STOP for i in items):
+                    return
+                if retry:
+                    self._hurry.wait(RETRY_S)
+        finally:
+            if db is not None:
+                db.close()
+
+    def _next_batch(self) -> list[Any]:
+        """The queue's next item, and what is queued behind it: `BATCH_ROWS_MAX` at most."""
+        items = [self._queue.get()]
+        if isinstance(items[0], Closed):
+            self._hurry.wait(BATCH_DELAY_S)  # for more to gather, unless a flush or close hurries
+        self._hurry.clear()
+        with contextlib.suppress(queue.Empty):  # until the queue is empty
+            while len(items) < BATCH_ROWS_MAX:
+                items.append(self._queue.get_nowait())
+        return items
+
+    def _failed(self, e: Exception, closed: list[Closed]) -> bool:
+        """A batch failed: says what failed, once; returns whether to write it again."""
+        # Memory and the checkpoints keep the runs (nothing is dropped before it is stored).
+        damage = self._damaged(e)
+        if damage is not None:
+            self.failed = damage
+            return False
+        if self.failed is None:
+            log.error(
+                "fusee: the history store %s cannot take closed runs (%s); they stay in "
+                "memory and in checkpoints, and are written again once it can",
+                self.where,
+                e,
+            )
+        self.failed = e
+        for c in closed:
+            self._queue.put(c)
+        return True
+
+    def _stored(self, rows: int, closed: list[Closed]) -> None:
+        """A batch of `rows` rows (the runs `closed`) is committed."""
+        self.rows_written += rows
+        self.batches += 1
+        self._on_stored([c.row.run_id for c in closed])
+
+    # -- reads (the loop) ----------------------------------------------------------------
+    #
+    # Each raises `HistoryDamaged` when the store cannot be read.
+
+    def latest(self, workflow_id: str) -> Row | None:
+        """The newest stored run of `workflow_id`."""
+        with self._reading() as db:
+            got = db.execute(self.dialect.latest(), (workflow_id,)).fetchone()
+            return self._row(got) if got else None
+
+    def exists(self, run_id: str) -> bool:
+        with self._reading() as db:
+            return db.execute(self.dialect.exists(), (run_id,)).fetchone() is not None
+
+    def full(self, run_id: str) -> tuple[dict[str, Any] | None, list[list[Any]]] | None:
+        """(creation, records) of a stored run."""
+        with self._reading() as db:
+            got = db.execute(self.dialect.full(), (run_id,)).fetchone()
+            if got is None:
+                return None
+            creation = orjson.loads(got[0]) if got[0] is not None else None
+            return creation, orjson.loads(got[1])
+
+    def records_of(self, workflow_id: str) -> list[tuple[str, list[list[Any]]]]:
+        """(run_id, records) of every stored run of `workflow_id`, oldest first."""
+        with self._reading() as db:
+            got = db.execute(self.dialect.records_of(), (workflow_id,)).fetchall()
+            return [(run_id, orjson.loads(recs)) for run_id, recs in got]
+
+    def list(
+        self,
+        status: str | None,
+        workflow: str | None,
+        limit: int | None,
+        parent: str | None = None,
+        where: Sequence[Condition] = (),
+        before: int | None = None,
+    ) -> list[Row]:
+        """The stored runs with this status, workflow, parent and search conditions,
+        newest first, begun before record `before`: `limit` at most."""
+        sql, args = self.dialect.list(status, workflow, limit, parent, where, before)
+        with self._reading() as db:
+            return [self._row(r) for r in db.execute(sql, args)]
+
+    def query_plan(
+        self,
+        status: str | None,
+        workflow: str | None,
+        limit: int | None,
+        where: Sequence[Condition] = (),
+    ) -> str:
+        """The database's plan for `list` with these filters, one step per line."""
+        sql, args = self.dialect.list(status, workflow, limit, None, where, None)
+        with self._reading() as db:
+            return "\n".join(r[-1] for r in db.execute(self.dialect.explain + sql, args))
+
+    def _row(self, values: Sequence[Any]) -> Row:
+        """A row of `COLUMNS`, its JSON decoded."""
+        v = builtins.list(values)
+        if self.dialect.attributes_text:
+            v[-2] = orjson.loads(v[-2])
+        v[-1] = orjson.loads(v[-1]) if v[-1] is not None else None
+        return Row(*v)
+
+    # -- prune ---------------------------------------------------------------------------
+
+    def _prune_rows(
+        self, db: Any, before: float, floor: int, keep: Iterable[str], reset_source: ResetSource
+    ) -> int:
+        """Deletes the runs closed before `before` in the open transaction of `db`
+        (`prune`); returns how many."""
+        sql = self.dialect
+        kept = set(keep)
+        for run_id, creation, recs in db.execute(sql.made_after(), (floor,)).fetchall():
+            source = reset_source(orjson.loads(creation), functools.partial(orjson.loads, recs))
+            if source is not None:
+                kept.add(run_id)
+                kept.add(source)
+        doomed, args = sql.doomed(before, kept)
+        self._keeping(db, kept)
+        db.execute(sql.remember_pruned(doomed), (*args, floor))
+        db.execute(sql.forget_pruned(), (floor,))
+        self._deleting(db, doomed, args)
+        n: int = db.execute(sql.delete(doomed), args).rowcount
+        return n
+
+    def _keeping(self, db: Any, kept: set[str]) -> None:
+        """Before `prune` deletes: where the dialect's `not_kept` finds the kept runs."""
+
+    def _deleting(self, db: Any, doomed: str, args: tuple[Any, ...]) -> None:
+        """Before `prune` deletes the doomed runs: what goes with them."""
