@@ -41,6 +41,8 @@ FailureJson = NewType("FailureJson", dict)  # (NewType needs a class: not dict[s
 """A recorded failure (`Failure.to_json`), its causes at most `CAUSES_MAX` deep."""
 StatusName = NewType("StatusName", str)
 """A run status (`Status`)."""
+OpKind = NewType("OpKind", str)
+"""The kind of an operation (`model.ops.OPS`: "step", "timer", ...)."""
 
 FIELD_TYPES: dict[R, tuple[Any, ...]] = {
     R.RunStarted: (RunId, str, str, Any, Instant, Instant | None, dict[str, Any] | None),
@@ -59,7 +61,7 @@ FIELD_TYPES: dict[R, tuple[Any, ...]] = {
     R.StepPaused: (RunId, Seq, str, Count, FailureJson, Instant, Instant),
     R.StepResumed: (RunId, Seq, Instant),
     R.CancelRequested: (RunId, str, Instant),
-    R.OpCancelled: (RunId, Seq, str, str),
+    R.OpCancelled: (RunId, Seq, OpKind, str),
     R.RunCancelled: (RunId, str, Instant),
     R.RunTimedOut: (RunId, str, Instant),
     R.RunReset: (RunId, str, Instant),
@@ -109,7 +111,7 @@ FIELD_TYPES: dict[R, tuple[Any, ...]] = {
 _SIGNAL = tuple[Count, str, Any]
 _UPDATE_DONE = tuple[Count, Any, FailureJson | None]
 OP_FIELDS = {
-    "kind": str,
+    "kind": OpKind,
     **{
         f.name: typing.get_type_hints(cls)[f.name]
         for cls in OPS.values()
@@ -235,6 +237,7 @@ _SIMPLE: dict[Any, Any] = {
     Instant: lambda v: _is_number(v) and abs(v) <= INSTANT_MAX,
     Seq: lambda v: is_str(v) and len(v) <= SEQ_CHARS_MAX and _SEQ.fullmatch(v) is not None,
     StatusName: lambda v: is_str(v) and v in STATUSES,
+    OpKind: lambda v: is_str(v) and v in OPS,
 }
 
 _SAYS: dict[Any, str] = {
@@ -247,6 +250,7 @@ _SAYS: dict[Any, str] = {
     Instant: "an instant (Unix seconds)",
     Seq: 'an operation number (a string: "3", "4.0.1")',
     StatusName: "a run status",
+    OpKind: "an operation kind (" + ", ".join(sorted(OPS)) + ")",
     FailureJson: 'a failure ({"kind": ..., "message": ...})',
     type(None): "null",
     Any: "a JSON value",

@@ -565,15 +565,15 @@ def test_every_mutation_of_an_exported_history_replays_or_is_refused_in_one_line
 
 
 def test_the_field_types_cover_every_record_of_a_run() -> None:
-    from fusee_runtime.engine.state import Op
     from fusee_runtime.history_fields import CREATIONS, FIELD_TYPES, OP_FIELDS, conforms, says
     from fusee_runtime.journal.records import FIELDS, NOT_OF_A_RUN, R
+    from fusee_runtime.model.ops import OPS
 
     assert set(FIELD_TYPES) == set(R) - NOT_OF_A_RUN
     for kind, types in FIELD_TYPES.items():
         assert len(types) == len(FIELDS[kind]), kind
         assert FIELDS[kind][0] == "run_id", kind
-    assert set(OP_FIELDS) == set(Op.__dataclass_fields__)
+    assert set(OP_FIELDS) == {name for cls in OPS.values() for name in cls.__dataclass_fields__}
     everything = [
         *(t for types in FIELD_TYPES.values() for t in types),
         *(t for fields in CREATIONS.values() for t in fields.values()),

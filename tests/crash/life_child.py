@@ -70,7 +70,7 @@ async def main(home: str, command: str, id: str, arg: str | None) -> None:
         until = os.environ.get("UNTIL")
         if until == "parked":
             await settled()
-            fire_at = [op.fire_at for op in run.pending.values()]
+            fire_at = [getattr(op, "fire_at", None) for op in run.pending.values()]
             emit("AT parked", orjson.dumps(fire_at).decode())
             await asyncio.Event().wait()
         if until == "won":
