@@ -187,8 +187,7 @@ _FIELDS: dict[type[Record], tuple[tuple[str, _Field], ...]] = {
     for cls in RECORDS.values()
 }
 _KEYS: dict[type[Record], frozenset[str]] = {
-    cls: frozenset({"lsn", "type", *(name for name, _ in named)})
-    for cls, named in _FIELDS.items()
+    cls: frozenset({"lsn", "type", *(name for name, _ in named)}) for cls, named in _FIELDS.items()
 }
 
 
