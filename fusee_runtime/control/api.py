@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from fusee_runtime.errors import Cancelled, JournalFailed, NotFound, RunFailed, Terminated, TimedOut
 from fusee_runtime.journal import records
-from fusee_runtime.model.run import RunInfo, Status, Waiting
+from fusee_runtime.model.run import RunInfo, Status, Waiting, WaitKind
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.engine import Engine
@@ -70,7 +70,7 @@ def run_json(info: RunInfo) -> dict[str, Any]:
         "failure": info.failure,
         "waiting": [
             {
-                "kind": w.kind,
+                "kind": str(w.kind),
                 "name": w.name,
                 "until": w.until.isoformat() if w.until else None,
                 "detail": w.detail,
@@ -96,7 +96,7 @@ def run_info(doc: dict[str, Any]) -> RunInfo:
         failure=doc.get("failure"),
         waiting=tuple(
             Waiting(
-                w["kind"],
+                WaitKind(w["kind"]),
                 w["name"],
                 datetime.fromisoformat(w["until"]) if w["until"] else None,
                 w["detail"],

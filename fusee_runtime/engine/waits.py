@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from fusee_runtime.errors import Failure
-from fusee_runtime.model.run import Waiting
+from fusee_runtime.model.run import Waiting, WaitKind
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.state import Run
@@ -47,34 +47,37 @@ def waiting(run: Run) -> tuple[Waiting, ...]:
     if run.cancel_reason is not None:
         out.append(
             Waiting(
-                "cancel", "delivered" if run.cancel_delivered else None, None, run.cancel_reason
+                WaitKind.CANCEL,
+                "delivered" if run.cancel_delivered else None,
+                None,
+                run.cancel_reason,
             )
         )
     for op in run.pending.values():
         until = utc(op.fire_at) if op.fire_at is not None else None
         if op.kind == "wait":
-            out.append(Waiting("signal", op.name, until))
+            out.append(Waiting(WaitKind.SIGNAL, op.name, until))
         elif op.kind == "timer":
-            out.append(Waiting("timer", op.name, until))
+            out.append(Waiting(WaitKind.TIMER, op.name, until))
         elif op.paused:
-            out.append(Waiting("resume", op.name, detail=_failed(op.failure)))
+            out.append(Waiting(WaitKind.RESUME, op.name, detail=_failed(op.failure)))
         elif op.kind == "completion" and not op.done:
-            out.append(Waiting("completion", op.name))
+            out.append(Waiting(WaitKind.COMPLETION, op.name))
         elif op.kind == "child":
             until = utc(op.deadline) if op.deadline is not None else None
-            out.append(Waiting("child", op.name, until, op.workflow))
+            out.append(Waiting(WaitKind.CHILD, op.name, until, op.workflow))
     for op in run.ops.values():
         if op.kind != "step" or op.done or op.paused:
             continue
         if op.retry_at is not None:
-            out.append(Waiting("retry", op.name, utc(op.retry_at), _failed(op.failure)))
+            out.append(Waiting(WaitKind.RETRY, op.name, utc(op.retry_at), _failed(op.failure)))
         elif op.beat_at is not None:
             beat = f"{utc(op.beat_at):%H:%M:%S} UTC"
             out.append(
-                Waiting("step", op.name, None, f"heartbeat at {beat}: {_shown(op.progress)}")
+                Waiting(WaitKind.STEP, op.name, None, f"heartbeat at {beat}: {_shown(op.progress)}")
             )
     for name, limit in run.permit_waits.values():
-        out.append(Waiting("permit", name, None, limit))
+        out.append(Waiting(WaitKind.PERMIT, name, None, limit))
     return tuple(out)
 
 
