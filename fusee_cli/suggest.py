@@ -73,11 +73,14 @@ def signal_names(ctx: typer.Context, incomplete: str) -> list[str]:
     with _quiet():
 
         async def names(ctl: Any) -> list[str]:
+            from fusee_runtime.model import readable
+            from fusee_runtime.model.op_records import WaitStarted
+            from fusee_runtime.model.run import WaitKind
+
             info = await ctl.describe(workflow_id)
-            now = [w.name for w in info.waiting if w.kind == "signal" and w.name]
-            before = [
-                r["name"] for r in await ctl.history(workflow_id) if r["type"] == "WaitStarted"
-            ]
+            now = [w.name for w in info.waiting if w.kind is WaitKind.SIGNAL and w.name]
+            history = map(readable.read, await ctl.history(workflow_id))
+            before = [rec.name for _, rec in history if isinstance(rec, WaitStarted)]
             return list(dict.fromkeys([*now, *before]))
 
         return [n for n in _read(ctx, names) if n.startswith(incomplete)]

@@ -117,13 +117,12 @@ class RetryPolicy:
 
 
 def _matches(kind: str | type[BaseException], chain: Iterable[Failure]) -> bool:
-    for f in chain:
-        if isinstance(kind, str):
-            if f.kind == kind:
-                return True
-        elif (f.exception is not None and isinstance(f.exception, kind)) or f.kind == kind.__name__:
-            return True
-    return False
+    """Whether a failure of `chain` is of `kind`: an error type's name, or an exception
+    class (an instance of it, or a failure recorded under its name)."""
+    chain = list(chain)
+    if (kind if isinstance(kind, str) else kind.__name__) in {f.kind for f in chain}:
+        return True
+    return not isinstance(kind, str) and any(isinstance(f.exception, kind) for f in chain)
 
 
 @dataclass(frozen=True)

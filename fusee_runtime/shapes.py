@@ -171,9 +171,9 @@ def _class(tp: type) -> Shape | None:
     if dataclasses.is_dataclass(tp):
         return Dataclass(tp)
     if issubclass(tp, tuple) and hasattr(tp, "_fields"):
-        return Fields(tp, "NamedTuple")
+        return NamedTupleOf(tp)
     if typing.is_typeddict(tp):
-        return Fields(tp, "TypedDict")
+        return Fields(tp)
     model = pydantic_model()
     if model is not None and issubclass(tp, model):
         return Pydantic(tp)
@@ -307,13 +307,12 @@ def _dataclass_fields(tp: type) -> list[tuple[str, Shape | None, bool]]:
 
 
 class Fields(Shape):
-    """A `NamedTuple` (written as an object, read from an object or an array) or a
-    `TypedDict` (an object whose fields are decoded by their types)."""
+    """A `TypedDict`: an object whose fields are decoded by their types (`NamedTupleOf`
+    builds its class from them)."""
 
-    def __init__(self, tp: type, kind: str) -> None:
+    def __init__(self, tp: type) -> None:
         super().__init__(type_name(tp))
         self.tp = tp
-        self.kind = kind
         self.shapes: dict[str, Shape | None] | None = None
 
     def decode(self, data: Any) -> Any:
@@ -323,9 +322,6 @@ class Fields(Shape):
             except Exception:
                 hints = {}
             self.shapes = {name: shape_of(t) for name, t in hints.items()}
-        if self.kind == "NamedTuple" and isinstance(data, list):
-            names = self.tp.__match_args__  # type: ignore[attr-defined]
-            data = dict(zip(names, data, strict=False))
         if not isinstance(data, dict):
             raise Mismatch(f"expected an object for {self.name}, got {_got(data)}")
         out: dict[str, Any] = {}
@@ -335,10 +331,19 @@ class Fields(Shape):
                 out[key] = value if shape is None else shape.decode(value)
             except Mismatch as e:
                 raise e.at(f".{key}") from None
-        if self.kind == "TypedDict":
-            return out
+        return out
+
+
+class NamedTupleOf(Fields):
+    """A `NamedTuple`: written as an object, read from an object or an array."""
+
+    def decode(self, data: Any) -> Any:
+        if isinstance(data, list):
+            names = self.tp.__match_args__  # type: ignore[attr-defined]
+            data = dict(zip(names, data, strict=False))
+        fields = super().decode(data)
         try:
-            return self.tp(**out)
+            return self.tp(**fields)
         except Exception as e:  # the class's own code (__new__) refused it
             raise Mismatch(f"{self.name}(...) raised {type(e).__name__}: {e}") from None
 

@@ -55,9 +55,9 @@ def history(
         if as_json:
             session.print_json(records)
         else:
-            from fusee_cli import tables
+            from fusee_cli.history_table import history_table
 
-            tables.history_table(records, verbose)
+            history_table(records, verbose)
 
 
 async def _history(home: Path, workflow_id: str, out: list[dict[str, Any]]) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from fusee_runtime.model.run import RunInfo, Status, Waiting
+from fusee_runtime.model.run import RunInfo, Status, Waiting, WaitKind
 
 
 def run_json(info: RunInfo) -> dict[str, Any]:
@@ -31,7 +31,7 @@ def run_json(info: RunInfo) -> dict[str, Any]:
         "failure": info.failure,
         "waiting": [
             {
-                "kind": w.kind,
+                "kind": str(w.kind),
                 "name": w.name,
                 "until": w.until.isoformat() if w.until else None,
                 "detail": w.detail,
@@ -57,7 +57,7 @@ def run_info(doc: dict[str, Any]) -> RunInfo:
         failure=doc.get("failure"),
         waiting=tuple(
             Waiting(
-                w["kind"],
+                WaitKind(w["kind"]),
                 w["name"],
                 datetime.fromisoformat(w["until"]) if w["until"] else None,
                 w["detail"],

@@ -15,7 +15,7 @@ import orjson
 
 from fusee_runtime.errors import Failure
 from fusee_runtime.model.ops import ChildOp, CompletionOp, StepOp, TimerOp, WaitOp
-from fusee_runtime.model.run import Waiting
+from fusee_runtime.model.run import Waiting, WaitKind
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.state import Run
@@ -52,32 +52,37 @@ def waiting(run: Run) -> tuple[Waiting, ...]:
     if run.cancel_reason is not None:
         out.append(
             Waiting(
-                "cancel", "delivered" if run.cancel_delivered else None, None, run.cancel_reason
+                WaitKind.CANCEL,
+                "delivered" if run.cancel_delivered else None,
+                None,
+                run.cancel_reason,
             )
         )
     for op in run.pending.values():
         match op:
             case WaitOp():
-                out.append(Waiting("signal", op.name, _utc(op.fire_at)))
+                out.append(Waiting(WaitKind.SIGNAL, op.name, _utc(op.fire_at)))
             case TimerOp():
-                out.append(Waiting("timer", op.name, _utc(op.fire_at)))
+                out.append(Waiting(WaitKind.TIMER, op.name, _utc(op.fire_at)))
             case StepOp(paused=True):
-                out.append(Waiting("resume", op.name, detail=_failed(op.failure)))
+                out.append(Waiting(WaitKind.RESUME, op.name, detail=_failed(op.failure)))
             case CompletionOp(done=False):
-                out.append(Waiting("completion", op.name))
+                out.append(Waiting(WaitKind.COMPLETION, op.name))
             case ChildOp():
-                out.append(Waiting("child", op.name, _utc(op.deadline), op.workflow))
+                out.append(Waiting(WaitKind.CHILD, op.name, _utc(op.deadline), op.workflow))
     for step in run.ops.values():
         if type(step) is not StepOp or step.done or step.paused:
             continue
         if step.retry_at is not None:
-            out.append(Waiting("retry", step.name, utc(step.retry_at), _failed(step.failure)))
+            out.append(
+                Waiting(WaitKind.RETRY, step.name, utc(step.retry_at), _failed(step.failure))
+            )
         elif step.beat_at is not None:
             beat = f"{utc(step.beat_at):%H:%M:%S} UTC"
             shown = _shown(step.progress)
-            out.append(Waiting("step", step.name, None, f"heartbeat at {beat}: {shown}"))
+            out.append(Waiting(WaitKind.STEP, step.name, None, f"heartbeat at {beat}: {shown}"))
     for name, limit in run.permit_waits.values():
-        out.append(Waiting("permit", name, None, limit))
+        out.append(Waiting(WaitKind.PERMIT, name, None, limit))
     return tuple(out)
 
 

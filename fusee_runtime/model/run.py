@@ -1,5 +1,5 @@
 """What a run is, as everyone outside the engine sees it: its status, `RunInfo`, and
-what an open run waits for (`Waiting`).
+what an open run waits for (`Waiting`, of a `WaitKind`).
 
 Part of `fusee_runtime.model`, the engine's vocabulary: it imports nothing of the
 engine, the journal or the control surface.
@@ -56,30 +56,45 @@ class RunInfo:
     parent: tuple[str, str] | None = None
 
 
+class WaitKind(enum.StrEnum):
+    """What an open run waits for (`Waiting.kind`, which says what each means); the
+    values are the lowercase names."""
+
+    SIGNAL = "signal"
+    TIMER = "timer"
+    RETRY = "retry"
+    RESUME = "resume"
+    COMPLETION = "completion"
+    CHILD = "child"
+    STEP = "step"
+    PERMIT = "permit"
+    CANCEL = "cancel"
+
+
 @dataclass(frozen=True)
 class Waiting:
     """One thing an open run waits for, as `RunInfo.waiting` lists them.
 
-    `kind` is one of:
+    `kind` says what (`WaitKind`; its value is the lowercase name):
 
-    - `"signal"`: a `ctx.wait_signal` for signal `name`, `until` its timeout (None: none);
-    - `"timer"`: a `ctx.sleep` (timer `name`) that fires at `until` (None: never);
-    - `"retry"`: step `name` runs its next attempt at `until`; `detail` is the last
+    - `signal`: a `ctx.wait_signal` for signal `name`, `until` its timeout (None: none);
+    - `timer`: a `ctx.sleep` (timer `name`) that fires at `until` (None: never);
+    - `retry`: step `name` runs its next attempt at `until`; `detail` is the last
       failure;
-    - `"resume"`: step `name` is paused until `fusee resume`; `detail` is its failure;
-    - `"completion"`: the `ctx.await_completion` of step `name` waits for its token
+    - `resume`: step `name` is paused until `fusee resume`; `detail` is its failure;
+    - `completion`: the `ctx.await_completion` of step `name` waits for its token
       to be completed from outside;
-    - `"child"`: child workflow `name` (its id) has not closed; `until` is its deadline;
-    - `"step"`: step `name` is running and has sent a heartbeat: `detail` says when,
+    - `child`: child workflow `name` (its id) has not closed; `until` is its deadline;
+    - `step`: step `name` is running and has sent a heartbeat: `detail` says when,
       and its details (`current_ctx().heartbeat`);
-    - `"permit"`: step `name` waits for a permit of the limit `detail` names
+    - `permit`: step `name` waits for a permit of the limit `detail` names
       (`limit=`, with its key after a '/');
-    - `"cancel"`: a cancel was recorded (`detail`, its reason) and the run has not
+    - `cancel`: a cancel was recorded (`detail`, its reason) and the run has not
       closed: its code has not acted on it yet (`name` None), or it was delivered
       (`name` "delivered") and the code is cleaning up.
     """
 
-    kind: str
+    kind: WaitKind
     name: str | None = None
     until: datetime | None = None
     detail: str | None = None

@@ -18,10 +18,16 @@ def failure(message: str) -> dict[str, Any]:
     return {"kind": "ValueError", "message": message, "traceback": "...", "cause": None}
 
 
+def started(run_id: str, input: int) -> dict[str, Any]:
+    fields = {"workflow_id": "r", "workflow": "wf", "deadline": None, "origin": None}
+    return {"type": "RunStarted", "run_id": run_id, "input": input, "started_at": T0} | fields
+
+
+# Records as `history()` gives them (`records.as_json`), numbered by their position below.
 RECORDS: list[dict[str, Any]] = [
-    {"type": "RunStarted", "run_id": "old", "input": 0, "started_at": T0},
+    started("old", 0),
     {"type": "RunReset", "run_id": "old", "reason": "reset", "closed_at": T0},
-    {"type": "RunStarted", "run_id": "r", "input": 3, "started_at": T0},
+    started("r", 3),
     {
         "type": "StepCompleted",
         "run_id": "r",
@@ -44,6 +50,7 @@ RECORDS: list[dict[str, Any]] = [
         "failure": failure("not yet"),
         "failed_at": at(60),
         "retry_at": at(70),
+        "delay": 0.01,
         "started_at": at(55),
     },
     {
@@ -62,7 +69,11 @@ RECORDS: list[dict[str, Any]] = [
         "op": "4",
         "seq": 4,
         "workflow_id": "r-kid",
+        "child_run_id": "kid-run",
         "workflow": "kid",
+        "input": 4,
+        "deadline": None,
+        "parent_close": "terminate",
         "error": None,
         "started_at": at(73),
     },
@@ -71,6 +82,7 @@ RECORDS: list[dict[str, Any]] = [
         "run_id": "r",
         "op": "4",
         "seq": 4,
+        "child_run_id": "kid-run",
         "status": "completed",
         "result": 5,
         "failure": None,
@@ -84,7 +96,7 @@ RECORDS: list[dict[str, Any]] = [
         "name": "progress",
         "item": {"done": 1},
     },
-    {"type": "WaitStarted", "run_id": "r", "op": "6", "seq": 6, "name": "go"},
+    {"type": "WaitStarted", "run_id": "r", "op": "6", "seq": 6, "name": "go", "deadline": None},
     {
         "type": "SignalReceived",
         "run_id": "r",
@@ -93,9 +105,19 @@ RECORDS: list[dict[str, Any]] = [
         "value": "<b>",
         "received_at": at(80),
     },
-    {"type": "WaitCompleted", "run_id": "r", "op": "6", "seq": 6, "value": "<b>", "at": at(80)},
+    {
+        "type": "WaitCompleted",
+        "run_id": "r",
+        "op": "6",
+        "seq": 6,
+        "signal_id": 1,
+        "value": "<b>",
+        "at": at(80),
+    },
     {"type": "RunCompleted", "run_id": "r", "result": {"ok": True}, "closed_at": at(81)},
 ]
+for lsn, rec in enumerate(RECORDS, 1):
+    rec["lsn"] = lsn
 
 
 def test_a_history_folds_into_operations_with_attempts() -> None:

@@ -18,11 +18,11 @@ def failure(message: str) -> dict[str, Any]:
 
 
 def step(kind: str, **fields: Any) -> dict[str, Any]:
-    return {"type": kind, "run_id": "r", "op": "1", "seq": 1, "name": "flaky", **fields}
+    return {"lsn": 1, "type": kind, "run_id": "r", "op": "1", "seq": 1, "name": "flaky", **fields}
 
 
 def test_a_step_that_retries_shows_when_it_retries() -> None:
-    rec = step("AttemptFailed", attempt=1, failure=failure("no"), retry_at=at(70))
+    rec = step("AttemptFailed", attempt=1, failure=failure("no"), retry_at=at(70), delay=0.06)
     (op,) = fold([rec | {"started_at": at(5), "failed_at": at(9)}], "r").operations
     assert (op.kind, op.name, op.state) == ("step", "flaky", "retrying at 12:00:00.070")
     assert op.started_at == datetime.fromisoformat(at(5))
@@ -35,7 +35,8 @@ def test_a_step_that_retries_shows_when_it_retries() -> None:
 
 def test_a_step_that_failed_for_good_keeps_its_first_start() -> None:
     records = [
-        step("AttemptFailed", failure=failure("no"), started_at=at(1), failed_at=at(2)),
+        step("AttemptFailed", attempt=1, failure=failure("no"), retry_at=None, delay=0.0)
+        | {"started_at": at(1), "failed_at": at(2)},
         step("StepFailed", failure=failure("never"), started_at=at(3), ended_at=at(4)),
     ]
     (op,) = fold(records, "r").operations
@@ -46,8 +47,9 @@ def test_a_step_that_failed_for_good_keeps_its_first_start() -> None:
 
 
 def test_a_child_that_failed_to_start_says_so_with_its_start() -> None:
-    rec = {"type": "ChildStarted", "run_id": "r", "op": "1", "seq": 1}
+    rec = {"lsn": 1, "type": "ChildStarted", "run_id": "r", "op": "1", "seq": 1}
     rec |= {"workflow": "kid", "workflow_id": "k", "error": "no such workflow"}
+    rec |= {"child_run_id": None, "input": None, "deadline": None, "parent_close": "terminate"}
     (op,) = fold([rec | {"started_at": at(3)}], "r").operations
     assert (op.kind, op.name, op.child, op.state) == ("child", "kid", "k", "failed to start")
     assert op.started_at == datetime.fromisoformat(at(3))

@@ -20,23 +20,89 @@ what an open run waits for.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, assert_never
+
+from fusee_runtime.model import readable
+from fusee_runtime.model.op_records import (
+    AttemptFailed,
+    AttributesSet,
+    ChildClosed,
+    ChildStarted,
+    CompletionDone,
+    CompletionIssued,
+    CompletionSent,
+    OpCancelled,
+    StepCompleted,
+    StepFailed,
+    StepHeartbeat,
+    StepPaused,
+    StepResumed,
+    StepStreamAppended,
+    StreamAppended,
+    StreamClosed,
+    TimerFired,
+    TimerStarted,
+    WaitCompleted,
+    WaitStarted,
+)
+from fusee_runtime.model.readable import Named, OpRecord, RunEvent
+from fusee_runtime.model.records import (
+    CancelRequested,
+    Instant,
+    Record,
+    RunCancelled,
+    RunCompleted,
+    RunContinuedAsNew,
+    RunFailed,
+    RunReset,
+    RunStarted,
+    RunStuck,
+    RunTerminated,
+    RunTimedOut,
+    RunUnstuck,
+    SignalReceived,
+    UpdateAccepted,
+    UpdateApplied,
+)
+from fusee_runtime.model.run import Status
 
 STREAM_ITEMS_MAX = 200
 """Items shown of each stream: the newest ones."""
 
-CLOSES = {
-    "RunCompleted": "completed",
-    "RunFailed": "failed",
-    "RunCancelled": "cancelled",
-    "RunTerminated": "terminated",
-    "RunTimedOut": "timed out",
-    "RunReset": "reset",
-    "RunContinuedAsNew": "continued as new",
+CLOSES: dict[type[Record], str] = {
+    RunCompleted: "completed",
+    RunFailed: "failed",
+    RunCancelled: "cancelled",
+    RunTerminated: "terminated",
+    RunTimedOut: "timed out",
+    RunReset: "reset",
+    RunContinuedAsNew: "continued as new",
 }
 """Records that close a run, and what the page calls each."""
+
+
+class OpKind(enum.StrEnum):
+    """What the page calls an operation: what it is, or (for the few with no word of
+    their own) the type of its first record."""
+
+    STEP = "step"
+    SLEEP = "sleep"
+    SIGNAL = "signal"
+    """A wait for a signal."""
+    CHILD = "child"
+    COMPLETION = "completion"
+    STREAM = "stream"
+    ATTRIBUTES = "attributes"
+    VALUE = "ValueRecorded"
+    RACE = "RaceWon"
+    CANCELLED = "OpCancelled"
+    """An operation cancelled before it recorded anything."""
+    SIGNAL_SENT = "SignalSent"
+    CANCEL_SENT = "CancelSent"
+    PATCH = "PatchMarked"
 
 
 @dataclass
@@ -54,8 +120,7 @@ class Operation:
     """One operation of a run, as its records tell it."""
 
     op: str
-    kind: str
-    """step, sleep, signal, child, completion, stream, or the first record's type."""
+    kind: OpKind
     name: str
     state: str = ""
     started_at: datetime | None = None
@@ -70,13 +135,19 @@ class Operation:
 
     @property
     def top(self) -> bool:
-        """A top-level operation (a reset can go back to it)."""
+        """A top-level operation."""
         return "." not in self.op
+
+    @property
+    def resettable(self) -> bool:
+        """A reset can go back to it: a step at the top level."""
+        return self.top and self.kind is OpKind.STEP
 
 
 @dataclass
 class Event:
-    """Something that happened to the run itself: its type, instant and a value to show."""
+    """Something that happened to the run itself: its type, instant and a value to show
+    (the run's input is shown on its own, not in its start's event)."""
 
     type: str
     at: datetime | None
@@ -102,134 +173,180 @@ class Timeline:
 
 
 def fold(records: list[dict[str, Any]], run_id: str) -> Timeline:
-    """The timeline of run `run_id` from the history of its id."""
+    """The timeline of run `run_id` from the history of its id (`model.readable` reads
+    each record back)."""
     out = Timeline()
     ops: dict[str, Operation] = {}
     others: set[str] = set()
-    for rec in records:
-        if rec.get("run_id") != run_id:
-            others.add(str(rec.get("run_id")))
-            continue
-        op = rec.get("op")
-        if op is None or rec["type"] == "SignalReceived":
-            _run_event(out, rec)
+    for _, rec in map(readable.read, records):
+        if not isinstance(rec, OpRecord | RunEvent) or rec.run_id != run_id:
+            others.add(str(readable.run_of(rec)))
+        elif isinstance(rec, OpRecord):
+            _operation(out, ops, rec)
         else:
-            _operation(out, ops, str(op), rec)
+            _run_event(out, rec)
     out.other_runs = len(others)
     return out
 
 
-def _run_event(out: Timeline, rec: dict[str, Any]) -> None:
-    kind = rec["type"]
-    at = next((v for k, v in rec.items() if k.endswith("_at") or k == "at"), None)
-    event = Event(kind, _instant(at))
-    if kind == "RunStarted":
-        out.input = rec.get("input")
-        event.value, event.has_value = out.input, True
-    elif kind == "SignalReceived":
-        event.text = str(rec.get("name"))
-        event.value, event.has_value = rec.get("value"), True
-    elif kind in CLOSES:
-        out.closed = CLOSES[kind]
-        if kind == "RunCompleted":
-            out.result = rec.get("result")
+def _run_event(out: Timeline, rec: RunEvent) -> None:
+    event = Event(rec.code.name, _instant(_event_at(rec)), _event_text(rec))
+    match rec:
+        case RunStarted():
+            out.input = rec.input.value
+        case SignalReceived():
+            event.value, event.has_value = rec.value.value, True
+        case RunCompleted():
+            out.result = rec.result.value
             event.value, event.has_value = out.result, True
-        if rec.get("failure"):
-            out.failure = rec["failure"]
-        event.text = str(rec.get("reason") or "")
-    else:
-        event.text = str(rec.get("reason") or rec.get("message") or rec.get("name") or "")
+        case RunFailed() if rec.failure:
+            out.failure = rec.failure
+    out.closed = CLOSES.get(type(rec), out.closed)
     out.events.append(event)
 
 
-def _operation(out: Timeline, ops: dict[str, Operation], op: str, rec: dict[str, Any]) -> None:
-    kind = rec["type"]
-    if kind in ("StreamAppended", "StepStreamAppended"):
-        items = out.streams.setdefault(str(rec.get("name")), [])
-        items.append(rec.get("item"))
+def _event_at(rec: RunEvent) -> Instant:
+    match rec:
+        case RunStarted(started_at=at) | SignalReceived(received_at=at) | RunUnstuck(at=at):
+            return at
+        case CancelRequested(requested_at=at) | RunStuck(stuck_at=at):
+            return at
+        case UpdateApplied(applied_at=at) | UpdateAccepted(accepted_at=at):
+            return at
+        case RunCompleted(closed_at=at) | RunFailed(closed_at=at) | RunTerminated(closed_at=at):
+            return at
+        case RunCancelled(closed_at=at) | RunTimedOut(closed_at=at) | RunReset(closed_at=at):
+            return at
+        case RunContinuedAsNew(closed_at=at):
+            return at
+    assert_never(rec)
+
+
+def _event_text(rec: RunEvent) -> str:
+    """What the events table says of it: the reason of a close or a cancel, why the run
+    got stuck, the name of a signal or an update."""
+    match rec:
+        case RunTerminated(reason=text) | RunCancelled(reason=text) | RunTimedOut(reason=text):
+            return text
+        case RunReset(reason=text) | CancelRequested(reason=text) | RunStuck(message=text):
+            return text
+        case SignalReceived(name=text) | UpdateApplied(name=text) | UpdateAccepted(name=text):
+            return text
+    return ""
+
+
+def _operation(out: Timeline, ops: dict[str, Operation], rec: OpRecord) -> None:
+    if isinstance(rec, StreamAppended | StepStreamAppended):
+        items = out.streams.setdefault(rec.name, [])
+        items.append(rec.item.value)
         del items[:-STREAM_ITEMS_MAX]
-    found = ops.get(op)
+    found = ops.get(rec.seq)
     if found is None:
-        found = ops[op] = Operation(op, _kind(kind), str(rec.get("step") or rec.get("name") or ""))
+        found = ops[rec.seq] = Operation(rec.seq, _kind(rec), _name(rec))
         out.operations.append(found)
-    _apply(found, kind, rec)
+    _apply(found, rec)
 
 
-def _kind(record_type: str) -> str:
-    for prefix, kind in (
-        ("Step", "step"),
-        ("Attempt", "step"),
-        ("Timer", "sleep"),
-        ("Wait", "signal"),
-        ("Child", "child"),
-        ("Completion", "completion"),
-        ("Stream", "stream"),
-    ):
-        if record_type.startswith(prefix):
-            return kind
-    return record_type
+def _kind(rec: OpRecord) -> OpKind:
+    match rec:
+        case StepCompleted() | StepFailed() | AttemptFailed() | StepPaused() | StepResumed():
+            return OpKind.STEP
+        case StepHeartbeat() | StepStreamAppended():
+            return OpKind.STEP
+        case TimerStarted() | TimerFired():
+            return OpKind.SLEEP
+        case WaitStarted() | WaitCompleted():
+            return OpKind.SIGNAL
+        case ChildStarted() | ChildClosed():
+            return OpKind.CHILD
+        case CompletionIssued() | CompletionSent() | CompletionDone():
+            return OpKind.COMPLETION
+        case StreamAppended() | StreamClosed():
+            return OpKind.STREAM
+        case AttributesSet():
+            return OpKind.ATTRIBUTES
+    return OpKind(rec.code.name)
 
 
-def _apply(o: Operation, kind: str, rec: dict[str, Any]) -> None:
-    """What record `rec` (of type `kind`) tells about operation `o`."""
-    if kind in ("StepCompleted", "StepFailed", "AttemptFailed"):
-        _attempt_ended(o, kind, rec)
-    elif kind in ("StepPaused", "StepResumed"):
-        o.state = "paused" if kind == "StepPaused" else "resumed"
-    elif kind == "TimerStarted":
-        o.state = f"until {_clock(_instant(rec.get('fire_at')))}"
-    elif kind == "TimerFired":
-        o.state, o.ended_at = "fired", _instant(rec.get("fired_at"))
-    elif kind == "WaitStarted":
-        o.state = "waiting"
-    elif kind == "WaitCompleted":
-        o.state, o.ended_at = "received", _instant(rec.get("at"))
-        o.value, o.has_value = rec.get("value"), True
-    elif kind == "ChildStarted":
-        started = _instant(rec.get("started_at"))
-        o.name, o.child, o.started_at = str(rec.get("workflow")), rec.get("workflow_id"), started
-        o.state = "failed to start" if rec.get("error") else "started"
-    elif kind == "ChildClosed":
-        o.state, o.ended_at = str(rec.get("status")), _instant(rec.get("closed_at"))
-        o.value, o.has_value = rec.get("result"), rec.get("status") == "completed"
-        o.failure = rec.get("failure")
-    elif kind == "CompletionIssued":
-        o.state, o.started_at = "issued", o.started_at or _instant(rec.get("issued_at"))
-    elif kind == "CompletionDone":
-        o.state = "done"
-        o.value, o.has_value, o.failure = rec.get("value"), True, rec.get("failure")
-    elif kind == "AttributesSet":
-        o.kind, o.state = "attributes", "set"
-        o.name = ", ".join(f"{k}={v}" for k, v in sorted((rec.get("attributes") or {}).items()))
-    elif kind == "OpCancelled":
-        o.state = "cancelled"
-    elif kind not in ("StepHeartbeat", "CompletionSent", "StreamAppended", "StepStreamAppended"):
-        o.state = o.state or kind
+def _name(rec: OpRecord) -> str:
+    """The name its first record gives an operation: a step function's for its stream's
+    items, else the record's name ("" for the records that have none)."""
+    if isinstance(rec, StepStreamAppended):
+        return rec.step or rec.name
+    return rec.name if isinstance(rec, Named) else ""
 
 
-def _attempt_ended(o: Operation, kind: str, rec: dict[str, Any]) -> None:
+def _apply(o: Operation, rec: OpRecord) -> None:
+    """What record `rec` tells about operation `o`: a step's, a sleep's, a wait's."""
+    match rec:
+        case StepCompleted() | StepFailed() | AttemptFailed():
+            _attempt_ended(o, rec)
+        case StepPaused():
+            o.state = "paused"
+        case StepResumed():
+            o.state = "resumed"
+        case TimerStarted():
+            o.state = f"until {_clock(_instant(rec.fire_at))}"
+        case TimerFired():
+            o.state, o.ended_at = "fired", _instant(rec.fired_at)
+        case WaitStarted():
+            o.state = "waiting"
+        case WaitCompleted():
+            o.state, o.ended_at = "received", _instant(rec.at)
+            o.value, o.has_value = rec.value.value, True
+        case StepHeartbeat() | StreamAppended() | StepStreamAppended():
+            pass  # the stream's items are folded apart; a heartbeat changes nothing shown
+        case _:
+            _apply_other(o, rec)
+
+
+def _apply_other(o: Operation, rec: OpRecord) -> None:
+    """What record `rec` tells about operation `o`: a child's, a completion's, any other."""
+    match rec:
+        case ChildStarted():
+            started = _instant(rec.started_at)
+            o.name, o.child, o.started_at = rec.workflow, rec.workflow_id, started
+            o.state = "failed to start" if rec.error else "started"
+        case ChildClosed():
+            o.state, o.ended_at = rec.status, _instant(rec.closed_at)
+            o.value, o.has_value = rec.result.value, rec.status == Status.COMPLETED
+            o.failure = rec.failure
+        case CompletionIssued():
+            o.state, o.started_at = "issued", o.started_at or _instant(rec.issued_at)
+        case CompletionSent():
+            pass
+        case CompletionDone():
+            o.state = "done"
+            o.value, o.has_value, o.failure = rec.value.value, True, rec.failure
+        case AttributesSet():
+            o.kind, o.state = OpKind.ATTRIBUTES, "set"
+            o.name = ", ".join(f"{k}={v}" for k, v in sorted((rec.attributes or {}).items()))
+        case OpCancelled():
+            o.state = "cancelled"
+        case _:
+            o.state = o.state or rec.code.name
+
+
+def _attempt_ended(o: Operation, rec: StepCompleted | StepFailed | AttemptFailed) -> None:
     """An attempt of step `o` ended: it completed, it failed for good, or it retries."""
-    started, ended = _instant(rec.get("started_at")), _instant(rec.get("ended_at"))
-    failed_at = _instant(rec.get("failed_at"))
-    number = rec.get("attempt") or len(o.attempts) + 1
-    o.attempts.append(Attempt(number, started, ended or failed_at, rec.get("failure")))
-    o.started_at = o.started_at or started
-    o.ended_at = ended or failed_at
-    if kind == "StepCompleted":
-        o.state, o.value, o.has_value = "completed", rec.get("value"), True
-    elif kind == "StepFailed":
-        o.state, o.failure = "failed", rec.get("failure")
+    started = _instant(rec.started_at)
+    if isinstance(rec, AttemptFailed):
+        ended, number = _instant(rec.failed_at), rec.attempt or len(o.attempts) + 1
+        o.state = f"retrying at {_clock(_instant(rec.retry_at))}"
     else:
-        o.state = f"retrying at {_clock(_instant(rec.get('retry_at')))}"
+        ended, number = _instant(rec.ended_at), len(o.attempts) + 1
+    failure = None if isinstance(rec, StepCompleted) else rec.failure
+    o.attempts.append(Attempt(number, started, ended, failure))
+    o.started_at = o.started_at or started
+    o.ended_at = ended
+    if isinstance(rec, StepCompleted):
+        o.state, o.value, o.has_value = "completed", rec.value.value, True
+    elif isinstance(rec, StepFailed):
+        o.state, o.failure = "failed", rec.failure
 
 
-def _instant(text: Any) -> datetime | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        return datetime.fromisoformat(text)
-    except ValueError:
-        return None
+def _instant(at: Instant | None) -> datetime | None:
+    return None if at is None else datetime.fromtimestamp(at, UTC)
 
 
 def _clock(at: datetime | None) -> str:

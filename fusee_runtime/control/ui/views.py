@@ -185,7 +185,7 @@ def _operation_row(o: Operation, start: Any, info: RunInfo) -> str:
     if o.has_value:
         details.append(f"<details><summary>value</summary>{value(o.value)}</details>")
     reset = ""
-    if o.top and o.kind == "step" and info.status != Status.RESET:
+    if o.resettable and info.status != Status.RESET:
         reset = (
             f'<button class="small" data-action="reset" data-to="{esc(o.op)}" '
             f'data-confirm="Reset run {esc(info.id)} to operation {esc(o.op)} ({esc(o.name)})? '
@@ -211,7 +211,7 @@ def _attempt(a: Attempt) -> str:
 def _events(timeline: Timeline) -> str:
     rows = "".join(
         f"<tr><td>{esc(e.type)}</td><td>{instant(e.at)}</td><td>{esc(e.text)}</td>"
-        f"<td>{value(e.value) if e.has_value and e.type != 'RunStarted' else ''}</td></tr>"
+        f"<td>{value(e.value) if e.has_value else ''}</td></tr>"
         for e in timeline.events
     )
     return f"""<section><h2>Events</h2><table class="events"><thead><tr><th>Event</th>
