@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -243,8 +243,7 @@ class Checkpoints:
             dict(run.attributes),
             failure_of(run.status.value, run.records),
         )
-        records: list[tuple[int, Sequence[Any]]] = [(lsn, array(r)) for lsn, r in run.records]
-        self.runs.store.put(Closed(row, run.creation, records, again))
+        self.runs.store.put(Closed(row, run.creation, run.records, again))
         if not again:  # closed in this process, not one before it
             self.closed[row.status] = self.closed.get(row.status, 0) + 1
 

@@ -83,6 +83,8 @@ log = logging.getLogger("fusee")
 
 _RESOLVING = (TimerFired, WaitCompleted, OpCancelled, StepResumed, CompletionDone, ChildClosed)
 """The records that end an operation some code may wait for."""
+_REACTING = frozenset({TimerStarted, WaitStarted, SignalReceived, StepPaused, *_RESOLVING})
+"""The records `Driver.append` reacts to (timers, signals, wake-ups, a pause)."""
 
 
 class Driver:
@@ -250,6 +252,8 @@ class Driver:
         """Appends a record of `run` (not yet durable), folds it into memory and reacts."""
         lsn = self.durability.append(rec)
         op = run.apply(lsn, rec)
+        if type(rec) not in _REACTING:  # (a step's end: the most frequent record by far)
+            return lsn
         if isinstance(rec, TimerStarted) and rec.fire_at is not None:
             self.timers.add(rec.fire_at, run.run_id, rec.seq)
         elif isinstance(rec, WaitStarted) and rec.deadline is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from fusee_runtime.engine.fold import OP_RECORDS, RUN_RECORDS
 from fusee_runtime.engine.waits import utc, waiting
@@ -131,8 +131,8 @@ class Run:
     def apply(self, lsn: int, rec: Record) -> Op | None:
         """Folds one record of this run into its state; returns the op it resolved, if any."""
         cls = type(rec)
-        if isinstance(rec, StepHeartbeat):
-            self._replace_beat(rec)
+        if cls is StepHeartbeat:
+            self._replace_beat(cast(StepHeartbeat, rec))
         self.records.append((lsn, rec))
         self.last_lsn = lsn
         fold = OP_RECORDS.get(cls)

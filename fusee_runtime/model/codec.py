@@ -38,23 +38,28 @@ _PAYLOADS: dict[type[Record], tuple[int, ...]] = {
 _WIDTH: dict[type[Record], int] = {cls: len(fields(cls)) for cls in RECORDS.values()}
 
 
-def _arrayer(cls: type[Record]) -> Callable[[Any], tuple[Any, ...]]:
-    """The function that gives a record of `cls` as its array: written out per class,
-    as `dataclasses` writes `__init__`, since it runs for every record appended."""
+def _written(cls: type[Record], name: str, body: str) -> Callable[[Any], Any]:
+    """A function of a record of `cls` that returns `body` applied to its array: written
+    out per class, as `dataclasses` writes `__init__`, since it runs for every record
+    appended."""
     payloads = _PAYLOADS[cls]
     items = [
         f"Fragment(r.{f.name}.json)" if i in payloads else f"r.{f.name}"
         for i, f in enumerate(fields(cls))
     ]
-    source = f"def array(r):\n    return ({int(cls.code)}, {', '.join(items)})\n"
+    array = f"({int(cls.code)}, {', '.join(items)})"
+    source = f"def {name}(r):\n    return {body.format(array=array)}\n"
     namespace: dict[str, Any] = {}
-    exec(source, {"Fragment": orjson.Fragment}, namespace)
-    fn: Callable[[Any], tuple[Any, ...]] = namespace["array"]
+    exec(source, {"Fragment": orjson.Fragment, "dumps": orjson.dumps}, namespace)
+    fn: Callable[[Any], Any] = namespace[name]
     return fn
 
 
 _ARRAYS: dict[type[Record], Callable[[Any], tuple[Any, ...]]] = {
-    cls: _arrayer(cls) for cls in RECORDS.values()
+    cls: _written(cls, "array", "{array}") for cls in RECORDS.values()
+}
+_ENCODERS: dict[type[Record], Callable[[Any], bytes]] = {
+    cls: _written(cls, "encode", "dumps({array})") for cls in RECORDS.values()
 }
 
 
@@ -65,7 +70,7 @@ def array(record: Record) -> tuple[Any, ...]:
 
 def encode(record: Record) -> bytes:
     """The bytes of `record` in the journal."""
-    return orjson.dumps(_ARRAYS[type(record)](record))
+    return _ENCODERS[type(record)](record)
 
 
 def from_array(array: Sequence[Any]) -> Record:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, cast
 
 import orjson
+
+_UNREAD = object()
+"""A payload's value before it is first read."""
 
 
 class Payload:
@@ -18,11 +21,9 @@ class Payload:
 
     __slots__ = ("_json", "_value")
 
-    _UNREAD: ClassVar[object] = object()
-
     def __init__(self, json: bytes) -> None:
         self._json: bytes | None = json
-        self._value: Any = Payload._UNREAD
+        self._value: Any = _UNREAD
 
     @classmethod
     def of(cls, value: Any) -> Payload:
@@ -34,15 +35,17 @@ class Payload:
 
     @property
     def json(self) -> bytes:
-        if self._json is None:
-            self._json = orjson.dumps(self._value)
-        return self._json
+        json = self._json
+        if json is None:
+            json = self._json = orjson.dumps(self._value)
+        return json
 
     @property
     def value(self) -> Any:
-        if self._value is Payload._UNREAD:
-            self._value = orjson.loads(self.json)
-        return self._value
+        value = self._value
+        if value is _UNREAD:  # (then its JSON is there)
+            value = self._value = orjson.loads(cast(bytes, self._json))
+        return value
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Payload) and self.json == other.json

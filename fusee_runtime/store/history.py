@@ -41,6 +41,8 @@ from typing import Any
 import orjson
 
 from fusee_runtime.errors import HistoryDamaged
+from fusee_runtime.model.codec import array
+from fusee_runtime.model.records import Record
 from fusee_runtime.search import Condition
 from fusee_runtime.store.history_sql import COLUMNS, Dialect
 
@@ -88,10 +90,15 @@ class Closed:
 
     row: Row
     creation: dict[str, Any] | None
-    records: list[tuple[int, Sequence[Any]]]
-    """`(lsn, record)`, each record as its JSON array (`model.codec.array`)."""
+    records: Sequence[tuple[int, Record]]
+    """`(lsn, record)` of each of its records."""
     again: bool = False
     """Queued again on open: it may have been stored, then pruned, before the crash."""
+
+    def arrays(self) -> list[tuple[int, tuple[Any, ...]]]:
+        """Its records as the store keeps them, each its JSON array (`model.codec.array`):
+        made on the store's thread, not on the engine's loop."""
+        return [(lsn, array(rec)) for lsn, rec in self.records]
 
 
 @dataclass

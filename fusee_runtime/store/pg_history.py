@@ -145,7 +145,7 @@ class PgHistory(HistoryBase):
                 Jsonb(c.row.attributes),
                 _bytes(c.row.failure),
                 _bytes(c.creation),
-                orjson.dumps(c.records),
+                orjson.dumps(c.arrays()),
             )
             for c in closed
             if not (c.again and c.row.run_id in gone)

@@ -164,7 +164,7 @@ class SqliteHistory(HistoryBase):
                 orjson.dumps(c.row.attributes).decode(),
                 c.row.failure,
                 c.creation,
-                c.records,
+                c.arrays(),
             )
             for c in closed
             if not (c.again and c.row.run_id in gone)
