@@ -101,7 +101,7 @@ def attributes_of(ops: dict[str, Op], carried: dict[str, Any] | None = None) -> 
     in."""
     out: dict[str, Any] = dict(carried or {})
     for op in ops.values():
-        if isinstance(op, AttributesOp) and not op.cancelled:
+        if isinstance(op, AttributesOp) and not op.cancelled and isinstance(op.value, dict):
             merge_attributes(out, op.value)
     return out
 

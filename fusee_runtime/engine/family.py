@@ -343,7 +343,7 @@ class Family:
             if target.next_signal_id <= op.signal_id:
                 self.driver.receive(target, op.name, Payload.of(op.value), op.signal_id)
         elif isinstance(op, CancelSentOp) and target.cancel_reason is None:
-            self.driver.request_cancel(target, op.value)
+            self.driver.request_cancel(target, str(op.value))  # (its reason)
 
     def _settle_child(self, run: Run, seq: str, op: ChildOp) -> None:
         child = self._child(run, seq, op)

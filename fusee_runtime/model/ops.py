@@ -12,9 +12,11 @@ control surface.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar, TypeVar
 
+from fusee_runtime.model.json import Json, JsonObject
 from fusee_runtime.model.records import FailureJson, Instant
 
 
@@ -27,7 +29,7 @@ class Op:
     done: bool = False
     ok: bool = True
     # Its result once done; a child's input until it closes.
-    value: Any = None
+    value: Json = None
     failure: FailureJson | None = None
     cancelled: bool = False
     # Cancelled because its `ctx.all`/`ctx.race` group stopped waiting for it,
@@ -50,12 +52,12 @@ class StepOp(Op):
     # Its latest heartbeat (`current_ctx().heartbeat`): its details, which the next
     # attempt gets from `progress()`, when it came, and how many heartbeat records the
     # step has (the `number` of the latest).
-    progress: Any = None
+    progress: Json = None
     beat_at: Instant | None = None
     beats: int = 0
     # Items its function appended to streams of the run, by stream (with the position
     # of each), and the streams that are the step's own, which its end closes.
-    streamed: dict[str, list[tuple[int, Any]]] | None = None
+    streamed: dict[str, list[tuple[int, Json]]] | None = None
     owns: list[str] | None = None
 
 
@@ -209,12 +211,12 @@ Pending = TimerOp | WaitOp | StepOp | ChildOp
 completions not done), children not closed."""
 
 
-def op_to_json(op: Op) -> dict[str, Any]:
+def op_to_json(op: Op) -> JsonObject:
     """`op` as a reset run's creation keeps it (a copy): its kind and its fields."""
     return {"kind": op.kind, **asdict(op)}
 
 
-def op_from_json(data: dict[str, Any]) -> Op:
+def op_from_json(data: Mapping[str, Any]) -> Op:
     """The op `op_to_json` wrote; also one written when an op had every kind's fields
     (those not of its kind are at their defaults there, and dropped).
 

@@ -6,6 +6,8 @@ from typing import Any, cast
 
 import orjson
 
+from fusee_runtime.model.json import Json
+
 _UNREAD = object()
 """A payload's value before it is first read."""
 
@@ -23,10 +25,10 @@ class Payload:
 
     def __init__(self, json: bytes) -> None:
         self._json: bytes | None = json
-        self._value: Any = _UNREAD
+        self._value: object = _UNREAD
 
     @classmethod
-    def of(cls, value: Any) -> Payload:
+    def of(cls, value: Json) -> Payload:
         """The payload of a value in JSON's shape (decoded from a record, or made so)."""
         payload = cls.__new__(cls)
         payload._json = None
