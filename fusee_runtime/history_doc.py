@@ -240,17 +240,22 @@ def _check_creation(doc: Mapping[str, Any], creation: dict[str, Any]) -> None:
         raise _Fault(f"its creation's kind is {what_is(kind)}, not 'reset' or 'continued'")
     for name, tp in fields.items():
         _field(creation, name, tp, "its creation's")
-    if kind == "continued":
-        for name, own in (("run_id", "run_id"), ("workflow_id", "id"), ("workflow", "workflow")):
-            if creation[name] != doc[own]:
-                raise _Fault(f"its creation's {name} is not the document's {own}")
-        return
-    ops = creation["ops"]
-    for seq, op in ops.items():
-        _check_op(seq, op)
-    for seq in creation["pending"]:
-        if seq not in ops:
-            raise _Fault(f"its creation's pending operation #{seq} is not one of its ops")
+    match kind:
+        case "continued":
+            for name, own in (
+                ("run_id", "run_id"),
+                ("workflow_id", "id"),
+                ("workflow", "workflow"),
+            ):
+                if creation[name] != doc[own]:
+                    raise _Fault(f"its creation's {name} is not the document's {own}")
+        case "reset":
+            ops = creation["ops"]
+            for seq, op in ops.items():
+                _check_op(seq, op)
+            for seq in creation["pending"]:
+                if seq not in ops:
+                    raise _Fault(f"its creation's pending operation #{seq} is not one of its ops")
 
 
 def _check_op(seq: str, op: Any) -> None:

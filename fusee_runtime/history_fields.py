@@ -121,6 +121,7 @@ OP_FIELDS = {
     **{name: Instant | None for name in ("first_failed_at", "retry_at", "fire_at", "beat_at")},
     "deadline": Instant | None,
     "streamed": dict[str, list[tuple[Count, Any]]] | None,
+    **{name: Any for name in ("value", "progress")},  # (Json: any JSON value)
 }
 """The fields of an operation a reset run inherited (`op_to_json` writes its kind and its
 class's fields; an earlier version wrote every kind's fields for each)."""
