@@ -23,7 +23,6 @@ import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import fusee_runtime
 
@@ -123,7 +122,7 @@ def _anchor(name: str) -> str:
     return name.lower()
 
 
-def _entry(name: str, obj: Any) -> list[str]:
+def _entry(name: str, obj: object) -> list[str]:
     out = [f"### `{name}`", ""]
     if inspect.isclass(obj):
         out += _class(name, obj)
@@ -152,7 +151,7 @@ def _class(name: str, cls: type) -> list[str]:
     return out
 
 
-def _member(owner: str, member: str, value: Any) -> list[str]:
+def _member(owner: str, member: str, value: object) -> list[str]:
     head = f"#### `{owner}.{member}`"
     if isinstance(value, property):
         ann = _return(value.fget) if value.fget is not None else ""
@@ -162,7 +161,7 @@ def _member(owner: str, member: str, value: Any) -> list[str]:
     return [head, "", *_code(prefix + _signature(member, fn, bound=True)), *_doc(fn)]
 
 
-def _members(cls: type) -> Iterator[tuple[str, Any]]:
+def _members(cls: type) -> Iterator[tuple[str, object]]:
     """The public properties and methods `cls` itself defines, in source order."""
     fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
     for member, value in vars(cls).items():
@@ -217,7 +216,9 @@ def _attribute_docs(cls: type) -> dict[str, str]:
     return notes
 
 
-def _signature(name: str, fn: Callable[..., Any], bound: bool = False) -> str:
+def _signature(name: str, fn: object, bound: bool = False) -> str:
+    if not callable(fn):  # (as `inspect.signature` refuses it)
+        return f"{name}(...)"
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
@@ -238,7 +239,7 @@ def _call(name: str, params: list[str], returns: str = "") -> str:
     return f"{name}(\n" + "".join(f"    {p},\n" for p in params) + f"){returns}"
 
 
-def _factories(cls: type) -> dict[str, Any]:
+def _factories(cls: type) -> dict[str, Callable[[], object]]:
     """What each dataclass field with a `default_factory` defaults to."""
     if not dataclasses.is_dataclass(cls):
         return {}
@@ -249,7 +250,9 @@ def _factories(cls: type) -> dict[str, Any]:
     }
 
 
-def _params(sig: inspect.Signature, factories: dict[str, Any] | None = None) -> list[str]:
+def _params(
+    sig: inspect.Signature, factories: dict[str, Callable[[], object]] | None = None
+) -> list[str]:
     parts: list[str] = []
     star_done = False
     previous = None
@@ -277,14 +280,14 @@ def _params(sig: inspect.Signature, factories: dict[str, Any] | None = None) -> 
     return parts
 
 
-def _return(fn: Callable[..., Any]) -> str:
+def _return(fn: object) -> str:
     ann = getattr(fn, "__annotations__", {}).get("return", inspect.Signature.empty)
     if ann is inspect.Signature.empty:
         return ""
     return f" -> {_annotation(ann)}"
 
 
-def _annotation(ann: Any) -> str:
+def _annotation(ann: object) -> str:
     if isinstance(ann, str):
         return ann
     if isinstance(ann, type):
@@ -296,7 +299,7 @@ def _type_name(cls: type) -> str:
     return cls.__name__ if cls.__module__ in ("builtins", "fusee_runtime") else cls.__qualname__
 
 
-def _value(value: Any) -> str:
+def _value(value: object) -> str:
     """A default as code would write it (an enum member by name, an instance by its class)."""
     if isinstance(value, enum.Enum):
         return f"{type(value).__name__}.{value.name}"
@@ -317,7 +320,7 @@ def _is_protocol(cls: type) -> bool:
     return bool(getattr(cls, "_is_protocol", False))
 
 
-def _doc(obj: Any) -> list[str]:
+def _doc(obj: object) -> list[str]:
     doc = inspect.getdoc(obj)
     if not doc or (inspect.isclass(obj) and doc == inspect.getdoc(obj.__base__)):
         return []

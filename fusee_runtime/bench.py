@@ -16,12 +16,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from fusee_runtime.context import Ctx
 from fusee_runtime.dsl import step, workflow
 from fusee_runtime.engine.engine import Config, Engine
 from fusee_runtime.journal.storage import Storage
+from fusee_runtime.store.shared import Probe
 
 KEYS = (
     "fdatasync_us",
@@ -40,6 +41,14 @@ Where = tuple[Path, str | None]
 """Where one measurement runs: its home, and its PostgreSQL URL (None: the local journal)."""
 
 
+class Place(Protocol):
+    """Where each measurement runs (`_Local`, `bench_pg.Places`), and what the journal's
+    commit costs there (`probe`)."""
+
+    def __call__(self, name: str) -> Where: ...
+    def probe(self, count: int) -> Probe: ...
+
+
 @step(name="fusee.bench.nothing")
 async def nothing(i: int) -> int:
     return i
@@ -53,7 +62,7 @@ async def seq(ctx: Ctx, n: int) -> int:
 
 
 @workflow(name="fusee.bench.one")
-async def one(ctx: Ctx, _: Any) -> int:
+async def one(ctx: Ctx, _: object) -> int:
     return await nothing(1)
 
 
@@ -82,12 +91,12 @@ async def parent(ctx: Ctx, n: int) -> int:
 
 
 @workflow(name="fusee.bench.parked")
-async def parked(ctx: Ctx, _: Any) -> Any:
+async def parked(ctx: Ctx, _: object) -> object:
     await nothing(0)
     return await ctx.wait_for("go")
 
 
-def run(home: Path, quick: bool = False, store: str | None = None) -> dict[str, Any]:
+def run(home: Path, quick: bool = False, store: str | None = None) -> dict[str, object]:
     """Runs every measurement on the disk of `home`, or with the journal in the
     PostgreSQL database `store` (a schema of its own for each measurement, dropped
     afterwards); returns them by `KEYS`."""
@@ -122,17 +131,17 @@ class _Local:
     def __call__(self, name: str) -> tuple[Path, str | None]:
         return self.scratch / name, None
 
-    def probe(self, count: int) -> Any:
+    def probe(self, count: int) -> _Probe:
         return _Probe(self.scratch / "fdatasync.probe", count)
 
 
-async def _measure(place: Any, quick: bool) -> dict[str, Any]:
+async def _measure(place: Place, quick: bool) -> dict[str, object]:
     n = 1 if quick else 10
     # The disk's latency drifts on a shared machine: it is sampled between the
     # measurements too, and the ratios are to the median of every sample. (With
     # PostgreSQL, the probe is an INSERT of 100 bytes and its COMMIT.)
     probe = place.probe(5 * n)
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     per_step = await _seq(place("seq"), 100 * n, "fdatasync")
     probe.sample()
     out["conc_steps_per_s"] = await _concurrent(place("conc"), 100 * n, 10)
@@ -232,7 +241,7 @@ async def _fanout(where: Where, legs: int) -> int:
         return int(engine.counters()["syncs"] - before)
 
 
-async def _child_fanout(where: Where, children: int) -> dict[str, Any]:
+async def _child_fanout(where: Where, children: int) -> dict[str, float]:
     """A parent that starts `children` children at once (`ctx.start_child` in `ctx.all`),
     each one step, and gathers their results: the time from its start to its result,
     and the `fdatasync`s it took (each child is a start, a step and a close)."""
@@ -323,11 +332,11 @@ class _Warm:
         await (await engine.start("fusee.bench.one", None)).result()
         return engine
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.engine.__aexit__(*exc)
 
 
-def _engine(where: Where, durability: str = "fdatasync", warm: bool = True) -> Any:
+def _engine(where: Where, durability: str = "fdatasync", warm: bool = True) -> _Warm | Engine:
     import logging
 
     # durability="none" says loudly that it is unsafe; here that is the point.

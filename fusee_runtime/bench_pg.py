@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
-from fusee_runtime.store.shared import Scratch
+from fusee_runtime.store.shared import Probe, Scratch
 
 
 class Places:
@@ -27,7 +26,7 @@ class Places:
     def __call__(self, name: str) -> tuple[Path, str | None]:
         return self.scratch / name, self.schemas.make(name)
 
-    def probe(self, count: int) -> Any:
+    def probe(self, count: int) -> Probe:
         return self.schemas.probe(count)
 
 

@@ -37,7 +37,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 import orjson
 
@@ -47,6 +47,7 @@ from fusee_runtime.engine.engine import Config, Engine
 from fusee_runtime.journal import checkpoint as ckpt
 from fusee_runtime.journal import format as fmt
 from fusee_runtime.journal.storage import Storage
+from fusee_runtime.model.json import JsonObject
 from fusee_runtime.store.history_db import NAME as HISTORY_DB
 
 KEYS = ("config", "build", "disk", "open", "crash_open", "list")
@@ -73,7 +74,7 @@ def run(
     runs: int = RUNS,
     quick: bool = False,
     say: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Builds the homes on the disk of `home`, measures them, returns them by `KEYS`.
 
     `quick` keeps 100 open runs and opens each home once (a smoke test);
@@ -90,11 +91,11 @@ def run(
 
 def _measure(
     scratch: Path, runs: int, open_runs: int, rounds: int, say: Callable[[str], None]
-) -> dict[str, Any]:
+) -> dict[str, object]:
     config = Config()
     a, b = scratch / "a", scratch / "b"
     a_crash, b_crash = scratch / "a-crash", scratch / "b-crash"
-    out: dict[str, Any] = {
+    out: dict[str, object] = {
         "config": {
             "runs": runs,
             "open_runs": open_runs,
@@ -122,7 +123,7 @@ def _measure(
 # -- the parent: build, look at the disk, open, list --------------------------------------
 
 
-def _build(home: Path, open_runs: int, runs: int, image: Path) -> dict[str, Any]:
+def _build(home: Path, open_runs: int, runs: int, image: Path) -> JsonObject:
     """Builds `home` in a child process; copies its crash image to `image` while the
     child is idle, then has it close cleanly. Returns what the child measured."""
     child = _spawn("build", str(home), str(open_runs), str(runs), str(WAVE))
@@ -142,32 +143,55 @@ def _build(home: Path, open_runs: int, runs: int, image: Path) -> dict[str, Any]
     return built
 
 
-def _opens(a: Path, b: Path, rounds: int, crash: bool) -> dict[str, Any]:
+class _Spread(TypedDict):
+    median: float
+    all: list[float]
+
+
+class _Opened(TypedDict):
+    """What an open process replies (`_open_child`)."""
+
+    open_s: float
+    resumed_s: float
+    runs_open: int
+    records_after_checkpoint: int
+
+
+class _Opens(TypedDict):
+    open_s: _Spread
+    resumed_s: _Spread
+    runs_open: int
+    records_after_checkpoint: int
+
+
+def _opens(a: Path, b: Path, rounds: int, crash: bool) -> dict[str, object]:
     """Opens A and B alternately, each in a fresh process; their medians and ratios.
 
     The target is for homes closed cleanly. A crash image replays the journal since
     its last checkpoint (up to `Config.checkpoint_bytes` of it, however long the
     home's past), so it has none.
     """
-    times: dict[str, list[dict[str, Any]]] = {"a": [], "b": []}
+    times: dict[str, list[_Opened]] = {"a": [], "b": []}
     for _ in range(rounds):
         for name, home in (("a", a), ("b", b)):
             times[name].append(_open_once(home, crash))
-    out: dict[str, Any] = {}
+    each: dict[str, _Opens] = {}
     for name, got in times.items():
-        out[name] = {
+        each[name] = {
             "open_s": _spread([t["open_s"] for t in got]),
             "resumed_s": _spread([t["resumed_s"] for t in got]),
             "runs_open": got[-1]["runs_open"],
             "records_after_checkpoint": got[-1]["records_after_checkpoint"],
         }
-    for key in ("open_s", "resumed_s"):
-        out[f"ratio_{key}"] = round(out["a"][key]["median"] / out["b"][key]["median"], 2)
+    out: dict[str, object] = dict(each)
+    a_s, b_s = each["a"], each["b"]
+    out["ratio_open_s"] = round(a_s["open_s"]["median"] / b_s["open_s"]["median"], 2)
+    out["ratio_resumed_s"] = round(a_s["resumed_s"]["median"] / b_s["resumed_s"]["median"], 2)
     out["target_ratio"] = None if crash else TARGET_RATIO
     return out
 
 
-def _open_once(home: Path, crash: bool) -> dict[str, Any]:
+def _open_once(home: Path, crash: bool) -> _Opened:
     child = _spawn("open", str(home), "crash" if crash else "clean")
     try:
         got = _reply(child)
@@ -178,10 +202,10 @@ def _open_once(home: Path, crash: bool) -> dict[str, Any]:
             child.wait()
     if code != (-signal.SIGKILL if crash else 0):
         raise RuntimeError(f"the bench's open process exited with {code}")
-    return got
+    return cast(_Opened, got)  # (what `_open_child` replies)
 
 
-def _disk(home: Path) -> dict[str, Any]:
+def _disk(home: Path) -> dict[str, object]:
     """A's journal directory against `JOURNAL_SLACK_BYTES` plus its open runs' records
     (the frames their records take, as the newest checkpoint holds them)."""
     journal = home / "journal"
@@ -214,7 +238,7 @@ def _journal_bytes(home: Path) -> int:
     return sum(p.stat().st_size for p in (home / "journal").iterdir() if p.is_file())
 
 
-WHERE: dict[str, dict[str, Any]] = {
+WHERE: dict[str, dict[str, object]] = {
     "customer": {"customer": "c-7"},
     "customer_and_cents": {"customer": "c-7", "cents": (">", 5000)},
     "cents_range": {"cents": [(">=", 9900), ("<", 9950)]},
@@ -223,7 +247,7 @@ WHERE: dict[str, dict[str, Any]] = {
 customer over an amount, and a range on amounts that holds 1,000 runs."""
 
 
-async def _list(home: Path) -> dict[str, Any]:
+async def _list(home: Path) -> dict[str, object]:
     """`list --status completed` on A, from this process (opened passively, as `fusee
     list` opens a home with no owner), and the history store's plan for it; then each
     `list(where=)` of `WHERE`."""
@@ -255,7 +279,7 @@ async def _list(home: Path) -> dict[str, Any]:
     }
 
 
-async def _where(engine: Engine, where: dict[str, Any]) -> dict[str, Any]:
+async def _where(engine: Engine, where: dict[str, object]) -> dict[str, object]:
     tries = []
     for _ in range(LIST_TRIES):
         t = time.perf_counter()
@@ -272,7 +296,7 @@ async def _where(engine: Engine, where: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _cli_list(home: Path) -> dict[str, Any]:
+def _cli_list(home: Path) -> dict[str, object]:
     """One whole `fusee list --status completed --limit 100 --json` process on A."""
     fusee = shutil.which("fusee") or str(Path(sys.executable).with_name("fusee"))
     command = [fusee, "list", "--status", "completed", "--limit", str(LIST_LIMIT), "--json"]
@@ -302,16 +326,16 @@ def _spawn(*args: str) -> subprocess.Popen[str]:
     )
 
 
-def _reply(child: subprocess.Popen[str]) -> dict[str, Any]:
+def _reply(child: subprocess.Popen[str]) -> JsonObject:
     assert child.stdout is not None
     line = child.stdout.readline()
     if not line:
         raise RuntimeError(f"the bench's child process ended ({child.wait()}) without a reply")
-    reply: dict[str, Any] = orjson.loads(line)
+    reply: JsonObject = orjson.loads(line)
     return reply
 
 
-def _spread(values: list[float]) -> dict[str, Any]:
+def _spread(values: list[float]) -> _Spread:
     return {
         "median": round(statistics.median(values), 4),
         "all": [round(v, 4) for v in values],
@@ -397,7 +421,7 @@ async def _open_child(home: Path, crash: bool) -> None:
     await engine.close()
 
 
-def _reply_line(value: dict[str, Any]) -> None:
+def _reply_line(value: dict[str, object]) -> None:
     sys.stdout.write(orjson.dumps(value).decode() + "\n")
     sys.stdout.flush()
 

@@ -57,7 +57,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TypeGuard, cast
 
 import orjson
 
@@ -79,6 +79,7 @@ from fusee_runtime.history_fields import (
 from fusee_runtime.journal.records import CLOSES, FIELDS, NOT_OF_A_RUN, R
 from fusee_runtime.model import codec
 from fusee_runtime.model.codec import RECORDS
+from fusee_runtime.model.json import Json, JsonObject
 from fusee_runtime.model.op_records import OfOp, RaceWon
 from fusee_runtime.model.records import (
     CancelRequested,
@@ -132,6 +133,11 @@ _CODES = frozenset(int(r) for r in R)
 _OPEN = frozenset(str(s) for s in Status if s.is_open)
 
 
+_OnceOf = str | int | None
+"""What a record is once for: an operation (its seq), an update, a signal (its id), the
+run's cancel (None)."""
+
+
 class _Fault(Exception):
     """What is wrong with a document, without where the document came from."""
 
@@ -139,7 +145,7 @@ class _Fault(Exception):
 # -- reading ------------------------------------------------------------------------
 
 
-def read_history(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:
+def read_history(source: str | Path | Mapping[str, object]) -> JsonObject:
     """A history document from a file (or as read already), checked whole by
     `check_history`.
 
@@ -185,7 +191,7 @@ def _size(n: int) -> str:
     return f"{n >> 20} MiB" if n % (1 << 20) == 0 else f"{n} bytes"
 
 
-def check_history(doc: Any, path: str | None = None) -> dict[str, Any]:
+def check_history(doc: object, path: str | None = None) -> JsonObject:
     """`doc` as a dict if it is a history document this fusee replays (the rules are
     the module's), else `HistoryInvalid` naming `path` (the file it came from).
 
@@ -216,11 +222,14 @@ def check_history(doc: Any, path: str | None = None) -> dict[str, Any]:
 # -- the rules ----------------------------------------------------------------------
 
 
-def _check(doc: Mapping[str, Any]) -> None:
+def _check(doc: Mapping[str, object]) -> None:
     fields = (("id", str), ("run_id", RunId), ("workflow", str), ("status", StatusName))
-    for name, tp in (*fields, ("creation", dict[str, Any] | None), ("records", list[Any])):
+    for name, tp in (*fields, ("creation", dict[str, Json] | None), ("records", list[Json])):
         _field(doc, name, tp, "its")
-    status, creation, records = doc["status"], doc["creation"], doc["records"]
+    # (Of the types `_field` checked.)
+    status = doc["status"]
+    creation = cast("JsonObject | None", doc["creation"])
+    records = cast("list[Json]", doc["records"])
     if creation is not None:
         _check_creation(doc, creation)
     continued = creation is not None and creation["kind"] == "continued"
@@ -233,7 +242,7 @@ def _check(doc: Mapping[str, Any]) -> None:
         raise _Fault(f"its status is {status!r}, but its {closed.name} closes the run")
 
 
-def _check_creation(doc: Mapping[str, Any], creation: dict[str, Any]) -> None:
+def _check_creation(doc: Mapping[str, object], creation: JsonObject) -> None:
     kind = creation.get("kind")
     fields = CREATIONS.get(kind) if isinstance(kind, str) else None
     if fields is None:
@@ -242,23 +251,21 @@ def _check_creation(doc: Mapping[str, Any], creation: dict[str, Any]) -> None:
         _field(creation, name, tp, "its creation's")
     match kind:
         case "continued":
-            for name, own in (
-                ("run_id", "run_id"),
-                ("workflow_id", "id"),
-                ("workflow", "workflow"),
-            ):
+            named = (("run_id", "run_id"), ("workflow_id", "id"), ("workflow", "workflow"))
+            for name, own in named:
                 if creation[name] != doc[own]:
                     raise _Fault(f"its creation's {name} is not the document's {own}")
         case "reset":
-            ops = creation["ops"]
+            # (Of the types `_field` checked: `CREATIONS["reset"]`.)
+            ops = cast("JsonObject", creation["ops"])
             for seq, op in ops.items():
                 _check_op(seq, op)
-            for seq in creation["pending"]:
+            for seq in cast("list[str]", creation["pending"]):
                 if seq not in ops:
                     raise _Fault(f"its creation's pending operation #{seq} is not one of its ops")
 
 
-def _check_op(seq: str, op: Any) -> None:
+def _check_op(seq: str, op: Json) -> None:
     where = f"its creation's operation #{seq}"
     if not isinstance(op, dict):
         raise _Fault(f"{where} is {what_is(op)}, not an object")
@@ -273,23 +280,23 @@ def _check_op(seq: str, op: Any) -> None:
             raise _Fault(mismatch(f"{where}'s {name}", value, OP_FIELDS[name]))
 
 
-def _check_records(doc: Mapping[str, Any], records: list[Any], continued: bool) -> R | None:
+def _check_records(doc: Mapping[str, object], records: list[Json], continued: bool) -> R | None:
     """Checks every record in order; returns the type of the record that closes the run."""
     run_id = doc["run_id"]
     last_lsn = -1
     closed: tuple[int, R] | None = None
-    once: dict[tuple[str, Any], int] = {}
+    once: dict[tuple[str, _OnceOf], int] = {}
     cancel = False
     for n, record in enumerate(records, 1):
         if not (isinstance(record, list | tuple) and len(record) == 2):
             raise _Fault(f"record {n} is {what_is(record)}, not [lsn, [type, run_id, ...]]")
         lsn, array = record
-        if not conforms(lsn, Count):
+        if not _is_count(lsn):
             raise _Fault(mismatch(f"record {n}'s lsn", lsn, Count))
         if lsn <= last_lsn:
             raise _Fault(f"record {n}'s lsn {lsn} does not follow the lsn before it ({last_lsn})")
         last_lsn = lsn
-        kind = _kind(n, lsn, array)
+        kind, array = _kind(n, lsn, array)
         at = f"record {n} (lsn {lsn}, {kind.name})"
         for name, tp, value in zip(FIELDS[kind], FIELD_TYPES[kind], array[1:], strict=True):
             if not conforms(value, tp):
@@ -313,7 +320,7 @@ def _check_records(doc: Mapping[str, Any], records: list[Any], continued: bool) 
     return closed[1] if closed is not None else None
 
 
-def _kind(n: int, lsn: int, array: Any) -> R:
+def _kind(n: int, lsn: int, array: Json) -> tuple[R, list[Json]]:
     if not (isinstance(array, list | tuple) and array):
         raise _Fault(f"record {n} (lsn {lsn}) is {what_is(array)}, not [type, run_id, ...]")
     code = array[0]
@@ -327,10 +334,10 @@ def _kind(n: int, lsn: int, array: Any) -> R:
             f"record {n} (lsn {lsn}, {kind.name}) has {len(array) - 1} fields, "
             f"not {len(FIELDS[kind])}"
         )
-    return kind
+    return kind, array
 
 
-def _check_start(at: str, n: int, rec: OfRun, doc: Mapping[str, Any], continued: bool) -> None:
+def _check_start(at: str, n: int, rec: OfRun, doc: Mapping[str, object], continued: bool) -> None:
     """The run's first record is its `RunStarted` (a continued run has none), and it
     names the document's id and workflow."""
     if not isinstance(rec, RunStarted):
@@ -348,10 +355,11 @@ def _check_start(at: str, n: int, rec: OfRun, doc: Mapping[str, Any], continued:
         raise _Fault(f"{at} is of workflow {quoted(rec.workflow)}, not {quoted(doc['workflow'])}")
 
 
-def _check_once(seen: dict[tuple[str, Any], int], n: int, at: str, rec: OfRun) -> None:
+def _check_once(seen: dict[tuple[str, _OnceOf], int], n: int, at: str, rec: OfRun) -> None:
     """What the engine records once (`STARTS`, `ENDS`, a race's winner, `ONCE`) is
     there once; `seen`: where each was, by what it is of."""
     kind = rec.code
+    key: tuple[str, _OnceOf]
     if isinstance(rec, OfOp) and kind in STARTS:
         key, what = ("started", rec.seq), f"operation #{rec.seq} started"
     elif isinstance(rec, OfOp) and kind in ENDS:
@@ -368,14 +376,18 @@ def _check_once(seen: dict[tuple[str, Any], int], n: int, at: str, rec: OfRun) -
         raise _Fault(f"{at}: {what} at record {first} already")
 
 
-def _once_of(rec: UpdateAccepted | UpdateApplied | SignalReceived | CancelRequested) -> Any:
+def _once_of(rec: UpdateAccepted | UpdateApplied | SignalReceived | CancelRequested) -> _OnceOf:
     """What a record of `ONCE` is once for: its update, its signal (none: the run's cancel)."""
     if isinstance(rec, SignalReceived):
         return rec.signal_id
     return None if isinstance(rec, CancelRequested) else rec.update_id
 
 
-def _field(doc: Mapping[str, Any], name: str, tp: Any, whose: str) -> None:
+def _is_count(value: object) -> TypeGuard[int]:
+    return conforms(value, Count)
+
+
+def _field(doc: Mapping[str, object], name: str, tp: object, whose: str) -> None:
     if name not in doc:
         raise _Fault(f"{whose} {name} is missing")
     if not conforms(doc[name], tp):

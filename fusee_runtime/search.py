@@ -36,7 +36,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeGuard, cast
 
 from fusee_runtime.errors import Rejected
 
@@ -45,8 +45,10 @@ RANGES = frozenset(("<", "<=", ">", ">="))
 CONDITIONS_MAX = 20
 """The most conditions one `where` holds."""
 
-Condition = tuple[str, str, "int | float | str | bool"]
-"""(key, operator, value), the value as the store holds it (a datetime as its text)."""
+Value = int | float | str | bool
+"""A search attribute's value as the store holds it (a datetime as its text)."""
+Condition = tuple[str, str, Value]
+"""(key, operator, value)."""
 
 EXPRESSION_CHARS_MAX = 8192
 """The longest `KEY OP VALUE` expression `parse` reads: room for the longest name
@@ -56,7 +58,7 @@ _INT = re.compile(r"^[-+]?\d{1,19}$")
 _FLOAT = re.compile(r"^[-+]?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?$")
 
 
-def conditions(where: Mapping[str, Any] | None) -> list[Condition]:
+def conditions(where: Mapping[str, object] | None) -> list[Condition]:
     """`where` (see the module) as conditions, or `Rejected` naming what is wrong."""
     if where is None:
         return []
@@ -81,7 +83,7 @@ def conditions(where: Mapping[str, Any] | None) -> list[Condition]:
                         f"where: {key!r} takes a value, an (operator, value) pair or a list "
                         f"of pairs; operators: {' '.join(OPERATORS)}; not {pair!r:.80}"
                     )
-                out.append(_condition(key, pair[0], pair[1]))
+                out.append(_condition(key, cast(str, pair[0]), pair[1]))  # (an operator)
         else:
             out.append(_condition(key, "=", wanted))
     if len(out) > CONDITIONS_MAX:
@@ -89,11 +91,12 @@ def conditions(where: Mapping[str, Any] | None) -> list[Condition]:
     return out
 
 
-def _is_pair(value: Any) -> bool:
+def _is_pair(value: object) -> TypeGuard[tuple[object, ...] | list[object]]:
+    """Whether `value` is an (operator, value) pair."""
     return isinstance(value, tuple | list) and len(value) == 2 and value[0] in OPERATORS
 
 
-def _condition(key: str, op: str, value: Any) -> Condition:
+def _condition(key: str, op: str, value: object) -> Condition:
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise Rejected(f"where: {key!r}: the datetime must be timezone-aware")
@@ -110,14 +113,14 @@ def _condition(key: str, op: str, value: Any) -> Condition:
     return key, op, value
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     return "true" if value is True else "false" if value is False else repr(value)
 
 
 # -- runs in memory -------------------------------------------------------------------
 
 
-def matches(attributes: Mapping[str, Any], where: Iterable[Condition]) -> bool:
+def matches(attributes: Mapping[str, object], where: Iterable[Condition]) -> bool:
     """Whether `attributes` meet every condition of `where`."""
     for key, op, wanted in where:
         if key not in attributes:
@@ -137,11 +140,12 @@ def matches(attributes: Mapping[str, Any], where: Iterable[Condition]) -> bool:
     return True
 
 
-def _kind(value: Any) -> int:
+def _kind(value: object) -> int:
     return 2 if isinstance(value, bool) else 1 if isinstance(value, str) else 0
 
 
-def _compare(value: Any, op: str, wanted: Any) -> bool:
+def _compare(value: Any, op: str, wanted: Value) -> bool:
+    # (`value` is of `wanted`'s kind, as `matches` checked: no type here can say so.)
     if op == "<":
         return bool(value < wanted)
     if op == "<=":
@@ -173,7 +177,7 @@ FROM runs, json_each(runs.attributes) AS a
 """Fills the attributes table from the runs' `attributes` column (a WHERE clause follows)."""
 
 
-def sql(where: Sequence[Condition]) -> tuple[list[str], list[Any]]:
+def sql(where: Sequence[Condition]) -> tuple[list[str], list[object]]:
     """Filters on `runs` for the conditions, and their arguments, in order.
 
     One condition (the first equality, else the first) finds the runs through the
@@ -184,7 +188,7 @@ def sql(where: Sequence[Condition]) -> tuple[list[str], list[Any]]:
     """
     first = next((n for n, c in enumerate(where) if c[1] == "="), 0)
     clauses: list[str] = []
-    args: list[Any] = []
+    args: list[object] = []
     for n, (key, op, wanted) in enumerate(where):
         if n == first:
             test, bound = _test("value", op, wanted)
@@ -200,7 +204,7 @@ def sql(where: Sequence[Condition]) -> tuple[list[str], list[Any]]:
     return clauses, args
 
 
-def _test(column: str, op: str, wanted: Any) -> tuple[str, Any]:
+def _test(column: str, op: str, wanted: Value) -> tuple[str, Value | bytes]:
     """The test of `column` for one condition, and the value to bind."""
     if isinstance(wanted, bool):
         return f"{column} {op} ?", b"\x01" if wanted else b"\x00"
@@ -217,13 +221,13 @@ def _test(column: str, op: str, wanted: Any) -> tuple[str, Any]:
 # -- the command line's form ----------------------------------------------------------
 
 
-def parse(expressions: Iterable[str]) -> dict[str, Any]:
+def parse(expressions: Iterable[str]) -> dict[str, list[tuple[str, Value]]]:
     """`KEY OP VALUE` expressions (see the module) as a `where` mapping, or `Rejected`
     naming the first that is not one."""
     texts = list(expressions)
     if len(texts) > CONDITIONS_MAX:
         raise Rejected(f"where holds at most {CONDITIONS_MAX} conditions, not {len(texts)}")
-    out: dict[str, Any] = {}
+    out: dict[str, list[tuple[str, Value]]] = {}
     for text in texts:
         if len(text) > EXPRESSION_CHARS_MAX:
             raise Rejected(
@@ -265,7 +269,7 @@ def _split(text: str) -> tuple[str, str, str] | None:
     return text[start:at].rstrip(), op, text[at + len(op) :].strip()
 
 
-def _value(key: str, raw: str) -> Any:
+def _value(key: str, raw: str) -> Value | datetime:
     if raw in ("true", "false"):
         return raw == "true"
     if _INT.match(raw):

@@ -40,6 +40,9 @@ from fusee_runtime.errors import Rejected
 from fusee_runtime.model.run import Status
 
 if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Span, SpanContext, TracerProvider
+
     from fusee_runtime.engine.state import Run
     from fusee_runtime.errors import Failure
 
@@ -50,7 +53,7 @@ TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 """A W3C traceparent of version 00, as fusee records it (lower-case hex)."""
 
 
-def check_traceparent(value: Any) -> str:
+def check_traceparent(value: object) -> str:
     """`value` if it is a W3C traceparent (`00-<trace id>-<span id>-<flags>`), else
     `Rejected` saying what one looks like."""
     match = TRACEPARENT.fullmatch(value) if isinstance(value, str) else None
@@ -59,7 +62,7 @@ def check_traceparent(value: Any) -> str:
             f"a traceparent is '00-<32 hex trace id>-<16 hex span id>-<2 hex flags>' "
             f"(W3C Trace Context, ids not all zero), not {value!r:.80}"
         )
-    return value
+    return match.string  # (`value`)
 
 
 def traceparent_of(run: Run) -> str | None:
@@ -68,7 +71,7 @@ def traceparent_of(run: Run) -> str | None:
     return origin.get("traceparent") if origin else None
 
 
-def open_tracing(setting: bool | None, provider: Any = None) -> Tracing | None:
+def open_tracing(setting: bool | None, provider: TracerProvider | None = None) -> Tracing | None:
     """The engine's tracing under `Config.tracing` and `Config.tracer_provider`, or
     None (not tracing)."""
     if setting is False:
@@ -90,12 +93,12 @@ def open_tracing(setting: bool | None, provider: Any = None) -> Tracing | None:
 class Tracing:
     """Spans of runs and step attempts, to the app's tracer provider."""
 
-    def __init__(self, provider: Any = None) -> None:
+    def __init__(self, provider: TracerProvider | None = None) -> None:
         from opentelemetry import trace
 
         self.trace = trace
         self.tracer = trace.get_tracer("fusee", tracer_provider=provider)
-        self.spans: dict[str, Any] = {}
+        self.spans: dict[str, Span] = {}
         """The `fusee.run` span of the newest execution of each run whose code runs here
         now, by run id (an execution still stopping may overlap the next one)."""
 
@@ -113,7 +116,7 @@ class Tracing:
             context = root.get_span_context()
         return _format(context) if context.is_valid else None
 
-    def run_started(self, run: Run) -> Any:
+    def run_started(self, run: Run) -> Span:
         """The run's code runs here (again): its `fusee.run` span begins (returned)."""
         span = self.spans[run.run_id] = self.tracer.start_span(
             f"fusee.run {run.workflow}",
@@ -126,7 +129,7 @@ class Tracing:
         )
         return span
 
-    def run_stopped(self, run: Run, span: Any, parked: bool) -> None:
+    def run_stopped(self, run: Run, span: Span, parked: bool) -> None:
         """Ends the span of an execution that stopped: it parked (`parked`), or it ended
         otherwise (the run closed, stuck, or the engine stops).
 
@@ -151,7 +154,7 @@ class Tracing:
                 span.set_attribute("fusee.error_kind", failure.kind)
         span.end()
 
-    def attempt(self, run: Run, seq: str, name: str, attempt: int) -> Any:
+    def attempt(self, run: Run, seq: str, name: str, attempt: int) -> Span:
         """A step attempt's span, begun now under the run's."""
         parent = self.spans.get(run.run_id)
         context = self.trace.set_span_in_context(parent) if parent else self._context(run)
@@ -170,7 +173,8 @@ class Tracing:
 
     def attempt_ended(self, span: Any, outcome: bytes | Failure | None) -> None:
         """Ends an attempt's span: its encoded result, its `Failure` (an error), or None
-        (cut off: cancelled, or the engine stopped)."""
+        (cut off: cancelled, or the engine stopped). (`span`: what `attempt` returned, a
+        `Span`; its caller holds it as `Span | None` beside a `Tracing | None`.)"""
         if not isinstance(outcome, bytes):
             why = str(outcome) if outcome is not None else "the attempt was cut off"
             span.set_status(self.trace.Status(self.trace.StatusCode.ERROR, why))
@@ -178,7 +182,7 @@ class Tracing:
                 span.set_attribute("fusee.error_kind", outcome.kind)
         span.end()
 
-    def _context(self, run: Run) -> Any:
+    def _context(self, run: Run) -> Context | None:
         """An OpenTelemetry context whose parent is the traceparent `run` recorded; for a
         run that recorded none (started untraced, or by an older fusee), one made of its
         run id, so its executions still share a trace."""
@@ -202,5 +206,5 @@ def _of_run_id(run_id: str) -> str | None:
     return made if TRACEPARENT.fullmatch(made) and int(run_id[:16], 16) else None
 
 
-def _format(context: Any) -> str:
+def _format(context: SpanContext) -> str:
     return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"

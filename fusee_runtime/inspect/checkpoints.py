@@ -3,15 +3,39 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
-from fusee_runtime.inspect.reading import Changed, HomeUnreadable, ReadOnly
+from fusee_runtime.inspect.reading import Changed, Damage, HomeUnreadable, ReadOnly
 from fusee_runtime.journal import checkpoint as ckpt
 from fusee_runtime.model import codec
 from fusee_runtime.model.records import CLOSES, OfRun, RunStarted
 
 
-def inspect_checkpoints(directory: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+class Entry(TypedDict):
+    """A checkpoint file, as `fusee check --json` lists it (see `inspect_checkpoints`)."""
+
+    file: str
+    lsn: int
+    bytes: int
+    records: int | None
+    runs: int | None
+    runs_open: int | None
+    used: bool
+    damage: str | None
+
+
+class Base(TypedDict):
+    """The checkpoint opening starts from: its file, lsn, runs (run id: closed; None:
+    this version cannot make sense of them) and where it says the journal continues
+    (`at`: `[segment name, offset]` as the engine writes it, or None; read unchecked)."""
+
+    file: str
+    lsn: int
+    runs: dict[str, bool] | None
+    at: Any
+
+
+def inspect_checkpoints(directory: Path) -> tuple[Base | None, list[Entry]]:
     """(the checkpoint opening starts from, every checkpoint file newest first).
 
     Each entry has its file, lsn, bytes, the records and runs it holds, `used`
@@ -24,13 +48,19 @@ def inspect_checkpoints(directory: Path) -> tuple[dict[str, Any] | None, list[di
         Changed: a checkpoint vanished while it was read.
     """
     storage = ReadOnly({})
-    out: list[dict[str, Any]] = []
-    base = None
+    out: list[Entry] = []
+    base: Base | None = None
     for lsn, path in ckpt.listed(directory):
-        entry: dict[str, Any] = {
+        try:
+            raw = storage.read(path)
+        except FileNotFoundError:
+            raise Changed(str(path)) from None
+        except OSError as e:
+            raise HomeUnreadable(f"cannot read the checkpoint {path}: {e}") from None
+        entry: Entry = {
             "file": str(path),
             "lsn": lsn,
-            "bytes": None,
+            "bytes": len(raw),
             "records": None,
             "runs": None,
             "runs_open": None,
@@ -38,13 +68,6 @@ def inspect_checkpoints(directory: Path) -> tuple[dict[str, Any] | None, list[di
             "damage": None,
         }
         out.append(entry)
-        try:
-            raw = storage.read(path)
-        except FileNotFoundError:
-            raise Changed(str(path)) from None
-        except OSError as e:
-            raise HomeUnreadable(f"cannot read the checkpoint {path}: {e}") from None
-        entry["bytes"] = len(raw)
         try:
             got = ckpt.decode(path, raw)
         except ckpt.CheckpointDamaged as e:
@@ -57,7 +80,7 @@ def inspect_checkpoints(directory: Path) -> tuple[dict[str, Any] | None, list[di
             entry["damage"] = f"it reads whole but this version cannot make sense of it ({e!r})"
         else:
             open_runs = sum(not c for c in runs.values())
-            entry.update(records=records, runs=len(runs), runs_open=open_runs)
+            entry.update({"records": records, "runs": len(runs), "runs_open": open_runs})
         if base is None:
             # Opening starts from the newest that reads whole, and refuses the home
             # if that one then makes no sense: it does not fall back past it.
@@ -67,7 +90,8 @@ def inspect_checkpoints(directory: Path) -> tuple[dict[str, Any] | None, list[di
 
 
 def _checkpoint_runs(body: dict[str, Any]) -> tuple[int, dict[str, bool]]:
-    """(records, {run id: closed}) of a checkpoint's body.
+    """(records, {run id: closed}) of a checkpoint's body (read as it is: what does not
+    make sense raises, and the caller says so).
 
     A run made by `continue_as_new` names itself in how it was created; any
     other begins with its `RunStarted`. A record may be in two runs' lists
@@ -94,10 +118,10 @@ def _checkpoint_runs(body: dict[str, Any]) -> tuple[int, dict[str, bool]]:
     return len(lsns), runs
 
 
-def checkpoint_damages(checkpoints: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def checkpoint_damages(checkpoints: list[Entry]) -> list[Damage]:
     """Each damaged checkpoint as damage, saying what opening does about it."""
     used = next((c for c in checkpoints if c["used"]), None)
-    out = []
+    out: list[Damage] = []
     for c in checkpoints:
         if c["damage"] is None:
             continue

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import stat
 from pathlib import Path
-from typing import Any
 
 from fusee_runtime.completions import SECRET_BYTES, SECRET_NAME
 from fusee_runtime.control.protocol import SOCKET_NAME
 from fusee_runtime.engine.home import LOCK_NAME
-from fusee_runtime.inspect.reading import HomeUnreadable
+from fusee_runtime.inspect.reading import Damage, HomeUnreadable
 
 BREAKS = {
     LOCK_NAME: "no process can take the home (opening it fails) until it is removed",
@@ -33,13 +32,13 @@ BREAKS = {
 """What each file, damaged, breaks."""
 
 
-def entry_damages(home: Path) -> list[dict[str, Any]]:
+def entry_damages(home: Path) -> list[Damage]:
     """Damage of `LOCK`, `secret` and `control.sock` (none when each is absent or sound).
 
     Raises:
         HomeUnreadable: one of them cannot be looked at.
     """
-    out = []
+    out: list[Damage] = []
     for name, breaks in BREAKS.items():
         path = home / name
         try:

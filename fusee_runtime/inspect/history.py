@@ -17,9 +17,9 @@ import re
 import sqlite3
 import stat
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
-from fusee_runtime.inspect.reading import Changed, HomeUnreadable
+from fusee_runtime.inspect.reading import Changed, Damage, HomeUnreadable
 
 QUICK_CHECK_ERRORS_MAX = 20
 """Problems SQLite's quick_check lists before it stops."""
@@ -28,7 +28,29 @@ IDS_PER_QUERY = 500
 """Run ids per `IN (...)` query (SQLite allows 32,766 parameters; a few hundred is plenty)."""
 
 
-def inspect_history(path: Path, closed: set[str]) -> dict[str, Any] | None:
+class _Rows(TypedDict):
+    quick_check: list[str]
+    runs: int
+    statuses: dict[str, int]
+    also_in_journal: int
+
+
+class Report(TypedDict):
+    """The history store's part of the report, as `fusee check --json` gives it: its
+    rows by status (None: not read), quick_check's findings, why it was not read, and
+    its damage."""
+
+    file: str
+    bytes: int
+    runs: int | None
+    statuses: dict[str, int] | None
+    also_in_journal: int
+    quick_check: list[str] | None
+    unread: str | None
+    damage: Damage | None
+
+
+def inspect_history(path: Path, closed: set[str]) -> Report | None:
     """The history store's part of the report (None: the home has none yet).
 
     `closed` are the closed runs the checkpoint and the journal still hold;
@@ -50,7 +72,7 @@ def inspect_history(path: Path, closed: set[str]) -> dict[str, Any] | None:
         raise Changed(str(wal)) from None
     except OSError as e:
         raise HomeUnreadable(f"cannot read the history store {path}: {e}") from None
-    report: dict[str, Any] = {
+    report: Report = {
         "file": str(path),
         "bytes": size,
         "runs": None,
@@ -75,13 +97,16 @@ def inspect_history(path: Path, closed: set[str]) -> dict[str, Any] | None:
         return _history_failed(report, path, e)
     finally:
         db.close()
-    report.update(rows)
+    report["quick_check"] = rows["quick_check"]
+    report["runs"] = rows["runs"]
+    report["statuses"] = rows["statuses"]
+    report["also_in_journal"] = rows["also_in_journal"]
     if rows["quick_check"] != ["ok"]:
         report["damage"] = _quick_check_damage(path, page_bytes, rows["quick_check"])
     return report
 
 
-def _not_a_file(path: Path, mode: int) -> dict[str, Any]:
+def _not_a_file(path: Path, mode: int) -> Damage:
     """The damage of something else than a file where the store goes (a directory, say):
     opening the home goes on without a store, and reads of closed runs fail."""
     what = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
@@ -92,7 +117,7 @@ def _not_a_file(path: Path, mode: int) -> dict[str, Any]:
     return {"kind": "history", "file": str(path), "offset": None, "reason": reason}
 
 
-def _history_rows(db: sqlite3.Connection, closed: set[str]) -> tuple[dict[str, Any], int]:
+def _history_rows(db: sqlite3.Connection, closed: set[str]) -> tuple[_Rows, int]:
     """quick_check's findings, the rows by status and how many of `closed` are rows;
     and the store's page size."""
     problems = [r[0] for r in db.execute(f"PRAGMA quick_check({QUICK_CHECK_ERRORS_MAX})")]
@@ -109,7 +134,7 @@ def _history_rows(db: sqlite3.Connection, closed: set[str]) -> tuple[dict[str, A
             marks = ", ".join("?" * len(chunk))
             sql = f"SELECT count(*) FROM runs WHERE run_id IN ({marks})"
             also += db.execute(sql, chunk).fetchone()[0]
-    rows = {
+    rows: _Rows = {
         "quick_check": problems,
         "runs": sum(statuses.values()),
         "statuses": statuses,
@@ -118,7 +143,7 @@ def _history_rows(db: sqlite3.Connection, closed: set[str]) -> tuple[dict[str, A
     return rows, page_bytes
 
 
-def _history_failed(report: dict[str, Any], path: Path, e: sqlite3.Error) -> dict[str, Any]:
+def _history_failed(report: Report, path: Path, e: sqlite3.Error) -> Report:
     """The report of a store SQLite refuses: damage when it says so, else unread."""
     code = getattr(e, "sqlite_errorcode", None)
     if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
@@ -139,7 +164,7 @@ def _history_failed(report: dict[str, Any], path: Path, e: sqlite3.Error) -> dic
     return report
 
 
-def _quick_check_damage(path: Path, page_bytes: int, problems: list[str]) -> dict[str, Any]:
+def _quick_check_damage(path: Path, page_bytes: int, problems: list[str]) -> Damage:
     """The damage quick_check found: its first finding, at the page it names if it names one."""
     first = " ".join(problems[0].split())
     m = re.search(r"\bpage (\d+)", first, re.IGNORECASE)

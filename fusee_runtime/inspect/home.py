@@ -82,7 +82,7 @@ def inspect_home(home: Path) -> dict[str, Any]:
         refuse_planted(home)
     except HomeUnsafe as e:
         raise HomeUnreadable(f"cannot inspect {e}") from None
-    seen: Any = None
+    seen: tuple[object, object] | None = None
     for looks in range(1, SCANS_MAX + 1):
         try:
             report = _look(home)

@@ -13,16 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from fusee_runtime.errors import JournalCorrupt
-from fusee_runtime.inspect.reading import Changed, HomeUnreadable, ReadOnly
+from fusee_runtime.inspect.checkpoints import Base
+from fusee_runtime.inspect.reading import Changed, Damage, HomeUnreadable, ReadOnly
 from fusee_runtime.journal import format as fmt
 from fusee_runtime.journal.reader import Scan, ends_before, first_lsns, recover, starts_past
 from fusee_runtime.model import codec
 from fusee_runtime.model.records import CLOSES, OfRun, R, RunContinuedAsNew, RunStarted
 
 
-def inspect_journal(
-    directory: Path, data: dict[Path, bytes], base: dict[str, Any] | None
-) -> dict[str, Any]:
+def inspect_journal(directory: Path, data: dict[Path, bytes], base: Base | None) -> dict[str, Any]:
     """The journal's part of the report, plus `runs` (run id: closed, as opening would
     rebuild them; None when it would not open) and `journal_damages`.
 
@@ -40,7 +39,7 @@ def inspect_journal(
         scan = recover(directory, storage, repair=False, after=start - 1)
     except JournalCorrupt as e:
         reason = e.reason + _unread_on_open(heads, Path(e.path), e.offset or 0, base)
-        damage = {"kind": "journal", "file": e.path, "offset": e.offset, "reason": reason}
+        damage: Damage = {"kind": "journal", "file": e.path, "offset": e.offset, "reason": reason}
         return _report(directory, data, damage=damage)
     except FileNotFoundError as e:
         raise Changed(e.filename) from None
@@ -50,7 +49,7 @@ def inspect_journal(
 
 
 def _unread_on_open(
-    heads: list[tuple[Path, int | None]], path: Path, offset: int, base: dict[str, Any] | None
+    heads: list[tuple[Path, int | None]], path: Path, offset: int, base: Base | None
 ) -> str:
     """A note for damage opening does not read (in a segment holding only records the
     checkpoint covers, kept to fall back on, or before where it says the journal
@@ -79,8 +78,8 @@ def _report(
     directory: Path,
     data: dict[Path, bytes],
     scan: Scan | None = None,
-    damage: dict[str, Any] | None = None,
-    base: dict[str, Any] | None = None,
+    damage: Damage | None = None,
+    base: Base | None = None,
 ) -> dict[str, Any]:
     """The facts of one scan: `scan` when the journal reads, `damage` when it does not."""
     files: list[dict[str, Any]] = [
@@ -144,8 +143,8 @@ def _report(
 
 
 def _unbacked(
-    scan: Scan, kept: list[dict[str, Any]], directory: Path, base: dict[str, Any] | None
-) -> dict[str, Any] | None:
+    scan: Scan, kept: list[dict[str, Any]], directory: Path, base: Base | None
+) -> Damage | None:
     """The damage, if any, of a journal that does not back the checkpoint `base`
     (the rules `recover(after=...)` applies on open): it must begin by the record
     after it, and its whole records must reach it."""
@@ -224,6 +223,6 @@ def _replayed(runs: dict[str, bool], rec: OfRun) -> str | None:
     return None
 
 
-def _journal_damage(seg: dict[str, Any], reason: str) -> dict[str, Any]:
+def _journal_damage(seg: dict[str, Any], reason: str) -> Damage:
     """Damage at the end of what `seg` has counted so far."""
     return {"kind": "journal", "file": seg["file"], "offset": seg["used_bytes"], "reason": reason}

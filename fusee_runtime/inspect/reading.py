@@ -1,11 +1,24 @@
-"""How inspection reads a home: through a storage that changes nothing, and what it raises."""
+"""How inspection reads a home: through a storage that changes nothing, what it raises,
+and the damage it reports (`Damage`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypedDict
 
 from fusee_runtime.errors import FuseeError
 from fusee_runtime.journal.storage import Storage
+
+
+class Damage(TypedDict):
+    """Damage found, as `fusee check --json` gives it: of which part of the home
+    (`kind`: journal, checkpoint, history, home), in which file, where in it (None:
+    nowhere in particular), and why."""
+
+    kind: str
+    file: str
+    offset: int | None
+    reason: str
 
 
 class HomeUnreadable(FuseeError):

@@ -35,6 +35,7 @@ import orjson
 
 from fusee_runtime.errors import FuseeError
 from fusee_runtime.journal.storage import Storage
+from fusee_runtime.model.json import JsonObject
 
 MAGIC = b"FUSEECK1"
 HEADER = struct.Struct("<8sQQII")
@@ -79,7 +80,7 @@ def listed(directory: Path) -> list[tuple[int, Path]]:
     return sorted(out, reverse=True)
 
 
-def encode(lsn: int, body: dict[str, Any]) -> bytes:
+def encode(lsn: int, body: JsonObject) -> bytes:
     data = orjson.dumps(body)
     head = HEADER.pack(MAGIC, lsn, len(data), 0, 0)[:24]
     crc = zlib.crc32(data, zlib.crc32(head))
@@ -132,7 +133,7 @@ def newest(directory: Path, storage: Storage) -> tuple[Checkpoint | None, list[C
     return None, passed
 
 
-def write(directory: Path, storage: Storage, lsn: int, body: dict[str, Any]) -> Path:
+def write(directory: Path, storage: Storage, lsn: int, body: JsonObject) -> Path:
     """Writes the checkpoint of `lsn` atomically and durably; returns its path and size."""
     path = checkpoint_path(directory, lsn)
     tmp = path.with_name(path.name + ".tmp")

@@ -10,10 +10,9 @@ is cut off (zeroed, durably); damage followed by a whole frame raises
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from fusee_runtime.errors import JournalCorrupt
 from fusee_runtime.journal import checkpoint as ckpt
@@ -57,7 +56,8 @@ class JournalRead:
     passed over (what the store needs to set them aside), and the journal after it."""
 
     base: ckpt.Checkpoint | None
-    damaged: list[Any]
+    damaged: list[Path] | list[int]
+    """The damaged checkpoints: a local journal's files, a database's lsns."""
     scan: Scan
 
     @property
@@ -108,7 +108,7 @@ def recover(
     storage: Storage,
     repair: bool = True,
     after: int = 0,
-    at: list[Any] | None = None,
+    at: Sequence[object] | None = None,
 ) -> Scan:
     """Reads the journal, cutting a torn tail when `repair` is set.
 
@@ -138,7 +138,7 @@ def recover(
     return _short_of(paths[-1], scan, after) if after else scan
 
 
-def _resume_offset(seg: _Segment, at: list[Any]) -> int | None:
+def _resume_offset(seg: _Segment, at: Sequence[object]) -> int | None:
     """Where the record after a checkpoint starts in `seg`, as the checkpoint says
     (`at`: segment name, byte offset), if `seg` is that segment and a batch starts
     there or nothing was written there; else None (the segment is read whole)."""

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from dataclasses import fields
 from datetime import UTC, datetime
-from typing import Any
 
 import orjson
 
 from fusee_runtime.model import codec
 from fusee_runtime.model.codec import RECORDS
+from fusee_runtime.model.json import Json, JsonObject
 from fusee_runtime.model.payload import Payload
 from fusee_runtime.model.records import R, Record
 
@@ -51,7 +51,7 @@ ENCODE_DEPTH_MAX = 254
 """orjson's own limit: deeper values raise `TypeError: Recursion limit reached`."""
 
 
-def too_deep(value: Any, encoded: bytes) -> bool:
+def too_deep(value: object, encoded: bytes) -> bool:
     """Whether `value` (encoded as `encoded`) nests over `PAYLOAD_DEPTH_MAX` levels.
 
     Counting brackets first keeps it free for most values; only one with more
@@ -60,7 +60,7 @@ def too_deep(value: Any, encoded: bytes) -> bool:
     """
     if encoded.count(b"[") + encoded.count(b"{") <= PAYLOAD_DEPTH_MAX:
         return False
-    wrapped = value
+    wrapped: object = value
     for _ in range(ENCODE_DEPTH_MAX - PAYLOAD_DEPTH_MAX):
         wrapped = [wrapped]
     try:
@@ -70,12 +70,12 @@ def too_deep(value: Any, encoded: bytes) -> bool:
     return False
 
 
-def encode(kind: R, *fields: Any) -> bytes:
+def encode(kind: R, *fields: object) -> bytes:
     """The payload of one record. Encoded values go in as `orjson.Fragment`."""
     return orjson.dumps((int(kind), *fields))
 
 
-def decode(payload: bytes) -> list[Any]:
+def decode(payload: bytes) -> list[Json]:
     """A record's JSON array, its type code first, for tools and tests that look at the
     journal's bytes (the engine reads typed records: `model.codec.decode`).
 
@@ -83,13 +83,14 @@ def decode(payload: bytes) -> list[Any]:
         ValueError: the payload is not a record this version knows.
     """
     codec.decode(payload)
-    array: list[Any] = orjson.loads(payload)
+    array: list[Json] = orjson.loads(payload)
     return array
 
 
-def as_dict(lsn: int, rec: Record) -> dict[str, Any]:
-    """A record as a readable mapping, for `history()` and `fusee history`."""
-    out: dict[str, Any] = {"lsn": lsn, "type": type(rec).__name__}
+def as_dict(lsn: int, rec: Record) -> JsonObject:
+    """A record as a readable mapping, for `history()` and `fusee history` (its fields
+    are JSON values: they are what its array in the journal holds)."""
+    out: JsonObject = {"lsn": lsn, "type": type(rec).__name__}
     for name in FIELDS[rec.code]:
         value = getattr(rec, name)
         out[name] = value.value if isinstance(value, Payload) else value
@@ -103,7 +104,7 @@ INSTANTS = frozenset(
 """Fields that hold an instant (Unix seconds in the journal)."""
 
 
-def as_json(record: dict[str, Any]) -> dict[str, Any]:
+def as_json(record: JsonObject) -> JsonObject:
     """A record from `as_dict` in the JSON shape that `fusee history --json` and the
     HTTP API give: instants in ISO 8601 (UTC), and the operation number `seq` an
     integer (the top-level operation) beside `op`, the operation's full path as a

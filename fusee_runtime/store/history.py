@@ -28,20 +28,20 @@ they share is `store/history_sql.py`'s.
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import functools
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import orjson
 
 from fusee_runtime.errors import HistoryDamaged
 from fusee_runtime.model.codec import array
+from fusee_runtime.model.json import Json, JsonObject
 from fusee_runtime.model.records import Record
 from fusee_runtime.search import Condition
 from fusee_runtime.store.history_sql import COLUMNS, Dialect
@@ -54,9 +54,49 @@ BATCH_ROWS_MAX = 5000
 RETRY_S = 1.0
 """How long the thread waits before writing again after a failed batch (a full disk)."""
 
-ResetSource = Callable[[dict[str, Any], Callable[[], list[Any]]], "str | None"]
+ResetSource = Callable[[JsonObject, Callable[[], list[list[Json]]]], "str | None"]
 """`prune`'s question to the engine: the run that a stored run of this `creation` was
 reset from (None: it was not made by a reset), its records decoded when asked for."""
+
+JsonText = str | bytes
+"""A JSON column as the database gives it: text in SQLite, bytea in PostgreSQL."""
+_Columns = tuple[
+    str,
+    str,
+    str,
+    str,
+    float,
+    float,
+    int,
+    int,
+    str | None,
+    str | None,
+    str | None,
+    "JsonText | JsonObject",
+    "JsonText | None",
+]
+"""A row of `COLUMNS` as both schemas declare them (SQLite gives the attributes as
+text, psycopg decodes PostgreSQL's jsonb)."""
+
+
+class Cursor(Protocol):
+    """What the stores read of a DB-API cursor (sqlite3's, psycopg's)."""
+
+    @property
+    def rowcount(self) -> int: ...
+    def fetchone(self) -> Sequence[object] | None: ...
+    def fetchall(self) -> Sequence[Sequence[object]]: ...
+    def __iter__(self) -> Iterator[Sequence[object]]: ...
+
+
+class Connection(Protocol):
+    """What the stores ask of a DB-API connection (sqlite3's, psycopg's)."""
+
+    def execute(self, sql: str, params: Sequence[object] = ..., /) -> Cursor: ...
+    def close(self) -> None: ...
+
+
+Db = TypeVar("Db", bound=Connection)
 
 
 @dataclass(frozen=True)
@@ -74,12 +114,12 @@ class Row:
     error: str | None
     parent_id: str | None
     parent_run_id: str | None
-    attributes: dict[str, Any]
-    failure: dict[str, Any] | None = None
+    attributes: dict[str, Json]
+    failure: JsonObject | None = None
     """A failed run's recorded failure, as `RunInfo.failure` gives it (the engine reads
     it from the run's records: `engine/history.failure_of`)."""
 
-    def columns(self) -> tuple[Any, ...]:
+    def columns(self) -> tuple[object, ...]:
         """Its values in the order of `COLUMNS` (the same as its fields')."""
         return tuple(getattr(self, name) for name in COLUMNS.split(", "))
 
@@ -89,13 +129,13 @@ class Closed:
     """A closed run queued for the store."""
 
     row: Row
-    creation: dict[str, Any] | None
+    creation: JsonObject | None
     records: Sequence[tuple[int, Record]]
     """`(lsn, record)` of each of its records."""
     again: bool = False
     """Queued again on open: it may have been stored, then pruned, before the crash."""
 
-    def arrays(self) -> list[tuple[int, tuple[Any, ...]]]:
+    def arrays(self) -> list[tuple[int, tuple[object, ...]]]:
         """Its records as the store keeps them, each its JSON array (`model.codec.array`):
         made on the store's thread, not on the engine's loop."""
         return [(lsn, array(rec)) for lsn, rec in self.records]
@@ -107,13 +147,18 @@ class _Flush:
     error: BaseException | None = None
 
 
-_STOP = object()
+class _Stop:
+    """What tells the thread to stop (`_STOP`)."""
 
 
-class HistoryBase:
+_STOP = _Stop()
+
+
+class HistoryBase(Generic[Db]):
     """The writer thread for closed runs and the reads for the loop (see the module);
     a store says how it connects (`_connect_writer`), writes a batch (`_write`), reads
-    (`_reading`) and what of its errors is damage (`_damaged`)."""
+    (`_reading`) and what of its errors is damage (`_damaged`), over its connections
+    (`Db`)."""
 
     dialect: Dialect
     thread_name = "fusee-history"
@@ -123,7 +168,7 @@ class HistoryBase:
         self.where = where
         """Where it is, for messages."""
         self._on_stored = on_stored
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Closed | _Flush | _Stop] = queue.SimpleQueue()
         self._hurry = threading.Event()
         self._thread: threading.Thread | None = None
         self.failed: BaseException | None = None
@@ -138,14 +183,14 @@ class HistoryBase:
 
     # -- what each store says ----------------------------------------------------------
 
-    def _connect_writer(self) -> Any:
+    def _connect_writer(self) -> Db:
         raise NotImplementedError
 
-    def _write(self, db: Any, closed: list[Closed]) -> None:
+    def _write(self, db: Db, closed: list[Closed]) -> None:
         """Writes one batch in one transaction, then calls `_stored`."""
         raise NotImplementedError
 
-    def _reading(self) -> contextlib.AbstractContextManager[Any]:
+    def _reading(self) -> contextlib.AbstractContextManager[Db]:
         """The loop's connection, with the store's errors said as `HistoryDamaged`."""
         raise NotImplementedError
 
@@ -196,7 +241,7 @@ class HistoryBase:
         self._close_reads()
 
     def _run(self) -> None:
-        db: Any = None  # the writer's connection (`_connect_writer`)
+        db: Db | None = None  # the writer's connection (`_connect_writer`)
         try:
             while True:
                 items = self._next_batch()
@@ -229,7 +274,7 @@ class HistoryBase:
             if db is not None:
                 db.close()
 
-    def _next_batch(self) -> list[Any]:
+    def _next_batch(self) -> list[Closed | _Flush | _Stop]:
         """The queue's next item, and what is queued behind it: `BATCH_ROWS_MAX` at most."""
         items = [self._queue.get()]
         if isinstance(items[0], Closed):
@@ -279,19 +324,21 @@ class HistoryBase:
         with self._reading() as db:
             return db.execute(self.dialect.exists(), (run_id,)).fetchone() is not None
 
-    def full(self, run_id: str) -> tuple[dict[str, Any] | None, list[list[Any]]] | None:
+    def full(self, run_id: str) -> tuple[JsonObject | None, list[list[Any]]] | None:
         """(creation, records) of a stored run."""
         with self._reading() as db:
             got = db.execute(self.dialect.full(), (run_id,)).fetchone()
             if got is None:
                 return None
-            creation = orjson.loads(got[0]) if got[0] is not None else None
-            return creation, orjson.loads(got[1])
+            made, recs = cast("tuple[JsonText | None, JsonText]", got)  # (the schemas')
+            creation = orjson.loads(made) if made is not None else None
+            return creation, orjson.loads(recs)
 
     def records_of(self, workflow_id: str) -> list[tuple[str, list[list[Any]]]]:
         """(run_id, records) of every stored run of `workflow_id`, oldest first."""
         with self._reading() as db:
             got = db.execute(self.dialect.records_of(), (workflow_id,)).fetchall()
+            got = cast("Sequence[tuple[str, JsonText]]", got)  # (the schemas')
             return [(run_id, orjson.loads(recs)) for run_id, recs in got]
 
     def list(
@@ -319,26 +366,29 @@ class HistoryBase:
         """The database's plan for `list` with these filters, one step per line."""
         sql, args = self.dialect.list(status, workflow, limit, None, where, None)
         with self._reading() as db:
-            return "\n".join(r[-1] for r in db.execute(self.dialect.explain + sql, args))
+            plan = db.execute(self.dialect.explain + sql, args)
+            return "\n".join(cast(str, r[-1]) for r in plan)  # (a step's text)
 
-    def _row(self, values: Sequence[Any]) -> Row:
+    def _row(self, values: Sequence[object]) -> Row:
         """A row of `COLUMNS`, its JSON decoded."""
-        v = builtins.list(values)
+        v = cast(_Columns, tuple(values))  # (the schemas')
+        attributes = v[-2]
         if self.dialect.attributes_text:
-            v[-2] = orjson.loads(v[-2])
-        v[-1] = orjson.loads(v[-1]) if v[-1] is not None else None
-        return Row(*v)
+            attributes = orjson.loads(cast(JsonText, attributes))
+        failure = orjson.loads(v[-1]) if v[-1] is not None else None
+        return Row(*v[:-2], cast("dict[str, Json]", attributes), failure)
 
     # -- prune ---------------------------------------------------------------------------
 
     def _prune_rows(
-        self, db: Any, before: float, floor: int, keep: Iterable[str], reset_source: ResetSource
+        self, db: Db, before: float, floor: int, keep: Iterable[str], reset_source: ResetSource
     ) -> int:
         """Deletes the runs closed before `before` in the open transaction of `db`
         (`prune`); returns how many."""
         sql = self.dialect
         kept = set(keep)
-        for run_id, creation, recs in db.execute(sql.made_after(), (floor,)).fetchall():
+        made = db.execute(sql.made_after(), (floor,)).fetchall()
+        for run_id, creation, recs in cast("Sequence[tuple[str, JsonText, JsonText]]", made):
             source = reset_source(orjson.loads(creation), functools.partial(orjson.loads, recs))
             if source is not None:
                 kept.add(run_id)
@@ -348,11 +398,10 @@ class HistoryBase:
         db.execute(sql.remember_pruned(doomed), (*args, floor))
         db.execute(sql.forget_pruned(), (floor,))
         self._deleting(db, doomed, args)
-        n: int = db.execute(sql.delete(doomed), args).rowcount
-        return n
+        return db.execute(sql.delete(doomed), args).rowcount
 
-    def _keeping(self, db: Any, kept: set[str]) -> None:
+    def _keeping(self, db: Db, kept: set[str]) -> None:
         """Before `prune` deletes: where the dialect's `not_kept` finds the kept runs."""
 
-    def _deleting(self, db: Any, doomed: str, args: tuple[Any, ...]) -> None:
+    def _deleting(self, db: Db, doomed: str, args: tuple[object, ...]) -> None:
         """Before `prune` deletes the doomed runs: what goes with them."""

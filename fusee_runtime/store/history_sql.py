@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from fusee_runtime.search import Condition
 
@@ -46,7 +45,7 @@ class Dialect:
     """The table of the runs `prune` deleted that opening may find closed again."""
     p: str
     """The placeholder of a bound value."""
-    where: Callable[[Sequence[Condition]], tuple[list[str], list[Any]]]
+    where: Callable[[Sequence[Condition]], tuple[list[str], list[object]]]
     """The filters on the runs' search attributes, and their arguments, in order."""
     plus: str
     """Put before each other filter of `list` when it has search conditions (SQLite's
@@ -91,7 +90,7 @@ class Dialect:
         parent: str | None,
         where: Sequence[Condition],
         before: int | None,
-    ) -> tuple[str, tuple[Any, ...]]:
+    ) -> tuple[str, tuple[object, ...]]:
         """The query of `list` and its arguments: newest first, begun before record
         `before`."""
         clauses, args = self.where(where)
@@ -122,7 +121,7 @@ class Dialect:
             f"WHERE start_lsn > {self.p} AND creation IS NOT NULL"
         )
 
-    def doomed(self, before: float, kept: Collection[str]) -> tuple[str, tuple[Any, ...]]:
+    def doomed(self, before: float, kept: Collection[str]) -> tuple[str, tuple[object, ...]]:
         """The test of a run that `prune` deletes (closed before `before`, not kept),
         and its arguments."""
         args = (before, list(kept)) if self.kept_bound else (before,)

@@ -13,12 +13,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from fusee_runtime.journal import checkpoint as ckpt
 from fusee_runtime.journal.reader import JournalRead, Tail, first_lsns, locate, recover
 from fusee_runtime.journal.storage import Storage
 from fusee_runtime.journal.writer import JournalWriter
+from fusee_runtime.model.json import JsonObject
 from fusee_runtime.store.log_files import FileRunLog
 from fusee_runtime.store.sqlite_history import SqliteHistory
 
@@ -95,7 +96,7 @@ class LocalJournal:
     def relay(self, answer: Answer) -> None:
         return None  # commands reach its owner on the home's socket alone
 
-    def write_checkpoint(self, lsn: int, body: dict[str, Any]) -> int:
+    def write_checkpoint(self, lsn: int, body: JsonObject) -> int:
         """Writes the checkpoint atomically and durably, then deletes the segments and
         checkpoints it makes unnecessary; returns its size in bytes."""
         journal, storage = self.directory, self.storage
@@ -116,13 +117,14 @@ class LocalJournal:
     def replay_floor(self) -> int:
         return ckpt.replay_floor(ckpt.listed(self.directory))
 
-    def set_aside(self, damaged: list[Any]) -> None:
+    def set_aside(self, damaged: list[Path] | list[int]) -> None:
         """Renames damaged checkpoints to `.damaged` once the home opened without them:
         kept to look at, and no longer counted as the one to fall back on."""
-        for path in damaged:
+        paths = cast("list[Path]", damaged)  # (what its `read` found: files)
+        for path in paths:
             self.storage.rename(path, path.with_name(path.name + ".damaged"))
-        if damaged:
-            self.storage.sync_dir(damaged[0].parent)
+        if paths:
+            self.storage.sync_dir(paths[0].parent)
 
     def locate(self, lsn: int) -> tuple[str, int]:
         return locate(self.directory, self.storage, lsn)

@@ -38,11 +38,12 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO, cast
 
 import orjson
 
 from fusee_runtime.journal.safefiles import check_dir, nofollow, open_file, private_dir
+from fusee_runtime.model.json import JsonObject
 
 log = logging.getLogger("fusee")
 
@@ -55,13 +56,18 @@ ROTATED_FILES_MAX = 1000
 """Most rotated files a reader looks for, whatever `files_kept` was."""
 
 
-def encode_line(line: dict[str, Any]) -> bytes:
+def encode_line(line: JsonObject) -> bytes:
     """A line of the run log as it is stored: its JSON and a newline."""
     try:
         return orjson.dumps(line) + b"\n"
     except TypeError:  # a message with lone surrogates, which UTF-8 cannot hold
         msg = str(line["msg"]).encode("utf-8", "backslashreplace").decode()
         return orjson.dumps({**line, "msg": msg}) + b"\n"
+
+
+def id_of(line: JsonObject) -> str:
+    """The workflow id a line is of (its `id`: the engine tags every line with it)."""
+    return cast(str, line["id"])
 
 
 class FileRunLog:
@@ -97,10 +103,10 @@ class FileRunLog:
             self._closed = True
             self._close_file()
 
-    def write(self, line: dict[str, Any]) -> None:
+    def write(self, line: JsonObject) -> None:
         """Appends one line and flushes it (no sync). A write error drops the line, once
         reported on the `fusee` logger: the run log must never fail a run."""
-        self.append(line["id"], encode_line(line))
+        self.append(id_of(line), encode_line(line))
 
     def append(self, id: str, data: bytes) -> None:
         """Appends the line `data` (JSON and a newline) of a run of `id`."""
@@ -123,7 +129,7 @@ class FileRunLog:
                 self._failing = True
                 self._close_file()
 
-    def lines(self, id: str, last: int) -> list[dict[str, Any]]:
+    def lines(self, id: str, last: int) -> list[JsonObject]:
         """The last `last` lines of the runs of `id`, oldest first, decoded."""
         decoded = (orjson.loads(line) for line in read_all(self.directory))
         return [line for line in decoded if line.get("id") == id][-last:]

@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -41,6 +41,8 @@ from fusee_runtime.store.history_sql import COLUMNS, Dialect
 
 if TYPE_CHECKING:
     import psycopg
+    from psycopg.rows import TupleRow
+    from psycopg.types.json import Jsonb
 
     from fusee_runtime.store.postgres import PgJournal
 
@@ -52,11 +54,11 @@ _UPSERT = (
 )
 
 
-def where_sql(where: Sequence[Condition]) -> tuple[list[str], list[Any]]:
+def where_sql(where: Sequence[Condition]) -> tuple[list[str], list[object]]:
     """Filters on `fusee_runs.attributes` for the conditions, and their arguments."""
     Jsonb = _jsonb()
     clauses: list[str] = []
-    args: list[Any] = []
+    args: list[object] = []
     for key, op, wanted in where:
         if op == "=":
             clauses.append("attributes @> %s")
@@ -90,7 +92,7 @@ POSTGRES = Dialect(
 )
 
 
-class PgHistory(HistoryBase):
+class PgHistory(HistoryBase["psycopg.Connection[TupleRow]"]):
     """`fusee_runs`: the writer thread of `HistoryBase` for closed runs, and reads for
     the loop, in PostgreSQL."""
 
@@ -101,7 +103,7 @@ class PgHistory(HistoryBase):
         """`on_stored(run_ids)` is called on the writer thread after each commit."""
         super().__init__(f"{journal.name}, table fusee_runs", on_stored)
         self._journal = journal
-        self._reads: psycopg.Connection[Any] | None = None
+        self._reads: psycopg.Connection[TupleRow] | None = None
         self._reads_lock = threading.Lock()
         # `damage` stays None: a database has no damaged file to set aside (a failed
         # read raises, and the next one tries again).
@@ -110,7 +112,7 @@ class PgHistory(HistoryBase):
         """Starts the writer thread (the journal's `open` made the tables)."""
         self._start()
 
-    def _connect_writer(self) -> psycopg.Connection[Any]:
+    def _connect_writer(self) -> psycopg.Connection[TupleRow]:
         """A connection of the store's own, in autocommit: each `transaction()` block is
         one transaction (without it, the first statement would open one that the block
         only nests a savepoint in, committed by nothing)."""
@@ -130,7 +132,7 @@ class PgHistory(HistoryBase):
                 self._reads.close()
                 self._reads = None
 
-    def _write(self, conn: psycopg.Connection[Any], closed: list[Closed]) -> None:
+    def _write(self, conn: psycopg.Connection[TupleRow], closed: list[Closed]) -> None:
         Jsonb = _jsonb()
         gone: set[str] = set()
         again = [c.row.run_id for c in closed if c.again]
@@ -155,7 +157,7 @@ class PgHistory(HistoryBase):
         self._stored(len(rows), closed)
 
     @contextlib.contextmanager
-    def _reading(self) -> Iterator[psycopg.Connection[Any]]:
+    def _reading(self) -> Iterator[psycopg.Connection[TupleRow]]:
         """The reads' connection, in a transaction; a failure becomes `HistoryDamaged`
         (and the next read connects again)."""
         import psycopg
@@ -200,12 +202,12 @@ class PgHistory(HistoryBase):
         return n
 
 
-def _bytes(value: Any) -> bytes | None:
+def _bytes(value: object) -> bytes | None:
     """`value` as orjson writes it (a bytea column), None as NULL."""
     return orjson.dumps(value) if value is not None else None
 
 
-def _jsonb() -> Any:
+def _jsonb() -> type[Jsonb]:
     from psycopg.types.json import Jsonb
 
     return Jsonb

@@ -27,15 +27,17 @@ import collections
 import itertools
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 
 from fusee_runtime.errors import StoreUnavailable
-from fusee_runtime.store.log_files import encode_line
+from fusee_runtime.model.json import JsonObject
+from fusee_runtime.store.log_files import encode_line, id_of
 
 if TYPE_CHECKING:
     import psycopg
+    from psycopg.rows import TupleRow
 
     from fusee_runtime.store.postgres import PgJournal
 
@@ -75,9 +77,9 @@ class PgRunLog:
         self.dropped = 0
         """Lines dropped: queued past `QUEUED_MAX`, or at close while the server failed."""
 
-    def write(self, line: dict[str, Any]) -> None:
+    def write(self, line: JsonObject) -> None:
         """Queues one line (see the module)."""
-        self.append(line["id"], encode_line(line))
+        self.append(id_of(line), encode_line(line))
 
     def append(self, id: str, data: bytes) -> None:
         """Queues the line `data` (JSON and a newline) of a run of `id`."""
@@ -118,11 +120,11 @@ class PgRunLog:
         self._queued.clear()
         self._queued_bytes = 0
 
-    def lines(self, id: str, last: int) -> list[dict[str, Any]]:
+    def lines(self, id: str, last: int) -> list[JsonObject]:
         return [orjson.loads(line) for _, line in read_lines(self._journal, id, last=last)]
 
     def _run(self) -> None:
-        conn: psycopg.Connection[Any] | None = None
+        conn: psycopg.Connection[TupleRow] | None = None
         failing = False
         while True:
             with self._wake:
@@ -172,7 +174,7 @@ def read_lines(
     id: str,
     after: int = 0,
     last: int | None = None,
-    conn: psycopg.Connection[Any] | None = None,
+    conn: psycopg.Connection[TupleRow] | None = None,
 ) -> list[tuple[int, bytes]]:
     """The lines of `id` after position `after` (0: all), oldest first, with their
     positions: the last `last` of them only, when given. On `conn` (else a

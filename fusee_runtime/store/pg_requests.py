@@ -29,12 +29,13 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fusee_runtime.errors import StoreUnavailable
 
 if TYPE_CHECKING:
     import psycopg
+    from psycopg.rows import TupleRow
 
     from fusee_runtime.store.postgres import PgJournal
     from fusee_runtime.store.seam import Answer
@@ -84,7 +85,7 @@ class Asking:
 
     def __init__(
         self,
-        conn: psycopg.AsyncConnection[Any],
+        conn: psycopg.AsyncConnection[TupleRow],
         reader: asyncio.StreamReader,
         journal: PgJournal,
         final: Callable[[bytes], bool],
@@ -218,8 +219,8 @@ class PgRelay:
     def __init__(self, journal: PgJournal, answer: Answer) -> None:
         self._journal = journal
         self._answer = answer
-        self._listen: psycopg.AsyncConnection[Any] | None = None
-        self._write: psycopg.AsyncConnection[Any] | None = None
+        self._listen: psycopg.AsyncConnection[TupleRow] | None = None
+        self._write: psycopg.AsyncConnection[TupleRow] | None = None
         self._task: asyncio.Task[None] | None = None
         self._calls: set[asyncio.Task[None]] = set()
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any
 
 from fusee_runtime.store.pg_shards import layout, prepare_shard
 from fusee_runtime.store.postgres import PgJournal
@@ -84,7 +83,7 @@ class CommitProbe:
             self._conn.commit()
             self._times.append((time.perf_counter() - t) * 1e6)
 
-    def close(self) -> dict[str, Any]:
+    def close(self) -> dict[str, float]:
         self._conn.close()
         ordered = sorted(self._times)
         p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]

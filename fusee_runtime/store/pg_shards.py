@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fusee_runtime.errors import StoreUnavailable
 from fusee_runtime.store.pg_schema import LAYOUT
@@ -24,6 +24,7 @@ from fusee_runtime.store.shards import SHARDS_MAX, Layout
 
 if TYPE_CHECKING:
     import psycopg
+    from psycopg.rows import TupleRow
 
     from fusee_runtime.store.postgres import PgJournal
 
@@ -34,7 +35,7 @@ _LOCKS = (
 )
 
 
-def layout(conn: psycopg.Connection[Any], url: str, wanted: int | None) -> Layout:
+def layout(conn: psycopg.Connection[TupleRow], url: str, wanted: int | None) -> Layout:
     """The layout of the database `conn` (a connection to `url`, in autocommit) is on,
     laid out as `wanted` shards if nothing is yet; a client (`wanted` None) finds one
     shard where nothing is laid out.
@@ -89,7 +90,7 @@ def layout(conn: psycopg.Connection[Any], url: str, wanted: int | None) -> Layou
     return Layout(url, schema, shards)
 
 
-def prepare_shard(conn: psycopg.Connection[Any], layout: Layout, shard: int) -> None:
+def prepare_shard(conn: psycopg.Connection[TupleRow], layout: Layout, shard: int) -> None:
     """Makes shard `shard`'s schema, if it is not there, and says in it which shard it
     is, before its journal first opens (`conn` in autocommit, on the base schema).
 

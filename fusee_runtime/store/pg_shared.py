@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fusee_runtime.errors import StoreUnavailable
 from fusee_runtime.store import pg_requests
@@ -41,6 +41,7 @@ from fusee_runtime.store.shards import Layout
 
 if TYPE_CHECKING:
     import psycopg
+    from psycopg.rows import TupleRow
 
 log = logging.getLogger("fusee")
 
@@ -172,7 +173,7 @@ class LogLines:
     def __init__(self, journal: PgJournal, id: str) -> None:
         self._journal = journal
         self._id = id
-        self._conn: psycopg.Connection[Any] | None = None
+        self._conn: psycopg.Connection[TupleRow] | None = None
 
     def read(self, after: int = 0, last: int | None = None) -> list[tuple[int, bytes]]:
         if self._conn is None:
@@ -185,7 +186,7 @@ class LogLines:
             self._conn = None
 
 
-def _free(conn: psycopg.Connection[Any]) -> bool:
+def _free(conn: psycopg.Connection[TupleRow]) -> bool:
     """Whether the journal's lock is free now (taken and given back at once)."""
     (got,) = one_row(conn, TRY_LOCK, (LOCK_CLASS,))
     if got:

@@ -10,13 +10,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fusee_runtime.journal.reader import Tail
 from fusee_runtime.journal.writer import BATCH_RECORDS_MAX, Appends
 
 if TYPE_CHECKING:
     import psycopg
+    from psycopg.rows import TupleRow
 
 
 class PgWriter(Appends):
@@ -31,7 +32,7 @@ class PgWriter(Appends):
 
     def __init__(
         self,
-        conn: psycopg.Connection[Any],
+        conn: psycopg.Connection[TupleRow],
         tail: Tail,
         on_durable: Callable[[int], None],
         on_failed: Callable[[BaseException], None],

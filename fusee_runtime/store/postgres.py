@@ -39,17 +39,20 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from fusee_runtime.completions import SECRET_BYTES
 from fusee_runtime.errors import HomeLocked, JournalCorrupt, JournalFailed, StoreUnavailable
 from fusee_runtime.journal import checkpoint as ckpt
 from fusee_runtime.journal.reader import JournalRead, Scan, Tail
+from fusee_runtime.model.json import JsonObject
 from fusee_runtime.store.pg_schema import MIGRATIONS, SCHEMA_VERSION
 from fusee_runtime.store.pg_writer import PgWriter
 
 if TYPE_CHECKING:
     import psycopg
+    from psycopg.rows import TupleRow
 
     from fusee_runtime.store.pg_history import PgHistory
     from fusee_runtime.store.pg_log import PgRunLog
@@ -91,7 +94,7 @@ HELD = (
 """Whether a process holds the journal (without taking it, as `TRY_LOCK` would)."""
 
 
-def import_psycopg() -> Any:
+def import_psycopg() -> ModuleType:
     try:
         import psycopg
     except ImportError:
@@ -119,15 +122,15 @@ class PgJournal:
         """The completion tokens' secret (`fusee_secret`), read by `open`."""
         self.epoch = 0
         """This process's turn as the journal's owner (`fusee_owner.epoch`)."""
-        self._conn: psycopg.Connection[Any] | None = None  # holds the lock; the writer's
-        self._side: psycopg.Connection[Any] | None = None  # checkpoints and compaction
+        self._conn: psycopg.Connection[TupleRow] | None = None  # holds the lock; the writer's
+        self._side: psycopg.Connection[TupleRow] | None = None  # checkpoints and compaction
         self._side_lock = threading.Lock()
         self._closed = False
         self._bytes = 0
 
     # -- taking the journal ------------------------------------------------------------
 
-    def connect(self) -> psycopg.Connection[Any]:
+    def connect(self) -> psycopg.Connection[TupleRow]:
         """A new connection, named after this process, that gives up on a silent server
         within the lease (TCP keepalives and timeout: ignored on a Unix socket)."""
         psycopg = import_psycopg()
@@ -136,7 +139,7 @@ class PgJournal:
         except psycopg.Error as e:
             raise StoreUnavailable(f"cannot connect to {self.name}: {self.said(e)}") from None
 
-    async def connect_async(self) -> psycopg.AsyncConnection[Any]:
+    async def connect_async(self) -> psycopg.AsyncConnection[TupleRow]:
         """As `connect`, for asyncio, in autocommit (for LISTEN and one-statement calls)."""
         psycopg = import_psycopg()
         try:
@@ -146,7 +149,7 @@ class PgJournal:
         except psycopg.Error as e:
             raise StoreUnavailable(f"cannot connect to {self.name}: {self.said(e)}") from None
 
-    def _options(self) -> dict[str, Any]:
+    def _options(self) -> dict[str, int | str]:
         lease = self.lease
         return {
             "connect_timeout": CONNECT_TIMEOUT_S,
@@ -215,7 +218,7 @@ class PgJournal:
                 raise StoreUnavailable(f"the journal in {self.name} was closed while opening")
             self._conn = conn
 
-    def holder(self, conn: psycopg.Connection[Any]) -> str:
+    def holder(self, conn: psycopg.Connection[TupleRow]) -> str:
         """Who drives the journal, as `fusee_owner` says (for messages)."""
         try:
             row = conn.execute("SELECT holder FROM fusee_owner").fetchone()
@@ -225,7 +228,7 @@ class PgJournal:
             row = None
         return f"fusee {row[0]}" if row and row[0] else "another process"
 
-    def _after_dead_holder(self, conn: psycopg.Connection[Any]) -> bool:
+    def _after_dead_holder(self, conn: psycopg.Connection[TupleRow]) -> bool:
         """Takes the lock once its holder's session ends, if the holder is a process of
         this host that is gone: killed, its session outlives it a moment on the server
         (at most the lease). False at once for a holder alive or elsewhere."""
@@ -239,7 +242,7 @@ class PgJournal:
                 return True
         return False
 
-    def _place(self, conn: psycopg.Connection[Any]) -> None:
+    def _place(self, conn: psycopg.Connection[TupleRow]) -> None:
         """Which shard this journal is: one of one unless a worker laid it out before."""
         conn.execute(
             "INSERT INTO fusee_layout (shard, shards) VALUES (0, 1) ON CONFLICT DO NOTHING"
@@ -247,7 +250,7 @@ class PgJournal:
         shard, shards = one_row(conn, "SELECT shard, shards FROM fusee_layout")
         self.shard = (shard, shards)
 
-    def _migrate(self, conn: psycopg.Connection[Any]) -> None:
+    def _migrate(self, conn: psycopg.Connection[TupleRow]) -> None:
         # No CREATE once the tables exist: a role with only SELECT, INSERT, UPDATE and
         # DELETE on them may open the journal.
         if one_row(conn, "SELECT to_regclass('fusee_schema') IS NULL")[0]:
@@ -342,7 +345,7 @@ class PgJournal:
                 out.append((lsn, bytes(record)))
         return out
 
-    def set_aside(self, damaged: list[Any]) -> None:
+    def set_aside(self, damaged: list[Path] | list[int]) -> None:
         """Marks damaged checkpoints: kept to look at, never read or counted again."""
         if damaged:
             conn = self._owner()
@@ -369,7 +372,7 @@ class PgJournal:
             self._owner(), tail, on_durable, on_failed, sync, record_bytes_max, self.lease / 3
         )
 
-    def write_checkpoint(self, lsn: int, body: dict[str, Any]) -> int:
+    def write_checkpoint(self, lsn: int, body: JsonObject) -> int:
         """Stores the checkpoint and compacts, in one transaction fenced by the epoch:
         the records and checkpoints before the older of the two newest go. Returns the
         checkpoint's size in bytes.
@@ -437,12 +440,12 @@ class PgJournal:
         """The journal table's size as of the last checkpoint."""
         return self._bytes
 
-    def _owner(self) -> psycopg.Connection[Any]:
+    def _owner(self) -> psycopg.Connection[TupleRow]:
         if self._conn is None:
             raise StoreUnavailable(f"the journal in {self.name} is not open")
         return self._conn
 
-    def _side_conn(self) -> psycopg.Connection[Any]:
+    def _side_conn(self) -> psycopg.Connection[TupleRow]:
         if self._side is None or self._side.closed:
             self._side = self.connect()
             # It holds fusee_owner FOR SHARE while it checkpoints: silent, it must not
@@ -450,7 +453,7 @@ class PgJournal:
             self._server_lease(self._side)
         return self._side
 
-    def _server_lease(self, conn: psycopg.Connection[Any]) -> None:
+    def _server_lease(self, conn: psycopg.Connection[TupleRow]) -> None:
         """The server's side of the lease: it ends this session (letting go of its locks)
         once this process has been silent for about the lease."""
         idle, interval = max(1, int(self.lease / 3)), max(1, int(self.lease / 6))
@@ -466,7 +469,9 @@ _NEWEST_CHECKPOINTS = (
 )
 
 
-def one_row(conn: psycopg.Connection[Any], sql: str, params: tuple[Any, ...] = ()) -> Any:
+def one_row(
+    conn: psycopg.Connection[TupleRow], sql: str, params: tuple[object, ...] = ()
+) -> TupleRow:
     """The one row `sql` returns."""
     row = conn.execute(sql, params).fetchone()
     if row is None:  # fusee_owner's one row deleted by hand, say

@@ -44,6 +44,7 @@ from fusee_runtime.errors import HistoryDamaged
 from fusee_runtime.journal.reader import JournalRead, Tail
 from fusee_runtime.journal.storage import Storage
 from fusee_runtime.journal.writer import Counters
+from fusee_runtime.model.json import JsonObject
 from fusee_runtime.search import Condition
 from fusee_runtime.store.history import Closed, ResetSource, Row
 from fusee_runtime.store.local import LocalJournal
@@ -53,7 +54,15 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-Answer = Callable[["StreamReader", Any], Awaitable[None]]
+
+class AnswerWriter(Protocol):
+    """Where an answer's lines go, as a socket's writer: `write` each, then `drain`."""
+
+    def write(self, data: bytes) -> None: ...
+    async def drain(self) -> None: ...
+
+
+Answer = Callable[["StreamReader", AnswerWriter], Awaitable[None]]
 """How the driver answers one request: `(reader, writer)` of its lines, as a socket's
 (`ControlServer.answer`)."""
 
@@ -107,7 +116,7 @@ class HistoryStore(Protocol):
 
     def latest(self, workflow_id: str) -> Row | None: ...
     def exists(self, run_id: str) -> bool: ...
-    def full(self, run_id: str) -> tuple[dict[str, Any] | None, list[list[Any]]] | None:
+    def full(self, run_id: str) -> tuple[JsonObject | None, list[list[Any]]] | None:
         """(creation, records) of a stored run."""
         ...
 
@@ -144,11 +153,11 @@ class RunLogStore(Protocol):
     """Where `ctx.log` lines go, from any thread, never synced (`store/log_files.py`
     says their format)."""
 
-    def write(self, line: dict[str, Any]) -> None:
+    def write(self, line: JsonObject) -> None:
         """Stores one line (dropped, once reported, if it cannot: never raises)."""
         ...
 
-    def lines(self, id: str, last: int) -> list[dict[str, Any]]:
+    def lines(self, id: str, last: int) -> list[JsonObject]:
         """The last `last` lines of the runs of `id`, oldest first, decoded."""
         ...
 
@@ -202,7 +211,7 @@ class JournalStore(Protocol):
         sync: bool,
         record_bytes_max: int,
     ) -> Writer: ...
-    def write_checkpoint(self, lsn: int, body: dict[str, Any]) -> int: ...
+    def write_checkpoint(self, lsn: int, body: JsonObject) -> int: ...
     def replay_floor(self) -> int: ...
     def history(self, home: Path, on_stored: Callable[[list[str]], None]) -> HistoryStore:
         """Where the runs that closed go (`on_stored` is called with those committed)."""
@@ -223,7 +232,7 @@ class JournalStore(Protocol):
         reach the driver on the home's socket alone."""
         ...
 
-    def set_aside(self, damaged: list[Any]) -> None: ...
+    def set_aside(self, damaged: list[Path] | list[int]) -> None: ...
     def locate(self, lsn: int) -> tuple[str, int | None]: ...
     def disk_bytes(self) -> int: ...
 

@@ -17,9 +17,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from fusee_runtime.store.shards import Layout
+
+
+class Probe(Protocol):
+    """The server's commit latency (`store/pg_scratch.py`'s `CommitProbe`): `sample`
+    times as many commits again, `close` gives their median and 99th percentile (µs)."""
+
+    def sample(self) -> None: ...
+    def close(self) -> dict[str, float]: ...
 
 
 class Asking(Protocol):
@@ -139,7 +147,7 @@ class Scratch(Protocol):
         """A new place laid out as `shards` journals."""
         ...
 
-    def probe(self, count: int) -> Any:
+    def probe(self, count: int) -> Probe:
         """The server's commit latency, `count` commits at a time (`sample`, `close`)."""
         ...
 

@@ -33,7 +33,6 @@ import logging
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
 
 import orjson
 
@@ -70,7 +69,7 @@ SQLITE = Dialect(
 )
 
 
-class SqliteHistory(HistoryBase):
+class SqliteHistory(HistoryBase[sqlite3.Connection]):
     """`<home>/history.db`: a writer thread for closed runs, and reads for the loop."""
 
     dialect = SQLITE
@@ -229,11 +228,11 @@ class SqliteHistory(HistoryBase):
         self.pruned_before = max(self.pruned_before, before)
         return n
 
-    def _keeping(self, db: Any, kept: set[str]) -> None:
+    def _keeping(self, db: sqlite3.Connection, kept: set[str]) -> None:
         db.execute("CREATE TEMP TABLE IF NOT EXISTS kept (run_id TEXT PRIMARY KEY)")
         db.execute("DELETE FROM kept")
         db.executemany("INSERT OR IGNORE INTO kept VALUES (?)", [(k,) for k in kept])
 
-    def _deleting(self, db: Any, doomed: str, args: tuple[Any, ...]) -> None:
+    def _deleting(self, db: sqlite3.Connection, doomed: str, args: tuple[object, ...]) -> None:
         doomed_ids = f"SELECT run_id FROM runs WHERE {doomed}"
         db.execute(f"DELETE FROM attributes WHERE run_id IN ({doomed_ids})", args)
