@@ -50,7 +50,7 @@ class Shape:
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def decode(self, data: Any) -> Any:
+    def decode(self, data: object) -> object:
         """`data` (JSON, as orjson reads it) as this type; `Mismatch` when it is not one."""
         raise NotImplementedError
 
@@ -62,17 +62,17 @@ class AnyJson(Shape):
     """Any JSON value, as it is: the shape of a value whose type the encoding side does
     not know (a signal's), written in its typed JSON form all the same."""
 
-    def decode(self, data: Any) -> Any:
+    def decode(self, data: object) -> object:
         return data
 
 
 ANY = AnyJson("any JSON value")
 
 
-_SHAPES: dict[Any, Shape | None] = {}
+_SHAPES: dict[object, Shape | None] = {}
 
 
-def shape_of(tp: Any) -> Shape | None:
+def shape_of(tp: object) -> Shape | None:
     """How values of type `tp` are read back from JSON; None when they are plain JSON."""
     try:
         return _SHAPES[tp]
@@ -85,7 +85,7 @@ def shape_of(tp: Any) -> Shape | None:
     return shape
 
 
-def type_name(tp: Any) -> str:
+def type_name(tp: object) -> str:
     """`tp` as people write it: `datetime`, `list[Order]`, `int | None`."""
     if isinstance(tp, type) and not typing.get_args(tp):
         return "None" if tp is type(None) else tp.__qualname__.rpartition("<locals>.")[2]
@@ -99,7 +99,7 @@ def type_name(tp: Any) -> str:
     return repr(tp).removeprefix("typing.")
 
 
-_PLAIN: frozenset[Any] = frozenset(
+_PLAIN: frozenset[object] = frozenset(
     {Any, object, int, float, str, bool, type(None), None, list, dict, bytes}
 )
 _LISTS = (list, abc.Sequence, abc.MutableSequence, abc.Collection, abc.Iterable)
@@ -107,7 +107,7 @@ _SETS = (set, abc.Set, abc.MutableSet)
 _DICTS = (dict, abc.Mapping, abc.MutableMapping)
 
 
-def _compile(tp: Any) -> Shape | None:
+def _compile(tp: object) -> Shape | None:
     while True:  # `Annotated[T, ...]` and `NewType`s are their `T`
         if typing.get_origin(tp) is typing.Annotated:
             tp = typing.get_args(tp)[0]
@@ -134,7 +134,7 @@ def _compile(tp: Any) -> Shape | None:
     return _class(tp)
 
 
-def _generic(tp: Any, origin: Any, args: tuple[Any, ...]) -> Shape | None:
+def _generic(tp: object, origin: object, args: tuple[object, ...]) -> Shape | None:
     if origin is tuple:
         if not args or args == ((),):
             return TupleOf(tp, None)
@@ -180,7 +180,7 @@ def _class(tp: type) -> Shape | None:
     return None
 
 
-def _union(tp: Any, args: tuple[Any, ...]) -> Shape | None:
+def _union(tp: object, args: tuple[object, ...]) -> Shape | None:
     members = [a for a in args if a is not type(None)]
     shapes = [shape_of(m) for m in members]
     if all(s is None for s in shapes):
@@ -200,7 +200,7 @@ def pydantic_model() -> Any:
 # -- the shapes ---------------------------------------------------------------------------
 
 
-def _datetime(tp: Any, data: Any) -> Any:
+def _datetime(tp: Any, data: object) -> object:  # (tp: a date, datetime or time class)
     if not isinstance(data, str):
         raise Mismatch(f"expected an ISO 8601 string, got {_got(data)}")
     try:
@@ -209,7 +209,7 @@ def _datetime(tp: Any, data: Any) -> Any:
         raise Mismatch(f"{data!r:.80} is not an ISO 8601 {tp.__name__}: {e}") from None
 
 
-def _uuid(tp: Any, data: Any) -> Any:
+def _uuid(tp: type[uuid.UUID], data: object) -> object:
     if not isinstance(data, str):
         raise Mismatch(f"expected a UUID string, got {_got(data)}")
     try:
@@ -218,7 +218,7 @@ def _uuid(tp: Any, data: Any) -> Any:
         raise Mismatch(f"{data!r:.80} is not a UUID") from None
 
 
-def _decimal(tp: Any, data: Any) -> Any:
+def _decimal(tp: type[Decimal], data: object) -> object:
     if isinstance(data, bool) or not isinstance(data, str | int | float):
         raise Mismatch(f"expected a decimal string or a number, got {_got(data)}")
     try:
@@ -227,7 +227,7 @@ def _decimal(tp: Any, data: Any) -> Any:
         raise Mismatch(f"{data!r:.80} is not a decimal number") from None
 
 
-_LEAVES: tuple[tuple[type, Callable[[Any, Any], Any]], ...] = (
+_LEAVES: tuple[tuple[type, Callable[[Any, object], object]], ...] = (
     (dt.datetime, _datetime),  # before `date`: a datetime is a date
     (dt.date, _datetime),
     (dt.time, _datetime),
@@ -239,12 +239,12 @@ _LEAVES: tuple[tuple[type, Callable[[Any, Any], Any]], ...] = (
 class Leaf(Shape):
     """A value written as one string: datetime, date, time, UUID, Decimal."""
 
-    def __init__(self, tp: type, read: Callable[[Any, Any], Any]) -> None:
+    def __init__(self, tp: type, read: Callable[[Any, object], object]) -> None:
         super().__init__(type_name(tp))
         self.tp = tp
         self.read = read
 
-    def decode(self, data: Any) -> Any:
+    def decode(self, data: object) -> object:
         return self.read(self.tp, data)
 
 
@@ -255,7 +255,7 @@ class EnumOf(Shape):
         super().__init__(type_name(tp))
         self.tp = tp
 
-    def decode(self, data: Any) -> Any:
+    def decode(self, data: object) -> object:
         try:
             return self.tp(data)
         except (ValueError, TypeError):
@@ -272,12 +272,12 @@ class Dataclass(Shape):
         self.tp = tp
         self.fields: list[tuple[str, Shape | None, bool]] | None = None
 
-    def decode(self, data: Any) -> Any:
+    def decode(self, data: object) -> object:
         if not isinstance(data, dict):
             raise Mismatch(f"expected an object for {self.name}, got {_got(data)}")
         if self.fields is None:
             self.fields = _dataclass_fields(self.tp)
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, object] = {}
         for name, shape, required in self.fields:
             if name in data:
                 try:
@@ -315,7 +315,11 @@ class Fields(Shape):
         self.tp = tp
         self.shapes: dict[str, Shape | None] | None = None
 
-    def decode(self, data: Any) -> Any:
+    def decode(self, data: object) -> object:
+        return self.read(data)
+
+    def read(self, data: object) -> dict[str, object]:
+        """The object's fields, each read back into its annotated type."""
         if self.shapes is None:
             try:
                 hints = typing.get_type_hints(self.tp)
@@ -324,7 +328,7 @@ class Fields(Shape):
             self.shapes = {name: shape_of(t) for name, t in hints.items()}
         if not isinstance(data, dict):
             raise Mismatch(f"expected an object for {self.name}, got {_got(data)}")
-        out: dict[str, Any] = {}
+        out: dict[str, object] = {}
         for key, value in data.items():
             shape = self.shapes.get(key)
             try:
@@ -337,11 +341,11 @@ class Fields(Shape):
 class NamedTupleOf(Fields):
     """A `NamedTuple`: written as an object, read from an object or an array."""
 
-    def decode(self, data: Any) -> Any:
+    def decode(self, data: object) -> object:
         if isinstance(data, list):
             names = self.tp.__match_args__  # type: ignore[attr-defined]
             data = dict(zip(names, data, strict=False))
-        fields = super().decode(data)
+        fields = self.read(data)
         try:
             return self.tp(**fields)
         except Exception as e:  # the class's own code (__new__) refused it
@@ -351,11 +355,11 @@ class NamedTupleOf(Fields):
 class Pydantic(Shape):
     """A pydantic model: `model_validate` reads it back."""
 
-    def __init__(self, tp: Any) -> None:
+    def __init__(self, tp: object) -> None:
         super().__init__(type_name(tp))
-        self.tp = tp
+        self.tp: Any = tp  # (a pydantic model class: pydantic is optional, not imported here)
 
-    def decode(self, data: Any) -> Any:
+    def decode(self, data: object) -> object:
         try:
             return self.tp.model_validate(data)
         except Exception as e:  # ValidationError, or a validator's own exception
@@ -370,36 +374,36 @@ class Pydantic(Shape):
 
 
 class ListOf(Shape):
-    def __init__(self, tp: Any, item: Shape) -> None:
+    def __init__(self, tp: object, item: Shape) -> None:
         super().__init__(type_name(tp))
         self.item = item
 
-    def decode(self, data: Any) -> Any:
+    def decode(self, data: object) -> object:
         return list(_items(data, self.item, "an array"))
 
 
 class TupleOf(Shape):
     """`tuple[T, ...]` (or a bare `tuple`): an array read back as a tuple."""
 
-    def __init__(self, tp: Any, item: Shape | None) -> None:
+    def __init__(self, tp: object, item: Shape | None) -> None:
         super().__init__(type_name(tp))
         self.item = item
 
-    def decode(self, data: Any) -> Any:
+    def decode(self, data: object) -> object:
         return tuple(_items(data, self.item, "an array"))
 
 
 class FixedTuple(Shape):
     """`tuple[A, B]`: an array of exactly that many items, each of its type."""
 
-    def __init__(self, tp: Any, items: list[Shape | None]) -> None:
+    def __init__(self, tp: object, items: list[Shape | None]) -> None:
         super().__init__(type_name(tp))
         self.items = items
 
-    def decode(self, data: Any) -> Any:
+    def decode(self, data: object) -> object:
         if not isinstance(data, list) or len(data) != len(self.items):
             raise Mismatch(f"expected an array of {len(self.items)} items, got {_got(data)}")
-        out: list[Any] = []
+        out: list[object] = []
         for i, (shape, item) in enumerate(zip(self.items, data, strict=True)):
             try:
                 out.append(item if shape is None else shape.decode(item))
@@ -409,24 +413,24 @@ class FixedTuple(Shape):
 
 
 class SetOf(Shape):
-    def __init__(self, tp: Any, kind: type, item: Shape | None) -> None:
+    def __init__(self, tp: object, kind: type, item: Shape | None) -> None:
         super().__init__(type_name(tp))
         self.kind = kind
         self.item = item
 
-    def decode(self, data: Any) -> Any:
+    def decode(self, data: object) -> object:
         try:
             return self.kind(_items(data, self.item, "an array"))
         except TypeError as e:  # an unhashable item
             raise Mismatch(f"its items cannot be in a {self.kind.__name__}: {e}") from None
 
 
-def _items(data: Any, item: Shape | None, expected: str) -> list[Any]:
+def _items(data: object, item: Shape | None, expected: str) -> list[object]:
     if not isinstance(data, list):
         raise Mismatch(f"expected {expected}, got {_got(data)}")
     if item is None:
         return data
-    out: list[Any] = []
+    out: list[object] = []
     for i, value in enumerate(data):
         try:
             out.append(item.decode(value))
@@ -438,15 +442,17 @@ def _items(data: Any, item: Shape | None, expected: str) -> list[Any]:
 class DictOf(Shape):
     """`dict[K, V]`: an object whose keys (strings in JSON) are read back as `K`."""
 
-    def __init__(self, tp: Any, key: Callable[[str], Any] | None, value: Shape | None) -> None:
+    def __init__(
+        self, tp: object, key: Callable[[str], object] | None, value: Shape | None
+    ) -> None:
         super().__init__(type_name(tp))
         self.key = key
         self.value = value
 
-    def decode(self, data: Any) -> Any:
+    def decode(self, data: object) -> object:
         if not isinstance(data, dict):
             raise Mismatch(f"expected an object, got {_got(data)}")
-        out: dict[Any, Any] = {}
+        out: dict[object, object] = {}
         for k, v in data.items():
             try:
                 key = k if self.key is None else self.key(k)
@@ -456,14 +462,14 @@ class DictOf(Shape):
         return out
 
 
-def _key(tp: Any) -> Callable[[str], Any] | None:
+def _key(tp: object) -> Callable[[str], object] | None:
     """How a JSON object's key (a string) is read back as `tp`; None: as the string."""
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         by_text = {
             (m.value if isinstance(m.value, str) else orjson.dumps(m.value).decode()): m for m in tp
         }
 
-        def member(k: str) -> Any:
+        def member(k: str) -> object:
             if k not in by_text:
                 raise Mismatch(f"key {k!r} is not a value of {type_name(tp)}")
             return by_text[k]
@@ -475,7 +481,7 @@ def _key(tp: Any) -> Callable[[str], Any] | None:
     return shape.decode if isinstance(shape, Leaf) else None
 
 
-def _scalar_key(tp: type, k: str) -> Any:
+def _scalar_key(tp: type, k: str) -> object:
     try:
         return {"true": True, "false": False}[k] if tp is bool else tp(k)
     except (ValueError, KeyError):
@@ -485,11 +491,11 @@ def _scalar_key(tp: type, k: str) -> Any:
 class OptionalOf(Shape):
     """`T | None`: null, or a `T`."""
 
-    def __init__(self, tp: Any, inner: Shape | None) -> None:
+    def __init__(self, tp: object, inner: Shape | None) -> None:
         super().__init__(type_name(tp))
         self.inner = inner
 
-    def decode(self, data: Any) -> Any:
+    def decode(self, data: object) -> object:
         if data is None or self.inner is None:
             return data
         return self.inner.decode(data)
@@ -498,12 +504,14 @@ class OptionalOf(Shape):
 class UnionOf(Shape):
     """`A | B | ...`: the first member, in the order written, that the JSON fits."""
 
-    def __init__(self, tp: Any, members: list[tuple[Any, Shape | None]], optional: bool) -> None:
+    def __init__(
+        self, tp: object, members: list[tuple[object, Shape | None]], optional: bool
+    ) -> None:
         super().__init__(type_name(tp))
         self.members = members
         self.optional = optional
 
-    def decode(self, data: Any) -> Any:
+    def decode(self, data: object) -> object:
         if data is None and self.optional:
             return None
         for tp, shape in self.members:
@@ -518,7 +526,7 @@ class UnionOf(Shape):
         raise Mismatch(f"{_got(data)} fits none of {self.name}")
 
 
-def _fits(tp: Any, data: Any) -> bool:
+def _fits(tp: object, data: object) -> bool:
     """Whether JSON `data` is a value of `tp`, a type whose values are plain JSON."""
     tp = typing.get_origin(tp) or tp
     if tp is bool:
@@ -536,7 +544,7 @@ def _fits(tp: Any, data: Any) -> bool:
     return True  # `Any`, a `Literal`, a class this module does not know
 
 
-def _got(data: Any) -> str:
+def _got(data: object) -> str:
     """A JSON value, short, for an error message."""
     kind = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
     if data is None:
