@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fusee")
 
-_RUNNING_ON: dict[tuple[str, str], tuple[int, concurrent.futures.Future[Any]]] = {}
+_RUNNING_ON: dict[tuple[str, str], tuple[int, concurrent.futures.Future[object]]] = {}
 """Attempts given up on whose function has not returned yet, by (run id, seq): the
 attempt's number and a future done when it returns. Process-wide, as threads are."""
 _RUNNING_ON_LOCK = threading.Lock()
@@ -63,9 +63,9 @@ async def run_attempt(
     seq: str,
     name: str,
     attempt: int,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
+    fn: Callable[..., object],
+    args: tuple[object, ...],
+    kwargs: dict[str, object],
     opts: StepOptions,
     permit: Permit | None = None,
 ) -> bytes | Failure:
@@ -78,8 +78,8 @@ async def run_attempt(
     token = step_var.set(Running(seq, name, attempt))
     # A closing engine gives the attempts in flight a grace period to finish.
     workers.attempts += 1
-    thread: concurrent.futures.Future[Any] | None = None
-    task: asyncio.Future[Any] | None = None  # an attempt with a timeout, apart from the run's
+    thread: concurrent.futures.Future[object] | None = None
+    task: asyncio.Future[object] | None = None  # an attempt with a timeout, apart from the run's
     shape = returns(fn)  # None for a result that is plain JSON: the usual path
     try:
         if host.config.step_mock is not None:
@@ -121,8 +121,8 @@ def _ended(
     execution: Execution,
     seq: str,
     attempt: int,
-    thread: concurrent.futures.Future[Any] | None,
-    task: asyncio.Future[Any] | None,
+    thread: concurrent.futures.Future[object] | None,
+    task: asyncio.Future[object] | None,
     permit: Permit | None,
 ) -> None:
     """Counts an attempt out, however it ended. If it was given up on while its
@@ -148,7 +148,7 @@ def _ended(
         host.progressed()
 
 
-def _encoded(host: RunHost, name: str, value: Any, shape: Shape | None) -> bytes | Failure:
+def _encoded(host: RunHost, name: str, value: object, shape: Shape | None) -> bytes | Failure:
     """The step's result as the JSON to record, or a `CodecError` failure (not retried)
     when it cannot be recorded or read back."""
     try:
@@ -221,7 +221,9 @@ async def _within(
         raise Failure(f"step {name!r} attempt {n} {why}", kind="TimedOut")
 
 
-def _starting(fn: Callable[..., Any], host: RunHost, run: Run, seq: str) -> Callable[..., Any]:
+def _starting(
+    fn: Callable[..., object], host: RunHost, run: Run, seq: str
+) -> Callable[..., object]:
     """`fn`, telling the step's heartbeats when a thread starts running it."""
 
     @functools.wraps(fn)
@@ -237,7 +239,7 @@ def _runs_on(
     run_id: str,
     seq: str,
     attempt: int,
-    done: concurrent.futures.Future[Any],
+    done: concurrent.futures.Future[object],
     permit: Permit | None,
 ) -> None:
     """Keeps an attempt given up on whose function runs on, until `done`: the step's
@@ -255,7 +257,7 @@ def _runs_on(
             permit.release()
         host.progressed()  # a closing engine may be waiting for it
 
-    def returned(_: concurrent.futures.Future[Any]) -> None:  # on the thread that ran it
+    def returned(_: concurrent.futures.Future[object]) -> None:  # on the thread that ran it
         with _RUNNING_ON_LOCK:
             if _RUNNING_ON.get(key, (0, None))[1] is done:
                 del _RUNNING_ON[key]
@@ -265,11 +267,11 @@ def _runs_on(
     done.add_done_callback(returned)
 
 
-def _returns(task: asyncio.Future[Any]) -> concurrent.futures.Future[Any]:
+def _returns(task: asyncio.Future[object]) -> concurrent.futures.Future[object]:
     """A future done once a cancelled attempt's task has unwound; its outcome is dropped."""
-    done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    done: concurrent.futures.Future[object] = concurrent.futures.Future()
 
-    def unwound(t: asyncio.Future[Any]) -> None:
+    def unwound(t: asyncio.Future[object]) -> None:
         if not t.cancelled():
             t.exception()  # retrieved, so asyncio does not report it: it is dropped
         done.set_result(None)
@@ -303,7 +305,7 @@ async def after_abandoned(execution: Execution, seq: str, name: str, attempt: in
     loop = asyncio.get_running_loop()
     returned: asyncio.Future[None] = loop.create_future()
 
-    def wake(_: concurrent.futures.Future[Any]) -> None:  # on the thread that ran it
+    def wake(_: concurrent.futures.Future[object]) -> None:  # on the thread that ran it
         with contextlib.suppress(RuntimeError):  # the loop is closed
             loop.call_soon_threadsafe(_set_none, returned)
 
@@ -323,7 +325,7 @@ def _set_none(fut: asyncio.Future[None]) -> None:
         fut.set_result(None)
 
 
-def _is_async(fn: Callable[..., Any]) -> bool:
+def _is_async(fn: Callable[..., object]) -> bool:
     try:
         return _ASYNC[fn]
     except (KeyError, TypeError):
@@ -339,9 +341,9 @@ def _is_async(fn: Callable[..., Any]) -> bool:
     return is_async
 
 
-_ASYNC: dict[Callable[..., Any], bool] = {}
+_ASYNC: dict[Callable[..., object], bool] = {}
 """Whether each step function seen is async (asking `inspect` costs more than a step)."""
 
 
-async def _ready(value: Any) -> Any:
+async def _ready(value: object) -> Any:
     return value

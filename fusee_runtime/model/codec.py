@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from fusee_runtime.model import op_records  # noqa: F401  (defines record classes)
+from fusee_runtime.model.json import Json
 from fusee_runtime.model.payload import Payload
 from fusee_runtime.model.records import Record
 
@@ -38,7 +39,7 @@ _PAYLOADS: dict[type[Record], tuple[int, ...]] = {
 _WIDTH: dict[type[Record], int] = {cls: len(fields(cls)) for cls in RECORDS.values()}
 
 
-def _written(cls: type[Record], name: str, body: str) -> Callable[[Any], Any]:
+def _written(cls: type[Record], name: str, body: str) -> Callable[[Record], Any]:
     """A function of a record of `cls` that returns `body` applied to its array: written
     out per class, as `dataclasses` writes `__init__`, since it runs for every record
     appended."""
@@ -51,19 +52,19 @@ def _written(cls: type[Record], name: str, body: str) -> Callable[[Any], Any]:
     source = f"def {name}(r):\n    return {body.format(array=array)}\n"
     namespace: dict[str, Any] = {}
     exec(source, {"Fragment": orjson.Fragment, "dumps": orjson.dumps}, namespace)
-    fn: Callable[[Any], Any] = namespace[name]
+    fn: Callable[[Record], Any] = namespace[name]
     return fn
 
 
-_ARRAYS: dict[type[Record], Callable[[Any], tuple[Any, ...]]] = {
+_ARRAYS: dict[type[Record], Callable[[Record], tuple[object, ...]]] = {
     cls: _written(cls, "array", "{array}") for cls in RECORDS.values()
 }
-_ENCODERS: dict[type[Record], Callable[[Any], bytes]] = {
+_ENCODERS: dict[type[Record], Callable[[Record], bytes]] = {
     cls: _written(cls, "encode", "dumps({array})") for cls in RECORDS.values()
 }
 
 
-def array(record: Record) -> tuple[Any, ...]:
+def array(record: Record) -> tuple[object, ...]:
     """`record` as the JSON array it is in the journal (payloads as fragments)."""
     return _ARRAYS[type(record)](record)
 
@@ -73,7 +74,7 @@ def encode(record: Record) -> bytes:
     return _ENCODERS[type(record)](record)
 
 
-def from_array(array: Sequence[Any]) -> Record:
+def from_array(array: Sequence[Json]) -> Record:
     """The record a decoded JSON array holds (from the journal, a checkpoint or a
     history-store row).
 
@@ -84,11 +85,11 @@ def from_array(array: Sequence[Any]) -> Record:
     cls = RECORDS.get(array[0]) if isinstance(array, list | tuple) and array else None
     if cls is None:
         raise ValueError("not a fusee record")
-    values = list(array[1:])
+    values: list[Json | Payload] = list(array[1:])
     if len(values) != _WIDTH[cls]:
         raise ValueError(f"record {cls.__name__} has {len(values)} fields")
     for i in _PAYLOADS[cls]:
-        values[i] = Payload.of(values[i])
+        values[i] = Payload.of(array[1 + i])
     return cls(*values)
 
 
