@@ -123,7 +123,7 @@ class Ctx:
             )
         return self._host.fence
 
-    def heartbeat(self, details: Any = None) -> None:
+    def heartbeat(self, details: object = None) -> None:
         """Reports progress from inside a running step function (async or in a thread):
         `details` (JSON) replace the step's latest, never wait for the disk, and are
         made durable within `beats.FLUSH_S` with the next group commit. They restart
@@ -172,11 +172,11 @@ class Ctx:
     async def step(
         self,
         name: str,
-        fn: Callable[..., Any],
-        *args: Any,
+        fn: Callable[..., object],
+        *args: object,
         retry: RetryPolicy | None = None,
-        timeout: float | Any | None = None,
-        heartbeat_timeout: float | Any | None = None,
+        timeout: float | timedelta | None = None,
+        heartbeat_timeout: float | timedelta | None = None,
         limit: str | None = None,
         limit_key: str | None = None,
         priority: int | None = None,
@@ -257,7 +257,7 @@ class Ctx:
         await self._execution.await_op(seq, op, f"sleeping {until(op.fire_at)}")
 
     async def wait_for(
-        self, signal: str, timeout: float | timedelta | None = None, *, type: Any = None
+        self, signal: str, timeout: float | timedelta | None = None, *, type: object = None
     ) -> Any:
         """The value of the next signal named `signal`, or None when `timeout` passes.
 
@@ -284,7 +284,7 @@ class Ctx:
     async def await_completion(
         self,
         name: str,
-        send: Callable[[Completion], Any],
+        send: Callable[[Completion], object],
         *,
         retry: RetryPolicy | None = None,
         timeout: float | timedelta | None = None,
@@ -313,7 +313,7 @@ class Ctx:
             return op.value
         raise StepFailed(name, Failure.from_json(op.failure or {}))
 
-    def compensate(self, name: str, fn: Callable[..., Any], *args: Any) -> None:
+    def compensate(self, name: str, fn: Callable[..., object], *args: object) -> None:
         """Registers `fn(*args)` to undo what the workflow did so far.
 
         If the workflow fails or is cancelled, registered compensations run
@@ -324,7 +324,7 @@ class Ctx:
 
     # -- concurrency -------------------------------------------------------------------
 
-    async def all(self, awaitables: Iterable[Awaitable[Any]]) -> list[Any]:
+    async def all(self, awaitables: Iterable[Awaitable[object]]) -> list[Any]:
         """Runs steps, sleeps and waits concurrently; their results in argument order.
 
         Each branch numbers its operations under this call's own number, so
@@ -333,7 +333,7 @@ class Ctx:
         """
         return await groups.all_of(self._execution, awaitables)
 
-    async def race(self, awaitables: Iterable[Awaitable[Any]]) -> tuple[int, Any]:
+    async def race(self, awaitables: Iterable[Awaitable[object]]) -> tuple[int, Any]:
         """`(index, result)` of the first awaitable to finish; the others are cancelled.
 
         The winner is recorded, so replay takes the same one. A run waiting
@@ -385,7 +385,7 @@ class Ctx:
         self,
         workflow: WorkflowDef | str,
         id: str,
-        input: Any = None,
+        input: object = None,
         timeout: float | timedelta | None = None,
         parent_close: str = "terminate",
     ) -> Any:
@@ -413,7 +413,7 @@ class Ctx:
         self,
         workflow: WorkflowDef | str,
         id: str,
-        input: Any = None,
+        input: object = None,
         timeout: float | timedelta | None = None,
         parent_close: str = "terminate",
     ) -> ChildHandle:
@@ -425,7 +425,7 @@ class Ctx:
             self._execution, workflow, id, input, timeout, parent_close
         )
 
-    async def signal_workflow(self, id: str, signal: str, value: Any = None) -> None:
+    async def signal_workflow(self, id: str, signal: str, value: object = None) -> None:
         """Sends `signal` with `value` to the newest run of workflow `id`, once.
 
         It is sent once this point of the run is durable: a replay does not
@@ -448,7 +448,7 @@ class Ctx:
         """
         await children.send_cancel(self._execution, id, reason)
 
-    async def continue_as_new(self, input: Any) -> Any:
+    async def continue_as_new(self, input: object) -> Any:
         """Ends this run and starts a fresh one of the same id with `input`, in one record.
 
         Signals that arrive afterwards go to the new run. Never returns.

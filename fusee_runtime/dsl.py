@@ -185,13 +185,13 @@ class StepDef:
     """A registered `@step` function and its options."""
 
     name: str
-    fn: Callable[..., Any]
+    fn: Callable[..., object]
     opts: StepOptions = field(default_factory=StepOptions)
 
     def __post_init__(self) -> None:
         functools.update_wrapper(self, self.fn)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: object, **kwargs: object) -> Any:
         execution = journaling()
         if execution is None:
             return self.fn(*args, **kwargs)
@@ -218,7 +218,7 @@ class WorkflowDef:
     """A registered `@workflow` function."""
 
     name: str
-    fn: Callable[..., Any]
+    fn: Callable[..., object]
     cron: str | None = None
     timezone: str | None = None
     overlap: str = "skip"
@@ -227,7 +227,7 @@ class WorkflowDef:
     def __post_init__(self) -> None:
         functools.update_wrapper(self, self.fn)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: object, **kwargs: object) -> Any:
         return self.fn(*args, **kwargs)
 
 
@@ -253,7 +253,7 @@ def workflow(
 
 
 def workflow(
-    fn: Callable[..., Any] | None = None,
+    fn: Callable[..., object] | None = None,
     /,
     *,
     name: str | None = None,
@@ -307,7 +307,7 @@ def step(
 
 
 def step(
-    fn: Callable[..., Any] | None = None,
+    fn: Callable[..., object] | None = None,
     /,
     *,
     name: str | None = None,

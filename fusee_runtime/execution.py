@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from fusee_runtime.context import Ctx
 from fusee_runtime.dsl import StepDef, StepOptions
@@ -80,7 +80,7 @@ class Ended:
     raised `error` (its compensations have run; `cancelled` when the error is the
     run's own cancel arriving)."""
 
-    value: Any = None
+    value: object = None
     error: Exception | None = None
     cancelled: bool = False
 
@@ -328,9 +328,9 @@ class Execution:
     async def run_step(
         self,
         name: str,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
+        fn: Callable[..., object],
+        args: tuple[object, ...],
+        kwargs: dict[str, object],
         opts: StepOptions,
     ) -> Any:
         """A step: its recorded outcome on replay, else it runs live."""
@@ -356,7 +356,7 @@ class Execution:
             await self.updates.held(self.run.ops.get(seq))
         return value if returns(fn) is None else self._typed(seq, fn, value, name)
 
-    def _typed(self, seq: str, fn: Callable[..., Any], data: Any, name: str) -> Any:
+    def _typed(self, seq: str, fn: Callable[..., object], data: Any, name: str) -> Any:
         """A step's recorded result read back into its type. One that was recorded
         decoded then: if it no longer does, the annotation changed, and the run stops
         as `stuck` (as for any code that no longer matches its journal) until the code
@@ -487,7 +487,7 @@ class Execution:
                 self.host.log_compensation(self.run, name, e)
 
 
-async def run_code(host: RunHost, run: Run, fn: Callable[..., Any]) -> Ended | None:
+async def run_code(host: RunHost, run: Run, fn: Callable[..., object]) -> Ended | None:
     """Runs a run's code (again) from the top until it returns, fails, parks or halts.
 
     Returns how it ended, for the engine to record, or None when there is
@@ -506,14 +506,15 @@ async def run_code(host: RunHost, run: Run, fn: Callable[..., Any]) -> Ended | N
         host.progressed()
 
 
-async def _run(execution: Execution, fn: Callable[..., Any]) -> Ended | None:
+async def _run(execution: Execution, fn: Callable[..., object]) -> Ended | None:
     host, run = execution.host, execution.run
     try:
         try:
             input = decode(parameter(fn, 1), run.input, f"the input of workflow {run.workflow!r}")
         except CodecError as e:  # checked at the start: the annotation changed since
             execution.stuck(f"replay mismatch: {e}")
-        result = await fn(execution.ctx, input)
+        # (`@workflow` refused a function that is not `async def`.)
+        result = await cast(Awaitable[object], fn(execution.ctx, input))
         if execution.halted is not None or not run.is_open:
             return None  # the code swallowed the cancellation of a park, close or terminate
         execution.finished()

@@ -79,7 +79,7 @@ class StepWorkers:
         """Of those, the attempts that failed (retried, paused or final)."""
         self._lock = threading.Lock()
 
-    def in_thread(self, run: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def in_thread(self, run: Callable[..., Any], *args: object, **kwargs: object) -> Any:
         """Runs a plain-def step function in the pool, counted while it runs."""
         with self._lock:
             self.threads_busy += 1
@@ -98,9 +98,9 @@ async def run_live(
     seq: str,
     op: StepOp | None,
     name: str,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
+    fn: Callable[..., object],
+    args: tuple[object, ...],
+    kwargs: dict[str, object],
     opts: StepOptions,
     kind: type[StepOp] = StepOp,
 ) -> Any:
@@ -142,9 +142,9 @@ async def _run_attempts(
     seq: str,
     op: StepOp | None,
     name: str,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
+    fn: Callable[..., object],
+    args: tuple[object, ...],
+    kwargs: dict[str, object],
     opts: StepOptions,
     kind: type[StepOp],
 ) -> Any:
@@ -220,7 +220,7 @@ async def _gate(
     attempt: int,
     opts: StepOptions,
     kind: type[StepOp],
-    args: tuple[Any, ...],
+    args: tuple[object, ...],
 ) -> tuple[Permit | None, tuple[Any, ...]] | None:
     """Step 2: a permit of the step's limit, then every earlier record durable (and for
     `await_completion`, this attempt's token). Returns the permit and the attempt's

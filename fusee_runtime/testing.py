@@ -79,8 +79,8 @@ class Call:
     workflow: str
     id: str
     attempt: int
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
+    args: tuple[object, ...]
+    kwargs: dict[str, object]
 
 
 @dataclass
@@ -218,7 +218,11 @@ class Env:
     # -- runs --------------------------------------------------------------------------
 
     async def start(
-        self, workflow: str | WorkflowDef, input: Any = None, id: str | None = None, **options: Any
+        self,
+        workflow: str | WorkflowDef,
+        input: object = None,
+        id: str | None = None,
+        **options: Any,
     ) -> RunHandle:
         """Starts a run (`Engine.start`) and lets it run until it waits for time or for
         the outside (`idle`); returns its handle."""
@@ -231,12 +235,12 @@ class Env:
         now (after a `crash`, ask again)."""
         return self.engine.handle(id)
 
-    async def signal(self, id: str, name: str, value: Any = None) -> None:
+    async def signal(self, id: str, name: str, value: object = None) -> None:
         """Sends signal `name` to the newest run of `id`, then waits until it has acted."""
         await self.engine.signal(id, name, value)
         await self.idle()
 
-    async def complete(self, id: str, name: str, value: Any = None) -> None:
+    async def complete(self, id: str, name: str, value: object = None) -> None:
         """Finishes the pending `ctx.await_completion(name, ...)` of the newest run of
         `id` with `value`, as `fusee complete TOKEN` would, then waits until it has acted.
 
@@ -375,18 +379,18 @@ class Env:
             return None
         mock = max(reversed(found), key=StepMock.specificity)  # the latest of the most specific
 
-        def called(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        def called(args: tuple[object, ...], kwargs: dict[str, object]) -> Any:
             mock.calls.append(Call(workflow, id, attempt, args, kwargs))
             return mock.act(*args, **kwargs)
 
         if inspect.iscoroutinefunction(mock.act):
 
-            async def mocked_async(*args: Any, **kwargs: Any) -> Any:
+            async def mocked_async(*args: object, **kwargs: object) -> Any:
                 return await called(args, kwargs)
 
             return mocked_async
 
-        def mocked(*args: Any, **kwargs: Any) -> Any:  # in a thread, as a plain def step
+        def mocked(*args: object, **kwargs: object) -> Any:  # in a thread, as a plain def step
             return called(args, kwargs)
 
         return mocked

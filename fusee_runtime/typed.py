@@ -153,7 +153,7 @@ _RETURNS: dict[Any, Shape | None] = {}
 _PARAMETERS: dict[tuple[Any, int], Shape | None] = {}
 
 
-def returns(fn: Callable[..., Any]) -> Shape | None:
+def returns(fn: Callable[..., object]) -> Shape | None:
     """The shape of `fn`'s return annotation; None when its result is plain JSON."""
     try:
         return _RETURNS[fn]
@@ -168,7 +168,7 @@ def returns(fn: Callable[..., Any]) -> Shape | None:
     return shape
 
 
-def parameter(fn: Callable[..., Any], index: int) -> Shape | None:
+def parameter(fn: Callable[..., object], index: int) -> Shape | None:
     """The shape of `fn`'s positional parameter `index`; None when it is plain JSON."""
     key = (fn, index)
     try:
@@ -184,7 +184,7 @@ def parameter(fn: Callable[..., Any], index: int) -> Shape | None:
     return shape
 
 
-def step_result(fn: Callable[..., Any], data: Any, name: str) -> Any:
+def step_result(fn: Callable[..., object], data: Any, name: str) -> Any:
     """The recorded result of step `name` (function `fn`), read back into its return
     annotation: live and on replay, the workflow gets the same value of the same type.
 
@@ -195,7 +195,7 @@ def step_result(fn: Callable[..., Any], data: Any, name: str) -> Any:
     return data if shape is None else decode(shape, data, f"the result of step {name!r}")
 
 
-def _annotation(fn: Callable[..., Any], index: int | None) -> Shape | None:
+def _annotation(fn: Callable[..., object], index: int | None) -> Shape | None:
     while isinstance(fn, functools.partial):
         fn = fn.func
     if not (inspect.isfunction(fn) or inspect.ismethod(fn)):

@@ -288,10 +288,10 @@ class Engine:
     async def start(
         self,
         workflow: str | WorkflowDef,
-        input: Any = None,
+        input: object = None,
         id: str | None = None,
         on_conflict: Literal["return", "fail", "new_run"] = "return",
-        timeout: float | Any | None = None,
+        timeout: float | timedelta | None = None,
         signal: tuple[str, Any] | None = None,
         traceparent: str | None = None,
     ) -> RunHandle:
@@ -320,7 +320,7 @@ class Engine:
         return RunHandle(self, *ids)
 
     async def signal(
-        self, id: str, name: str, value: Any = None, *, run_id: str | None = None
+        self, id: str, name: str, value: object = None, *, run_id: str | None = None
     ) -> None:
         """Delivers signal `name` to the newest run of `id` (or to run `run_id` of it, as a
         pinned handle does); returns once it is durable. The other calls on a run take
@@ -428,7 +428,9 @@ class Engine:
 
     # -- handlers and completions ----------------------------------------------------
 
-    async def query(self, id: str, name: str, arg: Any = None, *, run_id: str | None = None) -> Any:
+    async def query(
+        self, id: str, name: str, arg: object = None, *, run_id: str | None = None
+    ) -> Any:
         """The answer of the newest run of `id` to query `name` (its `ctx.on_query`).
 
         Raises:
@@ -444,7 +446,7 @@ class Engine:
         self,
         id: str,
         name: str,
-        arg: Any = None,
+        arg: object = None,
         update_id: str | None = None,
         *,
         run_id: str | None = None,
@@ -467,7 +469,7 @@ class Engine:
         """
         return await self.handlers.update(id, name, arg, update_id, run_id)
 
-    async def complete(self, token: str, value: Any = None) -> None:
+    async def complete(self, token: str, value: object = None) -> None:
         """Finishes the `await_completion` that issued `token` with `value`; returns once
         that is durable.
 

@@ -73,7 +73,7 @@ class RunHandle:
         """Every record of every run of this id, oldest first."""
         return await self._engine.history(self.id)
 
-    async def signal(self, name: str, value: Any = None) -> None:
+    async def signal(self, name: str, value: object = None) -> None:
         """Delivers a signal; returns once it is durable."""
         await self._engine.signal(self.id, name, value, run_id=self._target())
 
@@ -94,11 +94,11 @@ class RunHandle:
         (an operation number, a position or an operation's name, as `Engine.reset` takes it)."""
         return await self._engine.reset(self.id, to, run_id=self._target())
 
-    async def query(self, name: str, arg: Any = None) -> Any:
+    async def query(self, name: str, arg: object = None) -> Any:
         """What the run's `ctx.on_query(name, fn)` handler answers for `arg`; records nothing."""
         return await self._engine.query(self.id, name, arg, run_id=self._target())
 
-    async def update(self, name: str, arg: Any = None, update_id: str | None = None) -> Any:
+    async def update(self, name: str, arg: object = None, update_id: str | None = None) -> Any:
         """Applies update `name` with `arg` (the run's `ctx.on_update` handler); returns its
         result once the update is durable. The same `update_id` is applied once."""
         return await self._engine.update(self.id, name, arg, update_id, run_id=self._target())

@@ -51,7 +51,7 @@ class Handlers:
         self.tokens = tokens
         self.config = driver.config
 
-    async def query(self, id: str, name: str, arg: Any = None, run_id: str | None = None) -> Any:
+    async def query(self, id: str, name: str, arg: object = None, run_id: str | None = None) -> Any:
         """The answer of a run to a query: `Engine.query` says what it raises."""
         if not self.driver.opened:
             self.driver.check_accepting()
@@ -89,7 +89,7 @@ class Handlers:
         self,
         id: str,
         name: str,
-        arg: Any = None,
+        arg: object = None,
         update_id: str | None = None,
         run_id: str | None = None,
     ) -> Any:
