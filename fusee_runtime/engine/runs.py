@@ -54,6 +54,7 @@ from fusee_runtime.errors import JournalCorrupt, NotFound, Rejected
 from fusee_runtime.journal import checkpoint as ckpt
 from fusee_runtime.journal.reader import JournalRead
 from fusee_runtime.model import codec
+from fusee_runtime.model.json import Json
 from fusee_runtime.model.ops import ChildOp, CompletionOp, StepOp, TimerOp, WaitOp
 from fusee_runtime.model.records import (
     CLOSES,
@@ -218,7 +219,9 @@ class RunTable:
         # Every signal the old run had: carried to it, received, or taken by a wait it
         # inherited itself (a reset of a reset: that signal's record is in an older run).
         # Those its kept waits took stay taken; the others come again, in their order.
-        known = {s[0]: tuple(s) for s in old.carried_signals}
+        known: dict[int, tuple[int, str, Json]] = {
+            s[0]: (s[0], s[1], s[2]) for s in old.carried_signals
+        }
         for _, r in old.records:
             if isinstance(r, SignalReceived):
                 known.setdefault(r.signal_id, (r.signal_id, r.name, r.value.value))

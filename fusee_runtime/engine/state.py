@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING, Any, cast
 from fusee_runtime.engine.fold import OP_RECORDS, RUN_RECORDS
 from fusee_runtime.engine.waits import utc, waiting
 from fusee_runtime.errors import Failure
+from fusee_runtime.model.json import Json
 from fusee_runtime.model.op_records import StepHeartbeat
 from fusee_runtime.model.ops import Op, OpT, Pending, StepOp, StreamAppendOp, StreamCloseOp
 from fusee_runtime.model.records import (
+    FailureJson,
     Record,
     RunCancelled,
     RunCompleted,
@@ -39,7 +41,7 @@ class Stream:
     """One stream of a run: its items with the position of each record, and
     where it was closed. Readers see an item once its position is durable."""
 
-    items: list[tuple[int, Any]] = field(default_factory=list)
+    items: list[tuple[int, Json]] = field(default_factory=list)
     closed_lsn: int | None = None
 
 
@@ -55,7 +57,7 @@ class Run:
     run_id: str
     workflow_id: str
     workflow: str
-    input: Any
+    input: Json
     started_at: float
     start_lsn: int
     deadline: float | None = None
@@ -68,12 +70,12 @@ class Run:
     # Timers, waits and paused steps not yet resolved, in the order they began.
     pending: dict[str, Pending] = field(default_factory=dict)
     # Signals received and not yet taken by a wait: (signal_id, name, value).
-    signals: list[tuple[int, str, Any]] = field(default_factory=list)
+    signals: list[tuple[int, str, Json]] = field(default_factory=list)
     next_signal_id: int = 1
     # Streams by name, as `ctx.stream(name)` wrote them (held while the run is in memory).
     streams: dict[str, Stream] = field(default_factory=dict)
     # Signals handed over at creation by the run this one continues or resets.
-    carried_signals: list[tuple[int, str, Any]] = field(default_factory=list)
+    carried_signals: list[tuple[int, str, Json]] = field(default_factory=list)
     cancel_reason: str | None = None
     cancel_delivered: bool = False
     # Why the run's code stopped, as recorded (`RunStuck`), until it went on (`RunUnstuck`).
@@ -86,7 +88,7 @@ class Run:
     closing: Status | None = None
     close_lsn: int | None = None
     status: Status = Status.RUNNING
-    result: Any = None
+    result: Json = None
     failure: Failure | None = None
     reason: str | None = None
     closed_at: float | None = None
@@ -114,8 +116,8 @@ class Run:
     position_kind: type[Op] | None = None
     # Updates applied: by position, (update_id, name, arg) in order; by id, (lsn,
     # result, failure) for an update sent again with the same id.
-    update_log: dict[int, list[tuple[str, str, Any]]] = field(default_factory=dict)
-    updates_done: dict[str, tuple[int, Any, Any]] = field(default_factory=dict)
+    update_log: dict[int, list[tuple[str, str, Json]]] = field(default_factory=dict)
+    updates_done: dict[str, tuple[int, Json, FailureJson | None]] = field(default_factory=dict)
     update_lsn: int = 0  # where the latest update was recorded
     # Async handlers' updates by id, in the order accepted, with where (`UpdateAccepted`);
     # callers waiting for one (not recorded): each gets its `UpdateApplied`'s lsn (0: none).
