@@ -204,7 +204,7 @@ class Control(Operations):
     ) -> object:
         return await self._recorded(self.engine.handle(id).update(name, arg, update_id=update_id))
 
-    async def schedules(self) -> builtins.list[dict[str, Any]]:
+    async def schedules(self) -> builtins.list[JsonObject]:
         """Every cron schedule: workflow, cron, timezone, overlap, catchup, paused,
         last (the last instant fired or skipped) and next (the next instant due)."""
         return self.engine.schedules.list()

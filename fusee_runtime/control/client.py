@@ -145,7 +145,7 @@ class Client(Operations):
         on_conflict: ops.OnConflict = "return",
         traceparent: str | None = None,
     ) -> tuple[RunInfo, bool]:
-        args: dict[str, Any] = {"traceparent": traceparent} if traceparent else {}
+        args: dict[str, str] = {"traceparent": traceparent} if traceparent else {}
         return await self._ask(
             ops.START, workflow=workflow, input=input, id=id, on_conflict=on_conflict, **args
         )
@@ -168,7 +168,7 @@ class Client(Operations):
             args["before"] = before
         if where:
             # Checked and normalized here (a datetime becomes its UTC text), as pairs.
-            pairs: dict[str, Any] = {}
+            pairs: dict[str, builtins.list[builtins.list[Json]]] = {}
             for key, op, value in search.conditions(where):
                 pairs.setdefault(key, []).append([op, value])
             args["where"] = pairs
@@ -226,7 +226,7 @@ class Client(Operations):
     ) -> Json:
         return await self._ask(ops.UPDATE, id=id, name=name, arg=arg, update_id=update_id)
 
-    async def schedules(self) -> builtins.list[dict[str, Any]]:
+    async def schedules(self) -> builtins.list[JsonObject]:
         return await self._ask(ops.SCHEDULES)
 
     async def schedule(self, name: str, action: ops.ScheduleAction) -> Any:

@@ -177,7 +177,7 @@ class Operations(Protocol):
         """Applies update `name` to the newest run of `id`; returns the handler's result."""
         ...
 
-    async def schedules(self) -> builtins.list[dict[str, Any]]:
+    async def schedules(self) -> builtins.list[JsonObject]:
         """Every cron schedule."""
         ...
 
