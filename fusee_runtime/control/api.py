@@ -193,7 +193,7 @@ class Control(Operations):
         return self._finished(*await self._recorded(finished))
 
     @staticmethod
-    def _finished(run: Run, seq: str) -> dict[str, Any]:
+    def _finished(run: Run, seq: str) -> dict[str, str]:
         return {"id": run.workflow_id, "completion": run.ops[seq].name}
 
     async def query(self, id: str, name: str, arg: object = None) -> object:
@@ -265,7 +265,7 @@ class Control(Operations):
         engine.runs.latest(id)
         waiter = asyncio.ensure_future(engine.handle(id).result(timeout=timeout))
         shown: tuple[str, str | None] | None = None
-        outcome: dict[str, Any]
+        outcome: dict[str, object]
         try:
             while not waiter.done():
                 run = engine.runs.latest(id)
