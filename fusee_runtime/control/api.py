@@ -34,15 +34,17 @@ import socket
 from collections.abc import AsyncGenerator, Awaitable
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from fusee_runtime.control.ops import Operations
+from fusee_runtime.control.ops import Operations, Pong
 from fusee_runtime.control.wire import run_info as run_info  # (re-exported: its old home)
 from fusee_runtime.control.wire import run_json
 from fusee_runtime.errors import Cancelled, JournalFailed, NotFound, RunFailed, Terminated, TimedOut
 from fusee_runtime.journal import records
+from fusee_runtime.model.json import Json, JsonObject
 from fusee_runtime.model.run import RunInfo, Status
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.engine import Engine
+    from fusee_runtime.engine.state import Run
 
 POLL_S = 0.1
 """How often a watch looks at the run's status and progress."""
@@ -83,13 +85,13 @@ class Control(Operations):
         """Whether `list` takes `before`: it does."""
         return True
 
-    async def ping(self) -> dict[str, Any]:
+    async def ping(self) -> Pong:
         return {"pid": os.getpid(), "home": str(self.engine.home), "host": socket.gethostname()}
 
     async def start(
         self,
         workflow: str,
-        input: Any = None,
+        input: object = None,
         id: str | None = None,
         on_conflict: Literal["return", "fail", "new_run"] = "return",
         traceparent: str | None = None,
@@ -123,7 +125,7 @@ class Control(Operations):
         """The records of every run of `id` as JSON (`records.as_json`)."""
         return [records.as_json(r) for r in await self.engine.history(id)]
 
-    async def log(self, id: str, last: int = 200) -> builtins.list[dict[str, Any]]:
+    async def log(self, id: str, last: int = 200) -> builtins.list[JsonObject]:
         """The last `last` `ctx.log` lines of the runs of `id`, oldest first (from
         `<home>/logs`, or in PostgreSQL `fusee_logs`, on a thread: `engine/runlog.py`)."""
         engine = self.engine
@@ -151,7 +153,7 @@ class Control(Operations):
         runs = self.engine.runs.listed("open" if open else None, workflow, None)
         return [[info.id, info.run_id] for info in reversed(runs)]
 
-    async def signal(self, id: str, name: str, value: Any = None) -> RunInfo:
+    async def signal(self, id: str, name: str, value: object = None) -> RunInfo:
         """Delivers signal `name` to the newest run of `id`; returns that run as it stands
         once the signal is durable."""
         run = self.engine.runs.latest(id)
@@ -179,7 +181,7 @@ class Control(Operations):
     async def reset(self, id: str, to: int | str) -> RunInfo:
         return await (await self._recorded(self.engine.reset(id, to))).describe()
 
-    async def complete(self, token: str, value: Any = None) -> dict[str, Any]:
+    async def complete(self, token: str, value: object = None) -> dict[str, Any]:
         """Finishes the `await_completion` step that issued `token` with `value`;
         returns the run's id and the step's name."""
         finished = self.engine.handlers.finish(token, value, None)
@@ -191,18 +193,18 @@ class Control(Operations):
         return self._finished(*await self._recorded(finished))
 
     @staticmethod
-    def _finished(run: Any, seq: str) -> dict[str, Any]:
+    def _finished(run: Run, seq: str) -> dict[str, str]:
         return {"id": run.workflow_id, "completion": run.ops[seq].name}
 
-    async def query(self, id: str, name: str, arg: Any = None) -> Any:
+    async def query(self, id: str, name: str, arg: object = None) -> object:
         return await self.engine.handle(id).query(name, arg)
 
     async def update(
-        self, id: str, name: str, arg: Any = None, update_id: str | None = None
-    ) -> Any:
+        self, id: str, name: str, arg: object = None, update_id: str | None = None
+    ) -> object:
         return await self._recorded(self.engine.handle(id).update(name, arg, update_id=update_id))
 
-    async def schedules(self) -> builtins.list[dict[str, Any]]:
+    async def schedules(self) -> builtins.list[JsonObject]:
         """Every cron schedule: workflow, cron, timezone, overlap, catchup, paused,
         last (the last instant fired or skipped) and next (the next instant due)."""
         return self.engine.schedules.list()
@@ -217,11 +219,11 @@ class Control(Operations):
         store; returns how many. Open runs are never pruned."""
         return await self.engine.prune(older_than)
 
-    async def limits(self) -> builtins.list[dict[str, Any]]:
+    async def limits(self) -> builtins.list[JsonObject]:
         """Every limit set or in use (`LimitInfo` as a mapping), by name."""
         return [dataclasses.asdict(info) for info in self.engine.limits()]
 
-    async def limit(self, name: str, permits: int) -> dict[str, Any]:
+    async def limit(self, name: str, permits: int) -> JsonObject:
         """Sets limit `name`'s size (durably); returns the limit as `limits` shows it."""
         await self._recorded(self.engine.limit(name, permits))
         (info,) = [info for info in self.engine.limits() if info.name == name]
@@ -263,7 +265,7 @@ class Control(Operations):
         engine.runs.latest(id)
         waiter = asyncio.ensure_future(engine.handle(id).result(timeout=timeout))
         shown: tuple[str, str | None] | None = None
-        outcome: dict[str, Any]
+        outcome: dict[str, object]
         try:
             while not waiter.done():
                 run = engine.runs.latest(id)
@@ -313,7 +315,7 @@ class Control(Operations):
         outcome["run"] = run_json(engine.runs.latest(id).info())
         yield {"outcome": outcome}
 
-    async def stream(self, id: str, name: str, follow: bool = True) -> AsyncGenerator[Any, None]:
+    async def stream(self, id: str, name: str, follow: bool = True) -> AsyncGenerator[Json, None]:
         """The durable items of stream `name` of the newest run of `id`, until it closes.
 
         Without `follow`, only the items durable now.

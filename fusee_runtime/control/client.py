@@ -20,7 +20,7 @@ import contextlib
 import socket
 from collections.abc import AsyncGenerator
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, cast
 
 import orjson
 
@@ -30,7 +30,9 @@ from fusee_runtime.control.api import Control, OutcomeUnknown
 from fusee_runtime.control.ops import Operations
 from fusee_runtime.engine.home import HomeLock, check_reachable
 from fusee_runtime.errors import FuseeError, Rejected
+from fusee_runtime.model.json import Json, JsonObject
 from fusee_runtime.model.run import RunInfo
+from fusee_runtime.store.shared import Asking
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -111,11 +113,11 @@ class Client(Operations):
         return None
 
     @abc.abstractmethod
-    async def call(self, op: ops.Call[..., Any], args: ops.Args) -> Any:
+    async def call(self, op: ops.Call[..., object], args: ops.Args) -> Json:
         """Operation `op` with its arguments as JSON: its answer as JSON."""
 
     @abc.abstractmethod
-    def events(self, op: ops.Stream[..., Any], args: ops.Args) -> AsyncGenerator[Any, None]:
+    def events(self, op: ops.Stream[..., object], args: ops.Args) -> AsyncGenerator[Json, None]:
         """As `call`, for an operation that answers with events (`watch`, `stream`)."""
 
     async def _ask(self, op: ops.Call[P, R], /, *by_position: P.args, **args: P.kwargs) -> R:
@@ -129,21 +131,21 @@ class Client(Operations):
     ) -> AsyncGenerator[E, None]:
         """As `_ask`, for an operation that answers with events."""
         assert not by_position, "arguments go by name on the wire"
-        return self.events(op, args)
+        return cast(AsyncGenerator[E, None], self.events(op, args))  # `E`s, as JSON
 
-    async def ping(self) -> dict[str, Any]:
+    async def ping(self) -> ops.Pong:
         """Who serves the calls: `pid`, `home`, `host`."""
         return await self._ask(ops.PING)
 
     async def start(
         self,
         workflow: str,
-        input: Any = None,
+        input: object = None,
         id: str | None = None,
         on_conflict: ops.OnConflict = "return",
         traceparent: str | None = None,
     ) -> tuple[RunInfo, bool]:
-        args: dict[str, Any] = {"traceparent": traceparent} if traceparent else {}
+        args: dict[str, str] = {"traceparent": traceparent} if traceparent else {}
         return await self._ask(
             ops.START, workflow=workflow, input=input, id=id, on_conflict=on_conflict, **args
         )
@@ -166,7 +168,7 @@ class Client(Operations):
             args["before"] = before
         if where:
             # Checked and normalized here (a datetime becomes its UTC text), as pairs.
-            pairs: dict[str, Any] = {}
+            pairs: dict[str, builtins.list[builtins.list[Json]]] = {}
             for key, op, value in search.conditions(where):
                 pairs.setdefault(key, []).append([op, value])
             args["where"] = pairs
@@ -175,7 +177,7 @@ class Client(Operations):
     async def history(self, id: str) -> builtins.list[dict[str, Any]]:
         return await self._ask(ops.HISTORY, id=id)
 
-    async def log(self, id: str, last: int = 200) -> builtins.list[dict[str, Any]]:
+    async def log(self, id: str, last: int = 200) -> builtins.list[JsonObject]:
         return await self._ask(ops.LOG, id=id, last=last)
 
     async def journal(self, id: str, run_id: str | None = None) -> dict[str, Any]:
@@ -189,7 +191,7 @@ class Client(Operations):
             args["open"] = True
         return await self._ask(ops.RUN_IDS, **args)
 
-    async def signal(self, id: str, name: str, value: Any = None) -> RunInfo:
+    async def signal(self, id: str, name: str, value: object = None) -> RunInfo:
         return await self._acted(id, await self._ask(ops.SIGNAL, id=id, name=name, value=value))
 
     async def cancel(self, id: str, reason: str = "cancelled") -> RunInfo:
@@ -210,21 +212,21 @@ class Client(Operations):
     async def reset(self, id: str, to: int | str) -> RunInfo:
         return await self._ask(ops.RESET, id=id, to=to)
 
-    async def complete(self, token: str, value: Any = None) -> dict[str, Any]:
+    async def complete(self, token: str, value: object = None) -> dict[str, Any]:
         return await self._ask(ops.COMPLETE, token=token, value=value)
 
     async def fail(self, token: str, message: str) -> dict[str, Any]:
         return await self._ask(ops.FAIL, token=token, message=message)
 
-    async def query(self, id: str, name: str, arg: Any = None) -> Any:
+    async def query(self, id: str, name: str, arg: object = None) -> Json:
         return await self._ask(ops.QUERY, id=id, name=name, arg=arg)
 
     async def update(
-        self, id: str, name: str, arg: Any = None, update_id: str | None = None
-    ) -> Any:
+        self, id: str, name: str, arg: object = None, update_id: str | None = None
+    ) -> Json:
         return await self._ask(ops.UPDATE, id=id, name=name, arg=arg, update_id=update_id)
 
-    async def schedules(self) -> builtins.list[dict[str, Any]]:
+    async def schedules(self) -> builtins.list[JsonObject]:
         return await self._ask(ops.SCHEDULES)
 
     async def schedule(self, name: str, action: ops.ScheduleAction) -> Any:
@@ -233,16 +235,16 @@ class Client(Operations):
     async def prune(self, older_than: float) -> int:
         return await self._ask(ops.PRUNE, older_than=older_than)
 
-    async def limits(self) -> builtins.list[dict[str, Any]]:
+    async def limits(self) -> builtins.list[JsonObject]:
         return await self._ask(ops.LIMITS)
 
-    async def limit(self, name: str, permits: int) -> dict[str, Any]:
+    async def limit(self, name: str, permits: int) -> JsonObject:
         return await self._ask(ops.LIMIT, name=name, permits=permits)
 
     def watch(self, id: str, timeout: float | None = None) -> AsyncGenerator[dict[str, Any], None]:
         return self._follow(ops.WATCH, id=id, timeout=timeout)
 
-    def stream(self, id: str, name: str, follow: bool = True) -> AsyncGenerator[Any, None]:
+    def stream(self, id: str, name: str, follow: bool = True) -> AsyncGenerator[Json, None]:
         return self._follow(ops.STREAM, id=id, name=name, follow=follow)
 
 
@@ -285,7 +287,7 @@ class ControlClient(Client):
         client._pid = pong["pid"]
         return client
 
-    async def call(self, op: ops.Call[..., Any], args: ops.Args) -> Any:
+    async def call(self, op: ops.Call[..., object], args: ops.Args) -> Json:
         """Operation `op` over the socket (`control/protocol.py`), with its arguments
         as JSON: its answer as JSON."""
         async with contextlib.aclosing(self._exchange(op, args)) as lines:
@@ -294,14 +296,18 @@ class ControlClient(Client):
                     return value
         raise AssertionError("unreachable: an exchange ends with its value or an error")
 
-    async def events(self, op: ops.Stream[..., Any], args: ops.Args) -> AsyncGenerator[Any, None]:
+    async def events(
+        self, op: ops.Stream[..., object], args: ops.Args
+    ) -> AsyncGenerator[Json, None]:
         """As `call`, for an operation that answers with events (`watch`, `stream`)."""
         async with contextlib.aclosing(self._exchange(op, args)) as lines:
             async for is_event, value in lines:
                 if is_event:
                     yield value
 
-    async def _exchange(self, op: ops.Op, args: ops.Args) -> AsyncGenerator[tuple[bool, Any], None]:
+    async def _exchange(
+        self, op: ops.Op, args: ops.Args
+    ) -> AsyncGenerator[tuple[bool, Json], None]:
         """Sends one request; yields `(True, event)` for each event, then `(False, value)`.
 
         Raises:
@@ -356,7 +362,7 @@ class ControlClient(Client):
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
-    async def open_stream(self) -> tuple[asyncio.StreamReader, Any]:
+    async def open_stream(self) -> tuple[asyncio.StreamReader, Asking]:
         """A connection for one request: its lines are read from the reader and written
         to the writer (`write`, `drain`, `close`, `wait_closed`). The home's socket here;
         the database for a `StoreClient` (`control/remote.py`)."""

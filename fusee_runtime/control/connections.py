@@ -105,7 +105,7 @@ class Connections:
         if guard.peer is not None and self._by_peer.get(guard.peer) is guard:
             del self._by_peer[guard.peer]
 
-    def _find(self, client: Any) -> _Guard | None:
+    def _find(self, client: object) -> _Guard | None:
         if not isinstance(client, tuple | list) or len(client) < 2:
             return None
         return self._by_peer.get((str(client[0]), int(client[1])))

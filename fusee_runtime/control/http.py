@@ -46,7 +46,6 @@ import re
 import socket
 from collections.abc import Awaitable, Callable, Iterator
 from http import HTTPStatus
-from typing import Any
 from urllib.parse import parse_qs, quote
 
 import uvicorn
@@ -381,11 +380,21 @@ class HttpServer:
     Args:
         control: the operations it serves.
         token: when set, every request needs `Authorization: Bearer <token>`.
-        app: `build_app`'s other arguments.
+        public_url, engines, by_journal: as `build_app` takes them.
     """
 
-    def __init__(self, control: ControlApi, token: str | None = None, **app: Any) -> None:
-        self.app = build_app(control, token, **app)
+    def __init__(
+        self,
+        control: ControlApi,
+        token: str | None = None,
+        *,
+        public_url: str | None = None,
+        engines: metrics.Engines | None = None,
+        by_journal: bool = False,
+    ) -> None:
+        self.app = build_app(
+            control, token, public_url=public_url, engines=engines, by_journal=by_journal
+        )
         self._api: Api = self.app.state.api
         self._served = AsgiServer(self.app)
 

@@ -103,7 +103,7 @@ _Family = tuple[Callable[..., Metric], str, str, list[str], list[_Sample]]
 """A metric family to collect: its class, name, help, labels (besides `journal`), samples."""
 
 
-def _each(engines: list[tuple[int, Engine]], value: Callable[[Engine], Any]) -> list[_Sample]:
+def _each(engines: list[tuple[int, Engine]], value: Callable[[Engine], float]) -> list[_Sample]:
     """One sample without labels for each engine."""
     return [(k, [], value(e)) for k, e in engines]
 

@@ -7,19 +7,18 @@ body the tests receive matches its schema.
 
 from __future__ import annotations
 
-from typing import Any
-
 from fusee_runtime import search
 from fusee_runtime.control.limits import BODY_BYTES_MAX, RESULT_WAIT_S_MAX
+from fusee_runtime.model.json import Json, JsonObject
 from fusee_runtime.model.run import Status
 
 
-def _ref(name: str) -> dict[str, str]:
+def _ref(name: str) -> JsonObject:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-def _obj(properties: dict[str, Any], *required: str, closed: bool = False) -> dict[str, Any]:
-    doc: dict[str, Any] = {"type": "object", "properties": properties}
+def _obj(properties: JsonObject, *required: str, closed: bool = False) -> JsonObject:
+    doc: JsonObject = {"type": "object", "properties": properties}
     if required:
         doc["required"] = list(required)
     if closed:
@@ -27,24 +26,24 @@ def _obj(properties: dict[str, Any], *required: str, closed: bool = False) -> di
     return doc
 
 
-def _str(description: str | None = None, nullable: bool = False) -> dict[str, Any]:
-    doc: dict[str, Any] = {"type": ["string", "null"] if nullable else "string"}
+def _str(description: str | None = None, nullable: bool = False) -> JsonObject:
+    doc: JsonObject = {"type": ["string", "null"] if nullable else "string"}
     return {**doc, "description": description} if description else doc
 
 
-def _any(description: str) -> dict[str, Any]:
+def _any(description: str) -> JsonObject:
     return {"description": description}
 
 
-def _answer(description: str, schema: dict[str, Any]) -> dict[str, Any]:
+def _answer(description: str, schema: JsonObject) -> JsonObject:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
-def _array(name: str) -> dict[str, Any]:
+def _array(name: str) -> JsonObject:
     return {"type": "array", "items": _ref(name)}
 
 
-def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+def _query(name: str, schema: JsonObject, description: str) -> JsonObject:
     return {
         "name": name,
         "in": "query",
@@ -56,21 +55,21 @@ def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any
 
 def _op(
     summary: str,
-    answers: dict[int, dict[str, Any]],
+    answers: dict[int, JsonObject],
     errors: tuple[int, ...],
-    body: tuple[dict[str, Any], str, bool] | None = None,
-    query: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
+    body: tuple[JsonObject, str, bool] | None = None,
+    query: list[Json] | None = None,
+) -> JsonObject:
     """One operation: its answers, the error statuses it may give (401, 403, 500, and a
     worker of a PostgreSQL database's 502, 503 and 504 always), and its body (schema,
     description, required) or query parameters."""
     codes = {*errors, 401, 403, 500, 502, 503, 504} | ({400, 413} if body else set())
     responses = {str(c): a for c, a in answers.items()}
     responses |= {str(c): {"$ref": f"#/components/responses/E{c}"} for c in codes}
-    doc: dict[str, Any] = {"summary": summary, "responses": dict(sorted(responses.items()))}
+    doc: JsonObject = {"summary": summary, "responses": dict(sorted(responses.items()))}
     if body is not None:
         schema, description, required = body
-        content = {"application/json": {"schema": schema}}
+        content: JsonObject = {"application/json": {"schema": schema}}
         doc["requestBody"] = {"required": required, "description": description, "content": content}
     if query:
         doc["parameters"] = query
@@ -85,7 +84,7 @@ _REASON = (_ref("Reason"), "Why; an empty body is {}.", False)
 
 _TRACEPARENT = "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
 
-_OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
+_OPERATIONS: dict[tuple[str, str], JsonObject] = {
     ("POST", "/v1/runs"): _op(
         "Start a run; idempotent on its id",
         {
@@ -278,7 +277,7 @@ _ERROR_TYPES = (
     "ServiceUnavailable (the server's connections, or long polls, are all taken), InternalError"
 )
 
-_SCHEMAS: dict[str, dict[str, Any]] = {
+_SCHEMAS: JsonObject = {
     "Error": _obj(
         {
             "error": _obj(
@@ -468,23 +467,23 @@ _SCHEMAS: dict[str, dict[str, Any]] = {
 }
 
 
-def _paths() -> dict[str, dict[str, Any]]:
-    paths: dict[str, dict[str, Any]] = {}
+def _paths() -> JsonObject:
+    paths: dict[str, JsonObject] = {}
     for (method, path), operation in _OPERATIONS.items():
         item = paths.setdefault(path, {})
         names = [part[1:-1] for part in path.split("/") if part.startswith("{")]
         if names:
             item["parameters"] = [_path_parameter(n) for n in names]
         item[method.lower()] = operation
-    return paths
+    return {path: item for path, item in paths.items()}
 
 
-def _path_parameter(name: str) -> dict[str, Any]:
+def _path_parameter(name: str) -> JsonObject:
     about = _PATH_PARAMETERS[name]
     return {"name": name, "in": "path", "required": True, "schema": _str(), "description": about}
 
 
-OPENAPI: dict[str, Any] = {
+OPENAPI: JsonObject = {
     "openapi": "3.1.0",
     "info": {
         "title": "fusee control API",

@@ -42,19 +42,44 @@ import enum
 import inspect
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Concatenate, Generic, Literal, ParamSpec, Protocol, TypeVar
+from typing import (
+    Any,
+    ClassVar,
+    Concatenate,
+    Generic,
+    Literal,
+    NotRequired,
+    ParamSpec,
+    Protocol,
+    TypedDict,
+    TypeVar,
+    cast,
+)
 
-from fusee_runtime.control.wire import run_info
+from fusee_runtime.control.wire import RunJson, run_info
+from fusee_runtime.model.json import Json, JsonObject
 from fusee_runtime.model.run import RunInfo
 
 P = ParamSpec("P")
-R = TypeVar("R")
-E = TypeVar("E")
+R = TypeVar("R", covariant=True)
+E = TypeVar("E", covariant=True)
 
 Args = dict[str, Any]
-"""An operation's arguments as a request carries them: a JSON object, by name."""
+"""An operation's arguments as a request carries them: a JSON object, by name. Their
+types are the method's (`Param`), checked when `call` passes them to it by name: mypy
+cannot check a request read from the wire, and a wrong one raises `TypeError` there."""
 OnConflict = Literal["return", "fail", "new_run"]
 ScheduleAction = Literal["pause", "unpause", "trigger"]
+
+
+class Pong(TypedDict):
+    """Who answers the control API (`ping`)."""
+
+    pid: int
+    home: str
+    host: str
+    journals: NotRequired[builtins.list[int]]
+    """A worker of a database of several journals: the journals it drives now."""
 
 
 class Operations(Protocol):
@@ -64,14 +89,14 @@ class Operations(Protocol):
     `watch` and `stream` answer with events; the others are coroutines.
     """
 
-    async def ping(self) -> dict[str, Any]:
+    async def ping(self) -> Pong:
         """Who answers: `pid`, `home`, `host`."""
         ...
 
     async def start(
         self,
         workflow: str,
-        input: Any = None,
+        input: object = None,
         id: str | None = None,
         on_conflict: OnConflict = "return",
         traceparent: str | None = None,
@@ -99,7 +124,7 @@ class Operations(Protocol):
         """The records of every run of `id` as JSON (`records.as_json`)."""
         ...
 
-    async def log(self, id: str, last: int = 200) -> builtins.list[dict[str, Any]]:
+    async def log(self, id: str, last: int = 200) -> builtins.list[JsonObject]:
         """The last `last` `ctx.log` lines of the runs of `id`, oldest first."""
         ...
 
@@ -113,7 +138,7 @@ class Operations(Protocol):
         """Every run (of `workflow`; the open ones, with `open`) as `[id, run_id]` pairs."""
         ...
 
-    async def signal(self, id: str, name: str, value: Any = None) -> RunInfo:
+    async def signal(self, id: str, name: str, value: object = None) -> RunInfo:
         """Delivers signal `name` to the newest run of `id`; returns the run as it stands."""
         ...
 
@@ -133,7 +158,7 @@ class Operations(Protocol):
         """Resets the newest run of `id` to `to`; returns the new run."""
         ...
 
-    async def complete(self, token: str, value: Any = None) -> dict[str, Any]:
+    async def complete(self, token: str, value: object = None) -> dict[str, Any]:
         """Finishes the `await_completion` that issued `token`; returns its run's id and
         the completion's name."""
         ...
@@ -142,17 +167,17 @@ class Operations(Protocol):
         """Fails the `await_completion` that issued `token`; returns as `complete`."""
         ...
 
-    async def query(self, id: str, name: str, arg: Any = None) -> Any:
+    async def query(self, id: str, name: str, arg: object = None) -> object:
         """The answer of the newest run of `id` to query `name`."""
         ...
 
     async def update(
-        self, id: str, name: str, arg: Any = None, update_id: str | None = None
-    ) -> Any:
+        self, id: str, name: str, arg: object = None, update_id: str | None = None
+    ) -> object:
         """Applies update `name` to the newest run of `id`; returns the handler's result."""
         ...
 
-    async def schedules(self) -> builtins.list[dict[str, Any]]:
+    async def schedules(self) -> builtins.list[JsonObject]:
         """Every cron schedule."""
         ...
 
@@ -165,11 +190,11 @@ class Operations(Protocol):
         """Deletes the runs closed more than `older_than` seconds ago; returns how many."""
         ...
 
-    async def limits(self) -> builtins.list[dict[str, Any]]:
+    async def limits(self) -> builtins.list[JsonObject]:
         """Every limit set or in use (`LimitInfo` as a mapping)."""
         ...
 
-    async def limit(self, name: str, permits: int) -> dict[str, Any]:
+    async def limit(self, name: str, permits: int) -> JsonObject:
         """Sets limit `name`'s size; returns the limit as `limits` shows it."""
         ...
 
@@ -177,7 +202,7 @@ class Operations(Protocol):
         """Follows the newest run of `id`: progress events, then one outcome."""
         ...
 
-    def stream(self, id: str, name: str, follow: bool = True) -> AsyncGenerator[Any, None]:
+    def stream(self, id: str, name: str, follow: bool = True) -> AsyncGenerator[Json, None]:
         """The durable items of stream `name` of the newest run of `id`."""
         ...
 
@@ -203,10 +228,10 @@ class Param:
     """One argument of an operation, as its method in `Operations` declares it."""
 
     name: str
-    type: Any
+    type: object
     """The annotation, evaluated: `str`, `int | str`, `Literal[...]`, ..."""
     required: bool
-    default: Any = None
+    default: object = None
     """What the method takes when it is not given (None for a required one)."""
 
 
@@ -219,9 +244,9 @@ class Call(Generic[P, R]):
     acts: bool
     route: Route
     http: bool
-    call: Callable[[Operations, Args], Awaitable[Any]]
-    answer: Callable[[Any, Args], R]
-    merge: Callable[[builtins.list[Any], Args], Any] | None = None
+    call: Callable[[Operations, Args], Awaitable[object]]
+    answer: Callable[[Json, Args], R]
+    merge: Callable[[builtins.list[Json], Args], Json] | None = None
     streams: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
@@ -238,11 +263,11 @@ class Stream(Generic[P, E]):
     acts: bool
     route: Route
     http: bool
-    call: Callable[[Operations, Args], AsyncGenerator[Any, None]]
+    call: Callable[[Operations, Args], AsyncGenerator[object, None]]
     streams: ClassVar[bool] = True
 
 
-Op = Call[..., Any] | Stream[..., Any]
+Op = Call[..., object] | Stream[..., object]
 """Any operation's descriptor."""
 
 
@@ -257,13 +282,13 @@ def _params(method: Callable[..., object]) -> tuple[Param, ...]:
 
 def _call(
     method: Callable[Concatenate[Operations, P], Awaitable[object]],
-    call: Callable[[Operations, Args], Awaitable[Any]],
-    answer: Callable[[Any, Args], R],
+    call: Callable[[Operations, Args], Awaitable[object]],
+    answer: Callable[[Json, Args], R],
     *,
     acts: bool,
     route: Route,
     http: bool,
-    merge: Callable[[builtins.list[Any], Args], Any] | None = None,
+    merge: Callable[[builtins.list[Json], Args], Json] | None = None,
 ) -> Call[P, R]:
     """The descriptor of `method`, an operation that answers once: its name and arguments
     are the method's."""
@@ -272,7 +297,7 @@ def _call(
 
 def _stream(
     method: Callable[Concatenate[Operations, P], AsyncGenerator[E, None]],
-    call: Callable[[Operations, Args], AsyncGenerator[Any, None]],
+    call: Callable[[Operations, Args], AsyncGenerator[object, None]],
     *,
     route: Route,
     http: bool,
@@ -282,50 +307,77 @@ def _stream(
 
 
 # -- how a client reads an answer back, and how a router merges answers ---------------
+#
+# An answer comes back as JSON: what the method of `Operations` returned, as `wire.as_json`
+# writes it. The casts below say so for the answers that stay JSON (mypy cannot see
+# across the wire).
 
 
-def _as_sent(answer: Any, args: Args) -> Any:
+def _as_sent(answer: Json, args: Args) -> Json:
     return answer
 
 
-def _run(answer: Any, args: Args) -> RunInfo:
-    return run_info(answer)
+def _pong(answer: Json, args: Args) -> Pong:
+    return cast(Pong, answer)  # a `Pong`, as JSON
 
 
-def _runs(answer: Any, args: Args) -> builtins.list[RunInfo]:
-    return [run_info(doc) for doc in answer]
+def _object(answer: Json, args: Args) -> JsonObject:
+    return cast(JsonObject, answer)  # a history document, a limit, a finished completion
 
 
-def _started(answer: Any, args: Args) -> tuple[RunInfo, bool]:
-    info, existed = answer
-    return run_info(info), existed
+def _objects(answer: Json, args: Args) -> builtins.list[JsonObject]:
+    return cast(builtins.list[JsonObject], answer)  # records, log lines, limits, schedules
 
 
-def _acted(answer: Any, args: Args) -> RunInfo | None:
+def _pairs(answer: Json, args: Args) -> builtins.list[builtins.list[str]]:
+    return cast(builtins.list[builtins.list[str]], answer)  # `[id, run_id]` pairs
+
+
+def _count(answer: Json, args: Args) -> int:
+    return cast(int, answer)  # how many runs were pruned
+
+
+def _run(answer: Json, args: Args) -> RunInfo:
+    return run_info(cast(RunJson, answer))
+
+
+def _runs(answer: Json, args: Args) -> builtins.list[RunInfo]:
+    return [run_info(doc) for doc in cast(builtins.list[RunJson], answer)]
+
+
+def _started(answer: Json, args: Args) -> tuple[RunInfo, bool]:
+    info, existed = cast(builtins.list[Json], answer)  # [the run, whether it existed]
+    return run_info(cast(RunJson, info)), cast(bool, existed)
+
+
+def _acted(answer: Json, args: Args) -> RunInfo | None:
     """The run an act answered with; None from an owner of an older version, which
     answered null (the client then describes the run)."""
-    return run_info(answer) if answer is not None else None
+    return run_info(cast(RunJson, answer)) if answer is not None else None
 
 
-def _scheduled(answer: Any, args: Args) -> Any:
-    return run_info(answer) if args["action"] == "trigger" else answer
+def _scheduled(answer: Json, args: Args) -> RunInfo | Json:
+    return run_info(cast(RunJson, answer)) if args["action"] == "trigger" else answer
 
 
-def _newest_first(answers: builtins.list[Any], args: Args) -> Any:
-    merged = [doc for answer in answers for doc in answer]
-    merged.sort(key=lambda doc: doc["started_at"], reverse=True)
-    return merged[: args["limit"]] if args.get("limit") else merged
+def _newest_first(answers: builtins.list[Json], args: Args) -> Json:
+    runs = cast(builtins.list[builtins.list[JsonObject]], answers)  # each journal's runs
+    merged = [doc for answer in runs for doc in answer]
+    merged.sort(key=lambda doc: cast(str, doc["started_at"]), reverse=True)  # ISO 8601
+    newest = merged[: args["limit"]] if args.get("limit") else merged
+    return cast(Json, newest)  # a list of JSON objects is JSON (mypy: lists are invariant)
 
 
-def _joined(answers: builtins.list[Any], args: Args) -> Any:
-    return [item for answer in answers for item in answer]
+def _joined(answers: builtins.list[Json], args: Args) -> Json:
+    lists = cast(builtins.list[builtins.list[Json]], answers)  # each journal's list
+    return [item for answer in lists for item in answer]
 
 
-def _summed(answers: builtins.list[Any], args: Args) -> Any:
-    return sum(answers)
+def _summed(answers: builtins.list[Json], args: Args) -> Json:
+    return sum(cast(builtins.list[int], answers))  # each journal's count
 
 
-def _first(answers: builtins.list[Any], args: Args) -> Any:
+def _first(answers: builtins.list[Json], args: Args) -> Json:
     """Each journal's engine has the limit's permits: set on every one, alike."""
     return answers[0]
 
@@ -333,7 +385,7 @@ def _first(answers: builtins.list[Any], args: Args) -> Any:
 # -- the operations -------------------------------------------------------------------
 
 PING = _call(
-    Operations.ping, lambda o, a: o.ping(**a), _as_sent, acts=False, route=Route.FIRST, http=True
+    Operations.ping, lambda o, a: o.ping(**a), _pong, acts=False, route=Route.FIRST, http=True
 )
 START = _call(
     Operations.start, lambda o, a: o.start(**a), _started, acts=True, route=Route.ANY, http=True
@@ -351,15 +403,15 @@ LIST = _call(
     merge=_newest_first,
 )
 HISTORY = _call(
-    Operations.history, lambda o, a: o.history(**a), _as_sent, acts=False, route=Route.ID, http=True
+    Operations.history, lambda o, a: o.history(**a), _objects, acts=False, route=Route.ID, http=True
 )
 LOG = _call(
-    Operations.log, lambda o, a: o.log(**a), _as_sent, acts=False, route=Route.ID, http=False
+    Operations.log, lambda o, a: o.log(**a), _objects, acts=False, route=Route.ID, http=False
 )
 JOURNAL = _call(
     Operations.journal,
     lambda o, a: o.journal(**a),
-    _as_sent,
+    _object,
     acts=False,
     route=Route.ID,
     http=False,
@@ -367,7 +419,7 @@ JOURNAL = _call(
 RUN_IDS = _call(
     Operations.run_ids,
     lambda o, a: o.run_ids(**a),
-    _as_sent,
+    _pairs,
     acts=False,
     route=Route.EVERY,
     http=False,
@@ -396,13 +448,13 @@ RESET = _call(
 COMPLETE = _call(
     Operations.complete,
     lambda o, a: o.complete(**a),
-    _as_sent,
+    _object,
     acts=True,
     route=Route.TOKEN,
     http=True,
 )
 FAIL = _call(
-    Operations.fail, lambda o, a: o.fail(**a), _as_sent, acts=True, route=Route.TOKEN, http=True
+    Operations.fail, lambda o, a: o.fail(**a), _object, acts=True, route=Route.TOKEN, http=True
 )
 QUERY = _call(
     Operations.query, lambda o, a: o.query(**a), _as_sent, acts=False, route=Route.ID, http=True
@@ -413,7 +465,7 @@ UPDATE = _call(
 SCHEDULES = _call(
     Operations.schedules,
     lambda o, a: o.schedules(**a),
-    _as_sent,
+    _objects,
     acts=False,
     route=Route.FIRST,
     http=True,
@@ -429,7 +481,7 @@ SCHEDULE = _call(
 PRUNE = _call(
     Operations.prune,
     lambda o, a: o.prune(**a),
-    _as_sent,
+    _count,
     acts=True,
     route=Route.EVERY,
     http=False,
@@ -438,7 +490,7 @@ PRUNE = _call(
 LIMITS = _call(
     Operations.limits,
     lambda o, a: o.limits(**a),
-    _as_sent,
+    _objects,
     acts=False,
     route=Route.FIRST,
     http=False,
@@ -446,7 +498,7 @@ LIMITS = _call(
 LIMIT = _call(
     Operations.limit,
     lambda o, a: o.limit(**a),
-    _as_sent,
+    _object,
     acts=True,
     route=Route.EVERY,
     http=False,

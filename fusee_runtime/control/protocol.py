@@ -22,6 +22,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Protocol
 
 SOCKET_NAME = "control.sock"
 ANSWER_S = 5.0
@@ -35,6 +36,14 @@ LINE_BYTES_MAX = 64 << 20
 
 BEAT_LINE = b'{"beat":true}\n'
 """What the owner sends while a call or a watch has nothing to say yet."""
+
+
+class LineWriter(Protocol):
+    """Where the owner writes an answer's lines: the socket's writer, or an answer
+    that goes through the database (`store/pg_requests.py`); `drain` sends them."""
+
+    def write(self, data: bytes) -> None: ...
+    async def drain(self) -> None: ...
 
 
 @contextlib.contextmanager

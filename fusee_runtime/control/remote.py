@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -32,7 +32,7 @@ from fusee_runtime.control import protocol
 from fusee_runtime.control.client import ControlClient, OwnerGone
 
 if TYPE_CHECKING:
-    from fusee_runtime.store.shared import SharedStore
+    from fusee_runtime.store.shared import Asking, SharedStore
 
 
 def _is_final(line: bytes) -> bool:
@@ -73,5 +73,5 @@ class StoreClient(ControlClient):
         client.host = pong.get("host")
         return client
 
-    async def open_stream(self) -> tuple[asyncio.StreamReader, Any]:
+    async def open_stream(self) -> tuple[asyncio.StreamReader, Asking]:
         return await self.store.ask(protocol.LINE_BYTES_MAX, _is_final, OwnerGone)

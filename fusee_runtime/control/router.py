@@ -34,7 +34,7 @@ import random
 import socket
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fusee_runtime.control import ops
 from fusee_runtime.control.api import Control
@@ -43,6 +43,7 @@ from fusee_runtime.control.ops import Route
 from fusee_runtime.control.remote import StoreClient
 from fusee_runtime.control.wire import as_json
 from fusee_runtime.errors import NotFound, Rejected
+from fusee_runtime.model.json import Json
 from fusee_runtime.store.shards import Layout
 from fusee_runtime.store.shared import open_shared
 
@@ -117,7 +118,7 @@ class ShardRouter(Client):
         """The control API of journal k's driver."""
         return self.clients[k]
 
-    async def call(self, op: ops.Call[..., Any], args: ops.Args) -> Any:
+    async def call(self, op: ops.Call[..., object], args: ops.Args) -> Json:
         if op.route is Route.FIRST or self.layout.shards == 1:
             return await (await self.client(0)).call(op, args)
         if op.route is Route.EVERY:
@@ -132,7 +133,9 @@ class ShardRouter(Client):
         self._last = self.layout.shard_of(id)
         return await (await self.client(self._last)).call(op, args)
 
-    async def events(self, op: ops.Stream[..., Any], args: ops.Args) -> AsyncGenerator[Any, None]:
+    async def events(
+        self, op: ops.Stream[..., object], args: ops.Args
+    ) -> AsyncGenerator[Json, None]:
         assert op.route is Route.ID, op.name
         self._last = self.layout.shard_of(args["id"])
         client = await self.client(self._last)
@@ -140,7 +143,7 @@ class ShardRouter(Client):
             async for event in events:
                 yield event
 
-    async def _any_driven(self, op: ops.Call[..., Any], args: ops.Args) -> Any:
+    async def _any_driven(self, op: ops.Call[..., object], args: ops.Args) -> Json:
         """`op` on a journal picked at random among those a process drives now."""
         order = random.sample(range(self.layout.shards), self.layout.shards)
         for k in order:
@@ -152,7 +155,7 @@ class ShardRouter(Client):
                     raise
         raise AssertionError("unreachable: the last journal answers or raises")
 
-    async def _first_that_knows(self, op: ops.Call[..., Any], args: ops.Args) -> Any:
+    async def _first_that_knows(self, op: ops.Call[..., object], args: ops.Args) -> Json:
         first: NotFound | OwnerGone | None = None
         for k in range(self.layout.shards):
             try:
@@ -164,7 +167,7 @@ class ShardRouter(Client):
         assert first is not None
         raise first
 
-    async def _every(self, op: ops.Call[..., Any], args: ops.Args) -> Any:
+    async def _every(self, op: ops.Call[..., object], args: ops.Args) -> Json:
         """`op` on every journal, its answers merged as it declares (`ops.Call.merge`)."""
         if args.get("before"):  # (list's cursor: the journals' pages do not line up)
             raise Rejected(
@@ -235,10 +238,14 @@ class WorkerRouter(ShardRouter):
             remote = self._remote[k] = _Bounded(reached, self._calls, self._watches, forget)
         return remote
 
-    async def ping(self) -> dict[str, Any]:
+    async def ping(self) -> ops.Pong:
         """This process, and the journals it drives now."""
         driven = [k for k in range(self.layout.shards) if self._local(k) is not None]
-        ping = {"pid": os.getpid(), "home": str(self._serving), "host": socket.gethostname()}
+        ping: ops.Pong = {
+            "pid": os.getpid(),
+            "home": str(self._serving),
+            "host": socket.gethostname(),
+        }
         return ping | {"journals": driven}
 
 
@@ -268,7 +275,7 @@ class _Bounded(Client):
     def driver(self) -> str:
         return self._client.driver
 
-    async def call(self, op: ops.Call[..., Any], args: ops.Args) -> Any:
+    async def call(self, op: ops.Call[..., object], args: ops.Args) -> Json:
         async with self._calls:
             try:
                 return await self._client.call(op, args)
@@ -276,7 +283,9 @@ class _Bounded(Client):
                 self._forget()
                 raise
 
-    async def events(self, op: ops.Stream[..., Any], args: ops.Args) -> AsyncGenerator[Any, None]:
+    async def events(
+        self, op: ops.Stream[..., object], args: ops.Args
+    ) -> AsyncGenerator[Json, None]:
         async with self._watches, contextlib.aclosing(self._client.events(op, args)) as events:
             try:
                 async for event in events:
@@ -302,10 +311,12 @@ class LocalClient(Client):
     def driver(self) -> str:
         return "this command"
 
-    async def call(self, op: ops.Call[..., Any], args: ops.Args) -> Any:
+    async def call(self, op: ops.Call[..., object], args: ops.Args) -> Json:
         return as_json(await op.call(self.control, args))
 
-    async def events(self, op: ops.Stream[..., Any], args: ops.Args) -> AsyncGenerator[Any, None]:
+    async def events(
+        self, op: ops.Stream[..., object], args: ops.Args
+    ) -> AsyncGenerator[Json, None]:
         async with contextlib.aclosing(op.call(self.control, args)) as events:
             async for event in events:
                 yield as_json(event)

@@ -50,6 +50,7 @@ from fusee_runtime.errors import (
     StoreUnavailable,
     TimedOut,
 )
+from fusee_runtime.model.json import Json, JsonObject
 from fusee_runtime.model.run import RunInfo, Status
 
 log = logging.getLogger("fusee")
@@ -78,7 +79,7 @@ def _bad(message: str) -> _Problem:
     return _Problem(400, "BadRequest", message)
 
 
-def _json(doc: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+def _json(doc: object, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     return Response(orjson.dumps(doc), status, headers, media_type="application/json")
 
 
@@ -152,7 +153,7 @@ def as_endpoint(fn: Endpoint, api: Api) -> Callable[[Request], Awaitable[Respons
     return endpoint
 
 
-async def _body(request: Request) -> Any:
+async def _body(request: Request) -> Json:
     """The request's body as JSON; None when it is empty.
 
     Raises:
@@ -180,7 +181,7 @@ async def _body(request: Request) -> Any:
 
 async def _fields(
     request: Request, allowed: tuple[str, ...], required: tuple[str, ...] = ()
-) -> dict[str, Any]:
+) -> JsonObject:
     """The body as a JSON object of the `allowed` fields (an empty body is `{}`)."""
     doc = await _body(request)
     names = ", ".join(allowed) or "no fields"
@@ -197,7 +198,7 @@ async def _fields(
     return doc
 
 
-def _text(doc: dict[str, Any], name: str, default: str | None = None) -> str | None:
+def _text(doc: JsonObject, name: str, default: str | None = None) -> str | None:
     """Field `name` of the body, a string (or null, or absent: `default`)."""
     value = doc.get(name)
     if value is None:
@@ -207,7 +208,7 @@ def _text(doc: dict[str, Any], name: str, default: str | None = None) -> str | N
     return value
 
 
-def _kind(value: Any) -> str:
+def _kind(value: object) -> str:
     kinds = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
     if value is None:
         return "null"
@@ -330,7 +331,7 @@ async def _result(request: Request, api: Api) -> Response:
 
 async def _outcome(
     control: ControlApi, id: str, wait_s: float, again: bool = True, follow: bool = False
-) -> tuple[int, Any]:
+) -> tuple[int, JsonObject]:
     """The status and body that answer the result of run `id` within `wait_s` seconds.
     With `follow`, an engine that closes during the wait raises `EngineClosed` (a
     worker follows the run to its next driver: `_routed`)."""
@@ -367,7 +368,7 @@ async def _outcome(
     return 200, {"id": id, "run_id": info.run_id, "status": "completed", "result": value}
 
 
-async def _routed(client: Client, id: str, wait_s: float) -> tuple[int, Any]:
+async def _routed(client: Client, id: str, wait_s: float) -> tuple[int, JsonObject]:
     """As `_outcome`, in a worker of a database: from the engine that drives the run,
     if this process drives its journal, else from its driver's `watch`. A driver that
     stops, dies or hands the journal over during the wait is followed to the next one,
@@ -397,7 +398,9 @@ async def _routed(client: Client, id: str, wait_s: float) -> tuple[int, Any]:
         await asyncio.sleep(min(STUCK_RETRY_S, max(0.0, deadline - loop.time())))
 
 
-async def _watched(client: Client, id: str, wait_s: float, again: bool = True) -> tuple[int, Any]:
+async def _watched(
+    client: Client, id: str, wait_s: float, again: bool = True
+) -> tuple[int, JsonObject]:
     """The answer of the run's driver in another process, from its `watch`."""
     outcome: dict[str, Any] = {}
     async with contextlib.aclosing(client.watch(id, timeout=wait_s)) as events:
@@ -422,12 +425,12 @@ async def _watched(client: Client, id: str, wait_s: float, again: bool = True) -
     return 200, _closed(info, outcome["message"])
 
 
-def _closed(info: RunInfo, error: str) -> dict[str, Any]:
+def _closed(info: RunInfo, error: str) -> JsonObject:
     return {"id": info.id, "run_id": info.run_id, "status": str(info.status), "error": error}
 
 
-def _pending(info: RunInfo) -> dict[str, Any]:
-    doc = {"id": info.id, "run_id": info.run_id, "status": str(info.status)}
+def _pending(info: RunInfo) -> JsonObject:
+    doc: JsonObject = {"id": info.id, "run_id": info.run_id, "status": str(info.status)}
     return {**doc, "error": info.error} if info.error else doc
 
 

@@ -17,7 +17,7 @@ import logging
 import os
 import socket
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -126,7 +126,7 @@ class ControlServer:
         while self._tasks:
             await asyncio.wait(set(self._tasks))
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: Any) -> None:
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
@@ -138,7 +138,7 @@ class ControlServer:
             self._tasks.discard(task)
             writer.close()
 
-    async def answer(self, reader: asyncio.StreamReader, writer: Any) -> None:
+    async def answer(self, reader: asyncio.StreamReader, writer: protocol.LineWriter) -> None:
         """Reads one request from `reader` and writes its answer's lines to `writer`
         (`write` and `drain`): a socket's, or a request made in the database
         (`control/remote.py`)."""
@@ -173,7 +173,7 @@ class ControlServer:
         await writer.drain()
 
 
-async def _beating(call: asyncio.Future[Any], writer: asyncio.StreamWriter) -> Any:
+async def _beating(call: asyncio.Future[object], writer: protocol.LineWriter) -> object:
     """The call's value; a beat line every `BEAT_S` until it comes.
 
     A call waits for its records to be durable; on a slow disk that can
@@ -193,7 +193,7 @@ async def _beating(call: asyncio.Future[Any], writer: asyncio.StreamWriter) -> A
             await asyncio.gather(call, return_exceptions=True)
 
 
-async def _pump(events: AsyncIterator[Any], writer: asyncio.StreamWriter) -> None:
+async def _pump(events: AsyncIterator[object], writer: protocol.LineWriter) -> None:
     """Writes each event as a line, and a beat line after `BEAT_S` without one."""
     while True:
         try:

@@ -9,15 +9,52 @@ client sees what an engine in process returns.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import orjson
 
+from fusee_runtime.model.json import Json, JsonObject
+from fusee_runtime.model.records import FailureJson
 from fusee_runtime.model.run import RunInfo, Status, Waiting, WaitKind
 
 
-def run_json(info: RunInfo) -> dict[str, Any]:
+class WaitingJson(TypedDict):
+    """A `Waiting` as JSON."""
+
+    kind: str
+    name: str | None
+    until: str | None
+    detail: str | None
+
+
+class ParentJson(TypedDict):
+    """`RunInfo.parent` as `run_json` writes it."""
+
+    id: str
+    run_id: str
+
+
+class RunJson(TypedDict):
+    """A `RunInfo` as JSON: as `run_json` writes it, or as the control socket sends it
+    (orjson writes the dataclass: its `parent` a `[id, run_id]` array). An owner of an
+    older version sends no `failure`, `waiting` or `parent`."""
+
+    id: str
+    run_id: str
+    workflow: str
+    status: str
+    started_at: str
+    closed_at: str | None
+    error: str | None
+    attributes: JsonObject
+    failure: NotRequired[FailureJson | None]
+    waiting: NotRequired[list[WaitingJson]]
+    parent: NotRequired[ParentJson | list[str] | None]
+
+
+def run_json(info: RunInfo) -> RunJson:
     """A `RunInfo` as a JSON object (instants in ISO 8601)."""
     return {
         "id": info.id,
@@ -42,7 +79,7 @@ def run_json(info: RunInfo) -> dict[str, Any]:
     }
 
 
-def run_info(doc: dict[str, Any]) -> RunInfo:
+def run_info(doc: RunJson) -> RunInfo:
     """The `RunInfo` that `run_json` wrote (or the control socket sent)."""
     closed = doc["closed_at"]
     return RunInfo(
@@ -68,7 +105,7 @@ def run_info(doc: dict[str, Any]) -> RunInfo:
     )
 
 
-def _parent(doc: Any) -> tuple[str, str] | None:
+def _parent(doc: ParentJson | list[str] | None) -> tuple[str, str] | None:
     """`RunInfo.parent` from `run_json`'s object, or from the pair the control socket
     sends (orjson writes a dataclass's tuple as a list)."""
     if not doc:
@@ -78,19 +115,19 @@ def _parent(doc: Any) -> tuple[str, str] | None:
     return (doc[0], doc[1])
 
 
-def to_json(value: Any) -> Any:
+def to_json(value: object) -> RunJson:
     """What the protocol sends for a value that is not JSON already (a `RunInfo`)."""
     if isinstance(value, RunInfo):
         return run_json(value)
     raise TypeError(f"cannot send a {type(value).__name__}")
 
 
-def answer_line(doc: dict[str, Any]) -> bytes:
+def answer_line(doc: Mapping[str, object]) -> bytes:
     """One line of an answer (`{"ok": ...}`, `{"event": ...}`, `{"error": ...}`)."""
     return orjson.dumps(doc, default=to_json, option=orjson.OPT_APPEND_NEWLINE)
 
 
-def as_json(value: Any) -> Any:
+def as_json(value: object) -> Json:
     """`value` as a client reads it from the socket: what an engine in this process
     answers, made the same as what another process's would send."""
     return orjson.loads(orjson.dumps(value, default=to_json))

@@ -28,7 +28,7 @@ import math
 import random
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fusee_runtime.engine.config import Config
 from fusee_runtime.errors import HomeLocked, StoreUnavailable
@@ -153,7 +153,7 @@ class ShardWorker:
         self._event("shard_taken", shard=shard, runs_open=int(engine.counters()["runs_open"]))
         return True
 
-    async def _give(self, shard: int, why: str, **fields: Any) -> None:
+    async def _give(self, shard: int, why: str, **fields: object) -> None:
         engine = self.engines.pop(shard)
         stack = self._stacks.pop(shard)
         self._kept.pop(shard, None)

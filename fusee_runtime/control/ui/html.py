@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import html
 from datetime import UTC, datetime
-from typing import Any
 from urllib.parse import quote, urlencode
 
 import orjson
+
+from fusee_runtime.model.records import FailureJson
 
 POLL_MS = 1000
 """How often a page asks for its live part again."""
@@ -42,12 +43,12 @@ STATUS_CLASSES = {
 """Each run status's colour (a class of `ui.css`)."""
 
 
-def esc(text: Any) -> str:
+def esc(text: object) -> str:
     """`text` as HTML text: markup in it is shown, not read."""
     return html.escape(str(text), quote=True)
 
 
-def value(doc: Any) -> str:
+def value(doc: object) -> str:
     """A JSON value, indented, escaped, and cut past `VALUE_CHARS_MAX`."""
     try:
         text = orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()
@@ -73,7 +74,7 @@ def run_link(id: str) -> str:
     return f'<a href="{esc(run_url(id))}">{esc(id)}</a>'
 
 
-def query(**params: Any) -> str:
+def query(**params: object) -> str:
     """A query string of the params that are set (`?a=1&b=x`), or ""."""
     kept = [
         (k, item)
@@ -112,7 +113,7 @@ def duration(start: datetime | None, end: datetime | None) -> str:
     return f"{minutes} min {rest} s" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
 
 
-def failure(doc: dict[str, Any] | None) -> str:
+def failure(doc: FailureJson | None) -> str:
     """A recorded failure: its kind and message, its traceback folded away."""
     if not doc:
         return ""

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from importlib import resources
-from typing import Any
 from urllib.parse import parse_qs
 
 from starlette.requests import Request
@@ -34,6 +33,7 @@ from fusee_runtime.control.routes import status_of
 from fusee_runtime.control.ui import auth, html, views
 from fusee_runtime.control.ui.timeline import fold
 from fusee_runtime.errors import FuseeError, NotFound
+from fusee_runtime.model.run import RunInfo
 
 PAGE_RUNS = 50
 """Runs on a page of the runs page."""
@@ -158,7 +158,7 @@ async def _runs(control: ControlApi, request: Request) -> Response:
     return _html(html.page("Runs", page, "runs", _logged_in(request)), status)
 
 
-async def list_runs(control: ControlApi, q: views.RunsQuery) -> tuple[list[Any], bool, str]:
+async def list_runs(control: ControlApi, q: views.RunsQuery) -> tuple[list[RunInfo], bool, str]:
     """The runs of page `q.page` of the runs that pass `q`'s filters, whether there are
     older ones, and a note on how they were found."""
     where = search.parse(q.where) if q.where else None

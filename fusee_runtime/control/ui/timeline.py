@@ -23,9 +23,10 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, assert_never
+from typing import assert_never
 
 from fusee_runtime.model import readable
+from fusee_runtime.model.json import Json, JsonObject
 from fusee_runtime.model.op_records import (
     AttemptFailed,
     AttributesSet,
@@ -51,6 +52,7 @@ from fusee_runtime.model.op_records import (
 from fusee_runtime.model.readable import Named, OpRecord, RunEvent
 from fusee_runtime.model.records import (
     CancelRequested,
+    FailureJson,
     Instant,
     Record,
     RunCancelled,
@@ -112,7 +114,7 @@ class Attempt:
     number: int
     started_at: datetime | None
     ended_at: datetime | None
-    failure: dict[str, Any] | None = None
+    failure: FailureJson | None = None
 
 
 @dataclass
@@ -126,10 +128,10 @@ class Operation:
     started_at: datetime | None = None
     ended_at: datetime | None = None
     attempts: list[Attempt] = field(default_factory=list)
-    value: Any = None
+    value: Json = None
     """The step's value, the signal's, the child's result: what it gave the code."""
     has_value: bool = False
-    failure: dict[str, Any] | None = None
+    failure: FailureJson | None = None
     child: str | None = None
     """The workflow id of the child it started."""
 
@@ -152,7 +154,7 @@ class Event:
     type: str
     at: datetime | None
     text: str = ""
-    value: Any = None
+    value: Json = None
     has_value: bool = False
 
 
@@ -160,19 +162,19 @@ class Event:
 class Timeline:
     """One run's history, folded."""
 
-    input: Any = None
-    result: Any = None
+    input: Json = None
+    result: Json = None
     closed: str | None = None
     """How the run closed (a value of `CLOSES`), None while open."""
-    failure: dict[str, Any] | None = None
+    failure: FailureJson | None = None
     operations: list[Operation] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
-    streams: dict[str, list[Any]] = field(default_factory=dict)
+    streams: dict[str, list[Json]] = field(default_factory=dict)
     other_runs: int = 0
     """Runs of the same id other than this one (before a reset, a continue-as-new)."""
 
 
-def fold(records: list[dict[str, Any]], run_id: str) -> Timeline:
+def fold(records: list[JsonObject], run_id: str) -> Timeline:
     """The timeline of run `run_id` from the history of its id (`model.readable` reads
     each record back)."""
     out = Timeline()

@@ -24,6 +24,7 @@ from fusee_runtime.control.ui.html import (
     value,
 )
 from fusee_runtime.control.ui.timeline import Attempt, Operation, Timeline
+from fusee_runtime.model.json import JsonObject
 from fusee_runtime.model.run import RunInfo, Status
 
 STATUS_CHOICES = ("", "open", *(s.value for s in Status))
@@ -43,9 +44,9 @@ class RunsQuery:
     before: str = ""
     """The run id the page goes on from (the last of the page before it)."""
 
-    def url(self, **changed: Any) -> str:
+    def url(self, **changed: object) -> str:
         """The runs page's URL with these filters, `changed` applied."""
-        params = {
+        params: dict[str, object] = {
             "status": self.status,
             "workflow": self.workflow,
             "id": self.prefix,
@@ -119,7 +120,7 @@ def _run_row(info: RunInfo) -> str:
 # -- one run ----------------------------------------------------------------------------
 
 
-def run_summary(info: RunInfo, timeline: Timeline, log: list[dict[str, Any]]) -> str:
+def run_summary(info: RunInfo, timeline: Timeline, log: list[JsonObject]) -> str:
     """The live part of a run's page: what it is, its input and outcome, its timeline,
     its events, streams and `ctx.log` lines."""
     parent = run_link(info.parent[0]) if info.parent else "—"
@@ -169,7 +170,7 @@ def _timeline(timeline: Timeline, info: RunInfo) -> str:
 </section>"""
 
 
-def _operation_row(o: Operation, start: Any, info: RunInfo) -> str:
+def _operation_row(o: Operation, start: datetime, info: RunInfo) -> str:
     offset = ""
     if o.started_at is not None:
         offset = f"+{(o.started_at - start).total_seconds():.3f} s"
@@ -218,7 +219,7 @@ def _events(timeline: Timeline) -> str:
 <th>At (UTC)</th><th>What</th><th>Value</th></tr></thead><tbody>{rows}</tbody></table></section>"""
 
 
-def _log(lines: list[dict[str, Any]]) -> str:
+def _log(lines: list[JsonObject]) -> str:
     """The run's `ctx.log` lines (the last ones: `Control.log`)."""
     if not lines:
         return ""
@@ -231,12 +232,12 @@ def _log(lines: list[dict[str, Any]]) -> str:
 <th>Step</th><th>Message</th></tr></thead><tbody>{rows}</tbody></table></section>"""
 
 
-def _at(line: dict[str, Any]) -> datetime | None:
+def _at(line: JsonObject) -> datetime | None:
     ts = line.get("ts")
     return datetime.fromtimestamp(ts, UTC) if isinstance(ts, int | float) else None
 
 
-def _where(line: dict[str, Any]) -> str:
+def _where(line: JsonObject) -> str:
     """`step#attempt` of a log line written in a step, else empty."""
     step = line.get("step")
     return f"{step}#{line.get('attempt')}" if step else ""
