@@ -30,7 +30,7 @@ from fusee_runtime.errors import FuseeError, Rejected
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.engine import Engine
-    from fusee_runtime.store.seam import Relay
+    from fusee_runtime.store.seam import AnswerWriter, Relay
 
 log = logging.getLogger("fusee")
 
@@ -126,7 +126,7 @@ class ControlServer:
         while self._tasks:
             await asyncio.wait(set(self._tasks))
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _accept(self, reader: asyncio.StreamReader, writer: AnswerWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)

@@ -56,10 +56,12 @@ T = TypeVar("T")
 
 
 class AnswerWriter(Protocol):
-    """Where an answer's lines go, as a socket's writer: `write` each, then `drain`."""
+    """Where an answer's lines go, as a socket's writer: `write` each, then `drain`;
+    `close` once the answer is whole."""
 
     def write(self, data: bytes) -> None: ...
     async def drain(self) -> None: ...
+    def close(self) -> None: ...
 
 
 Answer = Callable[["StreamReader", AnswerWriter], Awaitable[None]]
