@@ -151,7 +151,19 @@ class Durability:
             raise self.failed
         if self.writer is None:
             raise Rejected("the engine is not open")
-        lsn = self.writer.append(encode(record))
+        try:
+            lsn = self.writer.append(encode(record))
+        except JournalFailed:
+            # The writer failed on its thread, and its word (`on_failed`) is still on its
+            # way to this loop: fail-stop now, so that no call in between is answered
+            # from what the failed batch changed in memory.
+            failure = self.writer.failed
+            if failure is None:
+                raise  # (it is closing)
+            self._journal_failed(failure)
+            failed = self.failed
+            assert failed is not None
+            raise failed from None
         if self._kick_handle is None:
             self._kick_handle = self._loop.call_soon(self._kick)  # type: ignore[union-attr]
         return lsn
