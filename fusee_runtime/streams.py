@@ -187,8 +187,10 @@ class StepStreamWriter:
         host, run, (seq, step, attempt) = self._host, self._run, self._running
         op = run.ops.get(seq)
         stream = run.streams.get(self.name)
-        if not run.is_open or (op is not None and op.done) or host.failed or host.closing:
+        if not run.is_open or host.failed or host.closing:
             return
+        if op is not None and (op.done or not isinstance(op, StepOp)):
+            return  # the step ended, or its run's code moved on to another operation here
         if stream is not None and stream.closed_lsn is not None:
             return
         item = Payload(encoded)

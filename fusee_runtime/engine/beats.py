@@ -170,7 +170,9 @@ class Beats:
                 wait = None
         for run, beat in due:
             op = run.ops.get(beat.seq)
-            if run.is_open and (op is None or not op.done):
+            # (None: a first attempt's; another kind: a thread given up on, whose run's
+            # code moved on to another operation at that number.)
+            if run.is_open and (op is None or (isinstance(op, StepOp) and not op.done)):
                 number = (op.beats if isinstance(op, StepOp) else 0) + 1
                 try:
                     self._append(run, replace(beat, number=number))

@@ -176,14 +176,15 @@ class Run:
     def op_at(self, seq: str, cls: type[OpT], name: str) -> OpT:
         """The op at `seq`, made (of class `cls`, named `name`) by its first record.
 
-        Raises:
-            ValueError: the op at `seq` is of another kind (no journal says so).
+        A record of another kind of op than the one at `seq` changes nothing of it: it
+        gets an op of its own, kept nowhere. (A step's thread given up on, as its run's
+        code moved on, may still beat or stream at a number the code now uses for a
+        timer, say; the record is written before it is folded, so folding it must not
+        fail, or the home would not open again.)
         """
         op = self.ops.get(seq)
         if op is not None:
-            if not isinstance(op, cls):
-                raise ValueError(f"operation #{seq} is a {op.kind}, not a {cls.kind}")
-            return op
+            return op if isinstance(op, cls) else cls(name)
         made = self.ops[seq] = cls(name)
         if "." in seq:
             parts = seq.split(".")
