@@ -34,11 +34,11 @@ from typing import Any
 from fusee_runtime.dsl import seconds
 from fusee_runtime.engine.config import Config
 from fusee_runtime.engine.durability import Durability
-from fusee_runtime.engine.history import failure_of, reset_source
+from fusee_runtime.engine.history import reset_source
 from fusee_runtime.engine.limits import Limits
 from fusee_runtime.engine.runs import RunTable
 from fusee_runtime.engine.schedules import Schedules
-from fusee_runtime.engine.state import Run
+from fusee_runtime.engine.state import Run, Status
 from fusee_runtime.errors import HistoryDamaged, JournalFailed, Rejected
 from fusee_runtime.journal.reader import JournalRead
 from fusee_runtime.model.codec import array
@@ -241,7 +241,9 @@ class Checkpoints:
             run.parent["id"] if run.parent else None,
             run.parent["run_id"] if run.parent else None,
             dict(run.attributes),
-            failure_of(run.status.value, run.records),
+            # (what its RunFailed says, as folded: `engine/history.failure_of` reads it
+            # back from a stored run's records)
+            run.failure.to_json() if run.status == Status.FAILED and run.failure else None,
         )
         self.runs.store.put(Closed(row, run.creation, run.records, again))
         if not again:  # closed in this process, not one before it

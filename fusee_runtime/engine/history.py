@@ -2,9 +2,10 @@
 
 The history store (`store/history.py`) holds a closed run's records as JSON
 it never reads into: what a row says beyond the run's own fields is the
-engine's to say, from the records, here. A failed run's failure goes into
-its row when it is stored (`failure_of`), and is read from its records for a
-row written before the store had a column for it (`with_failures`); which
+engine's to say, from the records, here. A failed run's failure (which goes
+into its row when it is stored, as the run folded it) is read from its records
+for a row written before the store had a column for it (`failure_of`,
+`with_failures`); which
 stored run a reset started from is what `prune` asks (`reset_source`),
 since replaying that reset needs it.
 """

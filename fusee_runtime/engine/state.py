@@ -19,6 +19,7 @@ from fusee_runtime.model.json import Json
 from fusee_runtime.model.op_records import StepHeartbeat
 from fusee_runtime.model.ops import Op, OpT, Pending, StepOp, StreamAppendOp, StreamCloseOp
 from fusee_runtime.model.records import (
+    CLOSED_AS,
     FailureJson,
     Record,
     RunCancelled,
@@ -281,15 +282,3 @@ class Run:
             waiting=waiting(self) if self.status.is_open else (),
             parent=(self.parent["id"], self.parent["run_id"]) if self.parent else None,
         )
-
-
-CLOSED_AS: dict[type[Record], Status] = {
-    RunCompleted: Status.COMPLETED,
-    RunFailed: Status.FAILED,
-    RunTerminated: Status.TERMINATED,
-    RunCancelled: Status.CANCELLED,
-    RunTimedOut: Status.TIMED_OUT,
-    RunReset: Status.RESET,
-    RunContinuedAsNew: Status.CONTINUED_AS_NEW,
-}
-"""The records that close a run, and the status each closes it with."""

@@ -15,31 +15,22 @@ from datetime import UTC, datetime
 
 import orjson
 
-from fusee_runtime.model import codec
+from fusee_runtime.model import codec, records
 from fusee_runtime.model.codec import RECORDS
 from fusee_runtime.model.json import Json, JsonObject
 from fusee_runtime.model.payload import Payload
-from fusee_runtime.model.records import R, Record
+from fusee_runtime.model.records import OfRun, R, Record
 
 FIELDS: dict[R, tuple[str, ...]] = {
     R(code): tuple(f.name for f in fields(cls)) for code, cls in RECORDS.items()
 }
 """The names of each record type's fields, in order (`fusee_runtime.model.records`)."""
 
-SCHEDULES = {R.ScheduleArmed, R.ScheduleFired, R.SchedulePaused}
+SCHEDULES = {cls.code for cls in records.SCHEDULES}
 """Record types of cron schedules (not of a run)."""
-NOT_OF_A_RUN = SCHEDULES | {R.LimitSet}
+NOT_OF_A_RUN = {cls.code for cls in RECORDS.values() if not issubclass(cls, OfRun)}
 """Record types of no run: the schedules', and the sizes of limits."""
-
-CLOSES = {
-    R.RunCompleted,
-    R.RunFailed,
-    R.RunTerminated,
-    R.RunCancelled,
-    R.RunTimedOut,
-    R.RunReset,
-    R.RunContinuedAsNew,
-}
+CLOSES = {cls.code for cls in records.CLOSES}
 """Record types that close a run."""
 
 PAYLOAD_DEPTH_MAX = 200

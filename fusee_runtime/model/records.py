@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar, dataclass_transform
 
 from fusee_runtime.model.payload import Payload
+from fusee_runtime.model.run import Status
 
 Instant = float
 """Unix seconds."""
@@ -285,9 +286,17 @@ class UpdateAccepted(OfRun):
     accepted_at: Instant
 
 
-CLOSES: frozenset[type[Record]] = frozenset(
-    {RunCompleted, RunFailed, RunTerminated, RunCancelled, RunTimedOut, RunReset, RunContinuedAsNew}
-)
+CLOSED_AS: dict[type[Record], Status] = {
+    RunCompleted: Status.COMPLETED,
+    RunFailed: Status.FAILED,
+    RunTerminated: Status.TERMINATED,
+    RunCancelled: Status.CANCELLED,
+    RunTimedOut: Status.TIMED_OUT,
+    RunReset: Status.RESET,
+    RunContinuedAsNew: Status.CONTINUED_AS_NEW,
+}
+"""The records that close a run, and the status each closes it with."""
+CLOSES: frozenset[type[Record]] = frozenset(CLOSED_AS)
 """The records that close a run."""
 SCHEDULES: frozenset[type[Record]] = frozenset({ScheduleArmed, ScheduleFired, SchedulePaused})
 """The records of cron schedules (of a workflow, not of a run)."""

@@ -116,8 +116,8 @@ class Row:
     parent_run_id: str | None
     attributes: dict[str, Json]
     failure: JsonObject | None = None
-    """A failed run's recorded failure, as `RunInfo.failure` gives it (the engine reads
-    it from the run's records: `engine/history.failure_of`)."""
+    """A failed run's recorded failure, as `RunInfo.failure` gives it (the engine's, as
+    its `RunFailed` folded; for an older row, `engine/history.failure_of`)."""
 
     def columns(self) -> tuple[object, ...]:
         """Its values in the order of `COLUMNS` (the same as its fields')."""

@@ -13,6 +13,8 @@ from fusee_runtime.model.op_records import StepHeartbeat
 from fusee_runtime.model.ops import TimerOp
 from fusee_runtime.model.payload import Payload
 
+STORES = ("local", "postgresql")
+
 
 @workflow(name="stray.sleeps")
 async def sleeps(ctx: Ctx, _: None) -> str:
