@@ -301,7 +301,7 @@ async def after_abandoned(execution: Execution, seq: str, name: str, attempt: in
         given_up,
         attempt,
     )
-    run.current = f"{name}: attempt {attempt} waits for attempt {given_up} to return"
+    run.live.current = f"{name}: attempt {attempt} waits for attempt {given_up} to return"
     loop = asyncio.get_running_loop()
     returned: asyncio.Future[None] = loop.create_future()
 

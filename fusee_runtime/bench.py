@@ -259,11 +259,11 @@ async def _recover(where: Where, runs: int) -> float:
     one of them runs again (its code replayed to where it waits)."""
     async with _engine(where) as engine:
         handles = [await engine.start("fusee.bench.parked", None) for _ in range(runs)]
-        await engine.wait_until(lambda: all(engine.runs.latest(h.id).parked for h in handles))
+        await engine.wait_until(lambda: all(engine.runs.latest(h.id).live.parked for h in handles))
     t = time.perf_counter()
     async with _engine(where, warm=False) as engine:
         await engine.wait_until(
-            lambda: all(r.parked for r in engine.runs.newest.values() if r.is_open)
+            lambda: all(r.live.parked for r in engine.runs.newest.values() if r.is_open)
         )
         return round(time.perf_counter() - t, 3)
 

@@ -354,7 +354,7 @@ async def _build_child(home: Path, open_runs: int, runs: int, wave: int) -> None
     for first in range(0, open_runs, wave):
         n = min(wave, open_runs - first)
         handles += await asyncio.gather(*(engine.start(parked, None) for _ in range(n)))
-    await engine.wait_until(lambda: all(engine.runs.newest[h.id].parked for h in handles))
+    await engine.wait_until(lambda: all(engine.runs.newest[h.id].live.parked for h in handles))
     parked_s = time.perf_counter() - t
     t = time.perf_counter()
     step = max(runs // 10, wave)
@@ -402,7 +402,7 @@ async def _open_child(home: Path, crash: bool) -> None:
     count = len(pending)
 
     def resumed() -> bool:
-        while pending and pending[-1].parked:
+        while pending and pending[-1].live.parked:
             pending.pop()
         return not pending
 

@@ -222,11 +222,11 @@ async def _until_closed(execution: Execution, seq: str, child_seq: str, op: Op, 
     while not op.done:
         if execution.cancel_lands():
             raise execution.deliver_cancel(seq, "result", op.name)
-        fut = run.waiters.get(child_seq)
+        fut = run.live.waiters.get(child_seq)
         if fut is None or fut.done():
-            fut = run.waiters[child_seq] = asyncio.get_running_loop().create_future()
+            fut = run.live.waiters[child_seq] = asyncio.get_running_loop().create_future()
         execution.awaiting.add(fut)
-        run.current = doing
+        run.live.current = doing
         execution.schedule_park()
         execution.host.progressed()
         try:
@@ -238,4 +238,4 @@ async def _until_closed(execution: Execution, seq: str, child_seq: str, op: Op, 
             raise
         finally:
             execution.awaiting.discard(fut)
-        run.current = None
+        run.live.current = None

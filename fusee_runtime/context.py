@@ -472,7 +472,7 @@ class Ctx:
             raise Rejected(f"a query name is a string of 1 to {NAME_CHARS_MAX} characters")
         if not callable(fn):
             raise Rejected(f"ctx.on_query({name!r}, fn): fn must be callable")
-        self._run.queries[name] = fn
+        self._run.live.queries[name] = fn
 
     def on_update(
         self,
@@ -500,7 +500,7 @@ class Ctx:
             raise Rejected(f"an update name is a string of 1 to {NAME_CHARS_MAX} characters")
         if not callable(handle) or (validate is not None and not callable(validate)):
             raise Rejected(f"ctx.on_update({name!r}, handle, validate): both must be callable")
-        self._run.updates[name] = (handle, validate)
+        self._run.live.updates[name] = (handle, validate)
 
     # -- logs and streams ------------------------------------------------------
 

@@ -94,10 +94,10 @@ class Execution:
         self.root = Cursor("")
         self.count = 0
         """Operations asked for so far (deterministic: the same on every replay)."""
-        run.position, run.position_kind = 0, None  # the code starts again from the top
+        run.live.position, run.live.position_kind = 0, None  # the code starts again from the top
         # and registers its handlers again: those of the code that ran before are gone.
-        run.queries.clear()
-        run.updates.clear()
+        run.live.queries.clear()
+        run.live.updates.clear()
         self.halted: str | None = None
         self.parking = False
         self.park_scheduled = False
@@ -154,7 +154,7 @@ class Execution:
         if cursor is self.root:
             # Updates applied live after the code asked for this operation apply
             # here again, before anything else (a cancel) reaches the code.
-            run.position, run.position_kind = cursor.n, cls
+            run.live.position, run.live.position_kind = cursor.n, cls
             if cursor.n in run.update_log:
                 self._replay_updates(cursor.n)
             if not self.reached and (cursor.n > self.frontier or op is None or not op.done):
@@ -211,7 +211,7 @@ class Execution:
 
     def apply_update(self, name: str, arg: Any, position: int) -> None:
         """Applies a plain update's handler again, as recorded after #`position`."""
-        entry = self.run.updates.get(name)
+        entry = self.run.live.updates.get(name)
         if entry is None:
             self.stuck(
                 f"replay mismatch after operation #{position}: the journal holds update "
@@ -381,9 +381,9 @@ class Execution:
             self.journal_ends(seq, op.kind, op.name)
         if not op.done and not (type(op) is StepOp and not op.paused):
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            run.waiters[seq] = fut
+            run.live.waiters[seq] = fut
             self.awaiting.add(fut)
-            run.current = doing
+            run.live.current = doing
             self.schedule_park()
             self.host.progressed()
             try:
@@ -397,9 +397,9 @@ class Execution:
                 raise
             finally:
                 self.awaiting.discard(fut)
-                if run.waiters.get(seq) is fut:
-                    del run.waiters[seq]
-            run.current = None
+                if run.live.waiters.get(seq) is fut:
+                    del run.live.waiters[seq]
+            run.live.current = None
         if self.updates is not None and not op.cancelled:
             await self.updates.held(op)
         if op.retired:
@@ -440,7 +440,7 @@ class Execution:
         if any(f.done() for f in self.awaiting):
             return
         run = self.run
-        if run.task is None or run.execution is not self or not run.is_open:
+        if run.live.task is None or run.live.execution is not self or not run.is_open:
             return
         self.parking = True
         self.halted = "parked"
@@ -495,7 +495,7 @@ async def run_code(host: RunHost, run: Run, fn: Callable[..., object]) -> Ended 
     the journal failed.
     """
     execution = Execution(host, run)
-    run.execution = execution
+    run.live.execution = execution
     execution_var.set(execution)
     try:
         return await _run(execution, fn)

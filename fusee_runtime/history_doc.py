@@ -61,7 +61,6 @@ from typing import TypeGuard, cast
 
 import orjson
 
-from fusee_runtime.engine.state import CLOSED_AS, Status
 from fusee_runtime.errors import HistoryInvalid
 from fusee_runtime.history_fields import (
     CREATIONS,
@@ -82,6 +81,7 @@ from fusee_runtime.model.codec import RECORDS
 from fusee_runtime.model.json import Json, JsonObject
 from fusee_runtime.model.op_records import OfOp, RaceWon
 from fusee_runtime.model.records import (
+    CLOSED_AS,
     CancelRequested,
     OfRun,
     RunCancelled,
@@ -90,6 +90,7 @@ from fusee_runtime.model.records import (
     UpdateAccepted,
     UpdateApplied,
 )
+from fusee_runtime.model.status import Status
 
 FORMAT = "fusee.history"
 VERSION = 1

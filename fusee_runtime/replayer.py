@@ -41,13 +41,13 @@ from fusee_runtime.engine.config import Config
 from fusee_runtime.engine.creation import created
 from fusee_runtime.engine.registry import load_app
 from fusee_runtime.engine.runlog import RunLog
-from fusee_runtime.engine.state import CLOSED_AS, Run, Status, top
+from fusee_runtime.engine.state import Run, Status, top
 from fusee_runtime.errors import HistoryInvalid, NotFound, Rejected
 from fusee_runtime.execution import Ended, Execution, run_code
 from fusee_runtime.history_doc import FORMAT, VERSION, check_history, read_history
 from fusee_runtime.model import codec
 from fusee_runtime.model.op_records import OfOp, OpCancelled
-from fusee_runtime.model.records import CLOSES, OfRun, Record, RunFailed
+from fusee_runtime.model.records import CLOSED_AS, CLOSES, OfRun, Record, RunFailed
 from fusee_runtime.scope import JournalEnds
 from fusee_runtime.steps import StepWorkers
 from fusee_runtime.store.log_files import FileRunLog
@@ -221,7 +221,7 @@ async def _replay(
         ended = await task
     finally:
         host.close()
-    execution = run.execution
+    execution = run.live.execution
     assert execution is not None
     return _verdict(head, execution, host, ended, closed, must)
 
@@ -360,9 +360,9 @@ class ReplayHost:
     def append(self, run: Run, rec: OfRun) -> int:
         if isinstance(rec, OpCancelled):
             return 0  # a branch given up as its group moves on (cancels do not land here)
-        assert run.execution is not None
+        assert run.live.execution is not None
         where = rec.seq if isinstance(rec, OfOp) else getattr(rec, "update_id", "")
-        run.execution.journal_ends(where, "record", type(rec).__name__)
+        run.live.execution.journal_ends(where, "record", type(rec).__name__)
 
     def append_record(self, rec: Record) -> int:
         raise JournalEnds("", "record", "schedule")

@@ -170,7 +170,7 @@ async def _run_attempts(
         if gated is None:
             return None  # an `await_completion` finished meanwhile: no token goes out
         permit, args = gated
-        run.current = f"{name} (attempt {attempt})"
+        run.live.current = f"{name} (attempt {attempt})"
         started = host.clock.now()
         tracing = host.tracing
         span = tracing.attempt(run, seq, name, attempt) if tracing is not None else None
@@ -209,7 +209,7 @@ async def _backoff(
     # The last failure's message, so a follower sees why it retries.
     last = run.ops[seq].failure if seq in run.ops else None
     why = f"; attempt {attempt - 1} failed: {Failure.from_json(last)}" if last else ""
-    run.current = f"{name}: retry {attempt} at {utc(not_before):%H:%M:%S}{why}"
+    run.live.current = f"{name}: retry {attempt} at {utc(not_before):%H:%M:%S}{why}"
     await execution.host.clock.sleep_until(not_before)
 
 
@@ -285,7 +285,7 @@ def _send_ended(
         return True
     if isinstance(outcome, bytes):
         host.append(run, CompletionSent(run.run_id, seq, now))
-        run.current = None
+        run.live.current = None
         return True
     return False
 
@@ -297,7 +297,7 @@ def _completed(
     returns the step's value, without waiting for the disk."""
     host, run = execution.host, execution.run
     host.append(run, StepCompleted(run.run_id, seq, name, Payload(outcome), started, now))
-    run.current = None
+    run.live.current = None
     host.workers.steps_done += 1
     return run.ops[seq].value
 
@@ -334,7 +334,7 @@ async def _failed(
         return None
     host.append(run, op_records.StepFailed(run.run_id, seq, name, recorded, started, now))
     host.log_attempt(run, name, attempt, failure, "the step failed")
-    run.current = None
+    run.live.current = None
     host.workers.steps_done += 1
     host.workers.steps_failed += 1
     raise StepFailed(name, Failure.from_json(recorded))
@@ -345,8 +345,8 @@ async def _permit(execution: Execution, seq: str, name: str, opts: StepOptions) 
     run, limits = execution.run, execution.host.limits
     assert opts.limit is not None
     label = opts.limit if opts.limit_key is None else f"{opts.limit}/{opts.limit_key}"
-    run.permit_waits[seq] = (name, label)
-    run.current = f"{name}: waiting for a permit of limit {label!r}"
+    run.live.permit_waits[seq] = (name, label)
+    run.live.current = f"{name}: waiting for a permit of limit {label!r}"
     try:
         return await limits.acquire(
             opts.limit,
@@ -357,7 +357,7 @@ async def _permit(execution: Execution, seq: str, name: str, opts: StepOptions) 
             run.run_id,
         )
     finally:
-        del run.permit_waits[seq]
+        del run.live.permit_waits[seq]
 
 
 def _retry_at(

@@ -142,7 +142,7 @@ class Tracing:
         if self.spans.get(run.run_id) is span:
             del self.spans[run.run_id]
         if parked:
-            status = run.status if run.parked and run.closing is None else Status.PARKED
+            status = run.status if run.live.parked and run.closing is None else Status.PARKED
         else:
             status = run.closing or run.status
         span.set_attribute("fusee.status", status.value)

@@ -167,7 +167,7 @@ class UpdateTasks:
         failure: Failure | None = None
         result: Any = None
         try:
-            entry = run.updates.get(name)
+            entry = run.live.updates.get(name)
             if entry is None:
                 execution.stuck(
                     f"replay mismatch after operation #{position}: the journal holds update "

@@ -271,12 +271,12 @@ class Control(Operations):
                 run = engine.runs.latest(id)
                 # A run recorded stuck whose code runs again here (the home opened to
                 # drive it, with code fixed since) says it only once it stops again.
-                replaying = run.task is not None and not run.task.done()
+                replaying = run.live.task is not None and not run.live.task.done()
                 if run.status == Status.PAUSED or (run.status == Status.STUCK and not replaying):
                     why = run.error or "no reason recorded"
                     outcome = {"code": "failed", "message": f"run {id} is {run.status}: {why}"}
                     break
-                now = (str(run.status), run.current)
+                now = (str(run.status), run.live.current)
                 if now != shown:
                     shown = now
                     yield {"progress": {"status": now[0], "current": now[1]}}
@@ -309,7 +309,7 @@ class Control(Operations):
             # The engine fails a run's `closed` future when it closes before
             # the run does; with this waiter gone nobody would retrieve that,
             # and asyncio would log "Future exception was never retrieved".
-            closed = engine.runs.latest(id).closed
+            closed = engine.runs.latest(id).live.closed
             if closed is not None:
                 closed.add_done_callback(_retrieve)
         outcome["run"] = run_json(engine.runs.latest(id).info())

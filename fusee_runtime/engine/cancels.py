@@ -30,7 +30,7 @@ log = logging.getLogger("fusee")
 
 def interrupt(driver: Driver, run: Run) -> None:
     """Delivers a requested cancel wherever the run's code is waiting."""
-    execution = run.execution
+    execution = run.live.execution
     running = execution.step_tasks if execution is not None else {}
     resolved = set()
     woken = False
@@ -42,14 +42,14 @@ def interrupt(driver: Driver, run: Run) -> None:
         if isinstance(op, ChildOp):
             # The child runs on (its parent's close applies `parent_close`): code
             # waiting for its result is woken, and the cancel lands there.
-            fut = run.waiters.pop(seq, None)
+            fut = run.live.waiters.pop(seq, None)
             if fut is not None and not fut.done():
                 fut.set_result(None)
             woken = True
             continue
         driver.append(run, OpCancelled(run.run_id, seq, op.kind, op.name))
         resolved.add(seq)
-    if woken and not resolved and run.parked:
+    if woken and not resolved and run.live.parked:
         driver.resolved(run, "")  # a parked parent replays up to its wait, and takes it there
     # A paused step just resolved above raises Cancelled by itself; a task
     # cancel on top would arrive as a bare CancelledError.
@@ -79,8 +79,8 @@ def journal_lost(driver: Driver, failed: JournalFailed) -> None:
     driver.runs.fail_result_waiters(lambda run: failed)
     in_flight = driver.workers.attempts
     for run in driver.runs.by_run_id.values():
-        if run.task is not None and not run.task.done():
-            run.task.cancel()
+        if run.live.task is not None and not run.live.task.done():
+            run.live.task.cancel()
     if in_flight:
         in_threads = driver.workers.in_threads
         log.error(

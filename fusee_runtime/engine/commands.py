@@ -138,7 +138,6 @@ class Commands:
             self.driver.append(run, StepResumed(run.run_id, seq, self.clock.now()))
         if stuck:
             self.driver.append(run, RunUnstuck(run.run_id, self.clock.now()))
-            run.status = Status.RUNNING  # also when it was stuck in memory only
             run.error = None
             self.driver.spawn(run)
         elif not paused:

@@ -127,7 +127,7 @@ def rebuilt(creation: dict[str, Any] | None, records: list[list[Any]]) -> Run:
     run = created(creation, None if continued else recs[0])
     for lsn, rec in recs:
         run.apply(lsn, rec)
-    run.status = run.closing or run.status
+    run.live.close_durable = True
     return run
 
 

@@ -36,7 +36,7 @@ from fusee_runtime.engine.family import Family
 from fusee_runtime.engine.limits import Limits
 from fusee_runtime.engine.runlog import RunLog
 from fusee_runtime.engine.runs import RunTable
-from fusee_runtime.engine.state import Run, Status
+from fusee_runtime.engine.state import Run
 from fusee_runtime.engine.timers import TimerQueue
 from fusee_runtime.errors import (
     CodecError,
@@ -52,7 +52,6 @@ from fusee_runtime.model.op_records import (
     ChildClosed,
     CompletionDone,
     OpCancelled,
-    StepPaused,
     StepResumed,
     TimerFired,
     TimerStarted,
@@ -83,8 +82,8 @@ log = logging.getLogger("fusee")
 
 _RESOLVING = (TimerFired, WaitCompleted, OpCancelled, StepResumed, CompletionDone, ChildClosed)
 """The records that end an operation some code may wait for."""
-_REACTING = frozenset({TimerStarted, WaitStarted, SignalReceived, StepPaused, *_RESOLVING})
-"""The records `Driver.append` reacts to (timers, signals, wake-ups, a pause)."""
+_REACTING = frozenset({TimerStarted, WaitStarted, SignalReceived, *_RESOLVING})
+"""The records `Driver.append` reacts to (timers, signals, wake-ups)."""
 
 
 class Driver:
@@ -260,12 +259,9 @@ class Driver:
             self.timers.add(rec.deadline, run.run_id, rec.seq)
         if isinstance(rec, WaitStarted | SignalReceived):
             self.match_signals(run)
-        elif isinstance(rec, StepPaused) and run.is_open:
-            run.status = Status.PAUSED
         elif op is not None and isinstance(rec, _RESOLVING):
-            resumed = isinstance(rec, StepResumed) and run.status == Status.PAUSED
-            if resumed and not run.paused_ops():
-                run.status = Status.RUNNING
+            if isinstance(rec, StepResumed) and not run.paused_ops():
+                run.live.shown_parked = False  # it runs on (once woken), not parked
             self.resolved(run, rec.seq)
         return lsn
 
@@ -346,17 +342,15 @@ class Driver:
         if not self.config.drive:
             # Its code runs when a driving engine opens the home; meanwhile a run
             # with a pending timer or wait shows as parked, as it would there.
-            run.parked = True
-            if run.status in (Status.RUNNING, Status.PARKED, Status.PAUSED):
-                waits = Status.PARKED if run.pending else Status.RUNNING
-                run.status = Status.PAUSED if run.paused_ops() else waits
+            run.live.parked = True
+            run.live.shown_parked = bool(run.pending)
             return
-        run.parked = False
-        if run.status in (Status.RUNNING, Status.PARKED, Status.PAUSED):
-            run.status = Status.PAUSED if run.paused_ops() else Status.RUNNING
+        live = run.live
+        live.parked = live.shown_parked = False
+        live.stuck = None  # if it stops again, its code says so again
         # In a context of its own: a run started from another run's code (a child)
         # must not inherit that code's operation numbering or execution.
-        run.task = asyncio.get_running_loop().create_task(
+        live.task = asyncio.get_running_loop().create_task(
             self._drive(run), name=f"fusee:{run.workflow_id}", context=contextvars.Context()
         )
 
@@ -407,34 +401,32 @@ class Driver:
             self.append(run, RunUnstuck(run.run_id, self.clock.now()))
 
     def park(self, run: Run) -> None:
-        task = run.task
+        task = run.live.task
         assert task is not None
         self.carried_on(run)  # it replayed up to its waits: its code matches its journal
-        run.parked = True
-        run.task = None
-        run.execution = None
-        run.waiters.clear()
-        if run.status in (Status.RUNNING, Status.PAUSED):
-            run.status = Status.PAUSED if run.paused_ops() else Status.PARKED
+        live = run.live
+        live.parked = live.shown_parked = True
+        live.task = live.execution = None
+        live.waiters.clear()
         task.cancel()
         self.progressed()
 
     def resolved(self, run: Run, seq: str) -> None:
         """An op the run's code may wait on was resolved: wake the code."""
-        fut = run.waiters.pop(seq, None)
+        fut = run.live.waiters.pop(seq, None)
         if fut is not None and not fut.done():
             fut.set_result(None)
         self.wake(run)
 
     def wake(self, run: Run) -> None:
         """Runs a parked run's code again soon (it replays to where it waits)."""
-        if run.parked and run.run_id not in self._wakes:
+        if run.live.parked and run.run_id not in self._wakes:
             self._wakes.add(run.run_id)
             asyncio.get_running_loop().call_soon(self._wake, run)
 
     def _wake(self, run: Run) -> None:
         self._wakes.discard(run.run_id)
-        if run.parked and run.is_open and not self._closing:
+        if run.live.parked and run.is_open and not self._closing:
             self.spawn(run)
 
     async def _drive(self, run: Run) -> None:
@@ -453,7 +445,7 @@ class Driver:
             await self._ran(run, wf)
         finally:
             # Parking takes the run's task from this execution (`park`); nothing else does.
-            self.tracing.run_stopped(run, span, parked=run.task is not asyncio.current_task())
+            self.tracing.run_stopped(run, span, parked=run.live.task is not asyncio.current_task())
 
     async def _ran(self, run: Run, wf: WorkflowDef) -> None:
         """Runs the run's code and records how it ended (unless the journal failed
@@ -498,9 +490,10 @@ class Driver:
             # Recorded, so every process sees why it stopped (once per reason: a
             # replay that stops at the same point again records nothing).
             self.append(run, RunStuck(run.run_id, message, self.clock.now()))
-        run.status = Status.STUCK
+        if run.stuck != message:  # not recorded: it shows as stuck until resumed
+            run.live.stuck = message
         run.error = message
-        run.current = None
+        run.live.current = None
         self.progressed()
         log.error("fusee: run %s (%s) is stuck: %s", run.workflow_id, run.run_id, message)
 
@@ -513,13 +506,13 @@ class Driver:
         self._after_close(run)
 
     def _after_close(self, run: Run) -> None:
-        run.current = None
-        run.parked = False
+        run.live.current = None
+        run.live.parked = False
         # Its code is done: no handler answers for it any more (the same after a restart).
-        run.queries.clear()
-        run.updates.clear()
-        if run.task is not None and run.task is not asyncio.current_task():
-            run.task.cancel()
+        run.live.queries.clear()
+        run.live.updates.clear()
+        if run.live.task is not None and run.live.task is not asyncio.current_task():
+            run.live.task.cancel()
         closed = self.durability.future(run.close_lsn or 0)
         closed.add_done_callback(lambda f: self._closed_durable(run, f))
         self.family.closed(run)
@@ -527,10 +520,9 @@ class Driver:
     def _closed_durable(self, run: Run, fut: asyncio.Future[None]) -> None:
         if fut.cancelled() or fut.exception() is not None:
             return
-        if run.closing is not None:
-            run.status = run.closing
-        if run.closed is not None and not run.closed.done():
-            run.closed.set_result(None)
+        run.live.close_durable = True
+        if run.live.closed is not None and not run.live.closed.done():
+            run.live.closed.set_result(None)
         if self.run_log is not None:
             self.run_log.closed(run)
         self._on_closed(run)

@@ -245,7 +245,9 @@ class Engine:
         if self._control is not None:
             self._control.stop_accepting()
         tasks = [
-            r.task for r in self.runs.by_run_id.values() if r.task is not None and not r.task.done()
+            r.live.task
+            for r in self.runs.by_run_id.values()
+            if r.live.task is not None and not r.live.task.done()
         ]
         for t in tasks:
             t.cancel()

@@ -148,14 +148,14 @@ class RunHandle:
                         f"the engine closed before run {self.id!r} finished; "
                         "it resumes when the home is opened again"
                     )
-                if run.closed is None:
-                    run.closed = loop.create_future()
+                if run.live.closed is None:
+                    run.live.closed = loop.create_future()
                 left = None if deadline is None else max(deadline - loop.time(), 0)
                 try:
                     # Not asyncio.wait_for: on 3.11 it swallows a cancel that
                     # lands as the future completes, and the caller runs on.
                     async with asyncio.timeout(left):
-                        await asyncio.shield(run.closed)
+                        await asyncio.shield(run.live.closed)
                 except TimeoutError:
                     raise TimedOut(
                         f"run {self.id!r} did not finish within {limit:g} s (status {run.status})"

@@ -69,7 +69,7 @@ class Handlers:
                 f"run {id!r} is stuck: its code does not replay its journal, so its handlers "
                 "cannot answer for it; `fusee resume` it once the code is fixed"
             )
-        fn = self._handler(run, run.queries, "query", name, "answer queries")
+        fn = self._handler(run, run.live.queries, "query", name, "answer queries")
         try:
             with handling():
                 value = fn(arg)
@@ -104,7 +104,7 @@ class Handlers:
                 return await self._sent_before(run, id, name, update_id)
         if not run.is_open:
             raise Rejected(f"run {id!r} is {run.closing}: it takes no more updates")
-        handle, validate = self._handler(run, run.updates, "update", name, "apply updates")
+        handle, validate = self._handler(run, run.live.updates, "update", name, "apply updates")
         is_async = inspect.iscoroutinefunction(handle)
         if self.config.drive:
             self._check_update_point(run, id, is_async)
@@ -121,7 +121,7 @@ class Handlers:
             uid,
             name,
             Payload(encoded_arg),
-            run.position,
+            run.live.position,
             Payload.of(result),
             wire_failure,
             at,
@@ -167,7 +167,7 @@ class Handlers:
     @staticmethod
     def _check_not_applying(run: Run, id: str, name: str) -> None:
         """Refuses a plain update while the run applies an earlier one."""
-        execution = run.execution
+        execution = run.live.execution
         busy = execution is not None and execution.updates is not None and execution.updates.busy
         # An async update accepted and not applied yet counts too: the run may be parked,
         # or waking for it, with no execution to say so. A replay applies a plain update
@@ -226,12 +226,12 @@ class Handlers:
         """Records an async handler's update as accepted where the code waits, starts its
         handler once that is durable (a parked run's code runs again for it), and
         returns its result once applied and durable."""
-        uid, position = update_id or uuid.uuid4().hex, run.position
+        uid, position = update_id or uuid.uuid4().hex, run.live.position
         now = self.driver.clock.now()
         lsn = self.driver.append(run, UpdateAccepted(run.run_id, uid, name, arg, position, now))
         # At once, where the code waits (its steps wait for the record to be durable).
-        execution = run.execution
-        if execution is not None and not run.parked:
+        execution = run.live.execution
+        if execution is not None and not run.live.parked:
             execution.update_tasks().accepted(uid, name, arg.value, position, now=True)
         else:
             self.driver.wake(run)
@@ -243,10 +243,10 @@ class Handlers:
         if update_id not in run.updates_done:
             # A failed journal or a stopping engine resolves the waiters it finds, once.
             self.driver.check_accepting()
-            waiter = run.update_waiters.get(update_id)
+            waiter = run.live.update_waiters.get(update_id)
             if waiter is None:
                 waiter = asyncio.get_running_loop().create_future()
-                run.update_waiters[update_id] = waiter
+                run.live.update_waiters[update_id] = waiter
             if run.is_open:
                 self.driver.wake(run)  # parked: its code runs again, and the handler with it
                 await asyncio.shield(waiter)
@@ -275,11 +275,11 @@ class Handlers:
         def ready() -> bool:
             if not run.is_open or run.status == Status.STUCK or self.driver.closing:
                 return True
-            execution = run.execution
+            execution = run.live.execution
             if execution is not None and not execution.ended:
                 return execution.caught_up
             # Parked (its handlers are those it parked with), or its code is to run again.
-            return run.task is None or run.task.done()
+            return run.live.task is None or run.live.task.done()
 
         await self.driver.durability.wait_until(ready)
 
@@ -305,7 +305,7 @@ class Handlers:
         found = handlers.get(name)
         if found is not None:
             return found
-        if not self.config.drive and handlers is run.updates:  # (only code registers them)
+        if not self.config.drive and handlers is run.live.updates:  # (only code registers them)
             raise Rejected(
                 f"no process runs the code of {run.workflow_id!r} to {to}: "
                 "start `fusee serve` (or the command that drives it) first"
@@ -321,16 +321,16 @@ class Handlers:
         async handler's runs as a unit where the code waits, in a group too)."""
         if run.status == Status.STUCK:
             raise Rejected(f"run {id!r} is stuck: it takes no updates until it is resumed")
-        execution = run.execution
-        if not run.parked and execution is None:
+        execution = run.live.execution
+        if not run.live.parked and execution is None:
             raise Rejected(f"run {id!r} is not running its code yet; send the update again")
-        inside = run.position_kind is GroupOp or (execution is not None and execution.groups)
+        inside = run.live.position_kind is GroupOp or (execution is not None and execution.groups)
         if inside and not is_async:
             raise Rejected(
                 f"run {id!r} is inside ctx.all or ctx.race; send the update again once it is past"
             )
         frontier = max((top(s) for s in run.ops), default=0)
-        if run.position < frontier or run.position == 0:
+        if run.live.position < frontier or run.live.position == 0:
             raise Rejected(f"run {id!r} is replaying its journal; send the update again")
 
     async def finish(self, token: str, value: Any, error: str | Failure | None) -> tuple[Run, str]:

@@ -168,7 +168,7 @@ class RunTable:
         op = run.apply(lsn, rec)
         if type(rec) in CLOSES:
             if durable:
-                run.status = run.closing or run.status
+                run.live.close_durable = True
             if isinstance(rec, RunContinuedAsNew):
                 new = Run(
                     rec.new_run_id,
@@ -400,14 +400,14 @@ class RunTable:
         """Tells every caller of `result()` on an open run that no result will come here
         (`error(run)` says why)."""
         for run in self.by_run_id.values():
-            if run.closed is not None and not run.closed.done():
-                run.closed.set_exception(error(run))
+            if run.live.closed is not None and not run.live.closed.done():
+                run.live.closed.set_exception(error(run))
                 # A caller whose own wait timed out is gone: nobody else reads it.
-                run.closed.exception()
-            for waiter in run.update_waiters.values():  # 0: not applied here
+                run.live.closed.exception()
+            for waiter in run.live.update_waiters.values():  # 0: not applied here
                 if not waiter.done():
                     waiter.set_result(0)
-            run.update_waiters.clear()
+            run.live.update_waiters.clear()
 
 
 def _row_info(row: Row) -> RunInfo:

@@ -81,7 +81,7 @@ def waiting(run: Run) -> tuple[Waiting, ...]:
             beat = f"{utc(step.beat_at):%H:%M:%S} UTC"
             shown = _shown(step.progress)
             out.append(Waiting(WaitKind.STEP, step.name, None, f"heartbeat at {beat}: {shown}"))
-    for name, limit in run.permit_waits.values():
+    for name, limit in run.live.permit_waits.values():
         out.append(Waiting(WaitKind.PERMIT, name, None, limit))
     return tuple(out)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar, dataclass_transform
 
 from fusee_runtime.model.payload import Payload
-from fusee_runtime.model.run import Status
+from fusee_runtime.model.status import Status
 
 Instant = float
 """Unix seconds."""

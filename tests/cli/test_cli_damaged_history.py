@@ -45,7 +45,7 @@ def fill(make_engine: Any, testapp: Any, approval: bool = True) -> str | None:
             if approval:
                 await engine.start("cli_dh_approve", None, id="a-1")
                 await engine.wait_until(lambda: bool(TOKENS))
-            await engine.wait_until(lambda: engine.runs.newest["w-1"].parked)
+            await engine.wait_until(lambda: engine.runs.newest["w-1"].live.parked)
 
     asyncio.run(run())
     return TOKENS[-1] if approval else None

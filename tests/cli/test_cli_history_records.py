@@ -11,7 +11,7 @@ def test_history_shows_an_async_update_and_its_step(cli, on, make_engine):
     async def apply() -> None:
         async with make_engine() as engine:
             h = await engine.start("cli_cart", None, id="cart-1")
-            await engine.wait_until(lambda: engine.runs.latest("cart-1").parked)
+            await engine.wait_until(lambda: engine.runs.latest("cart-1").live.parked)
             assert await h.update("add", "book", update_id="u-7") == 1
 
     asyncio.run(apply())

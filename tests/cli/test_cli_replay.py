@@ -48,7 +48,7 @@ def deployed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
             for h in handles:
                 if h.id not in OPEN:
                     await h.result()
-            await engine.wait_until(lambda: all(engine.runs.latest(i).parked for i in OPEN))
+            await engine.wait_until(lambda: all(engine.runs.latest(i).live.parked for i in OPEN))
             await engine.checkpoints.flush_history()
 
     asyncio.run(build())

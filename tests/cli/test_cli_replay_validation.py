@@ -157,7 +157,7 @@ async def _rich_runs(home: Path) -> Docs:
             """Run r (of `input`) is parked in its wait for "finish"."""
             run = runs.latest("r")
             waits = [op for op in run.ops.values() if op.kind == "wait" and op.name == "finish"]
-            return run.input == input and run.parked and bool(waits)
+            return run.input == input and run.live.parked and bool(waits)
 
         await engine.start("replaycheck.rich", 0, id="r")
         await engine.wait_until(lambda: at_finish(0))
@@ -178,7 +178,7 @@ async def _rich_runs(home: Path) -> Docs:
         await engine.wait_until(lambda: runs.latest("f").status == Status.FAILED)
         docs["failed"] = history_document(runs.latest("f"))
         await engine.start("replaycheck.waits", None, id="c")
-        await engine.wait_until(lambda: runs.latest("c").parked)
+        await engine.wait_until(lambda: runs.latest("c").live.parked)
         await engine.cancel("c")
         await engine.wait_until(lambda: runs.latest("c").status == Status.CANCELLED)
         docs["cancelled"] = history_document(runs.latest("c"))
@@ -209,8 +209,8 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Docs]:
                 for n in (14, 3, 6):
                     await engine.start("payment", n, id=f"p-{n}")
                 await engine.handle("p-14").result()
-                await engine.wait_until(lambda: engine.runs.latest("p-3").parked)
-                await engine.wait_until(lambda: engine.runs.latest("p-6").parked)
+                await engine.wait_until(lambda: engine.runs.latest("p-3").live.parked)
+                await engine.wait_until(lambda: engine.runs.latest("p-6").live.parked)
                 await engine.signal("p-6", "settle")
                 await engine.handle("p-6").result()
 

@@ -31,7 +31,7 @@ def family(make_engine, home, journal):
             await engine.start("cli_reset_family", None, id="f-1")
 
             def parked(id: str) -> bool:
-                return id in engine.runs.newest and engine.runs.newest[id].parked
+                return id in engine.runs.newest and engine.runs.newest[id].live.parked
 
             await engine.wait_until(lambda: all(parked(i) for i in ("f-1", "f-1-a", "f-1-b")))
 

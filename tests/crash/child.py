@@ -98,7 +98,7 @@ async def run(engine: Engine, workflow_id: str, value: int) -> None:
     if os.environ.get("DESCRIBE"):
         # Let the open run replay until it settles on the journal it has.
         h = engine.handle(workflow_id)
-        task = engine.runs.latest(workflow_id).task
+        task = engine.runs.latest(workflow_id).live.task
         if task is not None:
             await asyncio.wait({task})
         info = await h.describe()

@@ -68,17 +68,17 @@ async def main(home: str, command: str, id: str, args: list[str]) -> None:
             await engine.start(wf, orjson.loads(value), id=id)
         elif command == "park":
             run = (await engine.start(args[0], None, id=id)).run_id
-            await engine.wait_until(lambda: engine.runs.by_run_id[run].parked)
+            await engine.wait_until(lambda: engine.runs.by_run_id[run].live.parked)
             crash_app.emit("PARKED")
             await asyncio.Event().wait()
         elif command == "cancel":
             run = (await engine.start(args[0], None, id=id)).run_id
-            await engine.wait_until(lambda: engine.runs.by_run_id[run].parked)
+            await engine.wait_until(lambda: engine.runs.by_run_id[run].live.parked)
             await engine.cancel(id, "from the test")
         elif command == "signal":
             name, value = args
             run = engine.runs.latest(id)
-            await engine.wait_until(lambda: run.parked or not run.is_open)
+            await engine.wait_until(lambda: run.live.parked or not run.is_open)
             await engine.signal(id, name, orjson.loads(value))
             crash_app.emit("SIGNALLED")
         elif command == "reset":
@@ -86,7 +86,7 @@ async def main(home: str, command: str, id: str, args: list[str]) -> None:
             await engine.start(wf, None, id=id)
             await engine.wait_until(lambda: kid in engine.runs.newest and _parked(engine, kid))
             new = (await engine.reset(kid, 1)).run_id
-            await engine.wait_until(lambda: engine.runs.by_run_id[new].parked)
+            await engine.wait_until(lambda: engine.runs.by_run_id[new].live.parked)
             await engine.signal(kid, "wake", orjson.loads(value))
         try:
             result = await engine.handle(id).result(timeout=60)
@@ -98,7 +98,7 @@ async def main(home: str, command: str, id: str, args: list[str]) -> None:
 
 
 def _parked(engine: Engine, id: str) -> bool:
-    return engine.runs.newest[id].parked
+    return engine.runs.newest[id].live.parked
 
 
 if __name__ == "__main__":

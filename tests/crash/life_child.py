@@ -41,8 +41,8 @@ async def main(home: str, command: str, id: str, arg: str | None) -> None:
 
         def waiting() -> bool:
             # Parked, closed, or every pending timer or wait awaited by live code.
-            live_wait = bool(run.pending) and len(run.waiters) == len(run.pending)
-            return run.parked or not run.is_open or run.task is None or live_wait
+            live_wait = bool(run.pending) and len(run.live.waiters) == len(run.pending)
+            return run.live.parked or not run.is_open or run.live.task is None or live_wait
 
         async def settled() -> None:
             # Waiting, with everything it recorded durable.

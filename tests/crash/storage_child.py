@@ -225,8 +225,8 @@ async def main(home: str, point: str, nth: int, first_run: int) -> None:
         run = engine.runs.latest(workflow_id)
 
         def waiting() -> bool:
-            live_wait = bool(run.pending) and len(run.waiters) == len(run.pending)
-            return run.parked or live_wait
+            live_wait = bool(run.pending) and len(run.live.waiters) == len(run.pending)
+            return run.live.parked or live_wait
 
         await engine.wait_until(lambda: waiting() and engine.durability.durable_lsn >= run.last_lsn)
 

@@ -80,7 +80,7 @@ def records(engine: Any, id: str, kind: R) -> list[list[Any]]:
 async def test_an_async_update_runs_a_step_and_answers_once_durable(make_engine: Any) -> None:
     async with make_engine() as engine:
         h = await engine.start("au.waits", {}, id="c-1")
-        await engine.wait_until(lambda: engine.runs.latest("c-1").parked)
+        await engine.wait_until(lambda: engine.runs.latest("c-1").live.parked)
         said = await h.update("add", "book")
         assert said == {"items": 1, "reserved": 4}
         # durable when it answers: the step's result and the update's outcome
@@ -102,7 +102,7 @@ async def test_an_async_update_runs_a_step_and_answers_once_durable(make_engine:
 async def test_an_update_sent_again_with_its_id_is_applied_once(make_engine: Any) -> None:
     async with make_engine() as engine:
         h = await engine.start("au.waits", {"slow": True}, id="c-2")
-        await engine.wait_until(lambda: engine.runs.latest("c-2").parked)
+        await engine.wait_until(lambda: engine.runs.latest("c-2").live.parked)
         first = asyncio.ensure_future(h.update("add", "pen", update_id="u-1"))
         await GATE["handler_in"].wait()
         again = asyncio.ensure_future(h.update("add", "pen", update_id="u-1"))  # in flight
@@ -117,7 +117,7 @@ async def test_an_update_sent_again_with_its_id_is_applied_once(make_engine: Any
 async def test_a_validator_refuses_before_anything_is_recorded(make_engine: Any) -> None:
     async with make_engine() as engine:
         h = await engine.start("au.waits", {}, id="c-3")
-        await engine.wait_until(lambda: engine.runs.latest("c-3").parked)
+        await engine.wait_until(lambda: engine.runs.latest("c-3").live.parked)
         before = len(engine.runs.latest("c-3").records)
         with pytest.raises(Rejected, match="update 'add' of run 'c-3' was refused: an item"):
             await h.update("add", "")
@@ -128,7 +128,7 @@ async def test_a_validator_refuses_before_anything_is_recorded(make_engine: Any)
 async def test_an_applied_update_is_replayed_after_a_restart(make_engine: Any) -> None:
     async with make_engine() as engine:
         h = await engine.start("au.waits", {}, id="c-4")
-        await engine.wait_until(lambda: engine.runs.latest("c-4").parked)
+        await engine.wait_until(lambda: engine.runs.latest("c-4").live.parked)
         await h.update("add", "lamp", update_id="u-4")
     async with make_engine() as engine:
         h = engine.handle("c-4")
@@ -142,7 +142,7 @@ async def test_an_update_cut_off_by_a_crash_finishes_after_the_restart(make_engi
     engine = make_engine()
     await engine.open()
     h = await engine.start("au.waits", {"slow": True}, id="c-5")
-    await engine.wait_until(lambda: engine.runs.latest("c-5").parked)
+    await engine.wait_until(lambda: engine.runs.latest("c-5").live.parked)
     sent = asyncio.ensure_future(h.update("add", "desk", update_id="u-5"))
     await GATE["handler_in"].wait()
     await engine.close(crash=True)
@@ -173,9 +173,9 @@ async def sleeps(ctx: Ctx, _: None) -> list[str]:
 async def test_an_update_is_accepted_while_the_run_sleeps(make_engine: Any, clock: Any) -> None:
     async with make_engine() as engine:
         h = await engine.start("au.sleeps", None, id="s-1")
-        await engine.wait_until(lambda: engine.runs.latest("s-1").parked)
+        await engine.wait_until(lambda: engine.runs.latest("s-1").live.parked)
         assert await h.update("add", "tea") == {"items": 1, "reserved": 3}
-        assert engine.runs.latest("s-1").parked  # sleeping still
+        assert engine.runs.latest("s-1").live.parked  # sleeping still
         clock.advance(3600)
         assert await h.result(timeout=10) == ["tea"]
     assert CALLS == ["reserve tea", "added tea", "added tea", "woke"]
@@ -192,7 +192,7 @@ async def group(ctx: Ctx, _: None) -> list[Any]:
 async def test_an_update_is_accepted_inside_ctx_all(make_engine: Any) -> None:
     async with make_engine() as engine:
         h = await engine.start("au.group", None, id="g-1")
-        await engine.wait_until(lambda: len(engine.runs.latest("g-1").waiters) == 2)
+        await engine.wait_until(lambda: len(engine.runs.latest("g-1").live.waiters) == 2)
         await h.signal("a", 1)
         assert await h.update("add", "mug") == {"items": 1, "reserved": 3}
         await h.signal("b", 2)
@@ -238,10 +238,10 @@ async def test_an_update_that_sleeps_parks_with_the_run_and_goes_on(
 ) -> None:
     async with make_engine() as engine:
         h = await engine.start("au.waits", {"nap": 60}, id="n-1")
-        await engine.wait_until(lambda: engine.runs.latest("n-1").parked)
+        await engine.wait_until(lambda: engine.runs.latest("n-1").live.parked)
         sent = asyncio.ensure_future(h.update("add", "cup"))
         await engine.wait_until(
-            lambda: CALLS == ["reserve cup"] and engine.runs.latest("n-1").parked
+            lambda: CALLS == ["reserve cup"] and engine.runs.latest("n-1").live.parked
         )
         clock.advance(60)
         assert await sent == {"items": 1, "reserved": 3}
@@ -260,7 +260,7 @@ async def test_plain_handlers_still_apply_at_once(make_engine: Any) -> None:
 
     async with make_engine() as engine:
         h = await engine.start("au.plain", None, id="p-1")
-        await engine.wait_until(lambda: engine.runs.latest("p-1").parked)
+        await engine.wait_until(lambda: engine.runs.latest("p-1").live.parked)
         assert await h.update("push", 7) == 1
         assert records(engine, "p-1", R.UpdateAccepted) == []
         await h.signal("done")
@@ -299,7 +299,7 @@ async def test_updates_apply_in_turn_live_and_on_replay(make_engine: Any) -> Non
     async with make_engine() as engine:
         h = await engine.start("au.mixed", None, id="m-1")
         run = engine.runs.latest("m-1")
-        await engine.wait_until(lambda: run.parked)
+        await engine.wait_until(lambda: run.live.parked)
         first = asyncio.ensure_future(h.update("add", "slow"))
         await GATE["handler_in"].wait()
         second = asyncio.ensure_future(h.update("add", "next"))  # waits its turn
@@ -313,7 +313,7 @@ async def test_updates_apply_in_turn_live_and_on_replay(make_engine: Any) -> Non
         assert await h.update("push", "plain") == 3
         live = await h.query("items")
         await h.signal("checkout")  # the parked run's code replays: every update again
-        await engine.wait_until(lambda: run.parked and run.position == 2)
+        await engine.wait_until(lambda: run.live.parked and run.live.position == 2)
         assert await h.query("items") == live == ["slow", "next", "plain"]
     # then replayed: the handlers again, not their steps
     assert CALLS == [
@@ -348,7 +348,7 @@ async def test_the_runs_cancel_lands_in_the_code_not_in_a_waiting_handler(
         await GATE["main_in"].wait()
         sent = asyncio.ensure_future(h.update("hold", "x"))
         run = engine.runs.latest("x-2")
-        await engine.wait_until(lambda: any(".u" in s for s in run.waiters))
+        await engine.wait_until(lambda: any(".u" in s for s in run.live.waiters))
         await h.cancel("stop")
         with pytest.raises(Cancelled, match="stop"):
             await h.result(timeout=10)
@@ -376,7 +376,7 @@ async def test_an_update_takes_the_position_it_was_recorded_at(make_engine: Any)
         await asyncio.sleep(0)  # accepted, not durable yet; the code's step returns now
         GATE["main"].set()
         assert await sent == {"items": 1, "reserved": 3}
-        await engine.wait_until(lambda: engine.runs.latest("t-1").parked)
+        await engine.wait_until(lambda: engine.runs.latest("t-1").live.parked)
         (accepted,) = records(engine, "t-1", R.UpdateAccepted)
         steps = [rec[2] for rec in records(engine, "t-1", R.StepCompleted)]
     assert accepted[5] == 1 and "1.u1.1" in steps
@@ -411,7 +411,7 @@ async def test_in_a_group_replay_starts_the_handler_after_what_came_before_it(
     async with make_engine() as engine:
         h = await engine.start("au.branches", None, id="br-1")
         run = engine.runs.latest("br-1")
-        await engine.wait_until(lambda: len(run.waiters) == 2)  # both branches wait
+        await engine.wait_until(lambda: len(run.live.waiters) == 2)  # both branches wait
         assert await h.update("add", "ink") == {"items": 1, "reserved": 3}
     async with make_engine() as engine:  # replayed: the branch went on before the update
         h = engine.handle("br-1")
@@ -454,7 +454,7 @@ async def test_an_update_the_journal_failed_under_says_so(make_engine: Any) -> N
     FailingSync.armed = False
     async with make_engine(storage=FailingSync()) as engine:
         h = await engine.start("au.fails", None, id="f-1")
-        await engine.wait_until(lambda: engine.runs.latest("f-1").parked)
+        await engine.wait_until(lambda: engine.runs.latest("f-1").live.parked)
         with pytest.raises(JournalFailed, match="Input/output error"):
             await h.update("bump", None, update_id="u-f")
     assert CALLS == []
@@ -483,14 +483,14 @@ async def test_a_run_does_not_park_under_a_handler_between_two_operations(
     async with make_engine() as engine:
         h = await engine.start("au.between", None, id="bt-1")
         run = engine.runs.latest("bt-1")
-        await engine.wait_until(lambda: run.parked)
+        await engine.wait_until(lambda: run.live.parked)
         sent = asyncio.ensure_future(h.update("add", "cup", update_id="u-bt"))
         await GATE["handler_in"].wait()
         for _ in range(5):  # the loop runs what is ready: a park would be decided now
             await asyncio.sleep(0)
-        assert not run.parked
+        assert not run.live.parked
         GATE["handler"].set()
         assert await sent == 3
-        await engine.wait_until(lambda: run.parked)  # then it parks, the handler done
+        await engine.wait_until(lambda: run.live.parked)  # then it parks, the handler done
         await h.signal("checkout")
         assert await h.result(timeout=10) == ["cup"]

@@ -241,7 +241,7 @@ async def test_a_resumed_step_waits_for_the_thread_of_its_paused_attempt(
         await blocking.entered[1].wait()
         await clock.wait_for_sleepers()
         clock.advance(TIMEOUT_S)
-        await engine.wait_until(lambda: engine.runs.latest("ov").parked)
+        await engine.wait_until(lambda: engine.runs.latest("ov").live.parked)
         assert (await h.describe()).status == "paused"
         await h.resume()
         started = asyncio.ensure_future(blocking.entered[2].wait())

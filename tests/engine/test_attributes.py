@@ -28,7 +28,7 @@ async def order(ctx: Ctx, customer: str) -> str:
 async def test_attributes_are_recorded_once_merged_and_shown(make_engine: Any) -> None:
     async with make_engine() as engine:
         h = await engine.start("attributes.order", "c-7", id="o-1")
-        await engine.wait_until(lambda: engine.runs.latest("o-1").parked)
+        await engine.wait_until(lambda: engine.runs.latest("o-1").live.parked)
         info = await h.describe()
         assert info.attributes == {"customer": "c-7", "amount": 120, "express": True}
         await h.signal("paid")
@@ -37,7 +37,7 @@ async def test_attributes_are_recorded_once_merged_and_shown(make_engine: Any) -
         assert (await h.describe()).attributes == want
     async with make_engine() as engine:  # rebuilt from the journal, and replayed
         h = engine.handle("o-1")
-        await engine.wait_until(lambda: engine.runs.latest("o-1").parked)
+        await engine.wait_until(lambda: engine.runs.latest("o-1").live.parked)
         assert (await h.describe()).attributes == want
         await h.signal("shipped")
         assert await h.result(timeout=10) == "done"
@@ -61,7 +61,7 @@ async def test_a_reset_run_keeps_the_attributes_of_the_operations_it_keeps(
         # Kept: operations 1 and 2; the second set (3) runs again. Its attributes
         # come on top of those the kept operation 1 set (the customer).
         new = await engine.reset("o-2", 3)
-        await engine.wait_until(lambda: engine.runs.latest("o-2").parked)
+        await engine.wait_until(lambda: engine.runs.latest("o-2").live.parked)
         assert (await new.describe()).attributes == {
             "customer": "c-8",
             "amount": 99.5,
@@ -135,7 +135,7 @@ async def rounds(ctx: Ctx, n: int) -> int:
 async def test_a_run_that_continues_as_new_keeps_its_attributes(make_engine: Any) -> None:
     async with make_engine() as engine:
         await engine.start("attributes.rounds", 0, id="r-1")
-        await engine.wait_until(lambda: engine.runs.latest("r-1").parked)
+        await engine.wait_until(lambda: engine.runs.latest("r-1").live.parked)
         want = {"customer": "c-9", "round": 2}
         assert (await engine.handle("r-1").describe()).attributes == want
         assert [i.run_id for i in await engine.list(where={"customer": "c-9"})] == [
@@ -152,15 +152,15 @@ async def test_a_run_that_continues_as_new_keeps_its_attributes(make_engine: Any
 async def test_a_reset_of_a_continued_run_keeps_what_it_carried(make_engine: Any) -> None:
     async with make_engine() as engine:
         await engine.start("attributes.rounds", 0, id="r-2")
-        await engine.wait_until(lambda: engine.runs.latest("r-2").parked)
+        await engine.wait_until(lambda: engine.runs.latest("r-2").live.parked)
         want = {"customer": "c-9", "round": 2}
         # The third run set round at #1 and waits at #2: reset to #2 keeps both.
         await engine.reset("r-2", 2)
-        await engine.wait_until(lambda: engine.runs.latest("r-2").parked)
+        await engine.wait_until(lambda: engine.runs.latest("r-2").live.parked)
         assert (await engine.handle("r-2").describe()).attributes == want
         # To #1: the round it set is gone, what the run was carried over stays.
         await engine.reset("r-2", 1)
-        await engine.wait_until(lambda: engine.runs.latest("r-2").parked)
+        await engine.wait_until(lambda: engine.runs.latest("r-2").live.parked)
         assert (await engine.handle("r-2").describe()).attributes == want
     async with make_engine() as engine:  # rebuilt from its creation
         assert (await engine.handle("r-2").describe()).attributes == want

@@ -188,7 +188,7 @@ async def test_a_child_id_in_use_by_an_open_run_is_refused_and_replayed(
 async def test_a_child_past_its_timeout_closes_timed_out(make_engine: Any, clock: Any) -> None:
     async with make_engine() as engine:
         h = await started(engine, "timeout", timeout=30)
-        await engine.wait_until(lambda: engine.runs.latest("p-slow").parked)
+        await engine.wait_until(lambda: engine.runs.latest("p-slow").live.parked)
         clock.advance(31)
         assert await h.result(timeout=10) == "timed_out"
         assert (await engine.handle("p-slow").describe()).status == Status.TIMED_OUT
@@ -207,7 +207,7 @@ async def test_parent_close_applies_when_the_parent_completes(
 ) -> None:
     async with make_engine() as engine:
         h = await started(engine, "start", child="kid", close=close)
-        await engine.wait_until(lambda: engine.runs.latest("kid").parked)
+        await engine.wait_until(lambda: engine.runs.latest("kid").live.parked)
         await h.signal("finish")
         assert await h.result(timeout=10) == "parent done"
         await engine.wait_until(lambda: engine.runs.latest("kid").status == status)
@@ -220,7 +220,7 @@ async def test_parent_close_applies_when_the_parent_completes(
 async def test_terminating_a_parent_terminates_its_children(make_engine: Any) -> None:
     async with make_engine() as engine:
         h = await started(engine, "start", child="kid-t")
-        await engine.wait_until(lambda: engine.runs.latest("kid-t").parked)
+        await engine.wait_until(lambda: engine.runs.latest("kid-t").live.parked)
         await engine.terminate("p-1", "operator said so")
         await engine.wait_until(lambda: not engine.runs.latest("kid-t").status.is_open)
         assert (await engine.handle("kid-t").describe()).status == Status.TERMINATED
@@ -272,9 +272,9 @@ async def test_a_reopened_parent_finds_its_children_and_starts_none_again(
 ) -> None:
     async with make_engine() as engine:
         await started(engine, "start", child="kid-r")
-        await engine.wait_until(lambda: engine.runs.latest("p-1").parked)
+        await engine.wait_until(lambda: engine.runs.latest("p-1").live.parked)
     async with make_engine() as engine:
-        await engine.wait_until(lambda: engine.runs.latest("p-1").parked)
+        await engine.wait_until(lambda: engine.runs.latest("p-1").live.parked)
         await engine.signal("kid-r", "note", "ok")
         await engine.signal("p-1", "finish")
         assert await engine.handle("p-1").result(timeout=10) == "parent done"
@@ -355,7 +355,7 @@ async def renewing_parent(ctx: Ctx, _: None) -> Any:
 async def test_a_child_that_continues_as_new_is_still_the_handles(make_engine: Any) -> None:
     async with make_engine() as engine:
         h = await engine.start("children.renewing_parent", None, id="rp")
-        await engine.wait_until(lambda: engine.runs.latest("renewer").parked)
+        await engine.wait_until(lambda: engine.runs.latest("renewer").live.parked)
         first = [i for i in await engine.list() if i.id == "renewer"]
         assert len(first) == 3 and {i.parent for i in first} == {("rp", h.run_id)}
         await h.signal("now")
@@ -391,14 +391,14 @@ async def test_a_race_branch_that_lost_while_a_child_ran_stays_given_up_on(
     CALLS.clear()
     async with make_engine() as engine:
         h = await engine.start("children.racer", None, id="racer")
-        await engine.wait_until(lambda: engine.runs.latest("slow-kid").parked)
+        await engine.wait_until(lambda: engine.runs.latest("slow-kid").live.parked)
         await h.signal("quick", "q")
         parent = engine.runs.latest("racer")
-        await engine.wait_until(lambda: parent.parked and parent.pending.get("2") is not None)
+        await engine.wait_until(lambda: parent.live.parked and parent.pending.get("2") is not None)
         # The child closes: the parent is woken, replays, and its losing branch
         # (whose wait for the child was given up on) must not go on to `after`.
         await engine.signal("slow-kid", "note", "late")
-        await engine.wait_until(lambda: parent.ops["1.0.1"].done and parent.parked)
+        await engine.wait_until(lambda: parent.ops["1.0.1"].done and parent.live.parked)
         await h.signal("go", "g")
         assert await h.result(timeout=10) == [1, "q", "g"]
     assert CALLS == []
@@ -445,7 +445,7 @@ async def test_a_cancel_while_a_childs_start_is_on_its_way_to_disk_lands_next(
     async with make_engine(storage=holding_storage) as engine:
         h = await engine.start("children.napper", None, id="napper")
         parent = engine.runs.latest("napper")
-        await engine.wait_until(lambda: parent.parked)
+        await engine.wait_until(lambda: parent.live.parked)
         holding_storage.armed.set()  # from here on the disk holds every write
         signalling = asyncio.ensure_future(h.signal("begin"))
         # The child's start is appended; the parent's code waits for it on the disk.
@@ -480,11 +480,11 @@ async def test_a_reset_run_keeps_the_children_started_before_its_reset_point(
 ) -> None:
     async with make_engine() as engine:
         await started(engine, "start", id="rs", child="rs-kid", close=close)
-        await engine.wait_until(lambda: engine.runs.latest("rs").parked)
+        await engine.wait_until(lambda: engine.runs.latest("rs").live.parked)
         kid = engine.runs.latest("rs-kid")
         new = await engine.reset("rs", 2)  # keeps operation 1, the child's start
         assert kid.is_open and kid.cancel_reason is None  # the reset closed no child
-        await engine.wait_until(lambda: engine.runs.latest("rs").parked)
+        await engine.wait_until(lambda: engine.runs.latest("rs").live.parked)
         assert len([i for i in await engine.list() if i.id == "rs-kid"]) == 1
         await engine.signal("rs", "finish")
         assert await new.result(timeout=10) == "parent done"
@@ -499,10 +499,10 @@ async def test_a_reset_run_keeps_the_children_started_before_its_reset_point(
 async def test_a_reset_run_gets_the_result_of_a_child_it_kept(make_engine: Any) -> None:
     async with make_engine() as engine:
         await started(engine, "await", id="rr", child="rr-kid")
-        await engine.wait_until(lambda: engine.runs.latest("rr").parked)
+        await engine.wait_until(lambda: engine.runs.latest("rr").live.parked)
         # ctx.child: the child's start (1), then the wait for its result (2).
         new = await engine.reset("rr", 2)
-        await engine.wait_until(lambda: engine.runs.latest("rr").parked)
+        await engine.wait_until(lambda: engine.runs.latest("rr").live.parked)
         await engine.signal("rr-kid", "note", "kept")
         assert await new.result(timeout=10) == "kept"
         assert len([i for i in await engine.list() if i.id == "rr-kid"]) == 1

@@ -48,7 +48,7 @@ async def test_parent_close_runs_down_two_thousand_nested_children(
 
         def parked(id: str) -> bool:
             run = engine.runs.newest.get(id)
-            return run is not None and run.parked
+            return run is not None and run.live.parked
 
         await engine.wait_until(lambda: parked(bottom))
         await engine.terminate(root, "from the test")

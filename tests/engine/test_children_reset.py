@@ -42,7 +42,7 @@ async def parent(ctx: Ctx, plan: dict[str, Any]) -> Any:
 
 
 async def _parked(engine: Any, id: str) -> Any:
-    await engine.wait_until(lambda: id in engine.runs.newest and engine.runs.newest[id].parked)
+    await engine.wait_until(lambda: id in engine.runs.newest and engine.runs.newest[id].live.parked)
     return engine.runs.newest[id]
 
 

@@ -62,7 +62,7 @@ async def until_sent(engine: Engine, n: int = 1) -> Completion:
 
 
 async def until_parked(engine: Engine, id: str) -> None:
-    await engine.wait_until(lambda: engine.runs.latest(id).parked)
+    await engine.wait_until(lambda: engine.runs.latest(id).live.parked)
 
 
 async def test_complete_finishes_the_step_with_the_value(make_engine: Any) -> None:

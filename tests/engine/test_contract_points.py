@@ -75,7 +75,7 @@ async def test_a_sleep_forever_parks_with_no_wake_up_and_a_cancel_ends_it(
         h = await engine.start("contract.nap", how, id=f"nap-{how}")
         await engine.wait_until(lambda: engine.runs.latest(f"nap-{how}").status == Status.PARKED)
         run = engine.runs.latest(f"nap-{how}")
-        assert run.current is None or "forever" in run.current
+        assert run.live.current is None or "forever" in run.live.current
         assert clock.sleepers() == 0, "no timer waits for the year 9999"
         [timer] = [r for r in await h.history() if r["type"] == "TimerStarted"]
         assert timer["fire_at"] is None

@@ -52,7 +52,7 @@ async def fill(make_engine: Any) -> None:
         for i in range(3):
             assert await (await engine.start("dh_short", i, id=f"done-{i}")).result() == 2 * i
         await engine.start("dh_waits", None, id="open-1")
-        await engine.wait_until(lambda: engine.runs.newest["open-1"].parked)
+        await engine.wait_until(lambda: engine.runs.newest["open-1"].live.parked)
 
 
 def one_line_naming(error: HistoryDamaged, store: Path) -> str:

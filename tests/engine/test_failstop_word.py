@@ -47,7 +47,7 @@ async def test_a_record_the_failed_writer_refuses_fails_the_engine_before_the_lo
         durability = engine.durability
         await engine.wait_until(
             lambda: (
-                engine.runs.latest("w").parked
+                engine.runs.latest("w").live.parked
                 and durability.writer is not None
                 and durability.durable_lsn == durability.writer.next_lsn - 1
             )

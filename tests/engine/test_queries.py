@@ -24,7 +24,7 @@ async def counter(ctx: Ctx, _: None) -> int:
 
 
 async def parked(engine: Any, id: str) -> None:
-    await engine.wait_until(lambda: engine.runs.latest(id).parked)
+    await engine.wait_until(lambda: engine.runs.latest(id).live.parked)
 
 
 async def test_a_query_answers_from_the_state_and_records_nothing(make_engine: Any) -> None:

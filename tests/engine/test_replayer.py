@@ -137,7 +137,7 @@ async def test_a_cancelled_run_raises_where_the_cancel_landed_and_compensates(
 ) -> None:
     async with make_engine() as engine:
         await engine.start("replayer.cancelled", None, id="c")
-        await engine.wait_until(lambda: engine.runs.latest("c").parked)
+        await engine.wait_until(lambda: engine.runs.latest("c").live.parked)
         await engine.cancel("c")
         await engine.wait_until(lambda: engine.runs.latest("c").status == Status.CANCELLED)
         doc = await recorded(engine, "c")
@@ -189,8 +189,8 @@ async def test_concurrent_branches_replay_what_they_recorded(make_engine: Any) -
 async def test_a_parent_waiting_for_its_child(make_engine: Any) -> None:
     async with make_engine() as engine:
         await engine.start("replayer.parent", None, id="p")
-        await engine.wait_until(lambda: engine.runs.latest("kid").parked)
-        await engine.wait_until(lambda: engine.runs.latest("p").parked)
+        await engine.wait_until(lambda: engine.runs.latest("kid").live.parked)
+        await engine.wait_until(lambda: engine.runs.latest("p").live.parked)
         waiting = await recorded(engine, "p")
         await engine.signal("kid", "go")
         assert await engine.handle("p").result() == "grown"
@@ -313,7 +313,7 @@ async def test_a_stuck_run_that_was_cancelled_replays_against_its_own_code(
 ) -> None:
     async with make_engine() as engine:
         await engine.start("replayer.shifty", None, id="s")
-        await engine.wait_until(lambda: engine.runs.latest("s").parked)
+        await engine.wait_until(lambda: engine.runs.latest("s").live.parked)
     CODE["v"] = 2  # a deploy that breaks it
     async with make_engine() as engine:
         await engine.wait_until(lambda: engine.runs.latest("s").status == Status.STUCK)

@@ -705,7 +705,7 @@ async def test_on_exhausted_pause_pauses_until_resume_gives_a_fresh_budget(
     async with make_engine() as engine:
         h = await engine.start(wf, None, id="pause")
         waiting = asyncio.ensure_future(h.result())
-        await run_clock(engine.wait_until(lambda: engine.runs.latest("pause").parked))
+        await run_clock(engine.wait_until(lambda: engine.runs.latest("pause").live.parked))
         info = await h.describe()
         assert (info.status, len(calls)) == ("paused", 2)
         assert not waiting.done()  # callers keep waiting
@@ -732,7 +732,7 @@ async def test_engine_default_on_exhausted_pauses_steps_without_their_own(
 
     async with make_engine(on_exhausted=Exhausted.PAUSE) as engine:
         h = await engine.start(wf, None, id="pause-config")
-        await engine.wait_until(lambda: engine.runs.latest("pause-config").parked)
+        await engine.wait_until(lambda: engine.runs.latest("pause-config").live.parked)
         assert (await h.describe()).status == "paused"
 
 

@@ -42,7 +42,9 @@ async def test_open_and_closed_runs_are_found_by_their_attributes(make_engine: A
         for n in range(6):
             attributes = {"customer": f"c-{n % 2}", "amount": n * 50, "wait": n >= 4}
             await engine.start("search.tagged", attributes, id=f"o-{n}")
-        await engine.wait_until(lambda: all(engine.runs.latest(f"o-{n}").parked for n in (4, 5)))
+        await engine.wait_until(
+            lambda: all(engine.runs.latest(f"o-{n}").live.parked for n in (4, 5))
+        )
         await engine.checkpoints.flush_history()
         stored = {r.run_id for r in engine.runs.store.list(None, None, None)}
         assert len(stored) == 4, "the four closed runs are in the history store"

@@ -96,7 +96,7 @@ async def test_open_reads_only_the_segments_after_the_checkpoint(make_engine, ho
         for i in range(300):
             await (await engine.start("sl_short", i, id=f"a{i}")).result()
         waiting = [await engine.start("sl_waits", i, id=f"w{i}") for i in range(5)]
-        await engine.wait_until(lambda: all(engine.runs.newest[h.id].parked for h in waiting))
+        await engine.wait_until(lambda: all(engine.runs.newest[h.id].live.parked for h in waiting))
         await engine.checkpoint()
         for i in range(300, 900):
             await (await engine.start("sl_short", i, id=f"a{i}")).result()
@@ -250,7 +250,7 @@ async def test_continue_as_new_carries_its_signals_through_a_checkpoint(make_eng
             await engine.signal("loop", "next", value)
         # The third run waits for "final", holding "d" that it was handed at its start.
         await engine.wait_until(lambda: engine.runs.newest["loop"].input == 3)
-        await engine.wait_until(lambda: engine.runs.newest["loop"].parked)
+        await engine.wait_until(lambda: engine.runs.newest["loop"].live.parked)
         await drain(engine)
         assert [r.input for r in engine.runs.by_run_id.values()] == [3], (
             "its predecessors are stored"
@@ -350,7 +350,9 @@ async def test_open_after_a_clean_close_decodes_no_frame_the_checkpoint_covers(
 
     monkeypatch.setattr(fmt, "decode_frame", counting)
     async with make_engine(**cfg) as engine:
-        await engine.wait_until(lambda: all(engine.runs.newest[f"p{i}"].parked for i in range(5)))
+        await engine.wait_until(
+            lambda: all(engine.runs.newest[f"p{i}"].live.parked for i in range(5))
+        )
         assert len(decoded) <= 2, len(decoded)
         assert len(await engine.list(status="completed")) == 300
 
@@ -373,10 +375,10 @@ async def test_an_update_after_a_reset_is_applied_once_after_a_checkpoint(make_e
     update applied after the reset went into the checkpoint twice."""
     async with make_engine() as engine:
         await engine.start("sl_counter", None, id="u")
-        await engine.wait_until(lambda: engine.runs.newest["u"].parked)
+        await engine.wait_until(lambda: engine.runs.newest["u"].live.parked)
         assert await engine.update("u", "inc", 1, update_id="u1") == 1
         await engine.reset("u", to=2)
-        await engine.wait_until(lambda: engine.runs.newest["u"].parked)
+        await engine.wait_until(lambda: engine.runs.newest["u"].live.parked)
         assert await engine.update("u", "inc", 1, update_id="u2") == 2
     async with make_engine() as engine:
         await engine.signal("u", "go")

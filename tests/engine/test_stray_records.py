@@ -26,7 +26,7 @@ async def _parked(engine: Any) -> Any:
     await engine.start(sleeps, None, id="s")
     await engine.wait_until(
         lambda: (
-            engine.runs.latest("s").parked
+            engine.runs.latest("s").live.parked
             and engine.durability.durable_lsn == engine.durability.writer.next_lsn - 1
         )
     )

@@ -43,7 +43,7 @@ def follow(engine: Any, id: str, name: str) -> asyncio.Future[list[Any]]:
 
 
 async def until_parked(engine: Any, id: str) -> None:
-    await engine.wait_until(lambda: id in engine.runs.newest and engine.runs.latest(id).parked)
+    await engine.wait_until(lambda: id in engine.runs.newest and engine.runs.latest(id).live.parked)
 
 
 # -- writing and reading ---------------------------------------------------------------
@@ -392,7 +392,7 @@ async def test_a_stream_belongs_to_its_run_across_continue_as_new(make_engine) -
         await until_parked(engine, "gens")
         await h.signal("next 0")
         assert await first == ["gen 0"]  # ends when its run continues as new
-        await engine.wait_until(lambda: engine.runs.latest("gens").parked)
+        await engine.wait_until(lambda: engine.runs.latest("gens").live.parked)
         second = follow(engine, "gens", "out")
         await h.signal("next 1")
         assert await h.result() == 2

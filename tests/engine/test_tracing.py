@@ -169,9 +169,9 @@ async def test_executions_that_overlap_each_end_their_own_span(spans: Any) -> No
     PARKED_UNWINDS = asyncio.Event()
     async with make() as engine:
         h = await engine.start("tr.waits", None, id="ov", traceparent=GIVEN)
-        await engine.wait_until(lambda: engine.runs.latest("ov").parked)
+        await engine.wait_until(lambda: engine.runs.latest("ov").live.parked)
         await h.signal("go")  # the next execution begins while the first still unwinds
-        await engine.wait_until(lambda: engine.runs.latest("ov").execution is not None)
+        await engine.wait_until(lambda: engine.runs.latest("ov").live.execution is not None)
         PARKED_UNWINDS.set()
         assert await h.result() == 1
     runs = named(exporter, "fusee.run tr.waits")
@@ -187,7 +187,7 @@ async def test_a_run_that_recorded_no_traceparent_keeps_one_trace(spans: Any) ->
     exporter, make = spans
     async with make(tracing=False) as engine:
         h = await engine.start("tr.waits", None, id="old")
-        await engine.wait_until(lambda: engine.runs.latest("old").parked)
+        await engine.wait_until(lambda: engine.runs.latest("old").live.parked)
         run_id = engine.runs.latest("old").run_id
     PARKED_UNWINDS.set()
     async with make() as engine:
@@ -245,12 +245,12 @@ async def test_a_parked_execution_s_span_says_parked_and_the_closing_one_cancell
     exporter, make = spans
     async with make() as engine:
         h = await engine.start("tr.held", None, id="c-1")
-        await engine.wait_until(lambda: engine.runs.latest("c-1").parked)
+        await engine.wait_until(lambda: engine.runs.latest("c-1").live.parked)
         await h.cancel("no longer wanted")
         with pytest.raises(Cancelled):
             await h.result()
         await engine.start("tr.held", None, id="c-2")
-        await engine.wait_until(lambda: engine.runs.latest("c-2").parked)
+        await engine.wait_until(lambda: engine.runs.latest("c-2").live.parked)
         await engine.handle("c-2").signal("go", 7)
         assert await engine.handle("c-2").result() == 7
     assert by_status(exporter, "fusee.run tr.held") == [

@@ -244,7 +244,7 @@ def _types(value: Any) -> Any:
 
 
 async def _parked(engine: Any, id: str) -> None:
-    await engine.wait_until(lambda: engine.runs.latest(id).parked)
+    await engine.wait_until(lambda: engine.runs.latest(id).live.parked)
 
 
 async def test_each_type_family_is_the_same_live_and_after_reopen(make_engine: Any) -> None:
@@ -623,7 +623,7 @@ async def test_signal_values_decode_into_the_type_wait_for_names(
         await engine.signal("sig", "untyped", WHEN)  # no type: plain JSON, as today
         # The wait for "missing" times out on the fake clock; then the code waits for "go".
         await run_clock(
-            engine.wait_until(lambda: bool(SEEN["sig"]) and engine.runs.latest("sig").parked)
+            engine.wait_until(lambda: bool(SEEN["sig"]) and engine.runs.latest("sig").live.parked)
         )
         recorded = [
             r["value"] for r in await engine.history("sig") if r["type"] == "SignalReceived"

@@ -44,7 +44,7 @@ async def box(ctx: Ctx, _: Any) -> list[str]:
 
 
 async def parked(engine: Any, id: str) -> None:
-    await engine.wait_until(lambda: engine.runs.latest(id).parked)
+    await engine.wait_until(lambda: engine.runs.latest(id).live.parked)
 
 
 async def test_a_parked_run_answers_its_handlers_at_once_after_a_reopen(make_engine: Any) -> None:
@@ -78,7 +78,7 @@ async def test_a_home_opened_passively_answers_a_query_by_replaying(make_engine:
     RESERVED.clear()
     async with make_engine(drive=False) as engine:
         assert await engine.handle("b-3").query("items") == ["a1", "p1"]
-        assert engine.runs.latest("b-3").queries == {}  # a copy replayed, not the run
+        assert engine.runs.latest("b-3").live.queries == {}  # a copy replayed, not the run
     assert RESERVED == []  # no step ran
 
 

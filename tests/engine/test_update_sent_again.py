@@ -38,7 +38,7 @@ async def _later() -> None:
 
 
 async def parked(engine: Any, id: str) -> None:
-    await engine.wait_until(lambda: engine.runs.latest(id).parked)
+    await engine.wait_until(lambda: engine.runs.latest(id).live.parked)
 
 
 async def updates_of(engine: Any, id: str) -> list[dict[str, Any]]:

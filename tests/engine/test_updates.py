@@ -51,7 +51,7 @@ async def in_group(ctx: Ctx, _: None) -> Any:
 
 
 async def parked(engine: Any, id: str) -> None:
-    await engine.wait_until(lambda: engine.runs.latest(id).parked)
+    await engine.wait_until(lambda: engine.runs.latest(id).live.parked)
 
 
 async def updates_of(engine: Any, id: str) -> list[dict[str, Any]]:
@@ -182,7 +182,7 @@ async def _blocks() -> None:
 async def test_an_update_then_a_cancel_replay_in_that_order(make_engine: Any) -> None:
     async with make_engine() as engine:
         await engine.start("updates.cancelled", None, id="x-1")
-        await engine.wait_until(lambda: "1" in engine.runs.latest("x-1").execution.step_tasks)
+        await engine.wait_until(lambda: "1" in engine.runs.latest("x-1").live.execution.step_tasks)
         assert await engine.update("x-1", "limit", 500) == 500
         await engine.cancel("x-1")
         await parked(engine, "x-1")
@@ -290,7 +290,7 @@ async def test_an_update_id_holds_across_continue_as_new(make_engine: Any) -> No
         await h.signal("next")
         newest = engine.handle("x-5")  # the id's newest run (`h` stays on the first)
         await engine.wait_until(
-            lambda: newest.run_id != first_run and engine.runs.latest("x-5").parked
+            lambda: newest.run_id != first_run and engine.runs.latest("x-5").live.parked
         )
         assert await h.update("add", 100, update_id="once") == 100  # the first answer
         assert await h.update("add", 1) == 101

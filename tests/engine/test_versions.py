@@ -42,7 +42,7 @@ async def order(ctx: Ctx, _: None) -> dict[str, Any]:
 
 
 async def parked(engine: Any, *ids: str) -> None:
-    await engine.wait_until(lambda: all(engine.runs.latest(i).parked for i in ids))
+    await engine.wait_until(lambda: all(engine.runs.latest(i).live.parked for i in ids))
 
 
 def deploy(code: str) -> None:

@@ -173,7 +173,7 @@ async def parked(make_engine: Callable[..., Engine], store: str | None) -> Async
         await engine.wait_until(
             lambda: (
                 bool(SENT)
-                and engine.runs.latest("g").parked
+                and engine.runs.latest("g").live.parked
                 and str(engine.runs.latest("p").status) == "paused"
                 # and all durable: the next commit is the act's
                 and durability.writer is not None

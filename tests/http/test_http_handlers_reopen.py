@@ -89,7 +89,7 @@ async def test_an_app_over_an_engine_opened_after_the_run_parked_answers_at_once
         api = api_of(first)
         started = await api.post("/v1/runs", json={"workflow": "hr_box", "input": mode, "id": "r"})
         assert started.status_code == 201, started.text
-        await first.wait_until(lambda: first.runs.latest("r").parked)
+        await first.wait_until(lambda: first.runs.latest("r").live.parked)
         put = await api.post("/v1/runs/r/updates/put", json={"arg": 4})
         assert (put.status_code, put.json()) == (200, {"result": 1}), put.text
     finally:

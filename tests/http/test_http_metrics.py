@@ -70,7 +70,7 @@ async def test_the_counters_move_as_a_workload_runs(
     for h in handles:
         assert await h.result() == 3
     parked = await engine.start("hm.waits", None, id="parked")
-    await engine.wait_until(lambda: engine.runs.latest(parked.id).parked)
+    await engine.wait_until(lambda: engine.runs.latest(parked.id).live.parked)
     after = await scrape(client)
 
     def moved(name: str, **labels: str) -> float:

@@ -15,7 +15,7 @@ def latest(engine: Engine, id: str) -> Run:
 
 async def until_parked(engine: Engine, id: str) -> Run:
     """Waits until the newest run of `id` is parked (its coroutine dropped)."""
-    await engine.wait_until(lambda: id in engine.runs.newest and latest(engine, id).parked)
+    await engine.wait_until(lambda: id in engine.runs.newest and latest(engine, id).live.parked)
     return latest(engine, id)
 
 
@@ -36,6 +36,6 @@ async def until_waiting(engine: Engine, id: str, *seqs: str) -> Run:
     """Waits until the code of the newest run of `id` awaits each of the operations `seqs`."""
     want = set(seqs)
     await engine.wait_until(
-        lambda: id in engine.runs.newest and want <= set(latest(engine, id).waiters)
+        lambda: id in engine.runs.newest and want <= set(latest(engine, id).live.waiters)
     )
     return latest(engine, id)

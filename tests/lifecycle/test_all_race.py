@@ -83,7 +83,7 @@ async def test_all_mixes_steps_sleeps_and_waits(make_engine, clock, records) -> 
         h = await engine.start(wf, None, id="all-mixed")
         run = await until_waiting(engine, "all-mixed", "1.1.1", "1.2.1")
         # A run waiting inside ctx.all keeps its coroutine: it is not parked.
-        assert (run.parked, run.task is not None) == (False, True)
+        assert (run.live.parked, run.live.task is not None) == (False, True)
         await h.signal("go", "green")
         await engine.wait_until(
             lambda: all(s in run.ops and run.ops[s].done for s in ("1.0.1", "1.2.1"))
@@ -216,8 +216,8 @@ async def test_a_replay_mismatch_inside_a_branch_makes_the_run_stuck(make_engine
             assert info.status == "stuck"
             assert "#1.1.1" in (info.error or "")
             assert "timer 'nap'" in (info.error or "") and "step 'nap'" in (info.error or "")
-            if run.task is not None:
-                await run.task  # the run's code stops; it does not go on past the mismatch
+            if run.live.task is not None:
+                await run.live.task  # the run's code stops; it does not go on past the mismatch
             assert (await engine.handle("branch-stuck").describe()).status == "stuck"
             # Nothing ran past the mismatch: the one record more says why it stopped.
             after = await engine.history("branch-stuck")

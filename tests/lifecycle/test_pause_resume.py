@@ -47,7 +47,7 @@ async def test_exhausted_retries_pause_the_run_and_callers_keep_waiting(
         waiting = asyncio.ensure_future(h.result())
         run = await run_clock(until_status(engine, "pause", "paused"))
         await until_parked(engine, "pause")
-        assert run.task is None
+        assert run.live.task is None
         info = await h.describe()
         assert info.status == "paused"
         # describe() says why it stopped, so an operator knows what to fix before resuming.
@@ -110,7 +110,7 @@ async def test_a_paused_run_stays_paused_across_reopen(make_engine, run_clock) -
         await run_clock(until_parked(engine, "pause-reopen"))
     async with make_engine() as engine:
         run = await until_parked(engine, "pause-reopen")
-        assert (run.status, run.task) == ("paused", None)
+        assert (run.status, run.live.task) == ("paused", None)
         assert "down #2" in ((await engine.handle("pause-reopen").describe()).error or "")
         assert FLAKY["calls"] == 2  # reopening does not run the paused step
         await engine.resume("pause-reopen")

@@ -29,7 +29,7 @@ async def test_a_signal_wakes_a_parked_wait_and_returns_once_durable(make_engine
     async with make_engine() as engine:
         h = await engine.start(wf, None, id="sig-basic")
         run = await until_parked(engine, "sig-basic")
-        assert (run.task, run.status) == (None, "parked")
+        assert (run.live.task, run.status) == (None, "parked")
         await h.signal("approve", {"by": "ana"})
         (received,) = await records(engine, "sig-basic", "SignalReceived")
         assert engine.counters()["durable_lsn"] >= received["lsn"]
@@ -169,7 +169,7 @@ async def test_a_signal_after_a_wait_timed_out_does_not_win_over_the_timeout(
         await engine.start(wf, None, id="late")
         run = engine.runs.latest("late")
         await engine.wait_until(
-            lambda: run.parked and engine.durability.durable_lsn >= run.last_lsn
+            lambda: run.live.parked and engine.durability.durable_lsn >= run.last_lsn
         )
     clock.advance(60)
     async with make_engine(drive=False) as engine:

@@ -48,7 +48,7 @@ async def test_sleep_parks_the_run_and_wakes_it_at_the_recorded_time(
     async with make_engine() as engine:
         h = await engine.start(wf, None, id="sleep-basic")
         run = await until_parked(engine, "sleep-basic")
-        assert (run.task, run.parked, run.status) == (None, True, "parked")
+        assert (run.live.task, run.live.parked, run.status) == (None, True, "parked")
         assert (await h.describe()).status == "parked"
         (started,) = await records(engine, "sleep-basic", "TimerStarted")
         assert (started["name"], started["fire_at"]) == ("nap", T0 + 60)
@@ -69,7 +69,7 @@ async def test_a_sleep_across_close_and_reopen_keeps_its_wake_up_time(
 
     async with make_engine() as engine:
         run = await until_parked(engine, "across")
-        assert run.task is None
+        assert run.live.task is None
         await clock.wait_for_sleepers()
         # The recorded instant, not 100 s from the reopen.
         assert clock.next_deadline() == T0 + 100
@@ -149,8 +149,8 @@ async def test_a_thousand_sleeping_runs_hold_no_tasks(make_engine, clock) -> Non
         before = len(asyncio.all_tasks())
         handles = await asyncio.gather(*(engine.start(wf, i, id=f"many-{i}") for i in range(n)))
         runs = [latest(engine, f"many-{i}") for i in range(n)]
-        await engine.wait_until(lambda: all(r.parked for r in runs))
-        assert sum(r.task is None for r in runs) == n
+        await engine.wait_until(lambda: all(r.live.parked for r in runs))
+        assert sum(r.live.task is None for r in runs) == n
         assert {r.status for r in runs} == {"parked"}
         # No coroutine per run is left on the loop: only the engine's own few tasks.
         assert len(asyncio.all_tasks()) <= before + 5

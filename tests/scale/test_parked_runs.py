@@ -33,10 +33,10 @@ async def test_ten_thousand_sleeping_runs_are_parked_without_frames(make_engine,
                 *(engine.start(sleeper, n, id=f"s-{n}") for n in range(first, first + 1000))
             )
         runs = [engine.runs.latest(f"s-{n}") for n in range(RUNS)]
-        await engine.wait_until(lambda: all(r.parked for r in runs))
+        await engine.wait_until(lambda: all(r.live.parked for r in runs))
         await asyncio.sleep(0)  # one loop turn: the cancelled tasks finish unwinding
         gc.collect()
-        assert all(r.task is None for r in runs)
+        assert all(r.live.task is None for r in runs)
         assert {r.status for r in runs} == {"parked"}
         run_tasks = [t for t in asyncio.all_tasks() if t.get_name().startswith("fusee:s-")]
         assert run_tasks == []

@@ -628,7 +628,7 @@ async def box(ctx: Ctx, _: Any) -> list[str]:
 
 def parked(engine: Engine, workflow_id: str) -> bool:
     """Whether the run waits parked (its code dropped until a signal or an update)."""
-    return engine.runs.latest(workflow_id).parked
+    return engine.runs.latest(workflow_id).live.parked
 
 
 async def send_box_update(

@@ -1,5 +1,7 @@
-"""How each record of a run folds into its state (`Run.apply`).
+"""How each record of a run folds into what the journal says of it (`apply`).
 
+`apply` folds one record into a `RunRecord`: the engine calls it (through
+`Run.apply`) both for records read on open and for records it appends.
 `OP_RECORDS` holds the records that begin, advance or end one of the run's
 operations (by its `seq`): each returns the op it ended, if any. `RUN_RECORDS`
 holds the records of the run as a whole (signals, a cancel, updates, streams,
@@ -12,7 +14,7 @@ branchiness the complexity gate refuses, and a `match` tries its cases in turn.)
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, cast
 
 from fusee_runtime.attributes import merge_attributes
 from fusee_runtime.errors import Failure
@@ -61,34 +63,127 @@ from fusee_runtime.model.ops import (
     WaitOp,
 )
 from fusee_runtime.model.records import (
+    CLOSED_AS,
     CancelRequested,
     Record,
+    RunCancelled,
+    RunCompleted,
+    RunContinuedAsNew,
+    RunFailed,
+    RunReset,
+    RunStarted,
     RunStuck,
+    RunTerminated,
+    RunTimedOut,
     RunUnstuck,
     SignalReceived,
     UpdateAccepted,
     UpdateApplied,
 )
-from fusee_runtime.model.run import Status
-
-if TYPE_CHECKING:
-    from fusee_runtime.engine.state import Run
+from fusee_runtime.model.run import RunRecord
+from fusee_runtime.model.status import Status
 
 
-def _step_completed(run: Run, rec: StepCompleted, lsn: int) -> Op:
+def apply(run: RunRecord, lsn: int, rec: Record) -> Op | None:
+    """Folds one record of `run` into it; returns the op it resolved, if any."""
+    cls = type(rec)
+    if cls is StepHeartbeat:
+        _replace_beat(run, cast(StepHeartbeat, rec))
+    run.records.append((lsn, rec))
+    run.last_lsn = lsn
+    fold = OP_RECORDS.get(cls)
+    if fold is not None:
+        return _ended(run, lsn, fold(run, rec, lsn))
+    fold = RUN_RECORDS.get(cls)
+    if fold is not None:
+        return fold(run, rec, lsn)
+    if cls is RunStarted and run.ops:
+        _inherit_streams(run)
+    elif cls in CLOSED_AS:
+        _close(run, lsn, rec)
+    return None
+
+
+def _ended(run: RunRecord, lsn: int, op: Op | None) -> Op | None:
+    """An op a record at `lsn` ended is done there, and so are the streams its step
+    owned (a step's end closes them)."""
+    if op is not None and op.done:
+        op.done_lsn = lsn
+        for name in (op.owns if isinstance(op, StepOp) else None) or ():
+            run.stream(name).closed_lsn = lsn
+    return op
+
+
+def _replace_beat(run: RunRecord, rec: StepHeartbeat) -> None:
+    """Drops the step's previous heartbeat record: the run keeps only the latest of
+    each step, so a step beating for hours does not grow its checkpoints."""
+    old = run.beat_records.get(rec.seq)
+    run.beat_records[rec.seq] = rec
+    if old is None:
+        return
+    records = run.records
+    for i in range(len(records) - 1, -1, -1):  # usually near the end
+        if records[i][1] is old:
+            # A new list: a checkpoint's thread may be cutting the old one at a
+            # length it counted, so a list once handed out only ever grows.
+            run.records = records[:i] + records[i + 1 :]
+            return
+
+
+def _inherit_streams(run: RunRecord) -> None:
+    """A reset run starts with the operations it kept: their stream items are its own,
+    since its code replays those appends without writing them again."""
+    kept: list[tuple[int, StreamAppendOp | StreamCloseOp]] = [
+        (op.lsn, op)
+        for op in run.ops.values()
+        if isinstance(op, StreamAppendOp | StreamCloseOp)
+        and op.lsn is not None
+        and not op.cancelled
+    ]
+    for op in run.ops.values():  # and what its steps appended, in their streams
+        if not isinstance(op, StepOp):
+            continue
+        for name, items in (op.streamed or {}).items():
+            kept += [(lsn, StreamAppendOp(name, value=item)) for lsn, item in items]
+            if op.done and name in (op.owns or ()):
+                kept.append((items[-1][0], StreamCloseOp(name)))
+    for lsn, op in sorted(kept, key=lambda k: k[0]):
+        if isinstance(op, StreamAppendOp):
+            run.stream(op.name).items.append((lsn, op.value))
+        else:
+            run.stream(op.name).closed_lsn = lsn
+
+
+def _close(run: RunRecord, lsn: int, rec: Record) -> None:
+    run.closing = CLOSED_AS[type(rec)]
+    run.close_lsn = lsn
+    if isinstance(rec, RunCompleted):
+        run.result, run.closed_at = rec.result.value, rec.closed_at
+    elif isinstance(rec, RunFailed):
+        run.failure, run.closed_at = Failure.from_json(rec.failure), rec.closed_at
+        run.error = str(run.failure)
+    elif isinstance(rec, RunContinuedAsNew):
+        run.successor, run.closed_at = rec.new_run_id, rec.closed_at
+    elif isinstance(rec, RunTerminated | RunCancelled | RunTimedOut | RunReset):
+        run.reason, run.closed_at = rec.reason, rec.closed_at
+        run.error = f"{run.closing}: {rec.reason}"
+    run.pending.clear()
+
+
+def _step_completed(run: RunRecord, rec: StepCompleted, lsn: int) -> Op:
     op = run.op_at(rec.seq, StepOp, rec.name)
     op.done, op.ok, op.value = True, True, rec.value.value
     return op
 
 
-def _step_failed(run: Run, rec: StepFailed, lsn: int) -> Op:
+def _step_failed(run: RunRecord, rec: StepFailed, lsn: int) -> Op:
     op = run.op_at(rec.seq, StepOp, rec.name)
     op.done, op.ok, op.failure = True, False, rec.failure
     run.pending.pop(rec.seq, None)
     return op
 
 
-def _attempt_failed(run: Run, rec: AttemptFailed, lsn: int) -> None:
+def _attempt_failed(run: RunRecord, rec: AttemptFailed, lsn: int) -> None:
     op = run.op_at(rec.seq, StepOp, rec.name)
     op.attempts_failed, op.failure = rec.attempt, rec.failure
     if op.first_failed_at is None:
@@ -96,7 +191,7 @@ def _attempt_failed(run: Run, rec: AttemptFailed, lsn: int) -> None:
     op.retry_at = rec.retry_at
 
 
-def _step_paused(run: Run, rec: StepPaused, lsn: int) -> None:
+def _step_paused(run: RunRecord, rec: StepPaused, lsn: int) -> None:
     op = run.op_at(rec.seq, StepOp, rec.name)
     op.attempts_failed, op.failure, op.paused = rec.attempt, rec.failure, True
     run.pending[rec.seq] = op
@@ -105,7 +200,7 @@ def _step_paused(run: Run, rec: StepPaused, lsn: int) -> None:
     run.error = f"paused in step {rec.name!r} after attempt {rec.attempt}: {failure}"
 
 
-def _step_resumed(run: Run, rec: StepResumed, lsn: int) -> Op | None:
+def _step_resumed(run: RunRecord, rec: StepResumed, lsn: int) -> Op | None:
     op = run.pending.pop(rec.seq, None)
     if isinstance(op, StepOp):
         op.paused = False
@@ -117,24 +212,24 @@ def _step_resumed(run: Run, rec: StepResumed, lsn: int) -> Op | None:
     return op
 
 
-def _value_recorded(run: Run, rec: ValueRecorded, lsn: int) -> None:
+def _value_recorded(run: RunRecord, rec: ValueRecorded, lsn: int) -> None:
     op = run.op_at(rec.seq, ValueOp, rec.name)
     op.done, op.value = True, rec.value.value
 
 
-def _timer_started(run: Run, rec: TimerStarted, lsn: int) -> None:
+def _timer_started(run: RunRecord, rec: TimerStarted, lsn: int) -> None:
     op = run.op_at(rec.seq, TimerOp, rec.name)
     op.fire_at = rec.fire_at
     run.pending[rec.seq] = op
 
 
-def _wait_started(run: Run, rec: WaitStarted, lsn: int) -> None:
+def _wait_started(run: RunRecord, rec: WaitStarted, lsn: int) -> None:
     op = run.op_at(rec.seq, WaitOp, rec.name)
     op.fire_at = rec.deadline
     run.pending[rec.seq] = op
 
 
-def _resolved(run: Run, rec: TimerFired | WaitCompleted, lsn: int) -> Op | None:
+def _resolved(run: RunRecord, rec: TimerFired | WaitCompleted, lsn: int) -> Op | None:
     """TimerFired and WaitCompleted: a pending timer or wait is done."""
     op = run.pending.pop(rec.seq, None) or run.ops.get(rec.seq)
     if op is None:
@@ -148,7 +243,7 @@ def _resolved(run: Run, rec: TimerFired | WaitCompleted, lsn: int) -> Op | None:
     return op
 
 
-def _completion_issued(run: Run, rec: CompletionIssued, lsn: int) -> None:
+def _completion_issued(run: RunRecord, rec: CompletionIssued, lsn: int) -> None:
     op = run.op_at(rec.seq, CompletionOp, rec.name)
     if op.done:
         return  # finished while the token was on its way to the disk: nothing waits
@@ -157,13 +252,13 @@ def _completion_issued(run: Run, rec: CompletionIssued, lsn: int) -> None:
     run.pending[rec.seq] = op
 
 
-def _completion_sent(run: Run, rec: CompletionSent, lsn: int) -> None:
+def _completion_sent(run: RunRecord, rec: CompletionSent, lsn: int) -> None:
     op = run.ops.get(rec.seq)
     if isinstance(op, CompletionOp):
         op.sent = True
 
 
-def _completion_done(run: Run, rec: CompletionDone, lsn: int) -> Op | None:
+def _completion_done(run: RunRecord, rec: CompletionDone, lsn: int) -> Op | None:
     op = run.pending.pop(rec.seq, None) or run.ops.get(rec.seq)
     if op is None:
         return None
@@ -171,7 +266,7 @@ def _completion_done(run: Run, rec: CompletionDone, lsn: int) -> Op | None:
     return op
 
 
-def _op_cancelled(run: Run, rec: OpCancelled, lsn: int) -> Op:
+def _op_cancelled(run: RunRecord, rec: OpCancelled, lsn: int) -> Op:
     seq = rec.seq
     op = run.op_at(seq, OPS[rec.kind], rec.name)
     op.done, op.ok, op.cancelled = True, False, True
@@ -185,7 +280,7 @@ def _op_cancelled(run: Run, rec: OpCancelled, lsn: int) -> Op:
     return op
 
 
-def _child_started(run: Run, rec: ChildStarted, lsn: int) -> None:
+def _child_started(run: RunRecord, rec: ChildStarted, lsn: int) -> None:
     op = run.op_at(rec.seq, ChildOp, rec.workflow_id)
     op.peer, op.peer_run, op.workflow = rec.workflow_id, rec.child_run_id, rec.workflow
     op.policy, op.deadline, op.lsn = rec.parent_close, rec.deadline, lsn
@@ -196,7 +291,7 @@ def _child_started(run: Run, rec: ChildStarted, lsn: int) -> None:
         run.pending[rec.seq] = op
 
 
-def _child_closed(run: Run, rec: ChildClosed, lsn: int) -> Op | None:
+def _child_closed(run: RunRecord, rec: ChildClosed, lsn: int) -> Op | None:
     # `child_run_id` is the run that closed: the one started, or the last of the runs
     # it continued as new in.
     op = run.pending.pop(rec.seq, None) or run.ops.get(rec.seq)
@@ -207,14 +302,14 @@ def _child_closed(run: Run, rec: ChildClosed, lsn: int) -> Op | None:
     return op
 
 
-def _signal_sent(run: Run, rec: SignalSent, lsn: int) -> Op:
+def _signal_sent(run: RunRecord, rec: SignalSent, lsn: int) -> Op:
     """One operation, done when recorded."""
     op = run.op_at(rec.seq, SignalSentOp, rec.name)
     op.signal_id, op.value = rec.signal_id, rec.value.value
     return _sent(op, rec.workflow_id, rec.target_run_id, rec.error, lsn)
 
 
-def _cancel_sent(run: Run, rec: CancelSent, lsn: int) -> Op:
+def _cancel_sent(run: RunRecord, rec: CancelSent, lsn: int) -> Op:
     """One operation, done when recorded."""
     op = run.op_at(rec.seq, CancelSentOp, rec.workflow_id)
     op.value = rec.reason
@@ -229,31 +324,31 @@ def _sent(
     return op
 
 
-def _step_heartbeat(run: Run, rec: StepHeartbeat, lsn: int) -> None:
+def _step_heartbeat(run: RunRecord, rec: StepHeartbeat, lsn: int) -> None:
     # The op of a first attempt is made here: nothing else is recorded of it until it ends.
     op = run.op_at(rec.seq, StepOp, rec.name)
     op.progress, op.beat_at, op.beats = rec.details.value, rec.beat_at, rec.number
 
 
-def _attributes_set(run: Run, rec: AttributesSet, lsn: int) -> None:
+def _attributes_set(run: RunRecord, rec: AttributesSet, lsn: int) -> None:
     op = run.op_at(rec.seq, AttributesOp, "set")
     op.done, op.value = True, rec.attributes
     merge_attributes(run.attributes, rec.attributes)
 
 
-def _patch_marked(run: Run, rec: PatchMarked, lsn: int) -> None:
+def _patch_marked(run: RunRecord, rec: PatchMarked, lsn: int) -> None:
     op = run.op_at(rec.seq, PatchOp, rec.patch_id)
     op.done = True
 
 
-def _stream_appended(run: Run, rec: StreamAppended, lsn: int) -> None:
+def _stream_appended(run: RunRecord, rec: StreamAppended, lsn: int) -> None:
     item = rec.item.value
     op = run.op_at(rec.seq, StreamAppendOp, rec.name)
     op.done, op.value, op.lsn = True, item, lsn
     run.stream(rec.name).items.append((lsn, item))
 
 
-def _step_stream_appended(run: Run, rec: StepStreamAppended, lsn: int) -> None:
+def _step_stream_appended(run: RunRecord, rec: StepStreamAppended, lsn: int) -> None:
     name, item = rec.name, rec.item.value
     op = run.op_at(rec.seq, StepOp, rec.step)
     op.streamed = op.streamed or {}
@@ -263,56 +358,53 @@ def _step_stream_appended(run: Run, rec: StepStreamAppended, lsn: int) -> None:
     run.stream(name).items.append((lsn, item))
 
 
-def _stream_closed(run: Run, rec: StreamClosed, lsn: int) -> None:
+def _stream_closed(run: RunRecord, rec: StreamClosed, lsn: int) -> None:
     op = run.op_at(rec.seq, StreamCloseOp, rec.name)
     op.done, op.lsn = True, lsn
     run.stream(rec.name).closed_lsn = lsn
 
 
-def _signal_received(run: Run, rec: SignalReceived, lsn: int) -> None:
+def _signal_received(run: RunRecord, rec: SignalReceived, lsn: int) -> None:
     run.signals.append((rec.signal_id, rec.name, rec.value.value))
     run.next_signal_id = rec.signal_id + 1
 
 
-def _cancel_requested(run: Run, rec: CancelRequested, lsn: int) -> None:
+def _cancel_requested(run: RunRecord, rec: CancelRequested, lsn: int) -> None:
     run.cancel_reason = rec.reason
 
 
-def _run_stuck(run: Run, rec: RunStuck, lsn: int) -> None:
+def _run_stuck(run: RunRecord, rec: RunStuck, lsn: int) -> None:
     run.stuck = rec.message
     if run.is_open:
-        run.status, run.error, run.current = Status.STUCK, rec.message, None
+        run.error = rec.message
 
 
-def _run_unstuck(run: Run, rec: RunUnstuck, lsn: int) -> None:
+def _run_unstuck(run: RunRecord, rec: RunUnstuck, lsn: int) -> None:
+    if run.stuck is not None and run.is_open:
+        run.error = None
     run.stuck = None
-    if run.status == Status.STUCK:
-        run.status, run.error = Status.RUNNING, None
 
 
-def _race_won(run: Run, rec: RaceWon, lsn: int) -> None:
+def _race_won(run: RunRecord, rec: RaceWon, lsn: int) -> None:
     run.races[rec.seq] = rec.index
 
 
-def _update_applied(run: Run, rec: UpdateApplied, lsn: int) -> None:
+def _update_applied(run: RunRecord, rec: UpdateApplied, lsn: int) -> None:
     update_id = rec.update_id
     if update_id not in run.updates_accepted:  # a plain handler's: applied at once
         log = run.update_log.setdefault(rec.position, [])
         log.append((update_id, rec.name, rec.arg.value))
     run.updates_done[update_id] = (lsn, rec.result.value, rec.failure)
     run.update_lsn = lsn
-    waiter = run.update_waiters.pop(update_id, None)
-    if waiter is not None and not waiter.done():
-        waiter.set_result(lsn)
 
 
-def _update_accepted(run: Run, rec: UpdateAccepted, lsn: int) -> None:
+def _update_accepted(run: RunRecord, rec: UpdateAccepted, lsn: int) -> None:
     run.update_log.setdefault(rec.position, []).append((rec.update_id, rec.name, rec.arg.value))
     run.updates_accepted[rec.update_id] = lsn
     run.update_lsn = lsn
 
 
-Fold = Callable[["Run", Any, int], "Op | None"]
+Fold = Callable[[RunRecord, Any, int], "Op | None"]
 """A fold function: the run, a record of the class it is filed under, its lsn."""
 
 OP_RECORDS: dict[type[Record], Fold] = {
