@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -79,9 +80,20 @@ class Child:
 
 
 def entries(ledger: Path) -> list[dict[str, Any]]:
+    """The ledger's entries: each a flat JSON object, written by one O_APPEND write.
+
+    A SIGKILL can cut such a write short where it crosses a page of the file (the
+    kernel checks for a fatal signal between pages), and the next process's entry
+    then follows the torn one on the same line. The torn entry is of a step that never
+    returned, so nothing recorded it: it is skipped, and the entries around it kept.
+    """
     if not ledger.exists():
         return []
-    return [orjson.loads(line) for line in ledger.read_bytes().splitlines()]
+    return [orjson.loads(entry) for entry in _ENTRY.findall(ledger.read_bytes())]
+
+
+_ENTRY = re.compile(rb"\{[^{}]*\}")
+"""One whole entry (the ledger's objects hold no nested object)."""
 
 
 def calls(ledger: Path, step: str) -> list[dict[str, Any]]:
