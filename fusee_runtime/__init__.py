@@ -1,6 +1,7 @@
 """fusee: embeddable durable execution for Python, at the speed of the disk."""
 
 from fusee_runtime.children import ChildHandle
+from fusee_runtime.client import Client, ClientHandle, ConnectionLost
 from fusee_runtime.clock import Clock, FakeClock, SystemClock
 from fusee_runtime.completions import Completion
 from fusee_runtime.context import Ctx
@@ -38,10 +39,13 @@ __all__ = [
     "Cancelled",
     "ChildFailed",
     "ChildHandle",
+    "Client",
+    "ClientHandle",
     "Clock",
     "CodecError",
     "Completion",
     "Config",
+    "ConnectionLost",
     "Ctx",
     "Engine",
     "EngineClosed",

@@ -46,6 +46,12 @@ GROUPS: list[tuple[str, str, list[str]]] = [
         ["Engine", "Config", "RunHandle", "RunInfo", "Status"],
     ),
     (
+        "Reaching runs from a program",
+        "A client of the runs another process drives (`fusee serve`, PostgreSQL workers, "
+        "an HTTP API); `fusee_runtime.sync.Client` is the same client, blocking.",
+        ["Client", "ClientHandle", "ConnectionLost"],
+    ),
+    (
         "Clocks",
         "Where the engine reads the time; a fake one makes tests skip it.",
         ["Clock", "SystemClock", "FakeClock"],

@@ -44,6 +44,7 @@ from fusee_runtime.model.run import RunInfo, Status
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.engine import Engine
+    from fusee_runtime.engine.handle import RunHandle
     from fusee_runtime.engine.state import Run
 
 POLL_S = 0.1
@@ -105,8 +106,14 @@ class Control(Operations):
         )
         return await handle.describe(), existed
 
-    async def describe(self, id: str) -> RunInfo:
-        return await self.engine.handle(id).describe()
+    async def describe(self, id: str, run_id: str | None = None) -> RunInfo:
+        return await self.engine.handle(id, run_id).describe()
+
+    def _acting_on(self, id: str, run_id: str | None) -> RunHandle:
+        """The handle an act goes through: pinned to `run_id` (an act follows its
+        `continue_as_new` chain), or else to the newest run of `id` now, so that the run
+        acted on is the run answered with."""
+        return self.engine.handle(id, run_id or self.engine.runs.latest(id).run_id)
 
     async def list(
         self,
@@ -153,33 +160,39 @@ class Control(Operations):
         runs = self.engine.runs.listed("open" if open else None, workflow, None)
         return [[info.id, info.run_id] for info in reversed(runs)]
 
-    async def signal(self, id: str, name: str, value: object = None) -> RunInfo:
-        """Delivers signal `name` to the newest run of `id`; returns that run as it stands
-        once the signal is durable."""
-        run = self.engine.runs.latest(id)
-        await self._recorded(self.engine.signal(id, name, value, run_id=run.run_id))
-        return run.info()
+    async def signal(
+        self, id: str, name: str, value: object = None, run_id: str | None = None
+    ) -> RunInfo:
+        """Delivers signal `name` to the newest run of `id` (or `run_id`'s); returns that run
+        as it stands once the signal is durable."""
+        handle = self._acting_on(id, run_id)
+        await self._recorded(handle.signal(name, value))
+        return await handle.describe()
 
-    async def cancel(self, id: str, reason: str = "cancelled") -> RunInfo:
+    async def cancel(
+        self, id: str, reason: str = "cancelled", run_id: str | None = None
+    ) -> RunInfo:
         """Cancels the newest run of `id`; returns it as it stands once that is durable."""
-        run = self.engine.runs.latest(id)
-        await self._recorded(self.engine.cancel(id, reason, run_id=run.run_id))
-        return run.info()
+        handle = self._acting_on(id, run_id)
+        await self._recorded(handle.cancel(reason))
+        return await handle.describe()
 
-    async def terminate(self, id: str, reason: str = "terminated") -> RunInfo:
+    async def terminate(
+        self, id: str, reason: str = "terminated", run_id: str | None = None
+    ) -> RunInfo:
         """Terminates the newest run of `id`; returns it once closed and durable."""
-        run = self.engine.runs.latest(id)
-        await self._recorded(self.engine.terminate(id, reason, run_id=run.run_id))
-        return run.info()
+        handle = self._acting_on(id, run_id)
+        await self._recorded(handle.terminate(reason))
+        return await handle.describe()
 
-    async def resume(self, id: str) -> RunInfo:
+    async def resume(self, id: str, run_id: str | None = None) -> RunInfo:
         """Resumes the newest run of `id`; returns it as it stands once that is durable."""
-        run = self.engine.runs.latest(id)
-        await self._recorded(self.engine.resume(id, run_id=run.run_id))
-        return run.info()
+        handle = self._acting_on(id, run_id)
+        await self._recorded(handle.resume())
+        return await handle.describe()
 
-    async def reset(self, id: str, to: int | str) -> RunInfo:
-        return await (await self._recorded(self.engine.reset(id, to))).describe()
+    async def reset(self, id: str, to: int | str, run_id: str | None = None) -> RunInfo:
+        return await (await self._recorded(self.engine.reset(id, to, run_id=run_id))).describe()
 
     async def complete(self, token: str, value: object = None) -> dict[str, Any]:
         """Finishes the `await_completion` step that issued `token` with `value`;
@@ -196,13 +209,27 @@ class Control(Operations):
     def _finished(run: Run, seq: str) -> dict[str, str]:
         return {"id": run.workflow_id, "completion": run.ops[seq].name}
 
-    async def query(self, id: str, name: str, arg: object = None) -> object:
-        return await self.engine.handle(id).query(name, arg)
+    async def query(
+        self, id: str, name: str, arg: object = None, run_id: str | None = None
+    ) -> object:
+        return await self.engine.handle(id, run_id).query(name, arg)
 
     async def update(
-        self, id: str, name: str, arg: object = None, update_id: str | None = None
+        self,
+        id: str,
+        name: str,
+        arg: object = None,
+        update_id: str | None = None,
+        run_id: str | None = None,
     ) -> object:
-        return await self._recorded(self.engine.handle(id).update(name, arg, update_id=update_id))
+        handle = self.engine.handle(id, run_id)
+        return await self._recorded(handle.update(name, arg, update_id=update_id))
+
+    async def result(
+        self, id: str, run_id: str | None = None, timeout: float | None = None
+    ) -> object:
+        """The run's result once durable (`RunHandle.result`), as its JSON."""
+        return await self.engine.handle(id, run_id).result(timeout)
 
     async def schedules(self) -> builtins.list[JsonObject]:
         """Every cron schedule: workflow, cron, timezone, overlap, catchup, paused,
@@ -315,12 +342,14 @@ class Control(Operations):
         outcome["run"] = run_json(engine.runs.latest(id).info())
         yield {"outcome": outcome}
 
-    async def stream(self, id: str, name: str, follow: bool = True) -> AsyncGenerator[Json, None]:
-        """The durable items of stream `name` of the newest run of `id`, until it closes.
-
-        Without `follow`, only the items durable now.
+    async def stream(
+        self, id: str, name: str, follow: bool = True, run_id: str | None = None
+    ) -> AsyncGenerator[Json, None]:
+        """The durable items of stream `name` of the newest run of `id` (or of `run_id`),
+        until it closes. Without `follow`, only the items durable now.
         """
-        async with contextlib.aclosing(self.engine.handle(id).stream(name, follow)) as items:
+        handle = self.engine.handle(id, run_id)
+        async with contextlib.aclosing(handle.stream(name, follow)) as items:
             async for item in items:
                 yield item
 

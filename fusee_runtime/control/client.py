@@ -29,7 +29,7 @@ from fusee_runtime.control import ops, protocol
 from fusee_runtime.control.api import Control, OutcomeUnknown
 from fusee_runtime.control.ops import Operations
 from fusee_runtime.engine.home import HomeLock, check_reachable
-from fusee_runtime.errors import FuseeError, Rejected
+from fusee_runtime.errors import Failure, FuseeError, Rejected
 from fusee_runtime.model.json import Json, JsonObject
 from fusee_runtime.model.run import RunInfo
 from fusee_runtime.store.shared import Asking
@@ -77,6 +77,14 @@ _RAISED: dict[str, type[FuseeError]] = {
         OutcomeUnknown,
     )
 }
+
+
+def raised(error: dict[str, Any]) -> FuseeError:
+    """The engine's exception an error answer names (`FuseeError` for one it does not
+    know): the same class whatever carried it, a `RunFailed` with its `Failure`."""
+    if error["type"] == "RunFailed" and "failure" in error:
+        return errors.RunFailed(error["id"], Failure.from_json(error["failure"]))
+    return _RAISED.get(error["type"], FuseeError)(error["message"])
 
 
 class Client(Operations):
@@ -150,8 +158,8 @@ class Client(Operations):
             ops.START, workflow=workflow, input=input, id=id, on_conflict=on_conflict, **args
         )
 
-    async def describe(self, id: str) -> RunInfo:
-        return await self._ask(ops.DESCRIBE, id=id)
+    async def describe(self, id: str, run_id: str | None = None) -> RunInfo:
+        return await self._ask(ops.DESCRIBE, id=id, **_pinned(run_id))
 
     async def list(
         self,
@@ -191,17 +199,26 @@ class Client(Operations):
             args["open"] = True
         return await self._ask(ops.RUN_IDS, **args)
 
-    async def signal(self, id: str, name: str, value: object = None) -> RunInfo:
-        return await self._acted(id, await self._ask(ops.SIGNAL, id=id, name=name, value=value))
+    async def signal(
+        self, id: str, name: str, value: object = None, run_id: str | None = None
+    ) -> RunInfo:
+        answer = await self._ask(ops.SIGNAL, id=id, name=name, value=value, **_pinned(run_id))
+        return await self._acted(id, answer)
 
-    async def cancel(self, id: str, reason: str = "cancelled") -> RunInfo:
-        return await self._acted(id, await self._ask(ops.CANCEL, id=id, reason=reason))
+    async def cancel(
+        self, id: str, reason: str = "cancelled", run_id: str | None = None
+    ) -> RunInfo:
+        answer = await self._ask(ops.CANCEL, id=id, reason=reason, **_pinned(run_id))
+        return await self._acted(id, answer)
 
-    async def terminate(self, id: str, reason: str = "terminated") -> RunInfo:
-        return await self._acted(id, await self._ask(ops.TERMINATE, id=id, reason=reason))
+    async def terminate(
+        self, id: str, reason: str = "terminated", run_id: str | None = None
+    ) -> RunInfo:
+        answer = await self._ask(ops.TERMINATE, id=id, reason=reason, **_pinned(run_id))
+        return await self._acted(id, answer)
 
-    async def resume(self, id: str) -> RunInfo:
-        return await self._acted(id, await self._ask(ops.RESUME, id=id))
+    async def resume(self, id: str, run_id: str | None = None) -> RunInfo:
+        return await self._acted(id, await self._ask(ops.RESUME, id=id, **_pinned(run_id)))
 
     async def _acted(self, id: str, answer: RunInfo | None) -> RunInfo:
         """The run an act answered with. An owner of an older version answers null: then
@@ -209,8 +226,8 @@ class Client(Operations):
         which is durable)."""
         return answer if answer is not None else await self.describe(id)
 
-    async def reset(self, id: str, to: int | str) -> RunInfo:
-        return await self._ask(ops.RESET, id=id, to=to)
+    async def reset(self, id: str, to: int | str, run_id: str | None = None) -> RunInfo:
+        return await self._ask(ops.RESET, id=id, to=to, **_pinned(run_id))
 
     async def complete(self, token: str, value: object = None) -> dict[str, Any]:
         return await self._ask(ops.COMPLETE, token=token, value=value)
@@ -218,13 +235,29 @@ class Client(Operations):
     async def fail(self, token: str, message: str) -> dict[str, Any]:
         return await self._ask(ops.FAIL, token=token, message=message)
 
-    async def query(self, id: str, name: str, arg: object = None) -> Json:
-        return await self._ask(ops.QUERY, id=id, name=name, arg=arg)
+    async def query(
+        self, id: str, name: str, arg: object = None, run_id: str | None = None
+    ) -> Json:
+        return await self._ask(ops.QUERY, id=id, name=name, arg=arg, **_pinned(run_id))
 
     async def update(
-        self, id: str, name: str, arg: object = None, update_id: str | None = None
+        self,
+        id: str,
+        name: str,
+        arg: object = None,
+        update_id: str | None = None,
+        run_id: str | None = None,
     ) -> Json:
-        return await self._ask(ops.UPDATE, id=id, name=name, arg=arg, update_id=update_id)
+        args = _pinned(run_id)
+        return await self._ask(ops.UPDATE, id=id, name=name, arg=arg, update_id=update_id, **args)
+
+    async def result(
+        self, id: str, run_id: str | None = None, timeout: float | None = None
+    ) -> Json:
+        args: dict[str, Any] = _pinned(run_id)
+        if timeout is not None:
+            args["timeout"] = timeout
+        return await self._ask(ops.RESULT, id=id, **args)
 
     async def schedules(self) -> builtins.list[JsonObject]:
         return await self._ask(ops.SCHEDULES)
@@ -244,8 +277,16 @@ class Client(Operations):
     def watch(self, id: str, timeout: float | None = None) -> AsyncGenerator[dict[str, Any], None]:
         return self._follow(ops.WATCH, id=id, timeout=timeout)
 
-    def stream(self, id: str, name: str, follow: bool = True) -> AsyncGenerator[Json, None]:
-        return self._follow(ops.STREAM, id=id, name=name, follow=follow)
+    def stream(
+        self, id: str, name: str, follow: bool = True, run_id: str | None = None
+    ) -> AsyncGenerator[Json, None]:
+        return self._follow(ops.STREAM, id=id, name=name, follow=follow, **_pinned(run_id))
+
+
+def _pinned(run_id: str | None) -> dict[str, str]:
+    """`run_id` as an argument, sent only when given: an owner of an older version
+    takes none (and a handle that is not pinned never sends one)."""
+    return {"run_id": run_id} if run_id else {}
 
 
 class ControlClient(Client):
@@ -353,7 +394,7 @@ class ControlClient(Client):
                     continue
                 elif "error" in doc:
                     err = doc["error"]
-                    raise _RAISED.get(err["type"], FuseeError)(err["message"])
+                    raise raised(err)
                 else:
                     yield False, doc["ok"]
                     return

@@ -27,10 +27,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from fusee_runtime import Config, Engine, HomeLocked
 from fusee_runtime.control.api import Control
 from fusee_runtime.control.client import Client, ControlApi, ControlClient, OwnerUnanswered
+from fusee_runtime.engine.config import Config
+from fusee_runtime.engine.engine import Engine
 from fusee_runtime.engine.home import HomeLock
+from fusee_runtime.errors import HomeLocked
 
 if TYPE_CHECKING:
     from fusee_runtime.store.shards import Layout

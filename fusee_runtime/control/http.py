@@ -57,7 +57,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from fusee_runtime.control import limits, metrics, ui
+from fusee_runtime.control import http_ops, limits, metrics, ui
 from fusee_runtime.control.api import Control
 from fusee_runtime.control.client import ControlApi
 from fusee_runtime.control.connections import Connections, connections_max
@@ -108,6 +108,7 @@ def build_app(
         )
         for path, served in paths.items()
     ]
+    routes.append(Route(http_ops.PATH, as_endpoint(http_ops.control, api), methods=["POST"]))
     routes.append(Route("/metrics", _metrics, methods=["GET"]))
     sessions = ui_auth.Sessions()  # the UI's logins, when there is a token to log in with
     routes.extend(ui.routes(control, token, sessions, public))

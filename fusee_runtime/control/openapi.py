@@ -241,6 +241,23 @@ _OPERATIONS: dict[tuple[str, str], JsonObject] = {
     ("GET", "/v1/health"): _op(
         "Whether the server answers", {200: _answer("It does.", _ref("Health"))}, ()
     ),
+    ("POST", "/v1/control"): _op(
+        "Any operation of the control API, as a program's client asks it (fusee_runtime.Client)",
+        {
+            200: {
+                "description": 'The answer\'s lines as they come: {"beat": true} while it '
+                'waits, {"event": ...} of a watch or a stream, then {"ok": VALUE} or '
+                '{"error": {"type", "message"}}.',
+                "content": {"application/x-ndjson": {"schema": {"type": "object"}}},
+            }
+        },
+        (),
+        (
+            _obj({"op": _str("The operation's name."), "args": {"type": "object"}}, "op"),
+            "One request of the control protocol: an operation and its arguments by name.",
+            True,
+        ),
+    ),
 }
 
 _PATH_PARAMETERS = {

@@ -104,8 +104,8 @@ class Operations(Protocol):
         """Starts a run (once durable); returns it and whether the id already had a run."""
         ...
 
-    async def describe(self, id: str) -> RunInfo:
-        """The newest run of `id`."""
+    async def describe(self, id: str, run_id: str | None = None) -> RunInfo:
+        """The newest run of `id` (or its run `run_id`)."""
         ...
 
     async def list(
@@ -138,23 +138,31 @@ class Operations(Protocol):
         """Every run (of `workflow`; the open ones, with `open`) as `[id, run_id]` pairs."""
         ...
 
-    async def signal(self, id: str, name: str, value: object = None) -> RunInfo:
-        """Delivers signal `name` to the newest run of `id`; returns the run as it stands."""
+    async def signal(
+        self, id: str, name: str, value: object = None, run_id: str | None = None
+    ) -> RunInfo:
+        """Delivers signal `name` to the newest run of `id` (or the run a pinned handle
+        acts on: `run_id`, or the run its `continue_as_new` chain reached; so for every
+        act below); returns the run as it stands."""
         ...
 
-    async def cancel(self, id: str, reason: str = "cancelled") -> RunInfo:
+    async def cancel(
+        self, id: str, reason: str = "cancelled", run_id: str | None = None
+    ) -> RunInfo:
         """Cancels the newest run of `id`; returns it as it stands."""
         ...
 
-    async def terminate(self, id: str, reason: str = "terminated") -> RunInfo:
+    async def terminate(
+        self, id: str, reason: str = "terminated", run_id: str | None = None
+    ) -> RunInfo:
         """Terminates the newest run of `id`; returns it once closed."""
         ...
 
-    async def resume(self, id: str) -> RunInfo:
+    async def resume(self, id: str, run_id: str | None = None) -> RunInfo:
         """Resumes the newest run of `id` (paused or stuck); returns it as it stands."""
         ...
 
-    async def reset(self, id: str, to: int | str) -> RunInfo:
+    async def reset(self, id: str, to: int | str, run_id: str | None = None) -> RunInfo:
         """Resets the newest run of `id` to `to`; returns the new run."""
         ...
 
@@ -167,14 +175,29 @@ class Operations(Protocol):
         """Fails the `await_completion` that issued `token`; returns as `complete`."""
         ...
 
-    async def query(self, id: str, name: str, arg: object = None) -> object:
+    async def query(
+        self, id: str, name: str, arg: object = None, run_id: str | None = None
+    ) -> object:
         """The answer of the newest run of `id` to query `name`."""
         ...
 
     async def update(
-        self, id: str, name: str, arg: object = None, update_id: str | None = None
+        self,
+        id: str,
+        name: str,
+        arg: object = None,
+        update_id: str | None = None,
+        run_id: str | None = None,
     ) -> object:
         """Applies update `name` to the newest run of `id`; returns the handler's result."""
+        ...
+
+    async def result(
+        self, id: str, run_id: str | None = None, timeout: float | None = None
+    ) -> object:
+        """The result of the newest run of `id` (or of run `run_id`, pinned), once durable,
+        as `RunHandle.result` waits for it: its JSON, or the engine's error (`RunFailed`,
+        `Cancelled`, `Terminated`, `TimedOut`)."""
         ...
 
     async def schedules(self) -> builtins.list[JsonObject]:
@@ -202,8 +225,10 @@ class Operations(Protocol):
         """Follows the newest run of `id`: progress events, then one outcome."""
         ...
 
-    def stream(self, id: str, name: str, follow: bool = True) -> AsyncGenerator[Json, None]:
-        """The durable items of stream `name` of the newest run of `id`."""
+    def stream(
+        self, id: str, name: str, follow: bool = True, run_id: str | None = None
+    ) -> AsyncGenerator[Json, None]:
+        """The durable items of stream `name` of the newest run of `id` (or of `run_id`)."""
         ...
 
 
@@ -462,6 +487,9 @@ QUERY = _call(
 UPDATE = _call(
     Operations.update, lambda o, a: o.update(**a), _as_sent, acts=True, route=Route.ID, http=True
 )
+RESULT = _call(
+    Operations.result, lambda o, a: o.result(**a), _as_sent, acts=False, route=Route.ID, http=False
+)
 SCHEDULES = _call(
     Operations.schedules,
     lambda o, a: o.schedules(**a),
@@ -511,7 +539,7 @@ OPS: dict[str, Op] = {
     op.name: op
     for op in (
         *(PING, START, DESCRIBE, LIST, HISTORY, LOG, JOURNAL, RUN_IDS),
-        *(SIGNAL, CANCEL, TERMINATE, RESUME, RESET, COMPLETE, FAIL, QUERY, UPDATE),
+        *(SIGNAL, CANCEL, TERMINATE, RESUME, RESET, COMPLETE, FAIL, QUERY, UPDATE, RESULT),
         *(SCHEDULES, SCHEDULE, PRUNE, LIMITS, LIMIT, WATCH, STREAM),
     )
 }

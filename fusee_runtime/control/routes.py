@@ -159,6 +159,17 @@ async def _body(request: Request) -> Json:
     Raises:
         _Problem: 413 past `BODY_BYTES_MAX`, 400 when it is not JSON.
     """
+    raw = await read_body(request)
+    if not raw.strip():
+        return None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise _bad(f"the body is not JSON: {e}") from None
+
+
+async def read_body(request: Request) -> bytes:
+    """The request's body, refused (413) past `BODY_BYTES_MAX`."""
     declared = request.headers.get("content-length", "")
     too_large = _Problem(413, "PayloadTooLarge", f"the body is over {BODY_BYTES_MAX} bytes")
     if declared.isascii() and declared.isdigit() and int(declared) > BODY_BYTES_MAX:
@@ -170,13 +181,7 @@ async def _body(request: Request) -> Json:
         if size > BODY_BYTES_MAX:
             raise too_large
         chunks.append(chunk)
-    raw = b"".join(chunks)
-    if not raw.strip():
-        return None
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as e:
-        raise _bad(f"the body is not JSON: {e}") from None
+    return b"".join(chunks)
 
 
 async def _fields(

@@ -24,9 +24,9 @@ import orjson
 from fusee_runtime.control import protocol
 from fusee_runtime.control.api import Control
 from fusee_runtime.control.listening import Listener
-from fusee_runtime.control.ops import OPS, Stream
+from fusee_runtime.control.ops import OPS, Operations, Stream
 from fusee_runtime.control.wire import answer_line
-from fusee_runtime.errors import FuseeError, Rejected
+from fusee_runtime.errors import FuseeError, Rejected, RunFailed
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.engine import Engine
@@ -36,7 +36,10 @@ log = logging.getLogger("fusee")
 
 
 def _error_line(e: Exception) -> bytes:
-    return answer_line({"error": {"type": type(e).__name__, "message": str(e)}})
+    error: dict[str, object] = {"type": type(e).__name__, "message": str(e)}
+    if isinstance(e, RunFailed):  # the client raises it again with how the run failed
+        error.update(id=e.id, failure=e.failure.to_json())
+    return answer_line({"error": error})
 
 
 async def serve_control(engine: Engine) -> ControlServer | None:
@@ -142,35 +145,44 @@ class ControlServer:
         """Reads one request from `reader` and writes its answer's lines to `writer`
         (`write` and `drain`): a socket's, or a request made in the database
         (`control/remote.py`)."""
-        try:
-            async with asyncio.timeout(protocol.ANSWER_S):
-                line = await reader.readline()
-            request = orjson.loads(line)
-            name, args = request["op"], request.get("args") or {}
-            op = OPS.get(name)
-            if op is None or not isinstance(args, dict):
-                raise Rejected(f"the control API has no operation {name!r}")
-            if isinstance(op, Stream):
-                async with contextlib.aclosing(op.call(self._control, args)) as events:
-                    await _pump(events, writer)
-                value = None
-            else:
-                value = await _beating(asyncio.ensure_future(op.call(self._control, args)), writer)
-            writer.write(answer_line({"ok": value}))
-        except FuseeError as e:
-            writer.write(_error_line(e))
-        except TimeoutError:
-            return  # no whole request in time: drop the connection
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-            writer.write(_error_line(Rejected(f"a malformed control request: {e}")))
-        except ConnectionError:
-            # The reader went away (a follower stopped with Ctrl-C) while a line was
-            # on its way: not an error, and nobody is left to answer.
-            raise
-        except Exception as e:  # a bug: the client gets one line, the owner's log the rest
-            log.exception("fusee: control request failed")
-            writer.write(_error_line(FuseeError(f"the owner failed to answer: {e!r}")))
-        await writer.drain()
+        await answer(self._control, reader, writer)
+
+
+async def answer(
+    operations: Operations, reader: asyncio.StreamReader, writer: protocol.LineWriter
+) -> None:
+    """Reads one request (`protocol`) from `reader`, asks it of `operations`, and writes
+    its answer's lines to `writer`: the socket's server, the database's relay, and the
+    HTTP API's `/v1/control` all answer so."""
+    try:
+        async with asyncio.timeout(protocol.ANSWER_S):
+            line = await reader.readline()
+        request = orjson.loads(line)
+        name, args = request["op"], request.get("args") or {}
+        op = OPS.get(name)
+        if op is None or not isinstance(args, dict):
+            raise Rejected(f"the control API has no operation {name!r}")
+        if isinstance(op, Stream):
+            async with contextlib.aclosing(op.call(operations, args)) as events:
+                await _pump(events, writer)
+            value = None
+        else:
+            value = await _beating(asyncio.ensure_future(op.call(operations, args)), writer)
+        writer.write(answer_line({"ok": value}))
+    except FuseeError as e:
+        writer.write(_error_line(e))
+    except TimeoutError:
+        return  # no whole request in time: drop the connection
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        writer.write(_error_line(Rejected(f"a malformed control request: {e}")))
+    except ConnectionError:
+        # The reader went away (a follower stopped with Ctrl-C) while a line was
+        # on its way: not an error, and nobody is left to answer.
+        raise
+    except Exception as e:  # a bug: the client gets one line, the owner's log the rest
+        log.exception("fusee: control request failed")
+        writer.write(_error_line(FuseeError(f"the owner failed to answer: {e!r}")))
+    await writer.drain()
 
 
 async def _beating(call: asyncio.Future[object], writer: protocol.LineWriter) -> object:

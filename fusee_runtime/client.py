@@ -1,0 +1,302 @@
+"""`Client`: how a program reaches the runs of a home that another process drives.
+
+An `Engine` owns its home (it takes the lock) and runs the workflows' code.
+A web application, a script or a cron job that only starts runs, signals
+them and reads their results needs neither: it connects, and asks whoever
+drives them.
+
+    async with await Client.connect(home="/srv/orders/.fusee") as client:
+        handle = await client.start("order", {"sku": "A-1"}, id="order-7")
+        print(await handle.result(timeout=60))
+
+`Client.connect` takes exactly one of:
+
+- `home`: a local home, through the socket of the process that owns it
+  (`fusee serve`, `fusee start`); with no owner, the client opens the home
+  itself, as the CLI does (driving its runs when given the `app`, else
+  passively: what it records waits for a driver);
+- `store`: a PostgreSQL database, through it to whichever worker drives a
+  run's journal (a takeover moves a run; the next call finds its new worker);
+  with no worker, opened here as with a home;
+- `url`: the HTTP(S) API of `fusee serve --http` (its `token`, if it has one).
+
+`repr(client)` says which way it went. The run API is the engine's: `start`,
+`handle(id, run_id=None)` with the methods of `RunHandle`, `list`, and the
+completion tokens' `complete` and `fail`. Errors are the engine's whatever
+carries the call (`NotFound`, `Rejected`, `IdConflict`, `RunFailed`,
+`TimedOut`, ...); a connection lost during a call is `ConnectionLost` (the
+call may have been done: the client never sends it again on its own).
+`fusee_runtime.sync.Client` is the same client for code that is not async.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import tempfile
+from collections.abc import AsyncGenerator
+from datetime import timedelta
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Literal
+
+from fusee_runtime.dsl import WorkflowDef, seconds
+from fusee_runtime.errors import Rejected
+from fusee_runtime.model.json import Json, JsonObject
+from fusee_runtime.model.run import RunInfo
+from fusee_runtime.typed import decode, shape_of
+
+if TYPE_CHECKING:  # (imported when a client connects: an engine alone does not need them)
+    from fusee_runtime.control.client import Client as Transport
+
+OnConflict = Literal["return", "fail", "new_run"]
+
+
+class ConnectionLost(Rejected):
+    """The process that drives the runs could not be reached, or went away during a call:
+    an act may or may not have been done (look at the run before doing it again)."""
+
+
+class Client:
+    """A connection to the runs of one home or database (see the module).
+
+    Make one with `await Client.connect(...)`; close it with `await client.close()`
+    or `async with`.
+    """
+
+    def __init__(self, transport: Transport, stack: contextlib.AsyncExitStack, how: str) -> None:
+        self._transport = transport
+        self._stack = stack
+        self._how = how
+
+    @classmethod
+    async def connect(
+        cls,
+        home: str | Path | None = None,
+        *,
+        store: str | None = None,
+        url: str | None = None,
+        token: str | None = None,
+        app: str | ModuleType | None = None,
+    ) -> Client:
+        """Connects to the runs of `home`, or of the database at `store` (see the module).
+
+        `app` (a module, or its name) is used only when nobody drives the runs and the
+        client opens them itself: with it, their code runs in this process while the
+        client is open; without, it records what it is asked and a driver does the rest.
+
+        Raises:
+            ValueError: not exactly one of `home`, `store` and `url`; a `token` without
+                `url`.
+            ConnectionLost: the owner holds the home and does not answer; nothing
+                answers at `url`.
+            Rejected: the server at `url` refused the token (or wants one).
+            HomeLocked, JournalCorrupt, AppImportError, OSError: as `Engine.open`,
+                when the client opens the home itself.
+        """
+        if sum(place is not None for place in (home, store, url)) != 1:
+            raise ValueError("Client.connect takes exactly one of home=, store= and url=")
+        if token is not None and url is None:
+            raise ValueError("Client.connect: token= is for an HTTP server (url=)")
+        from fusee_runtime.control.client import Client as Transport
+        from fusee_runtime.control.client import OwnerUnanswered
+        from fusee_runtime.control.connect import connect
+        from fusee_runtime.control.router import LocalClient
+
+        stack = contextlib.AsyncExitStack()
+        try:
+            if url is not None:
+                from fusee_runtime.control.http_client import HttpClient
+
+                async with _lost():
+                    http = await HttpClient.reach(url, token)
+                stack.push_async_callback(http.aclose)
+                return cls(http, stack, f"{url}, driven by {http.driver}")
+            if store is not None:
+                # An engine opened here keeps its local files (its lock, the socket) apart.
+                where = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fusee-")))
+                config: dict[str, Any] = {"store": store}
+            else:
+                where, config = Path(home or "."), {}
+            opening = connect(where, app, drive=app is not None, **config)
+            try:
+                reached = await stack.enter_async_context(opening)
+            except OwnerUnanswered as e:
+                raise ConnectionLost(str(e)) from None
+            if isinstance(reached, Transport):
+                how = f"{store or where}, driven by {reached.driver}"
+                return cls(reached, stack, how)
+            drives = "driving its runs" if app is not None else "recording only"
+            return cls(LocalClient(reached), stack, f"{store or where}, opened here ({drives})")
+        except BaseException:
+            await stack.aclose()
+            raise
+
+    async def close(self) -> None:
+        """Closes the connection (and the home, if the client opened it)."""
+        await self._stack.aclose()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"<fusee Client: {self._how}>"
+
+    async def start(
+        self,
+        workflow: str | WorkflowDef,
+        input: object = None,
+        id: str | None = None,
+        on_conflict: OnConflict = "return",
+        traceparent: str | None = None,
+    ) -> ClientHandle:
+        """Starts a run of `workflow` (its name, or its function); returns once the start is
+        durable, with a handle pinned to the run (`Engine.start` says the rest)."""
+        name = workflow.name if isinstance(workflow, WorkflowDef) else workflow
+        async with _lost():
+            info, _ = await self._transport.start(
+                name, input, id=id, on_conflict=on_conflict, traceparent=traceparent
+            )
+        return ClientHandle(self._transport, info.id, info.run_id)
+
+    def handle(self, id: str, run_id: str | None = None) -> ClientHandle:
+        """The runs of `id`: its newest at each call, or the run `run_id` (pinned)."""
+        return ClientHandle(self._transport, id, run_id)
+
+    async def list(
+        self,
+        status: str | None = None,
+        workflow: str | None = None,
+        where: dict[str, Any] | None = None,
+        limit: int | None = None,
+        parent: str | None = None,
+        before: str | None = None,
+    ) -> builtins.list[RunInfo]:
+        """Runs, newest first, as `Engine.list` finds them."""
+        async with _lost():
+            return await self._transport.list(
+                status=status,
+                workflow=workflow,
+                limit=limit,
+                parent=parent,
+                where=where,
+                before=before,
+            )
+
+    async def complete(self, token: str, value: object = None) -> None:
+        """Finishes the `ctx.await_completion` that issued `token` with `value`."""
+        async with _lost():
+            await self._transport.complete(token, value)
+
+    async def fail(self, token: str, message: str) -> None:
+        """Fails the `ctx.await_completion` that issued `token`."""
+        async with _lost():
+            await self._transport.fail(token, message)
+
+
+class ClientHandle:
+    """One run of a workflow id (`run_id` given: pinned), or its newest: the methods of
+    `RunHandle`, asked of whoever drives the run."""
+
+    def __init__(self, transport: Transport, id: str, run_id: str | None = None) -> None:
+        self._transport = transport
+        self.id = id
+        self.run_id = run_id
+        """The run this handle is pinned to (None: the id's newest, at each call)."""
+
+    def __repr__(self) -> str:
+        return f"<fusee ClientHandle {self.id!r}{f' run {self.run_id}' if self.run_id else ''}>"
+
+    async def describe(self) -> RunInfo:
+        async with _lost():
+            return await self._transport.describe(self.id, run_id=self.run_id)
+
+    async def history(self) -> builtins.list[dict[str, Any]]:
+        """Every record of every run of this id, oldest first, as JSON mappings."""
+        async with _lost():
+            return await self._transport.history(self.id)
+
+    async def log(self, last: int = 200) -> builtins.list[JsonObject]:
+        """The last `last` lines the runs of this id logged (`ctx.log`), oldest first."""
+        async with _lost():
+            return await self._transport.log(self.id, last)
+
+    async def signal(self, name: str, value: object = None) -> None:
+        async with _lost():
+            await self._transport.signal(self.id, name, value, run_id=self.run_id)
+
+    async def cancel(self, reason: str = "cancelled") -> None:
+        async with _lost():
+            await self._transport.cancel(self.id, reason, run_id=self.run_id)
+
+    async def terminate(self, reason: str = "terminated") -> None:
+        async with _lost():
+            await self._transport.terminate(self.id, reason, run_id=self.run_id)
+
+    async def resume(self) -> None:
+        async with _lost():
+            await self._transport.resume(self.id, run_id=self.run_id)
+
+    async def reset(self, to: int | str) -> ClientHandle:
+        """Resets the run (`Engine.reset`); returns a handle pinned to the new run."""
+        async with _lost():
+            info = await self._transport.reset(self.id, to, run_id=self.run_id)
+        return ClientHandle(self._transport, info.id, info.run_id)
+
+    async def query(self, name: str, arg: object = None) -> Json:
+        async with _lost():
+            return await self._transport.query(self.id, name, arg, run_id=self.run_id)
+
+    async def update(self, name: str, arg: object = None, update_id: str | None = None) -> Json:
+        """Applies update `name`; returns its handler's result once durable. The same
+        `update_id` is applied once, however often it is sent."""
+        async with _lost():
+            return await self._transport.update(
+                self.id, name, arg, update_id=update_id, run_id=self.run_id
+            )
+
+    async def result(self, timeout: float | timedelta | None = None, *, type: Any = None) -> Any:
+        """The run's result once durable, as `RunHandle.result` (with `type`, read back into
+        that type).
+
+        Raises:
+            RunFailed, Cancelled, Terminated, TimedOut: as `RunHandle.result`.
+        """
+        async with _lost():
+            value = await self._transport.result(self.id, self.run_id, seconds(timeout))
+        if type is None:
+            return value
+        return decode(shape_of(type), value, f"the result of run {self.id!r}")
+
+    async def watch(self, timeout: float | None = None) -> AsyncGenerator[dict[str, Any], None]:
+        """Follows the run as `fusee start` shows it: `{"progress": {"status", "current"}}`
+        each time either changes, then one `{"outcome": ...}` once it closes or stops
+        (paused, stuck), or after `timeout` seconds: its `code` ("ok" with the `result`,
+        "failed" or "timed_out", with a `message`) and the `run` as `describe` shows it."""
+        async with _lost():
+            events = self._transport.watch(self.id, timeout)
+            async with contextlib.aclosing(events):
+                async for event in events:
+                    yield event
+
+    async def stream(self, name: str, follow: bool = True) -> AsyncGenerator[Json, None]:
+        """The durable items of stream `name`, as `RunHandle.stream` yields them."""
+        async with _lost():
+            items = self._transport.stream(self.id, name, follow, run_id=self.run_id)
+            async with contextlib.aclosing(items):
+                async for item in items:
+                    yield item
+
+
+@contextlib.asynccontextmanager
+async def _lost() -> AsyncGenerator[None, None]:
+    """The transport's ways of losing the driver, said as one error."""
+    from fusee_runtime.control.client import OwnerGone, OwnerLost, OwnerUnanswered
+
+    try:
+        yield
+    except (OwnerGone, OwnerLost, OwnerUnanswered) as e:
+        raise ConnectionLost(str(e)) from None
