@@ -20,6 +20,7 @@ import typer
 
 STATUSES = (
     "open",
+    "scheduled",
     "running",
     "parked",
     "paused",

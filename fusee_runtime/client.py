@@ -35,7 +35,7 @@ import builtins
 import contextlib
 import tempfile
 from collections.abc import AsyncGenerator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
@@ -152,13 +152,38 @@ class Client:
         id: str | None = None,
         on_conflict: OnConflict = "return",
         traceparent: str | None = None,
+        start_delay: float | timedelta | None = None,
+        start_at: datetime | None = None,
+        update: tuple[str, Any] | tuple[str, Any, str | None] | None = None,
     ) -> ClientHandle:
         """Starts a run of `workflow` (its name, or its function); returns once the start is
-        durable, with a handle pinned to the run (`Engine.start` says the rest)."""
+        durable, with a handle pinned to the run. `start_delay` or `start_at` begins it
+        later; `update=(name, arg[, update_id])` applies an update to the id's open run,
+        started first if it has none, and the handle holds its result as
+        `update_result`: `Engine.start` says the rest."""
         name = workflow.name if isinstance(workflow, WorkflowDef) else workflow
+        if update is not None:
+            if id is None or start_delay is not None or start_at is not None:
+                raise Rejected("an update with its start takes an id, and no delay")
+            update_name, arg, update_id = (*update, None)[:3]
+            async with _lost():
+                info, result = await self._transport.update_with_start(
+                    name, id, update_name, input, arg, update_id, traceparent
+                )
+            handle = ClientHandle(self._transport, info.id, info.run_id)
+            handle.update_result = result
+            return handle
+        if start_at is not None and (not isinstance(start_at, datetime) or not start_at.tzinfo):
+            raise Rejected(f"start_at is an aware datetime, not {start_at!r}")
         async with _lost():
             info, _ = await self._transport.start(
-                name, input, id=id, on_conflict=on_conflict, traceparent=traceparent
+                name,
+                input,
+                id=id,
+                on_conflict=on_conflict,
+                traceparent=traceparent,
+                start_delay=seconds(start_delay),
+                start_at=None if start_at is None else start_at.isoformat(),
             )
         return ClientHandle(self._transport, info.id, info.run_id)
 
@@ -206,6 +231,8 @@ class ClientHandle:
         self.id = id
         self.run_id = run_id
         """The run this handle is pinned to (None: the id's newest, at each call)."""
+        self.update_result: Json = None
+        """What the update given to `Client.start(update=...)` answered (else None)."""
 
     def __repr__(self) -> str:
         return f"<fusee ClientHandle {self.id!r}{f' run {self.run_id}' if self.run_id else ''}>"

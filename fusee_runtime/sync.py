@@ -18,7 +18,7 @@ import asyncio
 import builtins
 import threading
 from collections.abc import AsyncGenerator, Coroutine, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
@@ -115,8 +115,13 @@ class Client:
         id: str | None = None,
         on_conflict: aio.OnConflict = "return",
         traceparent: str | None = None,
+        start_delay: float | timedelta | None = None,
+        start_at: datetime | None = None,
+        update: tuple[str, Any] | tuple[str, Any, str | None] | None = None,
     ) -> ClientHandle:
-        started = self._client.start(workflow, input, id, on_conflict, traceparent)
+        started = self._client.start(
+            workflow, input, id, on_conflict, traceparent, start_delay, start_at, update
+        )
         return ClientHandle(self._loop.run(started), self._loop)
 
     def handle(self, id: str, run_id: str | None = None) -> ClientHandle:
@@ -148,6 +153,7 @@ class ClientHandle:
         self._loop = loop
         self.id = handle.id
         self.run_id = handle.run_id
+        self.update_result = handle.update_result
 
     def __repr__(self) -> str:
         return repr(self._handle)

@@ -32,12 +32,21 @@ import dataclasses
 import os
 import socket
 from collections.abc import AsyncGenerator, Awaitable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from fusee_runtime.control.ops import Operations, Pong
 from fusee_runtime.control.wire import run_info as run_info  # (re-exported: its old home)
 from fusee_runtime.control.wire import run_json
-from fusee_runtime.errors import Cancelled, JournalFailed, NotFound, RunFailed, Terminated, TimedOut
+from fusee_runtime.errors import (
+    Cancelled,
+    JournalFailed,
+    NotFound,
+    Rejected,
+    RunFailed,
+    Terminated,
+    TimedOut,
+)
 from fusee_runtime.journal import records
 from fusee_runtime.model.json import Json, JsonObject
 from fusee_runtime.model.run import RunInfo, Status
@@ -96,15 +105,47 @@ class Control(Operations):
         id: str | None = None,
         on_conflict: Literal["return", "fail", "new_run"] = "return",
         traceparent: str | None = None,
+        start_delay: float | None = None,
+        start_at: str | None = None,
     ) -> tuple[RunInfo, bool]:
         """Starts a run (once durable); returns it and whether the id already had a run."""
         existed = id is not None and self.engine.runs.find_latest(id) is not None
+        begin = None
+        if start_at is not None:
+            try:
+                begin = datetime.fromisoformat(start_at)
+            except (TypeError, ValueError):
+                raise Rejected(f"start_at is an ISO 8601 instant, not {start_at!r}") from None
         handle = await self._recorded(
             self.engine.start(
-                workflow, input, id=id, on_conflict=on_conflict, traceparent=traceparent
+                workflow,
+                input,
+                id=id,
+                on_conflict=on_conflict,
+                traceparent=traceparent,
+                start_delay=start_delay,
+                start_at=begin,
             )
         )
         return await handle.describe(), existed
+
+    async def update_with_start(
+        self,
+        workflow: str,
+        id: str,
+        name: str,
+        input: object = None,
+        arg: object = None,
+        update_id: str | None = None,
+        traceparent: str | None = None,
+    ) -> tuple[RunInfo, object]:
+        """Applies update `name` to the open run of `id`, started first if none is open;
+        returns the run and the update's result."""
+        started = self.engine.start(
+            workflow, input, id=id, traceparent=traceparent, update=(name, arg, update_id)
+        )
+        handle = await self._recorded(started)
+        return await handle.describe(), handle.update_result
 
     async def describe(self, id: str, run_id: str | None = None) -> RunInfo:
         return await self.engine.handle(id, run_id).describe()

@@ -152,10 +152,39 @@ class Client(Operations):
         id: str | None = None,
         on_conflict: ops.OnConflict = "return",
         traceparent: str | None = None,
+        start_delay: float | None = None,
+        start_at: str | None = None,
     ) -> tuple[RunInfo, bool]:
-        args: dict[str, str] = {"traceparent": traceparent} if traceparent else {}
+        # Sent only when given: an owner of an older version takes none of these.
+        args: dict[str, Any] = {"traceparent": traceparent} if traceparent else {}
+        if start_delay is not None:
+            args["start_delay"] = start_delay
+        if start_at is not None:
+            args["start_at"] = start_at
         return await self._ask(
             ops.START, workflow=workflow, input=input, id=id, on_conflict=on_conflict, **args
+        )
+
+    async def update_with_start(
+        self,
+        workflow: str,
+        id: str,
+        name: str,
+        input: object = None,
+        arg: object = None,
+        update_id: str | None = None,
+        traceparent: str | None = None,
+    ) -> tuple[RunInfo, Json]:
+        args: dict[str, str] = {"traceparent": traceparent} if traceparent else {}
+        return await self._ask(
+            ops.UPDATE_WITH_START,
+            workflow=workflow,
+            id=id,
+            name=name,
+            input=input,
+            arg=arg,
+            update_id=update_id,
+            **args,
         )
 
     async def describe(self, id: str, run_id: str | None = None) -> RunInfo:

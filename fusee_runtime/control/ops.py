@@ -100,8 +100,25 @@ class Operations(Protocol):
         id: str | None = None,
         on_conflict: OnConflict = "return",
         traceparent: str | None = None,
+        start_delay: float | None = None,
+        start_at: str | None = None,
     ) -> tuple[RunInfo, bool]:
-        """Starts a run (once durable); returns it and whether the id already had a run."""
+        """Starts a run (once durable); returns it and whether the id already had a run.
+        `start_delay` (seconds) or `start_at` (ISO 8601, with its offset) begins it later."""
+        ...
+
+    async def update_with_start(
+        self,
+        workflow: str,
+        id: str,
+        name: str,
+        input: object = None,
+        arg: object = None,
+        update_id: str | None = None,
+        traceparent: str | None = None,
+    ) -> tuple[RunInfo, object]:
+        """Applies update `name` to the open run of `id`, started first if there is none
+        (`Engine.start(update=...)`); returns the run and the update's result."""
         ...
 
     async def describe(self, id: str, run_id: str | None = None) -> RunInfo:
@@ -375,6 +392,11 @@ def _started(answer: Json, args: Args) -> tuple[RunInfo, bool]:
     return run_info(cast(RunJson, info)), cast(bool, existed)
 
 
+def _updated(answer: Json, args: Args) -> tuple[RunInfo, Json]:
+    info, result = cast(builtins.list[Json], answer)  # [the run, the update's result]
+    return run_info(cast(RunJson, info)), result
+
+
 def _acted(answer: Json, args: Args) -> RunInfo | None:
     """The run an act answered with; None from an owner of an older version, which
     answered null (the client then describes the run)."""
@@ -414,6 +436,14 @@ PING = _call(
 )
 START = _call(
     Operations.start, lambda o, a: o.start(**a), _started, acts=True, route=Route.ANY, http=True
+)
+UPDATE_WITH_START = _call(
+    Operations.update_with_start,
+    lambda o, a: o.update_with_start(**a),
+    _updated,
+    acts=True,
+    route=Route.ID,
+    http=False,
 )
 DESCRIBE = _call(
     Operations.describe, lambda o, a: o.describe(**a), _run, acts=False, route=Route.ID, http=True
@@ -538,7 +568,7 @@ STREAM = _stream(Operations.stream, lambda o, a: o.stream(**a), route=Route.ID, 
 OPS: dict[str, Op] = {
     op.name: op
     for op in (
-        *(PING, START, DESCRIBE, LIST, HISTORY, LOG, JOURNAL, RUN_IDS),
+        *(PING, START, UPDATE_WITH_START, DESCRIBE, LIST, HISTORY, LOG, JOURNAL, RUN_IDS),
         *(SIGNAL, CANCEL, TERMINATE, RESUME, RESET, COMPLETE, FAIL, QUERY, UPDATE, RESULT),
         *(SCHEDULES, SCHEDULE, PRUNE, LIMITS, LIMIT, WATCH, STREAM),
     )

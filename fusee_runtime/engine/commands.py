@@ -10,6 +10,7 @@ into a `RunHandle`.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from fusee_runtime.clock import Clock
@@ -51,8 +52,16 @@ class Commands:
         timeout: float | Any | None,
         signal: tuple[str, Any] | None,
         traceparent: str | None,
+        *,
+        start_delay: float | Any | None = None,
+        start_at: datetime | None = None,
+        use_open: bool = False,
     ) -> tuple[str, str]:
-        """Starts a run (`Engine.start`); returns its workflow id and run id once durable."""
+        """Starts a run (`Engine.start`); returns its workflow id and run id once durable.
+
+        `use_open` (an update-with-start): an open run of the id is used as it is; with
+        none open, a new run starts, whatever closed ones the id has.
+        """
         self.driver.check_accepting()
         name = workflow.name if isinstance(workflow, WorkflowDef) else workflow
         wf = self.driver.workflow(name)
@@ -65,9 +74,17 @@ class Commands:
         if signal is not None:
             check_name("signal", signal[0])
             self.driver.encode(signal[1], f"signal {signal[0]!r}", ANY)
+        begin_at = self._begin_at(start_delay, start_at)
+        if use_open and (id is None or begin_at is not None or on_conflict != "return"):
+            raise Rejected(
+                "an update with its start takes an id, no start_delay or start_at, and "
+                "on_conflict 'return'"
+            )
         workflow_id = owned_id(id, self.driver.shard)
         traceparent = check_traceparent(traceparent) if traceparent is not None else None
         existing = self.runs.find_latest(workflow_id) if id is not None else None
+        if use_open and existing is not None and not existing.is_open:
+            existing = None  # none open: a new run, which the update goes to
         if existing is not None:
             if existing.workflow != wf.name and on_conflict != "new_run":
                 raise IdConflict(
@@ -90,12 +107,38 @@ class Commands:
                 closed = RunTerminated(existing.run_id, why, self.clock.now())
                 self.driver.close_run(existing, closed)
         now = self.clock.now()
-        deadline = None if limit is None else wake_at(now + limit)
-        run = self.driver.new_run(workflow_id, wf.name, encoded, deadline, None, None, traceparent)
+        # A delayed run's deadline counts from when it begins.
+        deadline = None if limit is None else wake_at((begin_at or now) + limit)
+        origin = None if begin_at is None else {"begin_at": begin_at}
+        run = self.driver.new_run(
+            workflow_id, wf.name, encoded, deadline, origin, None, traceparent
+        )
         if signal is not None:
             self.driver.signal(run, *signal)
         await self.durability.wait(run.last_lsn)
         return workflow_id, run.run_id
+
+    def _begin_at(self, start_delay: float | Any | None, start_at: datetime | None) -> float | None:
+        """When a run started now with `start_delay` or `start_at` begins (None: at once).
+
+        Raises:
+            Rejected: both given, a negative delay, or a naive `start_at`.
+        """
+        if start_delay is None and start_at is None:
+            return None
+        if start_delay is not None and start_at is not None:
+            raise Rejected("give start_delay or start_at, not both")
+        now = self.clock.now()
+        if start_at is not None:
+            if not isinstance(start_at, datetime) or start_at.tzinfo is None:
+                raise Rejected(f"start_at is an aware datetime, not {start_at!r}")
+            at = start_at.timestamp()
+        else:
+            delay = seconds(start_delay)
+            if delay is None or not delay >= 0:
+                raise Rejected(f"start_delay is a duration of 0 or more, not {start_delay!r}")
+            at = now + delay
+        return at if at > now else None
 
     async def signal(
         self, id: str, name: str, value: Any = None, run_id: str | None = None

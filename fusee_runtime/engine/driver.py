@@ -80,6 +80,8 @@ from fusee_runtime.typed import ANY, Shape, check, dumps, parameter, returns
 
 log = logging.getLogger("fusee")
 
+BEGIN = "begin"
+"""The timer entry of a run started with a delay (never an operation's seq, all digits)."""
 _RESOLVING = (TimerFired, WaitCompleted, OpCancelled, StepResumed, CompletionDone, ChildClosed)
 """The records that end an operation some code may wait for."""
 _REACTING = frozenset({TimerStarted, WaitStarted, SignalReceived, *_RESOLVING})
@@ -338,7 +340,9 @@ class Driver:
 
     def spawn(self, run: Run) -> None:
         """Runs the run's code (again) from the top as a task; in an engine that runs no
-        code, shows it as it would be there."""
+        code, shows it as it would be there. A run started with a delay waits for it."""
+        if self._waits_to_begin(run):
+            return
         if not self.config.drive:
             # Its code runs when a driving engine opens the home; meanwhile a run
             # with a pending timer or wait shows as parked, as it would there.
@@ -354,6 +358,19 @@ class Driver:
             self._drive(run), name=f"fusee:{run.workflow_id}", context=contextvars.Context()
         )
 
+    def _waits_to_begin(self, run: Run) -> bool:
+        """Whether `run` was started with a delay that has not passed (then its begin is
+        due on the timer queue, and it shows as scheduled)."""
+        begin_at = run.begin_at
+        live = run.live
+        if begin_at is None or begin_at <= self.clock.now():
+            live.scheduled = False
+            return False
+        if not live.scheduled:
+            live.scheduled = live.parked = True
+            self.timers.add(begin_at, run.run_id, BEGIN)
+        return True
+
     def arm(self, run: Run) -> None:
         """Schedules a run's deadline and pending timers; matches buffered signals."""
         if run.deadline is not None:
@@ -367,6 +384,10 @@ class Driver:
         """A timer entry came due: record what it means, if it still means anything."""
         run = self.runs.by_run_id.get(run_id)
         if run is None or not run.is_open or self.durability.failed is not None:
+            return
+        if seq == BEGIN:
+            if run.live.scheduled and run.begin_at == at:
+                self.spawn(run)
             return
         if seq is None:
             if run.deadline == at:

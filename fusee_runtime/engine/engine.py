@@ -28,7 +28,7 @@ import dataclasses
 import logging
 import os
 from collections.abc import Callable, Iterable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
@@ -296,6 +296,9 @@ class Engine:
         timeout: float | timedelta | None = None,
         signal: tuple[str, Any] | None = None,
         traceparent: str | None = None,
+        start_delay: float | timedelta | None = None,
+        start_at: datetime | None = None,
+        update: tuple[str, Any] | tuple[str, Any, str | None] | None = None,
     ) -> RunHandle:
         """Starts a run of `workflow`; returns once the start is durable.
 
@@ -308,18 +311,42 @@ class Engine:
         when there is an open one); the call returns once both are durable.
         `traceparent` (W3C) names the run's trace (`fusee_runtime.tracing`).
 
+        `start_delay` (a duration) or `start_at` (an aware datetime) records the run now
+        and begins it then: until then it shows as `scheduled`, runs no code, and a
+        cancel closes it at once; its `timeout` counts from when it begins.
+
+        `update=(name, arg)` or `(name, arg, update_id)` is an update with its start: the
+        id's open run, or else a new one, gets the update (`RunHandle.update`), and the
+        handle returned holds its result as `update_result`. Concurrent calls for one id
+        make one run, and apply every update once.
+
         Raises:
             NotFound: no workflow of that name (the message lists the known ones).
             CodecError: the input cannot be encoded as JSON, is too large, or does
                 not decode into the workflow's input annotation (`fusee_runtime.typed`).
-            Rejected: a bad id, `on_conflict` or `traceparent`.
+            Rejected: a bad id, `on_conflict`, `traceparent`, `start_delay` or
+                `start_at`; an `update` without an id or with a delay; what
+                `RunHandle.update` raises.
             IdConflict: the id has a run and `on_conflict` is `"fail"`, or its run
                 is one of another workflow (and `on_conflict` is not `"new_run"`).
         """
         ids = await self.commands.start(
-            workflow, input, id, on_conflict, timeout, signal, traceparent
+            workflow,
+            input,
+            id,
+            on_conflict,
+            timeout,
+            signal,
+            traceparent,
+            start_delay=start_delay,
+            start_at=start_at,
+            use_open=update is not None,
         )
-        return RunHandle(self, *ids)
+        handle = RunHandle(self, *ids)
+        if update is not None:
+            name, arg, update_id = (*update, None)[:3]
+            handle.update_result = await handle.update(name, arg, update_id)
+        return handle
 
     async def signal(
         self, id: str, name: str, value: object = None, *, run_id: str | None = None

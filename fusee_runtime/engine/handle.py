@@ -42,6 +42,8 @@ class RunHandle:
         self._engine = engine
         self.id = id
         self._pinned = run_id
+        self.update_result: Any = None
+        """What the update given to `Engine.start(update=...)` answered (else None)."""
 
     @property
     def pinned(self) -> bool:

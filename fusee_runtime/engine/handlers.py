@@ -29,6 +29,7 @@ import orjson
 from fusee_runtime.completions import Tokens, read_token
 from fusee_runtime.engine.runs import RunTable
 from fusee_runtime.engine.state import Run, Status, top
+from fusee_runtime.engine.waits import utc
 from fusee_runtime.errors import CodecError, Failure, FuseeError, NotFound, Rejected
 from fusee_runtime.model.op_records import CompletionDone
 from fusee_runtime.model.ops import CompletionOp, GroupOp
@@ -58,6 +59,7 @@ class Handlers:
         run = self.runs.get(id, run_id)  # a read: it answers while the engine stops, too
         if not run.is_open:
             raise Rejected(f"run {id!r} is {run.closing}: only open runs answer queries")
+        _check_begun(run, id, "queries")
         if self.config.drive:
             await self._replayed(run)
         else:
@@ -96,6 +98,8 @@ class Handlers:
         """Applies an update to a run; its result once durable: see `Engine.update`."""
         self.driver.check_accepting()
         run = self.runs.get(id, run_id)
+        if run.is_open:
+            _check_begun(run, id, "updates")
         await self._replayed(run)
         if update_id is not None:
             if not isinstance(update_id, str) or not 0 < len(update_id) <= NAME_CHARS_MAX:
@@ -369,3 +373,11 @@ class Handlers:
                 f"(token {issued} of {op.issued}: `send` ran again)"
             )
         return run, seq
+
+
+def _check_begun(run: Run, id: str, what: str) -> None:
+    """Raises `Rejected` for a run whose delayed start has not come: no code of it has
+    run, so no handler of it is there."""
+    if run.status == Status.SCHEDULED:
+        begins = utc(run.begin_at or 0).isoformat()
+        raise Rejected(f"run {id!r} is scheduled to begin at {begins}: it takes no {what} before")

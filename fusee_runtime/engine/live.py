@@ -32,6 +32,8 @@ class Live:
     # The run shows as parked (`Status.PARKED`): its code parked here, or, in an
     # engine that drives no code, it waits for a timer or a wait of its journal.
     shown_parked: bool = False
+    # Started with a delay that has not passed (`RunRecord.begin_at`): no code runs yet.
+    scheduled: bool = False
     # Its close is durable, so it shows as closed (`Status` of its closing record).
     close_durable: bool = False
     # Why its code stopped, when that could not be recorded (the journal failed):

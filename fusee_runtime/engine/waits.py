@@ -46,9 +46,12 @@ def _utc(at: float | None) -> datetime | None:
 
 
 def waiting(run: Run) -> tuple[Waiting, ...]:
-    """What open `run` waits for: its pending timers, waits, paused steps and
-    completions, its steps between attempts, and a cancel it has not closed on."""
+    """What open `run` waits for: the begin of a delayed start, its pending timers,
+    waits, paused steps and completions, its steps between attempts, and a cancel it
+    has not closed on."""
     out: list[Waiting] = []
+    if run.live.scheduled:
+        out.append(Waiting(WaitKind.BEGIN, None, _utc(run.begin_at)))
     if run.cancel_reason is not None:
         out.append(
             Waiting(

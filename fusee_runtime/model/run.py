@@ -48,6 +48,7 @@ class WaitKind(enum.StrEnum):
     """What an open run waits for (`Waiting.kind`, which says what each means); the
     values are the lowercase names."""
 
+    BEGIN = "begin"
     SIGNAL = "signal"
     TIMER = "timer"
     RETRY = "retry"
@@ -65,6 +66,7 @@ class Waiting:
 
     `kind` says what (`WaitKind`; its value is the lowercase name):
 
+    - `begin`: a run started with `start_delay` or `start_at` begins at `until`;
     - `signal`: a `ctx.wait_signal` for signal `name`, `until` its timeout (None: none);
     - `timer`: a `ctx.sleep` (timer `name`) that fires at `until` (None: never);
     - `retry`: step `name` runs its next attempt at `until`; `detail` is the last
@@ -209,6 +211,13 @@ class RunRecord:
     @property
     def is_open(self) -> bool:
         return self.closing is None
+
+    @property
+    def begin_at(self) -> float | None:
+        """When a run started with a delay begins (`start_delay`, `start_at`): its code runs
+        from then on. None: at once."""
+        origin = self.origin
+        return origin.get("begin_at") if origin else None
 
     @property
     def parent(self) -> dict[str, Any] | None:

@@ -12,6 +12,7 @@ import enum
 class Status(enum.StrEnum):
     """A run's status; the values are the lowercase names."""
 
+    SCHEDULED = "scheduled"
     RUNNING = "running"
     PARKED = "parked"
     PAUSED = "paused"
@@ -26,4 +27,10 @@ class Status(enum.StrEnum):
 
     @property
     def is_open(self) -> bool:
-        return self in (Status.RUNNING, Status.PARKED, Status.PAUSED, Status.STUCK)
+        return self in (
+            Status.SCHEDULED,
+            Status.RUNNING,
+            Status.PARKED,
+            Status.PAUSED,
+            Status.STUCK,
+        )

@@ -28,6 +28,7 @@ VALUE_CHARS_MAX = 4000
 """A JSON value is shown up to this many characters; the rest is cut, and says so."""
 
 STATUS_CLASSES = {
+    "scheduled": "muted",
     "running": "run",
     "parked": "park",
     "paused": "warn",
