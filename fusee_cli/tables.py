@@ -89,6 +89,8 @@ def waits_for(w: Waiting, now: datetime | None = None) -> str:
     now = now or datetime.now(UTC)
     until = when(w.until) if w.until is not None else None
     match w.kind:
+        case WaitKind.BEGIN:
+            return f"its delayed start, at {until}"
         case WaitKind.SIGNAL:
             return f"signal {w.name!r}" + (f" until {until}" if until else " (no timeout)")
         case WaitKind.TIMER:

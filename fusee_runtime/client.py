@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import os
 import tempfile
 from collections.abc import AsyncGenerator
 from datetime import datetime, timedelta
@@ -100,7 +101,7 @@ class Client:
             raise ValueError("Client.connect: token= is for an HTTP server (url=)")
         from fusee_runtime.control.client import Client as Transport
         from fusee_runtime.control.client import OwnerUnanswered
-        from fusee_runtime.control.connect import connect
+        from fusee_runtime.control.connect import EachCall, connect
         from fusee_runtime.control.router import LocalClient
 
         stack = contextlib.AsyncExitStack()
@@ -118,6 +119,12 @@ class Client:
                 config: dict[str, Any] = {"store": store}
             else:
                 where, config = Path(home or "."), {}
+            if app is None:  # reached anew for each call: no lock held between calls
+                probe = EachCall(where, config)
+                async with _lost():
+                    pong = await probe.ping()
+                if pong["pid"] == os.getpid():
+                    return cls(probe, stack, f"{store or where}, opened here for each call")
             opening = connect(where, app, drive=app is not None, **config)
             try:
                 reached = await stack.enter_async_context(opening)
@@ -126,8 +133,8 @@ class Client:
             if isinstance(reached, Transport):
                 how = f"{store or where}, driven by {reached.driver}"
                 return cls(reached, stack, how)
-            drives = "driving its runs" if app is not None else "recording only"
-            return cls(LocalClient(reached), stack, f"{store or where}, opened here ({drives})")
+            how = f"{store or where}, opened here (driving its runs)"
+            return cls(LocalClient(reached), stack, how)
         except BaseException:
             await stack.aclose()
             raise
@@ -220,6 +227,88 @@ class Client:
         """Fails the `ctx.await_completion` that issued `token`."""
         async with _lost():
             await self._transport.fail(token, message)
+
+    # -- cron schedules ------------------------------------------------------------------
+
+    async def schedules(self) -> builtins.list[JsonObject]:
+        """Every cron schedule, declared by the app or made at run time, with its state."""
+        async with _lost():
+            return await self._transport.schedules()
+
+    async def create_schedule(
+        self,
+        name: str,
+        workflow: str,
+        cron: str,
+        *,
+        timezone: str | None = None,
+        overlap: str | None = None,
+        catchup: str | None = None,
+        input: object = None,
+    ) -> JsonObject:
+        """Makes cron schedule `name`, which starts runs of `workflow` (with `input`, else
+        the instant) at each instant of `cron` in `timezone` (UTC), by its `overlap`
+        ("skip") and `catchup` ("one"), as `@workflow(cron=...)` does; durable, it fires
+        from now on wherever the home is driven. Returns it as `schedules` lists it.
+
+        Raises:
+            Rejected: the name is taken, or a field is not valid.
+            NotFound: no workflow of that name where the runs are driven.
+        """
+        async with _lost():
+            return await self._transport.schedule_set(
+                name, True, workflow, cron, timezone, overlap, catchup, input
+            )
+
+    async def update_schedule(
+        self,
+        name: str,
+        *,
+        workflow: str | None = None,
+        cron: str | None = None,
+        timezone: str | None = None,
+        overlap: str | None = None,
+        catchup: str | None = None,
+        input: object = None,
+    ) -> JsonObject:
+        """Changes the fields given of schedule `name` (made at run time)."""
+        async with _lost():
+            return await self._transport.schedule_set(
+                name, False, workflow, cron, timezone, overlap, catchup, input
+            )
+
+    async def pause_schedule(self, name: str) -> JsonObject:
+        """Pauses schedule `name`: it fires nothing until unpaused (nor catches up after)."""
+        async with _lost():
+            return await self._transport.schedule(name, "pause")
+
+    async def unpause_schedule(self, name: str) -> JsonObject:
+        async with _lost():
+            return await self._transport.schedule(name, "unpause")
+
+    async def trigger_schedule(self, name: str) -> ClientHandle:
+        """Starts a run of schedule `name` now, whatever its overlap."""
+        async with _lost():
+            info = await self._transport.schedule(name, "trigger")
+        return ClientHandle(self._transport, info.id, info.run_id)
+
+    async def delete_schedule(self, name: str) -> None:
+        """Deletes schedule `name` (made at run time): it fires no more."""
+        async with _lost():
+            await self._transport.schedule_delete(name)
+
+    async def backfill_schedule(
+        self, name: str, start: datetime, end: datetime
+    ) -> builtins.list[tuple[str, str]]:
+        """Starts the runs schedule `name` should have started for its instants in
+        [`start`, `end`) (aware datetimes, `end` not after now), by its overlap; returns
+        each instant's run id and "started", "existed" (started before: a backfill run
+        twice starts each run once) or "skipped"."""
+        async with _lost():
+            pairs = await self._transport.schedule_backfill(
+                name, start.isoformat(), end.isoformat()
+            )
+        return [(id, outcome) for id, outcome in pairs]
 
 
 class ClientHandle:

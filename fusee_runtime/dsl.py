@@ -354,7 +354,14 @@ def _check_step_options(name: str, opts: StepOptions, beat: Any) -> None:
         raise ValueError(f"@step {name}: {problem}")
 
 
-def check_cron(name: str, cron: str, timezone: str | None, overlap: str, catchup: str) -> None:
+def check_cron(
+    name: str,
+    cron: str,
+    timezone: str | None,
+    overlap: str,
+    catchup: str,
+    what: str = "@workflow",
+) -> None:
     """Refuses a schedule that could never fire as written, at import time.
 
     Raises:
@@ -367,22 +374,22 @@ def check_cron(name: str, cron: str, timezone: str | None, overlap: str, catchup
 
     if overlap not in ("skip", "allow", "buffer_one"):
         raise ValueError(
-            f"@workflow {name}: overlap is 'skip', 'allow' or 'buffer_one', not {overlap!r}"
+            f"{what} {name}: overlap is 'skip', 'allow' or 'buffer_one', not {overlap!r}"
         )
     if catchup not in ("one", "all", "none"):
-        raise ValueError(f"@workflow {name}: catchup is 'one', 'all' or 'none', not {catchup!r}")
+        raise ValueError(f"{what} {name}: catchup is 'one', 'all' or 'none', not {catchup!r}")
     try:
         tz = ZoneInfo("UTC" if timezone is None else timezone)
     except (ZoneInfoNotFoundError, ValueError) as e:
-        raise ValueError(f"@workflow {name}: unknown timezone {timezone!r}: {e}") from None
+        raise ValueError(f"{what} {name}: unknown timezone {timezone!r}: {e}") from None
     if not isinstance(cron, str):
-        raise ValueError(f"@workflow {name}: cron is a string such as '*/5 * * * *'")
+        raise ValueError(f"{what} {name}: cron is a string such as '*/5 * * * *'")
     if len(cron.split()) != 5:
         raise ValueError(
-            f"@workflow {name}: invalid cron expression {cron!r}: a cron expression has five "
+            f"{what} {name}: invalid cron expression {cron!r}: a cron expression has five "
             "fields (minute hour day-of-month month day-of-week)"
         )
     try:
         next(CronSim(cron, datetime.now(tz) - timedelta(days=1)))
     except (CronSimError, StopIteration, ValueError) as e:
-        raise ValueError(f"@workflow {name}: invalid cron expression {cron!r}: {e}") from None
+        raise ValueError(f"{what} {name}: invalid cron expression {cron!r}: {e}") from None

@@ -94,6 +94,9 @@ class Client:
         return cls(connected, loop)
 
     def close(self) -> None:
+        """Closes the client (a second close does nothing)."""
+        if self._loop.loop.is_closed():
+            return
         try:
             self._loop.run(self._client.close())
         finally:
@@ -143,6 +146,51 @@ class Client:
 
     def fail(self, token: str, message: str) -> None:
         self._loop.run(self._client.fail(token, message))
+
+    def schedules(self) -> builtins.list[JsonObject]:
+        return self._loop.run(self._client.schedules())
+
+    def create_schedule(
+        self,
+        name: str,
+        workflow: str,
+        cron: str,
+        *,
+        timezone: str | None = None,
+        overlap: str | None = None,
+        catchup: str | None = None,
+        input: object = None,
+    ) -> JsonObject:
+        made = self._client.create_schedule(
+            name,
+            workflow,
+            cron,
+            timezone=timezone,
+            overlap=overlap,
+            catchup=catchup,
+            input=input,
+        )
+        return self._loop.run(made)
+
+    def update_schedule(self, name: str, **changes: Any) -> JsonObject:
+        return self._loop.run(self._client.update_schedule(name, **changes))
+
+    def pause_schedule(self, name: str) -> JsonObject:
+        return self._loop.run(self._client.pause_schedule(name))
+
+    def unpause_schedule(self, name: str) -> JsonObject:
+        return self._loop.run(self._client.unpause_schedule(name))
+
+    def trigger_schedule(self, name: str) -> ClientHandle:
+        return ClientHandle(self._loop.run(self._client.trigger_schedule(name)), self._loop)
+
+    def delete_schedule(self, name: str) -> None:
+        self._loop.run(self._client.delete_schedule(name))
+
+    def backfill_schedule(
+        self, name: str, start: datetime, end: datetime
+    ) -> builtins.list[tuple[str, str]]:
+        return self._loop.run(self._client.backfill_schedule(name, start, end))
 
 
 class ClientHandle:

@@ -282,6 +282,44 @@ class Control(Operations):
         triggers a run of it now (returns the run)."""
         return await self._recorded(self.engine.schedules.act(name, action))
 
+    async def schedule_set(
+        self,
+        name: str,
+        create: bool,
+        workflow: str | None = None,
+        cron: str | None = None,
+        timezone: str | None = None,
+        overlap: str | None = None,
+        catchup: str | None = None,
+        input: object = None,
+    ) -> JsonObject:
+        changes = {
+            "workflow": workflow,
+            "cron": cron,
+            "timezone": timezone,
+            "overlap": overlap,
+            "catchup": catchup,
+            "input": input,
+        }
+        return await self._recorded(self.engine.schedules.set(name, changes, create=create))
+
+    async def schedule_delete(self, name: str) -> JsonObject:
+        await self._recorded(self.engine.schedules.delete(name))
+        return {"name": name}
+
+    async def schedule_backfill(
+        self, name: str, start: str, end: str
+    ) -> builtins.list[builtins.list[str]]:
+        try:
+            began, ended = datetime.fromisoformat(start), datetime.fromisoformat(end)
+        except (TypeError, ValueError):
+            why = f"a backfill's range is two ISO 8601 instants, not {start!r} and {end!r}"
+            raise Rejected(why) from None
+        if began.tzinfo is None or ended.tzinfo is None:
+            raise Rejected("a backfill's range is two instants with their UTC offset")
+        backfill = self.engine.schedules.backfill(name, began.timestamp(), ended.timestamp())
+        return await self._recorded(backfill)
+
     async def prune(self, older_than: float) -> int:
         """Deletes the runs that closed more than `older_than` seconds ago from the history
         store; returns how many. Open runs are never pruned."""

@@ -82,9 +82,16 @@ _RAISED: dict[str, type[FuseeError]] = {
 def raised(error: dict[str, Any]) -> FuseeError:
     """The engine's exception an error answer names (`FuseeError` for one it does not
     know): the same class whatever carried it, a `RunFailed` with its `Failure`."""
-    if error["type"] == "RunFailed" and "failure" in error:
+    kind, message = error["type"], error["message"]
+    if kind == "RunFailed" and "failure" in error:
         return errors.RunFailed(error["id"], Failure.from_json(error["failure"]))
-    return _RAISED.get(error["type"], FuseeError)(error["message"])
+    # A relay (a worker asked over HTTP) that could not reach the driver: said as the
+    # relay's own client says it (nothing sent, or the call may have been done).
+    if kind == "OwnerGone":
+        return OwnerGone(message)
+    if kind in ("OwnerLost", "OwnerUnanswered"):
+        return OwnerLost(message)
+    return _RAISED.get(kind, FuseeError)(message)
 
 
 class Client(Operations):
@@ -293,6 +300,36 @@ class Client(Operations):
 
     async def schedule(self, name: str, action: ops.ScheduleAction) -> Any:
         return await self._ask(ops.SCHEDULE, name=name, action=action)
+
+    async def schedule_set(
+        self,
+        name: str,
+        create: bool,
+        workflow: str | None = None,
+        cron: str | None = None,
+        timezone: str | None = None,
+        overlap: str | None = None,
+        catchup: str | None = None,
+        input: object = None,
+    ) -> JsonObject:
+        given = {
+            "workflow": workflow,
+            "cron": cron,
+            "timezone": timezone,
+            "overlap": overlap,
+            "catchup": catchup,
+            "input": input,
+        }
+        args: dict[str, Any] = {key: value for key, value in given.items() if value is not None}
+        return await self._ask(ops.SCHEDULE_SET, name=name, create=create, **args)
+
+    async def schedule_delete(self, name: str) -> JsonObject:
+        return await self._ask(ops.SCHEDULE_DELETE, name=name)
+
+    async def schedule_backfill(
+        self, name: str, start: str, end: str
+    ) -> builtins.list[builtins.list[str]]:
+        return await self._ask(ops.SCHEDULE_BACKFILL, name=name, start=start, end=end)
 
     async def prune(self, older_than: float) -> int:
         return await self._ask(ops.PRUNE, older_than=older_than)

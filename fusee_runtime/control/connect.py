@@ -22,17 +22,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from fusee_runtime.control import ops
 from fusee_runtime.control.api import Control
 from fusee_runtime.control.client import Client, ControlApi, ControlClient, OwnerUnanswered
 from fusee_runtime.engine.config import Config
 from fusee_runtime.engine.engine import Engine
 from fusee_runtime.engine.home import HomeLock
 from fusee_runtime.errors import HomeLocked
+from fusee_runtime.model.json import Json
 
 if TYPE_CHECKING:
     from fusee_runtime.store.shards import Layout
@@ -195,3 +197,43 @@ def _reach(home: Path, config: dict[str, Any]) -> Reach:
         return await ShardRouter.reach(layout, lease, open_undriven)
 
     return reach
+
+
+class EachCall(Client):
+    """The control API of a home (or database) that no process drives now, reached anew
+    for each call: its owner's if one serves it by then, else the home opened passively
+    for the call alone, as a command does. A program's long-lived client holds no lock
+    between its calls, so a driver (`fusee serve`) can take the home at any time."""
+
+    def __init__(self, home: Path, config: dict[str, Any]) -> None:
+        self.home = home
+        self._config = config
+
+    @property
+    def owner(self) -> int | None:
+        return None
+
+    @property
+    def driver(self) -> str:
+        return "no process: each call opens the home, recording only"
+
+    @contextlib.asynccontextmanager
+    async def _reached(self) -> AsyncIterator[Client]:
+        from fusee_runtime.control.router import LocalClient
+
+        async with connect(self.home, None, drive=False, **self._config) as reached:
+            yield reached if isinstance(reached, Client) else LocalClient(reached)
+
+    async def call(self, op: ops.Call[..., object], args: ops.Args) -> Json:
+        async with self._reached() as client:
+            return await client.call(op, args)
+
+    async def events(
+        self, op: ops.Stream[..., object], args: ops.Args
+    ) -> AsyncGenerator[Json, None]:
+        async with (
+            self._reached() as client,
+            contextlib.aclosing(client.events(op, args)) as events,
+        ):
+            async for event in events:
+                yield event

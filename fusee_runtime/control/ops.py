@@ -226,6 +226,32 @@ class Operations(Protocol):
         triggers a run of it now (returns the run)."""
         ...
 
+    async def schedule_set(
+        self,
+        name: str,
+        create: bool,
+        workflow: str | None = None,
+        cron: str | None = None,
+        timezone: str | None = None,
+        overlap: str | None = None,
+        catchup: str | None = None,
+        input: object = None,
+    ) -> JsonObject:
+        """Makes schedule `name` (`create`: its `workflow` and `cron` at least), or changes
+        one made at run time (the fields given); returns it as `schedules` lists it."""
+        ...
+
+    async def schedule_delete(self, name: str) -> JsonObject:
+        """Deletes schedule `name`, made at run time; returns `{"name": name}`."""
+        ...
+
+    async def schedule_backfill(
+        self, name: str, start: str, end: str
+    ) -> builtins.list[builtins.list[str]]:
+        """Starts the runs of schedule `name` for its instants in [`start`, `end`) (ISO 8601),
+        by its overlap; each instant's `[run id, "started" | "existed" | "skipped"]`."""
+        ...
+
     async def prune(self, older_than: float) -> int:
         """Deletes the runs closed more than `older_than` seconds ago; returns how many."""
         ...
@@ -536,6 +562,30 @@ SCHEDULE = _call(
     route=Route.FIRST,
     http=True,
 )
+SCHEDULE_SET = _call(
+    Operations.schedule_set,
+    lambda o, a: o.schedule_set(**a),
+    _object,
+    acts=True,
+    route=Route.FIRST,
+    http=False,
+)
+SCHEDULE_DELETE = _call(
+    Operations.schedule_delete,
+    lambda o, a: o.schedule_delete(**a),
+    _object,
+    acts=True,
+    route=Route.FIRST,
+    http=False,
+)
+SCHEDULE_BACKFILL = _call(
+    Operations.schedule_backfill,
+    lambda o, a: o.schedule_backfill(**a),
+    _pairs,
+    acts=True,
+    route=Route.FIRST,
+    http=False,
+)
 PRUNE = _call(
     Operations.prune,
     lambda o, a: o.prune(**a),
@@ -570,7 +620,8 @@ OPS: dict[str, Op] = {
     for op in (
         *(PING, START, UPDATE_WITH_START, DESCRIBE, LIST, HISTORY, LOG, JOURNAL, RUN_IDS),
         *(SIGNAL, CANCEL, TERMINATE, RESUME, RESET, COMPLETE, FAIL, QUERY, UPDATE, RESULT),
-        *(SCHEDULES, SCHEDULE, PRUNE, LIMITS, LIMIT, WATCH, STREAM),
+        *(SCHEDULES, SCHEDULE, SCHEDULE_SET, SCHEDULE_DELETE, SCHEDULE_BACKFILL),
+        *(PRUNE, LIMITS, LIMIT, WATCH, STREAM),
     )
 }
 """Every operation, by its name on the wire."""

@@ -19,7 +19,7 @@ from fusee_runtime.engine import resets
 from fusee_runtime.engine.durability import Durability
 from fusee_runtime.engine.runs import RunTable
 from fusee_runtime.engine.state import Status
-from fusee_runtime.engine.waits import wake_at
+from fusee_runtime.engine.waits import INSTANT_MAX, wake_at
 from fusee_runtime.errors import IdConflict, Rejected
 from fusee_runtime.model.op_records import StepResumed
 from fusee_runtime.model.records import RunTerminated, RunUnstuck
@@ -80,6 +80,9 @@ class Commands:
                 "an update with its start takes an id, no start_delay or start_at, and "
                 "on_conflict 'return'"
             )
+        if use_open and not self.driver.config.drive:
+            # Its update needs the run's code: refused before anything is recorded.
+            raise Rejected("an update with its start needs the process that runs the code")
         workflow_id = owned_id(id, self.driver.shard)
         traceparent = check_traceparent(traceparent) if traceparent is not None else None
         existing = self.runs.find_latest(workflow_id) if id is not None else None
@@ -135,9 +138,11 @@ class Commands:
             at = start_at.timestamp()
         else:
             delay = seconds(start_delay)
-            if delay is None or not delay >= 0:
+            if delay is None or not 0 <= delay < INSTANT_MAX:
                 raise Rejected(f"start_delay is a duration of 0 or more, not {start_delay!r}")
             at = now + delay
+        if wake_at(at) is None:  # past year 9999 (or not a number): it would never begin
+            raise Rejected(f"a run begins before the year 10000, not {start_at or start_delay!r}")
         return at if at > now else None
 
     async def signal(
@@ -192,6 +197,8 @@ class Commands:
         self.driver.check_accepting()
         run = self.runs.get(id, run_id)
         newest = self.runs.latest(id) if run_id is not None else run
+        if run.status == Status.SCHEDULED:
+            raise Rejected(f"run {id!r} has not begun: nothing of it to reset (cancel it)")
         new = resets.reset(self.driver, run, to, newest)
         await self.durability.wait(new.last_lsn)
         return new.run_id

@@ -1,7 +1,14 @@
-"""Cron schedules: `@workflow(cron=...)`, fired by the engine that serves the home.
+"""Cron schedules: `@workflow(cron=...)`, or made at run time (`fusee schedules
+create`), fired by the engine that serves the home.
 
-Each firing starts a run whose id is the workflow's name and the scheduled
-instant (`sweep@2026-12-02T17:05:00Z`), with that instant as its input. The
+A schedule declared on a workflow is named after it; one made at run time has a
+name of its own, and says which workflow it starts, with which input (`Spec`);
+it is recorded (`ScheduleSet`, `ScheduleDeleted`), so it holds across restarts
+and fires wherever the journal is driven next.
+
+Each firing starts a run whose id is the schedule's name and the scheduled
+instant (`sweep@2026-12-02T17:05:00Z`), with that instant as its input (or the
+input the schedule was made with). The
 run's start is appended before the record of the firing, so a crash between
 the two leaves a run whose id says it fired: the next open sees the run and
 only records the firing, never starting it twice. What each schedule did is
@@ -22,16 +29,31 @@ import asyncio
 import builtins
 import dataclasses
 import logging
-from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
-from fusee_runtime.dsl import WorkflowDef
+from fusee_runtime.engine.schedule_state import (
+    ScheduleState,
+    Spec,
+    check,
+    cron_times,
+    fold,
+    instant_id,
+    iso,
+    upto,
+)
 from fusee_runtime.engine.waits import utc
-from fusee_runtime.errors import Rejected
-from fusee_runtime.model.records import Record, ScheduleArmed, ScheduleFired, SchedulePaused
+from fusee_runtime.errors import NotFound, Rejected
+from fusee_runtime.model.payload import Payload
+from fusee_runtime.model.records import (
+    Record,
+    ScheduleArmed,
+    ScheduleDeleted,
+    ScheduleFired,
+    SchedulePaused,
+    ScheduleSet,
+)
 from fusee_runtime.model.run import RunInfo
 from fusee_runtime.store.shards import beside
 
@@ -44,51 +66,6 @@ LATE_S = 60.0
 """An instant this late is missed rather than due: `catchup="none"` skips it."""
 CATCHUP_MAX = 1000
 """Most instants one catch-up fires (`catchup="all"`); older ones are skipped."""
-
-
-@dataclass
-class ScheduleState:
-    """What the journal says of one schedule."""
-
-    paused: bool = False
-    last: float | None = None
-    """The latest instant fired, skipped or buffered."""
-    floor: float | None = None
-    """Instants up to here never fire: before the schedule was armed (or armed
-    again with another expression), or while it was paused."""
-    buffered: float | None = None
-    """An instant waiting for the open run to close (`overlap="buffer_one"`)."""
-    cron: tuple[str, str] | None = None
-    """The expression and timezone it was armed with."""
-
-    @property
-    def since(self) -> float | None:
-        """After which instant the schedule fires next."""
-        marks = [t for t in (self.last, self.floor) if t is not None]
-        return max(marks) if marks else None
-
-
-def instant_id(workflow: str, at: float, *, exact: bool = False) -> str:
-    """The id of the run a schedule starts for instant `at`."""
-    when = utc(at)
-    if exact:
-        return f"{workflow}@{when:%Y-%m-%dT%H:%M:%S.%f}Z"
-    return f"{workflow}@{when:%Y-%m-%dT%H:%M:%SZ}"
-
-
-def cron_times(wf: WorkflowDef, after: float, *, reverse: bool = False) -> Any:
-    """The schedule's instants (Unix seconds) strictly after `after`, or before it with
-    `reverse`, in order."""
-    from zoneinfo import ZoneInfo
-
-    from cronsim import CronSim
-
-    assert wf.cron is not None
-    start = datetime.fromtimestamp(after, ZoneInfo(wf.timezone or "UTC"))
-    times = (t.timestamp() for t in CronSim(wf.cron, start, reverse=reverse))
-    # In the repeated hour of a DST change the library can step back across the
-    # fold: only instants on the asked side of `after` count.
-    return (t for t in times if (t < after if reverse else t > after))
 
 
 class Schedules:
@@ -110,7 +87,7 @@ class Schedules:
 
     def replay(self, lsn: int, rec: Record) -> None:
         """Folds one schedule record into memory (on open, and as they are appended)."""
-        _fold(self._state, rec)
+        fold(self._state, rec)
         if self._host.config.checkpoint_bytes is not None:
             self._since.append((lsn, rec))
 
@@ -127,7 +104,7 @@ class Schedules:
         for at, rec in self._since:
             if at > lsn:
                 break
-            _fold(self._base, rec)
+            fold(self._base, rec)
         self._since = [(at, rec) for at, rec in self._since if at > lsn]
         return {name: dataclasses.asdict(st) for name, st in self._base.items()}
 
@@ -136,8 +113,34 @@ class Schedules:
         self.replay(lsn, rec)
         return lsn
 
-    def _crons(self) -> builtins.list[WorkflowDef]:
-        return sorted((wf for wf in self._host.workflows.values() if wf.cron), key=lambda w: w.name)
+    def _specs(self) -> builtins.list[Spec]:
+        """Every schedule: those the app declares, and those made at run time."""
+        declared = {
+            wf.name: Spec(wf.name, wf.name, wf.cron, wf.timezone or "UTC", wf.overlap, wf.catchup)
+            for wf in self._host.workflows.values()
+            if wf.cron
+        }
+        made = {
+            name: Spec(name, **st.made, made=True)
+            for name, st in self._state.items()
+            if st.made is not None and name not in declared
+        }
+        return sorted([*declared.values(), *made.values()], key=lambda spec: spec.name)
+
+    def _spec(self, name: str) -> Spec:
+        """The schedule named `name`.
+
+        Raises:
+            NotFound: there is none (the message names those there are).
+        """
+        specs = self._specs()
+        for spec in specs:
+            if spec.name == name:
+                return spec
+        if name in self._host.workflows:
+            raise Rejected(f"workflow {name!r} has no cron schedule")
+        known = ", ".join(spec.name for spec in specs) or "none"
+        raise NotFound(f"no schedule {name!r}; schedules: {known}")
 
     def _open_runs(self, name: str) -> int:
         return sum(
@@ -149,55 +152,162 @@ class Schedules:
     # -- for people and the control API -------------------------------------------------
 
     def list(self) -> builtins.list[dict[str, Any]]:
-        """Every cron schedule the app declares, with its state."""
+        """Every cron schedule, declared or made, with its state."""
         now = self._host.clock.now()
         out = []
-        for wf in self._crons():
-            st = self._state.get(wf.name, ScheduleState())
-            nxt = None if st.paused else next(cron_times(wf, max(st.since or now, now)), None)
+        for spec in self._specs():
+            st = self._state.get(spec.name, ScheduleState())
+            nxt = None if st.paused else next(cron_times(spec, max(st.since or now, now)), None)
             out.append(
                 {
-                    "workflow": wf.name,
-                    "cron": wf.cron,
-                    "timezone": wf.timezone or "UTC",
-                    "overlap": wf.overlap,
-                    "catchup": wf.catchup,
+                    "name": spec.name,
+                    "workflow": spec.workflow,
+                    "cron": spec.cron,
+                    "timezone": spec.timezone,
+                    "overlap": spec.overlap,
+                    "catchup": spec.catchup,
+                    "made": spec.made,
+                    "input": spec.input,
                     "paused": st.paused,
-                    "last": _iso(st.last),
-                    "next": _iso(nxt),
-                    "buffered": _iso(st.buffered),
-                    "open_runs": self._open_runs(wf.name),
+                    "last": iso(st.last),
+                    "next": iso(nxt),
+                    "buffered": iso(st.buffered),
+                    "open_runs": self._open_runs(spec.name),
                 }
             )
         return out
 
+    def _listed(self, name: str) -> dict[str, Any]:
+        return next(s for s in self.list() if s["name"] == name)
+
     async def act(
         self, name: str, action: Literal["pause", "unpause", "trigger"]
     ) -> dict[str, Any] | RunInfo:
-        """Pauses or unpauses the schedule of `name` (durable when this returns), or starts
+        """Pauses or unpauses the schedule `name` (durable when this returns), or starts
         a run of it now, whatever its overlap (returns the run).
 
         Raises:
-            NotFound: no workflow of that name.
-            Rejected: the workflow has no cron schedule, or an unknown action.
+            NotFound: no schedule of that name.
+            Rejected: an unknown action.
         """
         host = self._host
         host.check_accepting()
-        wf = host.workflow(name)
-        if not wf.cron:
-            raise Rejected(f"workflow {wf.name!r} has no cron schedule")
+        spec = self._spec(name)
         now = host.clock.now()
         if action in ("pause", "unpause"):
-            lsn = self._record(SchedulePaused(wf.name, action == "pause", now))
-            log.info("fusee: schedule %s: %sd", wf.name, action)
+            lsn = self._record(SchedulePaused(spec.name, action == "pause", now))
+            log.info("fusee: schedule %s: %sd", spec.name, action)
             self.poke()
             await host.wait_durable(lsn)
-            return next(s for s in self.list() if s["workflow"] == wf.name)
+            return self._listed(spec.name)
         if action == "trigger":
-            run = self._start(wf, now, self._id(wf.name, now, exact=True), manual=True)
+            run = self._start(spec, now, self._id(spec.name, now, exact=True), manual=True)
             await host.wait_durable(run.last_lsn)
             return run.info()
         raise Rejected(f"a schedule action is pause, unpause or trigger, not {action!r}")
+
+    async def set(self, name: str, changes: dict[str, Any], *, create: bool) -> dict[str, Any]:
+        """Makes schedule `name` (`create`) or changes one made at run time, with the
+        `changes` to its `Spec`'s fields (a new one's `workflow` and `cron` at least);
+        returns it as `list` shows it, once durable. It fires from now on.
+
+        Raises:
+            Rejected: a name taken (create) or declared by the app, a bad field, a
+                workflow this engine does not know.
+            NotFound: no schedule of that name (to change).
+        """
+        host = self._host
+        host.check_accepting()
+        specs = {spec.name: spec for spec in self._specs()}
+        old = specs.get(name)
+        if create and old is not None:
+            raise Rejected(f"schedule {name!r} exists: update or delete it")
+        if old is not None and not old.made:
+            raise Rejected(f"schedule {name!r} is declared by @workflow(cron=...): change the code")
+        if not create and old is None:
+            raise NotFound(f"no schedule {name!r} made at run time")
+        allowed = {f.name for f in dataclasses.fields(Spec)} - {"name", "made"}
+        if bad := sorted(set(changes) - allowed):
+            raise Rejected(f"a schedule has no field {bad[0]!r}")
+        base = old.fields() if old is not None else {}
+        fields = {**base, **{k: v for k, v in changes.items() if v is not None}}
+        if "workflow" not in fields or "cron" not in fields:
+            raise Rejected("a new schedule needs its workflow and its cron expression")
+        spec = Spec(name, **fields, made=True)
+        check(spec)
+        host.workflow(spec.workflow)  # NotFound: an unknown workflow, by name
+        encoded = host.encode(spec.input, f"the input of schedule {name!r}")
+        rec = ScheduleSet(
+            name,
+            spec.workflow,
+            spec.cron,
+            spec.timezone,
+            spec.overlap,
+            spec.catchup,
+            Payload(encoded),
+            host.clock.now(),
+        )
+        lsn = self._record(rec)
+        log.info("fusee: schedule %s: %s", name, "created" if create else "updated")
+        self.poke()
+        await host.wait_durable(lsn)
+        return self._listed(name)
+
+    async def delete(self, name: str) -> None:
+        """Deletes schedule `name`, made at run time (durable when this returns): it fires
+        no more; the runs it started go on.
+
+        Raises:
+            NotFound: no schedule of that name.
+            Rejected: it is declared by the app.
+        """
+        host = self._host
+        host.check_accepting()
+        if not self._spec(name).made:
+            raise Rejected(f"schedule {name!r} is declared by @workflow(cron=...): change the code")
+        lsn = self._record(ScheduleDeleted(name, host.clock.now()))
+        log.info("fusee: schedule %s: deleted", name)
+        self.poke()
+        await host.wait_durable(lsn)
+
+    async def backfill(
+        self, name: str, start: float, end: float
+    ) -> builtins.list[builtins.list[str]]:
+        """Starts the runs schedule `name` should have started for its instants in
+        [`start`, `end`), oldest first, by its overlap (against the runs open before and
+        those the backfill starts); returns each instant's run id and "started",
+        "existed" (started before: a backfill run again starts nothing twice) or
+        "skipped". Once durable.
+
+        Raises:
+            NotFound: no schedule of that name.
+            Rejected: `end` not after `start`, or in the future; more than
+                `CATCHUP_MAX` instants.
+        """
+        host = self._host
+        host.check_accepting()
+        spec = self._spec(name)
+        now = host.clock.now()
+        if not start < end <= now:
+            raise Rejected(
+                "a backfill takes a range that ends after it begins, and not later than now"
+            )
+        instants = list(upto(cron_times(spec, start - 1e-3), end))
+        if len(instants) > CATCHUP_MAX:
+            raise Rejected(f"a backfill starts at most {CATCHUP_MAX} runs; this range has more")
+        outcomes, lsn = [], 0
+        for at in instants:
+            workflow_id = self._id(spec.name, at)
+            if host.find_latest(workflow_id) is not None:
+                outcomes.append([workflow_id, "existed"])
+            elif spec.overlap == "allow" or not self._open_runs(spec.name):
+                lsn = self._start(spec, at, workflow_id, backfill=True).last_lsn
+                outcomes.append([workflow_id, "started"])
+            else:
+                outcomes.append([workflow_id, "skipped"])
+        log.info("fusee: schedule %s: backfilled %d instant(s)", name, len(instants))
+        await host.wait_durable(lsn)
+        return outcomes
 
     # -- firing --------------------------------------------------------------------------
 
@@ -244,10 +354,10 @@ class Schedules:
     def _next_instant(self, now: float) -> float | None:
         """The earliest instant due next among the schedules not paused."""
         times = []
-        for wf in self._crons():
-            st = self._state.get(wf.name, ScheduleState())
+        for spec in self._firing():
+            st = self._state.get(spec.name, ScheduleState())
             if not st.paused:
-                times.append(next(cron_times(wf, max(st.since or now, now)), None))
+                times.append(next(cron_times(spec, max(st.since or now, now)), None))
         return min((t for t in times if t is not None), default=None)
 
     def fire_due(self, now: float) -> None:
@@ -255,108 +365,99 @@ class Schedules:
         overlap; starts a buffered instant whose blocking run closed."""
         if self._host.failed is not None or self._host.closing:
             return
-        for wf in self._crons():
-            st = self._state.get(wf.name)
-            armed = (wf.cron or "", wf.timezone or "UTC")
+        for spec in self._firing():
+            st = self._state.get(spec.name)
+            armed = (spec.cron, spec.timezone)
             if st is None or st.since is None or st.cron != armed:
                 # First sight, or another expression than it was armed with: it fires
                 # from now on (the old expression's last firing says nothing of the
                 # new one's instants), and that is recorded.
-                self._record(ScheduleArmed(wf.name, *armed, now))
+                self._record(ScheduleArmed(spec.name, *armed, now))
                 continue
             if st.paused:
                 continue
-            if st.buffered is not None and not self._open_runs(wf.name):
-                workflow_id = self._id(wf.name, st.buffered)
-                self._start(wf, st.buffered, workflow_id)
-                self._record(ScheduleFired(wf.name, st.buffered, "started", workflow_id, now))
-                log.info("fusee: schedule %s: started %s (buffered)", wf.name, workflow_id)
+            if st.buffered is not None and not self._open_runs(spec.name):
+                workflow_id = self._id(spec.name, st.buffered)
+                self._start(spec, st.buffered, workflow_id)
+                self._record(ScheduleFired(spec.name, st.buffered, "started", workflow_id, now))
+                log.info("fusee: schedule %s: started %s (buffered)", spec.name, workflow_id)
             since = st.since
             assert since is not None
-            due = self._due(wf, since, now)
+            due = self._due(spec, since, now)
             if not due:
                 continue
-            if wf.catchup == "all":
+            if spec.catchup == "all":
                 firing = due
-            elif wf.catchup == "one":
+            elif spec.catchup == "one":
                 firing = due[-1:]
             else:
                 firing = [t for t in due if now - t < LATE_S]
             # Catching up "all" means all: the instants of one catch-up do not skip each
             # other by the overlap, which holds only against runs open before it.
-            clear = wf.overlap == "allow" or not self._open_runs(wf.name)
+            clear = spec.overlap == "allow" or not self._open_runs(spec.name)
             for i, t in enumerate(firing):
-                self._fire(wf, st, t, now, catching_up=clear and i > 0)
+                self._fire(spec, st, t, now, catching_up=clear and i > 0)
             if due[-1] not in firing:
-                self._record(ScheduleFired(wf.name, due[-1], "skipped", None, now))
+                self._record(ScheduleFired(spec.name, due[-1], "skipped", None, now))
         self.ticks += 1
         self._host.progressed()
 
+    def _firing(self) -> builtins.list[Spec]:
+        """The schedules this engine fires: those whose workflow it has (one made at run
+        time for code another engine has fires there, or once this one has it)."""
+        workflows = self._host.workflows
+        return [spec for spec in self._specs() if spec.workflow in workflows]
+
     @staticmethod
-    def _due(wf: WorkflowDef, last: float, now: float) -> builtins.list[float]:
+    def _due(spec: Spec, last: float, now: float) -> builtins.list[float]:
         """The instants in (last, now], oldest first, at most `CATCHUP_MAX` of the latest."""
         due: builtins.list[float] = []
         # Walking back from just past `now` visits only what is due, however long the gap.
-        for t in cron_times(wf, now + 1e-3, reverse=True):
+        for t in cron_times(spec, now + 1e-3, reverse=True):
             if t <= last or len(due) >= CATCHUP_MAX:
                 break
             due.append(t)
         return due[::-1]
 
     def _fire(
-        self, wf: WorkflowDef, st: ScheduleState, at: float, now: float, catching_up: bool = False
+        self, spec: Spec, st: ScheduleState, at: float, now: float, catching_up: bool = False
     ) -> None:
-        workflow_id = self._id(wf.name, at)
+        workflow_id = self._id(spec.name, at)
         if self._host.find_latest(workflow_id) is not None:
             outcome = "started"  # started before a crash that came before this record
-        elif wf.overlap == "allow" or catching_up or not self._open_runs(wf.name):
-            self._start(wf, at, workflow_id)
+        elif spec.overlap == "allow" or catching_up or not self._open_runs(spec.name):
+            self._start(spec, at, workflow_id)
             outcome = "started"
-        elif wf.overlap == "buffer_one" and st.buffered is None:
+        elif spec.overlap == "buffer_one" and st.buffered is None:
             outcome = "buffered"
         else:
             outcome = "skipped"
-        self._record(ScheduleFired(wf.name, at, outcome, workflow_id, now))
-        log.info("fusee: schedule %s: %s %s", wf.name, outcome, workflow_id)
+        self._record(ScheduleFired(spec.name, at, outcome, workflow_id, now))
+        log.info("fusee: schedule %s: %s %s", spec.name, outcome, workflow_id)
 
     def _id(self, workflow: str, at: float, exact: bool = False) -> str:
         """The id of a firing: its instant's, made to belong to this journal (with
         several in the database, cron fires in journal 0 alone: `store/shards.py`)."""
         return beside(instant_id(workflow, at, exact=exact), self._host.shard)
 
-    def _start(self, wf: WorkflowDef, at: float, workflow_id: str, *, manual: bool = False) -> Any:
+    def _start(
+        self,
+        spec: Spec,
+        at: float,
+        workflow_id: str,
+        *,
+        manual: bool = False,
+        backfill: bool = False,
+    ) -> Any:
         host = self._host
         existing = host.find_latest(workflow_id)
         if existing is not None:
             return existing
         when = utc(at).isoformat().replace("+00:00", "Z")
-        origin: dict[str, Any] = {"schedule": wf.name, "instant": at}
+        origin: dict[str, Any] = {"schedule": spec.name, "instant": at}
         if manual:
             origin["manual"] = True
-        return host.new_run(workflow_id, wf.name, orjson.dumps(when), None, origin)
-
-
-def _iso(at: float | None) -> str | None:
-    return None if at is None else utc(at).isoformat().replace("+00:00", "Z")
-
-
-def _fold(state: dict[str, ScheduleState], rec: Record) -> None:
-    """Folds one schedule record into `state`."""
-    if isinstance(rec, ScheduleArmed):
-        st = state.setdefault(rec.workflow, ScheduleState())
-        st.cron = (rec.cron, rec.timezone)
-        st.floor = rec.armed_at if st.floor is None else max(st.floor, rec.armed_at)
-    elif isinstance(rec, ScheduleFired):
-        st = state.setdefault(rec.workflow, ScheduleState())
-        instant = rec.instant
-        st.last = instant if st.last is None else max(st.last, instant)
-        if rec.outcome == "buffered":
-            st.buffered = instant
-        elif st.buffered == instant:
-            st.buffered = None  # started (or dropped) at last
-    elif isinstance(rec, SchedulePaused):
-        st = state.setdefault(rec.workflow, ScheduleState())
-        st.paused = rec.paused
-        if not st.paused:
-            # What came due while paused is not caught up.
-            st.floor = rec.at if st.floor is None else max(st.floor, rec.at)
+        if backfill:
+            origin["backfill"] = True
+        encoded = orjson.dumps(when if spec.input is None else spec.input)
+        return host.new_run(workflow_id, spec.workflow, encoded, None, origin)

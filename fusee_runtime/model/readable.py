@@ -79,8 +79,10 @@ from fusee_runtime.model.records import (
     RunTimedOut,
     RunUnstuck,
     ScheduleArmed,
+    ScheduleDeleted,
     ScheduleFired,
     SchedulePaused,
+    ScheduleSet,
     SignalReceived,
     UpdateAccepted,
     UpdateApplied,
@@ -134,8 +136,10 @@ RunEvent = (
 )
 """A record of a run as a whole: its start, its close, what came to it from outside."""
 
-NotOfARun = ScheduleArmed | ScheduleFired | SchedulePaused | LimitSet
-"""The records of a cron schedule (by the workflow's name) and of a limit's size."""
+NotOfARun = (
+    ScheduleArmed | ScheduleFired | SchedulePaused | ScheduleSet | ScheduleDeleted | LimitSet
+)
+"""The records of a cron schedule (by its name) and of a limit's size."""
 
 Named = (
     StepCompleted

@@ -75,6 +75,8 @@ class R(enum.IntEnum):
     LimitSet = 41
     StepStreamAppended = 42
     UpdateAccepted = 43
+    ScheduleSet = 44
+    ScheduleDeleted = 45
 
 
 _R = TypeVar("_R")
@@ -195,8 +197,8 @@ class RunContinuedAsNew(OfRun):
 
 @record
 class ScheduleArmed(Record):
-    """Cron schedules belong to a workflow, not to a run: the second field is the
-    workflow's name."""
+    """Cron schedules belong to no run: the second field of a schedule's records is its
+    name (a schedule declared by `@workflow(cron=...)` is named after its workflow)."""
 
     code: ClassVar[R] = R.ScheduleArmed
 
@@ -224,6 +226,33 @@ class SchedulePaused(Record):
     workflow: str
     paused: bool
     at: Instant
+
+
+@record
+class ScheduleSet(Record):
+    """A schedule made, or changed, at run time (`fusee schedules create`): its runs are of
+    `workflow`, with `input` (the instant when it is null, as a declared schedule's)."""
+
+    code: ClassVar[R] = R.ScheduleSet
+
+    name: str
+    workflow: str
+    cron: str
+    timezone: str
+    overlap: str
+    catchup: str
+    input: Payload
+    set_at: Instant
+
+
+@record
+class ScheduleDeleted(Record):
+    """A schedule made at run time, deleted: it fires no more (its runs go on)."""
+
+    code: ClassVar[R] = R.ScheduleDeleted
+
+    name: str
+    deleted_at: Instant
 
 
 @record
@@ -298,5 +327,7 @@ CLOSED_AS: dict[type[Record], Status] = {
 """The records that close a run, and the status each closes it with."""
 CLOSES: frozenset[type[Record]] = frozenset(CLOSED_AS)
 """The records that close a run."""
-SCHEDULES: frozenset[type[Record]] = frozenset({ScheduleArmed, ScheduleFired, SchedulePaused})
-"""The records of cron schedules (of a workflow, not of a run)."""
+SCHEDULES: frozenset[type[Record]] = frozenset(
+    {ScheduleArmed, ScheduleFired, SchedulePaused, ScheduleSet, ScheduleDeleted}
+)
+"""The records of cron schedules (by the schedule's name, not of a run)."""

@@ -27,6 +27,7 @@ from processes import REPO, serve_http, stop_child
 from fusee_runtime import (
     Cancelled,
     Client,
+    Engine,
     NotFound,
     Rejected,
     RunFailed,
@@ -257,7 +258,25 @@ async def test_with_nobody_driving_the_home_the_client_opens_it_and_says_so(
         steps = await client.start("cl.steps", 10, id="s-1")
         assert await steps.result() == 13
     async with await Client.connect(tmp_path / "home") as client:
-        assert "opened here (recording only)" in repr(client)
+        assert "opened here for each call" in repr(client)
         assert await client.handle("s-1").result() == 13
         waiting = await client.start("cl.waits", None, id="w-1")
         assert (await waiting.describe()).status.is_open  # recorded; a driver runs it
+        # Between its calls the client holds no lock: a driver takes the home, and the
+        # client's next calls reach it.
+        async with Engine(tmp_path / "home", app=APP) as driver:
+            await client.handle("w-1").signal("never")
+            assert await client.handle("w-1").result() == "signalled"
+            assert driver.runs.latest("w-1").status == Status.COMPLETED
+
+
+def test_a_relay_that_lost_the_driver_is_said_as_the_client_says_it() -> None:
+    """A worker asked over HTTP relays to the journal's driver; when it cannot reach it,
+    its error comes back as the client's own: nothing sent, or it may have acted (found
+    in review: it came back as a bare FuseeError)."""
+    from fusee_runtime.control.client import OwnerGone, OwnerLost, raised
+
+    assert type(raised({"type": "OwnerGone", "message": "no driver"})) is OwnerGone
+    assert type(raised({"type": "OwnerLost", "message": "gone mid-call"})) is OwnerLost
+    assert type(raised({"type": "OwnerUnanswered", "message": "silent"})) is OwnerLost
+    assert isinstance(raised({"type": "OwnerGone", "message": "x"}), Rejected)

@@ -155,3 +155,50 @@ async def test_an_update_with_its_start_makes_one_run_and_applies_every_update(
 
 def _at(instant: float) -> datetime:
     return datetime.fromtimestamp(instant, UTC)
+
+
+# -- found in review ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("delay", [timedelta.max, float("inf"), float("nan")])
+async def test_a_delay_past_any_instant_is_refused_and_records_nothing(
+    make_engine: Any, delay: Any
+) -> None:
+    async with make_engine() as engine:
+        with pytest.raises(Rejected):
+            await engine.start(ds_job, "never", id="far", start_delay=delay)
+        assert await engine.list() == []
+
+
+async def test_a_run_not_begun_does_not_reset(make_engine: Any, clock: FakeClock) -> None:
+    async with make_engine() as engine:
+        handle = await engine.start(ds_job, "late", id="d-5", start_delay=60)
+        with pytest.raises(Rejected, match="has not begun"):
+            await handle.reset(1)
+        clock.advance(60)
+        assert await handle.result() == "late"
+    assert RAN == ["late"]
+
+
+async def test_a_begun_run_is_not_scheduled_again_by_a_clock_behind(
+    make_engine: Any, clock: FakeClock
+) -> None:
+    async with make_engine() as engine:
+        await engine.start(ds_cart, None, id="d-6", start_delay=10)
+        clock.advance(10)
+        await engine.wait_until(lambda: engine.runs.latest("d-6").status == Status.PARKED)
+    behind = FakeClock(clock.now() - 5)  # the next driver's clock (a takeover, an NTP step)
+    async with make_engine(clock=behind) as engine:
+        await engine.wait_until(lambda: engine.runs.latest("d-6").status == Status.PARKED)
+        assert await engine.handle("d-6").update("add", "tea") == 1
+        await engine.signal("d-6", "checkout")
+        assert await engine.handle("d-6").result() == ["tea"]
+
+
+async def test_an_engine_that_runs_no_code_refuses_an_update_with_its_start_first(
+    make_engine: Any,
+) -> None:
+    async with make_engine(drive=False) as engine:
+        with pytest.raises(Rejected, match="needs the process that runs the code"):
+            await engine.start(ds_cart, None, id="cart-9", update=("add", "tea"))
+        assert await engine.list() == []

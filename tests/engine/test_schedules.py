@@ -260,8 +260,8 @@ async def test_a_run_started_before_its_firing_was_recorded_is_not_started_again
     """The crash window between a firing's run and its record: the run's id says it fired."""
     async with scheduling() as engine:
         await clock.wait_for_sleepers()
-        wf = engine.workflow("sched.every5")
-        engine.schedules._start(wf, FIRST, instant_id(wf.name, FIRST))
+        spec = engine.schedules._spec("sched.every5")
+        engine.schedules._start(spec, FIRST, instant_id(spec.name, FIRST))
     clock.set(FIRST + 1)
     async with scheduling() as engine:
         await clock.wait_for_sleepers()

@@ -127,7 +127,10 @@ def test_schedules_list_pause_trigger_with_and_without_an_owner(
     assert listed.returncode == 0, listed.stderr
     (row,) = orjson.loads(listed.stdout)
     assert row | {"next": None} == {
+        "name": "nightly",
         "workflow": "nightly",
+        "made": False,
+        "input": None,
         "cron": "0 3 * * *",
         "timezone": "UTC",
         "overlap": "skip",

@@ -126,7 +126,8 @@ def run_summary(info: RunInfo, timeline: Timeline, log: list[JsonObject]) -> str
     parent = run_link(info.parent[0]) if info.parent else "—"
     attrs = ", ".join(f"{k}={v}" for k, v in sorted(info.attributes.items())) or "—"
     waiting = "; ".join(
-        f"{w.kind} {w.name}" + (f" until {w.until:%H:%M:%S}" if w.until else "")
+        " ".join(str(part) for part in (w.kind, w.name) if part is not None)
+        + (f" until {w.until:%Y-%m-%d %H:%M:%S} UTC" if w.until else "")
         for w in info.waiting
     )
     facts = [
