@@ -1,0 +1,223 @@
+"""The control API's operations as one typed `Protocol`: `Operations`, what may be
+asked of a home (its methods, their arguments and answers), and the types they
+use. `ops` makes each method a descriptor (`ops.OPS`) that every face follows.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import AsyncGenerator
+from typing import Any, Literal, NotRequired, Protocol, TypedDict
+
+from fusee_runtime.model.json import Json, JsonObject
+from fusee_runtime.model.run import RunInfo
+
+Args = dict[str, Any]
+"""An operation's arguments as a request carries them: a JSON object, by name. Their
+types are the method's (`Param`), checked when `call` passes them to it by name: mypy
+cannot check a request read from the wire, and a wrong one raises `TypeError` there."""
+OnConflict = Literal["return", "fail", "new_run"]
+ScheduleAction = Literal["pause", "unpause", "trigger"]
+
+
+class Pong(TypedDict):
+    """Who answers the control API (`ping`)."""
+
+    pid: int
+    home: str
+    host: str
+    journals: NotRequired[builtins.list[int]]
+    """A worker of a database of several journals: the journals it drives now."""
+
+
+class Operations(Protocol):
+    """The operations of the control API, whoever answers them.
+
+    An operation that acts answers once what it recorded is durable.
+    `watch` and `stream` answer with events; the others are coroutines.
+    """
+
+    async def ping(self) -> Pong:
+        """Who answers: `pid`, `home`, `host`."""
+        ...
+
+    async def start(
+        self,
+        workflow: str,
+        input: object = None,
+        id: str | None = None,
+        on_conflict: OnConflict = "return",
+        traceparent: str | None = None,
+        start_delay: float | None = None,
+        start_at: str | None = None,
+    ) -> tuple[RunInfo, bool]:
+        """Starts a run (once durable); returns it and whether the id already had a run.
+        `start_delay` (seconds) or `start_at` (ISO 8601, with its offset) begins it later."""
+        ...
+
+    async def update_with_start(
+        self,
+        workflow: str,
+        id: str,
+        name: str,
+        input: object = None,
+        arg: object = None,
+        update_id: str | None = None,
+        traceparent: str | None = None,
+    ) -> tuple[RunInfo, object]:
+        """Applies update `name` to the open run of `id`, started first if there is none
+        (`Engine.start(update=...)`); returns the run and the update's result."""
+        ...
+
+    async def describe(self, id: str, run_id: str | None = None) -> RunInfo:
+        """The newest run of `id` (or its run `run_id`)."""
+        ...
+
+    async def list(
+        self,
+        status: str | None = None,
+        workflow: str | None = None,
+        limit: int | None = None,
+        parent: str | None = None,
+        where: dict[str, Any] | None = None,
+        before: str | None = None,
+    ) -> builtins.list[RunInfo]:
+        """Runs, newest first (as `Engine.list`)."""
+        ...
+
+    async def history(self, id: str) -> builtins.list[dict[str, Any]]:
+        """The records of every run of `id` as JSON (`records.as_json`)."""
+        ...
+
+    async def log(self, id: str, last: int = 200) -> builtins.list[JsonObject]:
+        """The last `last` `ctx.log` lines of the runs of `id`, oldest first."""
+        ...
+
+    async def journal(self, id: str, run_id: str | None = None) -> dict[str, Any]:
+        """The newest run of `id` (or its run `run_id`) as a history document."""
+        ...
+
+    async def run_ids(
+        self, workflow: str | None = None, open: bool = False
+    ) -> builtins.list[builtins.list[str]]:
+        """Every run (of `workflow`; the open ones, with `open`) as `[id, run_id]` pairs."""
+        ...
+
+    async def signal(
+        self, id: str, name: str, value: object = None, run_id: str | None = None
+    ) -> RunInfo:
+        """Delivers signal `name` to the newest run of `id` (or the run a pinned handle
+        acts on: `run_id`, or the run its `continue_as_new` chain reached; so for every
+        act below); returns the run as it stands."""
+        ...
+
+    async def cancel(
+        self, id: str, reason: str = "cancelled", run_id: str | None = None
+    ) -> RunInfo:
+        """Cancels the newest run of `id`; returns it as it stands."""
+        ...
+
+    async def terminate(
+        self, id: str, reason: str = "terminated", run_id: str | None = None
+    ) -> RunInfo:
+        """Terminates the newest run of `id`; returns it once closed."""
+        ...
+
+    async def resume(self, id: str, run_id: str | None = None) -> RunInfo:
+        """Resumes the newest run of `id` (paused or stuck); returns it as it stands."""
+        ...
+
+    async def reset(self, id: str, to: int | str, run_id: str | None = None) -> RunInfo:
+        """Resets the newest run of `id` to `to`; returns the new run."""
+        ...
+
+    async def complete(self, token: str, value: object = None) -> dict[str, Any]:
+        """Finishes the `await_completion` that issued `token`; returns its run's id and
+        the completion's name."""
+        ...
+
+    async def fail(self, token: str, message: str) -> dict[str, Any]:
+        """Fails the `await_completion` that issued `token`; returns as `complete`."""
+        ...
+
+    async def query(
+        self, id: str, name: str, arg: object = None, run_id: str | None = None
+    ) -> object:
+        """The answer of the newest run of `id` to query `name`."""
+        ...
+
+    async def update(
+        self,
+        id: str,
+        name: str,
+        arg: object = None,
+        update_id: str | None = None,
+        run_id: str | None = None,
+    ) -> object:
+        """Applies update `name` to the newest run of `id`; returns the handler's result."""
+        ...
+
+    async def result(
+        self, id: str, run_id: str | None = None, timeout: float | None = None
+    ) -> object:
+        """The result of the newest run of `id` (or of run `run_id`, pinned), once durable,
+        as `RunHandle.result` waits for it: its JSON, or the engine's error (`RunFailed`,
+        `Cancelled`, `Terminated`, `TimedOut`)."""
+        ...
+
+    async def schedules(self) -> builtins.list[JsonObject]:
+        """Every cron schedule."""
+        ...
+
+    async def schedule(self, name: str, action: ScheduleAction) -> Any:
+        """Pauses or unpauses the schedule of workflow `name` (returns the schedule), or
+        triggers a run of it now (returns the run)."""
+        ...
+
+    async def schedule_set(
+        self,
+        name: str,
+        create: bool,
+        workflow: str | None = None,
+        cron: str | None = None,
+        timezone: str | None = None,
+        overlap: str | None = None,
+        catchup: str | None = None,
+        input: object = None,
+    ) -> JsonObject:
+        """Makes schedule `name` (`create`: its `workflow` and `cron` at least), or changes
+        one made at run time (the fields given); returns it as `schedules` lists it."""
+        ...
+
+    async def schedule_delete(self, name: str) -> JsonObject:
+        """Deletes schedule `name`, made at run time; returns `{"name": name}`."""
+        ...
+
+    async def schedule_backfill(
+        self, name: str, start: str, end: str
+    ) -> builtins.list[builtins.list[str]]:
+        """Starts the runs of schedule `name` for its instants in [`start`, `end`) (ISO 8601),
+        by its overlap; each instant's `[run id, "started" | "existed" | "skipped"]`."""
+        ...
+
+    async def prune(self, older_than: float) -> int:
+        """Deletes the runs closed more than `older_than` seconds ago; returns how many."""
+        ...
+
+    async def limits(self) -> builtins.list[JsonObject]:
+        """Every limit set or in use (`LimitInfo` as a mapping)."""
+        ...
+
+    async def limit(self, name: str, permits: int) -> JsonObject:
+        """Sets limit `name`'s size; returns the limit as `limits` shows it."""
+        ...
+
+    def watch(self, id: str, timeout: float | None = None) -> AsyncGenerator[dict[str, Any], None]:
+        """Follows the newest run of `id`: progress events, then one outcome."""
+        ...
+
+    def stream(
+        self, id: str, name: str, follow: bool = True, run_id: str | None = None
+    ) -> AsyncGenerator[Json, None]:
+        """The durable items of stream `name` of the newest run of `id` (or of `run_id`)."""
+        ...
