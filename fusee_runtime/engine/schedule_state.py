@@ -116,7 +116,7 @@ def upto(times: Any, end: float) -> Any:
 def fold(state: dict[str, ScheduleState], rec: Record) -> None:
     """Folds one schedule record into `state`."""
     if isinstance(rec, ScheduleSet):
-        st = state.setdefault(rec.name, ScheduleState())
+        st = state.setdefault(rec.schedule, ScheduleState())
         st.made = {
             "workflow": rec.workflow,
             "cron": rec.cron,
@@ -127,7 +127,7 @@ def fold(state: dict[str, ScheduleState], rec: Record) -> None:
         }
     elif isinstance(rec, ScheduleDeleted):
         # Forgotten: a schedule made again under its name starts afresh.
-        state[rec.name] = ScheduleState()
+        state[rec.schedule] = ScheduleState()
     elif isinstance(rec, ScheduleArmed):
         st = state.setdefault(rec.workflow, ScheduleState())
         st.cron = (rec.cron, rec.timezone)

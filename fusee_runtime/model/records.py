@@ -235,7 +235,7 @@ class ScheduleSet(Record):
 
     code: ClassVar[R] = R.ScheduleSet
 
-    name: str
+    schedule: str
     workflow: str
     cron: str
     timezone: str
@@ -251,7 +251,7 @@ class ScheduleDeleted(Record):
 
     code: ClassVar[R] = R.ScheduleDeleted
 
-    name: str
+    schedule: str
     deleted_at: Instant
 
 

@@ -163,10 +163,10 @@ def test_schedules_list_pause_trigger_with_and_without_an_owner(
     assert row["paused"] is False
 
     for args, code, message in [
-        (("schedules", "pause"), 2, "fusee schedules pause needs the WORKFLOW"),
+        (("schedules", "pause"), 2, "fusee schedules pause needs the NAME"),
         (("schedules", "pause", "review"), 2, "workflow 'review' has no cron schedule"),
-        (("schedules", "trigger", "nope"), 2, "unknown workflow 'nope'"),
-        (("schedules", "list", "nightly"), 2, "fusee schedules list takes no WORKFLOW"),
+        (("schedules", "trigger", "nope"), 3, "no schedule 'nope'; schedules: nightly"),
+        (("schedules", "list", "nightly"), 2, "fusee schedules list takes no NAME"),
     ]:
         bad = fusee(*args)
         assert bad.returncode == code, (args, bad.stderr)
