@@ -53,13 +53,15 @@ def schedules(
     ] = None,
     cron: Annotated[
         str | None,
-        typer.Option("--cron", help="create, update: five fields, e.g. '0 3 * * *'."),
+        typer.Option(
+            "--cron", help="create, update: five fields, e.g. '0 3 * * *'; default: unchanged."
+        ),
     ] = None,
     workflow: Annotated[
         str | None,
         typer.Option(
             "--workflow",
-            help="create, update: the workflow each firing starts.",
+            help="create, update: the workflow each firing starts; default: unchanged.",
             autocompletion=suggest.workflow_names,
         ),
     ] = None,
@@ -84,11 +86,15 @@ def schedules(
     ] = None,
     start: Annotated[
         str | None,
-        typer.Option("--from", help="backfill: the range's start, ISO 8601 (UTC if no offset)."),
+        typer.Option(
+            "--from", help="backfill: the range's start, ISO 8601 (UTC if no offset); no default."
+        ),
     ] = None,
     end: Annotated[
         str | None,
-        typer.Option("--to", help="backfill: the range's end, excluded; not after now."),
+        typer.Option(
+            "--to", help="backfill: the range's end, excluded, not after now; no default."
+        ),
     ] = None,
     as_json: Json = False,
     home: Home = DEFAULT_HOME,
@@ -105,11 +111,11 @@ def schedules(
     starts the runs of the instants in [--from, --to) by the schedule's
     overlap; run again, it starts none twice.
 
+    A schedule is made with `fusee schedules create hourly-sync --cron '0 * * * *'
+    --workflow sync`, and a day of it backfilled with `fusee schedules backfill
+    hourly-sync --from 2026-12-01T00:00 --to 2026-12-02T00:00`.
+
     Example: fusee schedules pause nightly-report
-
-    Example: fusee schedules create hourly-sync --cron '0 * * * *' --workflow sync
-
-    Example: fusee schedules backfill hourly-sync --from 2026-12-01T00:00 --to 2026-12-02T00:00
     """
     import asyncio
 
