@@ -82,16 +82,16 @@ _RAISED: dict[str, type[FuseeError]] = {
 def raised(error: dict[str, Any]) -> FuseeError:
     """The engine's exception an error answer names (`FuseeError` for one it does not
     know): the same class whatever carried it, a `RunFailed` with its `Failure`."""
-    kind, message = error["type"], error["message"]
-    if kind == "RunFailed" and "failure" in error:
+    raising, message = error["type"], error["message"]
+    if raising == "RunFailed" and "failure" in error:
         return errors.RunFailed(error["id"], Failure.from_json(error["failure"]))
     # A relay (a worker asked over HTTP) that could not reach the driver: said as the
     # relay's own client says it (nothing sent, or the call may have been done).
-    if kind == "OwnerGone":
+    if raising == "OwnerGone":
         return OwnerGone(message)
-    if kind in ("OwnerLost", "OwnerUnanswered"):
+    if raising in ("OwnerLost", "OwnerUnanswered"):
         return OwnerLost(message)
-    return _RAISED.get(kind, FuseeError)(message)
+    return _RAISED.get(raising, FuseeError)(message)
 
 
 class Client(Operations):

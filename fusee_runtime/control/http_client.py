@@ -67,8 +67,8 @@ class HttpClient(Client):
 
     async def call(self, op: ops.Call[..., object], args: ops.Args) -> Json:
         async with contextlib.aclosing(self._exchange(op.name, args)) as lines:
-            async for kind, value in lines:
-                if kind == "ok":
+            async for said, value in lines:
+                if said == "ok":
                     return value
         raise AssertionError("unreachable: an exchange ends with its value or an error")
 
@@ -76,8 +76,8 @@ class HttpClient(Client):
         self, op: ops.Stream[..., object], args: ops.Args
     ) -> AsyncGenerator[Json, None]:
         async with contextlib.aclosing(self._exchange(op.name, args)) as lines:
-            async for kind, value in lines:
-                if kind == "event":
+            async for said, value in lines:
+                if said == "event":
                     yield value
 
     async def _exchange(self, name: str, args: ops.Args) -> AsyncGenerator[Line, None]:
