@@ -31,15 +31,16 @@ call may have been done: the client never sends it again on its own).
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import contextlib
 import os
 import tempfile
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from fusee_runtime.dsl import WorkflowDef, seconds
 from fusee_runtime.errors import Rejected
@@ -51,6 +52,12 @@ if TYPE_CHECKING:  # (imported when a client connects: an engine alone does not 
     from fusee_runtime.control.client import Client as Transport
 
 OnConflict = Literal["return", "fail", "new_run"]
+T = TypeVar("T")
+
+READ_RETRY_S = 30.0
+"""How long a read (`describe`, `result`, `query`, `list`, ...) keeps asking while the
+process that drives the runs changes (a PostgreSQL takeover takes about a lease; a
+`fusee serve` restarted, a moment). An act is never sent again on its own."""
 
 
 class ConnectionLost(Rejected):
@@ -208,8 +215,8 @@ class Client:
         before: str | None = None,
     ) -> builtins.list[RunInfo]:
         """Runs, newest first, as `Engine.list` finds them."""
-        async with _lost():
-            return await self._transport.list(
+        return await _read(
+            lambda: self._transport.list(
                 status=status,
                 workflow=workflow,
                 limit=limit,
@@ -217,6 +224,7 @@ class Client:
                 where=where,
                 before=before,
             )
+        )
 
     async def complete(self, token: str, value: object = None) -> None:
         """Finishes the `ctx.await_completion` that issued `token` with `value`."""
@@ -232,8 +240,7 @@ class Client:
 
     async def schedules(self) -> builtins.list[JsonObject]:
         """Every cron schedule, declared by the app or made at run time, with its state."""
-        async with _lost():
-            return await self._transport.schedules()
+        return await _read(self._transport.schedules)
 
     async def create_schedule(
         self,
@@ -327,18 +334,15 @@ class ClientHandle:
         return f"<fusee ClientHandle {self.id!r}{f' run {self.run_id}' if self.run_id else ''}>"
 
     async def describe(self) -> RunInfo:
-        async with _lost():
-            return await self._transport.describe(self.id, run_id=self.run_id)
+        return await _read(lambda: self._transport.describe(self.id, run_id=self.run_id))
 
     async def history(self) -> builtins.list[dict[str, Any]]:
         """Every record of every run of this id, oldest first, as JSON mappings."""
-        async with _lost():
-            return await self._transport.history(self.id)
+        return await _read(lambda: self._transport.history(self.id))
 
     async def log(self, last: int = 200) -> builtins.list[JsonObject]:
         """The last `last` lines the runs of this id logged (`ctx.log`), oldest first."""
-        async with _lost():
-            return await self._transport.log(self.id, last)
+        return await _read(lambda: self._transport.log(self.id, last))
 
     async def signal(self, name: str, value: object = None) -> None:
         async with _lost():
@@ -363,8 +367,7 @@ class ClientHandle:
         return ClientHandle(self._transport, info.id, info.run_id)
 
     async def query(self, name: str, arg: object = None) -> Json:
-        async with _lost():
-            return await self._transport.query(self.id, name, arg, run_id=self.run_id)
+        return await _read(lambda: self._transport.query(self.id, name, arg, run_id=self.run_id))
 
     async def update(self, name: str, arg: object = None, update_id: str | None = None) -> Json:
         """Applies update `name`; returns its handler's result once durable. The same
@@ -378,11 +381,22 @@ class ClientHandle:
         """The run's result once durable, as `RunHandle.result` (with `type`, read back into
         that type).
 
+        A read: when the process driving the run changes while it waits (a takeover,
+        a restart), it asks the next one, within its `timeout`.
+
         Raises:
             RunFailed, Cancelled, Terminated, TimedOut: as `RunHandle.result`.
         """
-        async with _lost():
-            value = await self._transport.result(self.id, self.run_id, seconds(timeout))
+        limit = seconds(timeout)
+        deadline = None if limit is None else asyncio.get_running_loop().time() + limit
+
+        def asked() -> Awaitable[Json]:
+            left = (
+                None if deadline is None else max(0.0, deadline - asyncio.get_running_loop().time())
+            )
+            return self._transport.result(self.id, self.run_id, left)
+
+        value = await _read(asked)
         if type is None:
             return value
         return decode(shape_of(type), value, f"the result of run {self.id!r}")
@@ -405,6 +419,28 @@ class ClientHandle:
             async with contextlib.aclosing(items):
                 async for item in items:
                     yield item
+
+
+async def _read(ask: Callable[[], Awaitable[T]]) -> T:
+    """A read's answer (it records nothing, so asking again is safe): when the process
+    that drives the runs is lost on the way, asked again, of the one that drives them
+    next, until it has been out of reach for `READ_RETRY_S`."""
+    loop = asyncio.get_running_loop()
+    lost_since: float | None = None
+    pause = 0.05
+    while True:
+        began = loop.time()
+        try:
+            async with _lost():
+                return await ask()
+        except ConnectionLost:
+            now = loop.time()
+            if lost_since is None or now - began > 1.0:  # it had answered: lost anew
+                lost_since, pause = now, 0.05
+            if now + pause - lost_since > READ_RETRY_S:
+                raise
+        await asyncio.sleep(pause)  # a takeover takes about a lease; a restart, a moment
+        pause = min(pause * 2, 1.0)
 
 
 @contextlib.asynccontextmanager

@@ -211,7 +211,8 @@ class _Browsers:
 
 
 class _LongPolls:
-    """Keeps long polls (`GET /v1/runs/{id}/result` with a `wait`) to a share of the
+    """Keeps long polls (`GET /v1/runs/{id}/result` with a `wait`, and every call of a
+    program's client on `POST /v1/control`, which may wait as long) to a share of the
     connections, `limits.LONG_POLLS_SHARE`: a connection serving one cannot make room for
     another (`connections`), so without a bound, enough of them would leave every other
     request a 503. Past it, a long poll is answered 503 with `Retry-After` at once: it
@@ -246,8 +247,10 @@ _RESULT_PATH = re.compile(r"/v1/runs/[^/]+/result")
 
 
 def _is_long_poll(scope: Scope) -> bool:
-    """A request for a run's result that waits for it (`wait` more than 0); a bad `wait`
-    is not one: the route answers it 400 at once."""
+    """A request for a run's result that waits for it (`wait` more than 0; a bad `wait`
+    is not one: the route answers it 400 at once), or a client's control call."""
+    if scope["method"] == "POST" and scope["path"] == http_ops.PATH:
+        return True  # a client's call: a result, a watch or a stream can wait for hours
     if scope["method"] not in ("GET", "HEAD") or not _RESULT_PATH.fullmatch(scope["path"]):
         return False
     for text in parse_qs(scope["query_string"].decode("latin-1")).get("wait", []):

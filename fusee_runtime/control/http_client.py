@@ -115,6 +115,8 @@ def _refused(status: int, body: bytes) -> Exception:
         error = orjson.loads(body)["error"]
         if status in (401, 403):  # the token: a caller's mistake, as a refused request is
             return Rejected(f"the server refused the request: {error['message']}")
+        if status == 503 and error.get("type") == "ServiceUnavailable":
+            return OwnerGone(f"the server is busy, nothing was done: {error['message']}")
         return raised(error)
     except (orjson.JSONDecodeError, KeyError, TypeError):
         return Rejected(f"the server answered {status}: {body[:200]!r}")

@@ -56,11 +56,13 @@ class Commands:
         start_delay: float | Any | None = None,
         start_at: datetime | None = None,
         use_open: bool = False,
+        update_id: str | None = None,
     ) -> tuple[str, str]:
         """Starts a run (`Engine.start`); returns its workflow id and run id once durable.
 
         `use_open` (an update-with-start): an open run of the id is used as it is; with
-        none open, a new run starts, whatever closed ones the id has.
+        none open, a new run starts, whatever closed ones the id has, unless the newest
+        applied `update_id` already (sent again: its result is that run's).
         """
         self.driver.check_accepting()
         name = workflow.name if isinstance(workflow, WorkflowDef) else workflow
@@ -87,7 +89,8 @@ class Commands:
         traceparent = check_traceparent(traceparent) if traceparent is not None else None
         existing = self.runs.find_latest(workflow_id) if id is not None else None
         if use_open and existing is not None and not existing.is_open:
-            existing = None  # none open: a new run, which the update goes to
+            sent_before = update_id is not None and update_id in existing.updates_done
+            existing = existing if sent_before else None  # else a new run gets the update
         if existing is not None:
             if existing.workflow != wf.name and on_conflict != "new_run":
                 raise IdConflict(

@@ -341,6 +341,7 @@ class Engine:
             start_delay=start_delay,
             start_at=start_at,
             use_open=update is not None,
+            update_id=update[2] if update is not None and len(update) > 2 else None,
         )
         handle = RunHandle(self, *ids)
         if update is not None:

@@ -280,3 +280,30 @@ def test_a_relay_that_lost_the_driver_is_said_as_the_client_says_it() -> None:
     assert type(raised({"type": "OwnerLost", "message": "gone mid-call"})) is OwnerLost
     assert type(raised({"type": "OwnerUnanswered", "message": "silent"})) is OwnerLost
     assert isinstance(raised({"type": "OwnerGone", "message": "x"}), Rejected)
+
+
+async def test_a_client_call_past_the_servers_share_of_long_polls_is_refused_undone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`POST /v1/control` counts as a long poll (found in review: a few hundred waiting
+    `result()` calls could take every connection); past the share, a call is refused at
+    once, and the client says the connection is lost with nothing done."""
+    from fusee_runtime.control import limits
+    from fusee_runtime.control.api import Control
+    from fusee_runtime.control.http import HttpServer
+
+    monkeypatch.syspath_prepend(str(APP_DIR))
+    monkeypatch.setattr(limits, "CONNECTIONS_MAX", 2)  # long polls: half, 1
+    async with Engine(tmp_path / "home", app=APP) as engine:
+        server = HttpServer(Control(engine))
+        await server.start("127.0.0.1", 0)
+        try:
+            async with await Client.connect(url=server.url) as client:
+                await client.start("cl.waits", None, id="w-1")
+                watching = client.handle("w-1").watch()
+                assert "progress" in await anext(watching)  # served: it holds the share
+                with pytest.raises(ConnectionLost, match="nothing was done"):
+                    await client.handle("w-1").describe()
+                await watching.aclose()
+        finally:
+            await server.close()

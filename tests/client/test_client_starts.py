@@ -8,6 +8,7 @@ where it says so, and asks them through `fusee_runtime.Client`.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -146,3 +147,32 @@ async def test_an_update_with_its_start_from_ten_processes_makes_one_run_and_ten
             assert [r["type"] for r in records].count("RunStarted") == 1
     finally:
         stop()
+
+
+async def test_a_result_awaited_across_a_takeover_is_answered_by_the_next_worker(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """A read asks again when the worker driving the run is lost under it: the web app's
+    `await handle.result()` outlives a takeover (an act is never sent twice)."""
+    env = _env(tmp_path)
+    first = Worker(tmp_path / "w0", pg_url, env, ("--app", APP))
+    workers = [first]
+    try:
+        assert first.next_event()["event"] == "serving"
+        standby = Worker(tmp_path / "w1", pg_url, env, ("--app", APP))
+        workers.append(standby)
+        assert standby.next_event()["event"] == "standby"
+        async with await Client.connect(store=pg_url) as client:
+            waiting = await client.start("cl.waits", None, id="w-9")
+            result = asyncio.ensure_future(waiting.result())
+            async for event in waiting.watch():  # the run waits where its driver runs it
+                if event.get("progress", {}).get("status") == "parked":
+                    break
+            first.proc.send_signal(signal.SIGKILL)
+            assert first.proc.wait() == -signal.SIGKILL
+            assert standby.next_event()["event"] == "serving"
+            await client.handle("w-9").signal("never")
+            assert await result == "signalled"
+    finally:
+        for worker in workers:
+            worker.stop()

@@ -202,3 +202,17 @@ async def test_an_engine_that_runs_no_code_refuses_an_update_with_its_start_firs
         with pytest.raises(Rejected, match="needs the process that runs the code"):
             await engine.start(ds_cart, None, id="cart-9", update=("add", "tea"))
         assert await engine.list() == []
+
+
+async def test_an_update_with_its_start_sent_again_after_its_run_closed_is_not_applied_again(
+    make_engine: Any,
+) -> None:
+    """Found in review: the dedupe by update id is per run, and a closed run let a retry
+    start a new run that applied it again."""
+    async with make_engine() as engine:
+        first = await engine.start(ds_cart, None, id="cart-2", update=("add", "tea", "u-1"))
+        await first.signal("checkout")
+        assert await first.result() == ["tea"]
+        again = await engine.start(ds_cart, None, id="cart-2", update=("add", "tea", "u-1"))
+        assert (again.run_id, again.update_result) == (first.run_id, 1)
+        assert len(await engine.list()) == 1
