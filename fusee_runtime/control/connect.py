@@ -33,7 +33,7 @@ from fusee_runtime.control.client import Client, ControlApi, ControlClient, Owne
 from fusee_runtime.engine.config import Config
 from fusee_runtime.engine.engine import Engine
 from fusee_runtime.engine.home import HomeLock
-from fusee_runtime.errors import HomeLocked
+from fusee_runtime.errors import HomeLocked, TimedOut
 from fusee_runtime.model.json import Json
 
 if TYPE_CHECKING:
@@ -203,7 +203,16 @@ class EachCall(Client):
     """The control API of a home (or database) that no process drives now, reached anew
     for each call: its owner's if one serves it by then, else the home opened passively
     for the call alone, as a command does. A program's long-lived client holds no lock
-    between its calls, so a driver (`fusee serve`) can take the home at any time."""
+    between its calls, so a driver (`fusee serve`) can take the home between them.
+
+    A `result` that waits, with nothing driving the run, looks at the run every
+    `POLL_S` and lets the home go between two looks: nothing finishes a run while
+    nothing drives it, and a driver that starts meanwhile takes the home and finishes
+    it (the next look reaches that driver, and waits there). A `watch` or a followed
+    `stream` holds the home while it follows."""
+
+    POLL_S = 0.5
+    """How often a waiting `result` looks at a run nothing drives."""
 
     def __init__(self, home: Path, config: dict[str, Any]) -> None:
         self.home = home
@@ -225,8 +234,31 @@ class EachCall(Client):
             yield reached if isinstance(reached, Client) else LocalClient(reached)
 
     async def call(self, op: ops.Call[..., object], args: ops.Args) -> Json:
+        if op is ops.RESULT:
+            return await self._result(op, args)
         async with self._reached() as client:
             return await client.call(op, args)
+
+    async def _result(self, op: ops.Call[..., object], args: ops.Args) -> Json:
+        from fusee_runtime.control.router import LocalClient
+
+        loop = asyncio.get_running_loop()
+        limit = args.get("timeout")
+        deadline = None if limit is None else loop.time() + limit
+        while True:
+            left = None if deadline is None else max(0.0, deadline - loop.time())
+            async with self._reached() as client:
+                if not isinstance(client, LocalClient):  # a driver serves it now: its wait
+                    return await client.call(op, {**args, "timeout": left})
+                try:
+                    return await client.call(op, {**args, "timeout": 0.0})  # a look
+                except TimedOut:
+                    if left is not None and left <= self.POLL_S:
+                        raise TimedOut(
+                            f"run {args['id']!r} did not finish within {limit:g} s "
+                            "(no process drives its home)"
+                        ) from None
+            await asyncio.sleep(self.POLL_S)  # the home let go: a driver may take it
 
     async def events(
         self, op: ops.Stream[..., object], args: ops.Args

@@ -126,8 +126,8 @@ def fold(state: dict[str, ScheduleState], rec: Record) -> None:
             "input": rec.input.value,
         }
     elif isinstance(rec, ScheduleDeleted):
-        # Forgotten: a schedule made again under its name starts afresh.
-        state[rec.schedule] = ScheduleState()
+        # Forgotten (checkpoints too): a schedule made again under its name starts afresh.
+        state.pop(rec.schedule, None)
     elif isinstance(rec, ScheduleArmed):
         st = state.setdefault(rec.workflow, ScheduleState())
         st.cron = (rec.cron, rec.timezone)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import dataclasses
+import itertools
 import logging
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -55,6 +56,7 @@ from fusee_runtime.model.records import (
     ScheduleSet,
 )
 from fusee_runtime.model.run import RunInfo
+from fusee_runtime.scope import check_id, check_name
 from fusee_runtime.store.shards import beside
 
 if TYPE_CHECKING:
@@ -209,11 +211,12 @@ class Schedules:
     async def set(self, name: str, changes: dict[str, Any], *, create: bool) -> dict[str, Any]:
         """Makes schedule `name` (`create`) or changes one made at run time, with the
         `changes` to its `Spec`'s fields (a new one's `workflow` and `cron` at least);
-        returns it as `list` shows it, once durable. It fires from now on.
+        returns it as `list` shows it, once durable. It fires from when an engine that
+        drives the home first sees it: at once when this one does.
 
         Raises:
-            Rejected: a name taken (create) or declared by the app, a bad field, a
-                workflow this engine does not know.
+            Rejected: a name taken (create), declared by the app or a workflow's, a
+                name its runs' ids cannot carry, a bad field.
             NotFound: no schedule of that name (to change).
         """
         host = self._host
@@ -226,6 +229,14 @@ class Schedules:
             raise Rejected(f"schedule {name!r} is declared by @workflow(cron=...): change the code")
         if not create and old is None:
             raise NotFound(f"no schedule {name!r} made at run time")
+        if create:
+            check_name("schedule", name)
+            check_id(instant_id(name, 0.0, exact=True))  # its runs' ids must be ones
+            if name in host.workflows:
+                raise Rejected(
+                    f"{name!r} is a workflow's name: a made schedule takes a name of its own "
+                    "(the workflow may declare a schedule of that name)"
+                )
         allowed = {f.name for f in dataclasses.fields(Spec)} - {"name", "made"}
         if bad := sorted(set(changes) - allowed):
             raise Rejected(f"a schedule has no field {bad[0]!r}")
@@ -292,7 +303,12 @@ class Schedules:
             raise Rejected(
                 "a backfill takes a range that ends after it begins, and not later than now"
             )
-        instants = list(upto(cron_times(spec, start - 1e-3), end))
+        try:  # at most one past the bound: a range of years is refused, not walked
+            instants = list(
+                itertools.islice(upto(cron_times(spec, start - 1e-3), end), CATCHUP_MAX + 1)
+            )
+        except (ValueError, OverflowError) as e:
+            raise Rejected(f"a backfill's range is out of the calendar: {e}") from None
         if len(instants) > CATCHUP_MAX:
             raise Rejected(f"a backfill starts at most {CATCHUP_MAX} runs; this range has more")
         outcomes, lsn = [], 0

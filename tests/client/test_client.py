@@ -14,6 +14,7 @@ and as the blocking one (called from a thread, as a web server's worker would).
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -307,3 +308,25 @@ async def test_a_client_call_past_the_servers_share_of_long_polls_is_refused_und
                 await watching.aclose()
         finally:
             await server.close()
+
+
+async def test_a_result_awaited_with_nobody_driving_lets_a_driver_take_the_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found in review: a client that opens the home for each call held it for the whole
+    of a waiting `result()`, so no driver could start, and the run never finished."""
+    from fusee_runtime.control.connect import connect
+
+    monkeypatch.syspath_prepend(str(APP_DIR))
+    importlib.import_module(APP)  # its workflows known here, for the start recorded here
+    home = tmp_path / "home"
+    async with await Client.connect(home) as client:
+        assert "opened here for each call" in repr(client)
+        await client.start("cl.waits", None, id="w-7")
+        waiting = asyncio.ensure_future(client.handle("w-7").result())
+        # A driver takes the home (waiting its turn behind the client's looks, as a
+        # command would), and the client's next look finds it.
+        async with connect(home, APP, drive=True) as driver:
+            assert type(driver).__name__ == "Control"  # opened here: nobody else had it
+            await client.handle("w-7").signal("never")
+            assert await waiting == "signalled"

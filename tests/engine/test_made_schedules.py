@@ -168,3 +168,48 @@ async def test_a_name_taken_is_refused(scheduling: Any) -> None:
             )
         with pytest.raises(NotFound):
             await engine.schedules.delete("none-such")
+
+
+# -- found in review ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("a/b", "may not contain"),
+        ("made.echo", "a workflow.s name"),
+        ("", "a schedule name is a string"),
+    ],
+)
+async def test_a_name_its_runs_ids_cannot_carry_or_a_workflows_is_refused(
+    scheduling: Any, name: str, said: str
+) -> None:
+    async with scheduling() as engine:
+        with pytest.raises(Rejected, match=said):
+            await engine.schedules.set(
+                name, {"workflow": "made.echo", "cron": "0 * * * *"}, create=True
+            )
+        assert [s["name"] for s in engine.schedules.list() if s["made"]] == []
+
+
+async def test_a_backfill_of_too_long_a_range_is_refused_without_walking_it(
+    scheduling: Any, clock: FakeClock
+) -> None:
+    clock.set(T0 + 2 * 365 * 86400)
+    async with scheduling() as engine:
+        await engine.schedules.set(
+            "often", {"workflow": "made.echo", "cron": "* * * * *"}, create=True
+        )
+        with pytest.raises(Rejected, match="at most 1000 runs"):
+            await engine.schedules.backfill("often", T0, clock.now())
+        with pytest.raises(Rejected, match="out of the calendar"):
+            await engine.schedules.backfill("often", -62135596800.0, T0)  # year one
+
+
+def test_the_ui_acts_on_a_made_schedule_by_its_name() -> None:
+    from fusee_runtime.control.ui.views import _schedule_row
+
+    row = _schedule_row(
+        {"name": "five", "workflow": "made.echo", "cron": "*/5 * * * *", "paused": False}
+    )
+    assert 'data-schedule="five"' in row and 'data-schedule="made.echo"' not in row

@@ -296,7 +296,8 @@ def schedules_table(schedules: list[dict[str, Any]]) -> str:
 
 
 def _schedule_row(s: dict[str, Any]) -> str:
-    name = esc(s["workflow"])
+    # A schedule made at run time has a name of its own (an older owner says none).
+    name = esc(s.get("name") or s["workflow"])
     paused = s.get("paused")
     toggle = (
         f'<button class="small" data-action="unpause" data-schedule="{name}" '
