@@ -179,6 +179,10 @@ class Client:
         if update is not None:
             if id is None or start_delay is not None or start_at is not None:
                 raise Rejected("an update with its start takes an id, and no delay")
+            if on_conflict != "return":
+                raise Rejected(
+                    "an update with its start uses the id's open run: on_conflict 'return'"
+                )
             update_name, arg, update_id = (*update, None)[:3]
             async with _lost():
                 info, result = await self._transport.update_with_start(

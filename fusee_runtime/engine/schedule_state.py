@@ -117,6 +117,10 @@ def fold(state: dict[str, ScheduleState], rec: Record) -> None:
     """Folds one schedule record into `state`."""
     if isinstance(rec, ScheduleSet):
         st = state.setdefault(rec.schedule, ScheduleState())
+        armed = (rec.cron, rec.timezone)
+        if st.cron != armed:  # armed when set, wherever it was set: it fires from then on
+            st.cron = armed
+            st.floor = rec.set_at if st.floor is None else max(st.floor, rec.set_at)
         st.made = {
             "workflow": rec.workflow,
             "cron": rec.cron,

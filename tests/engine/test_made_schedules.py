@@ -213,3 +213,23 @@ def test_the_ui_acts_on_a_made_schedule_by_its_name() -> None:
         {"name": "five", "workflow": "made.echo", "cron": "*/5 * * * *", "paused": False}
     )
     assert 'data-schedule="five"' in row and 'data-schedule="made.echo"' not in row
+
+
+async def test_a_schedule_made_with_no_driver_catches_up_from_when_it_was_made(
+    scheduling: Any, clock: FakeClock
+) -> None:
+    """Found in review: made on a home nobody drove (`fusee schedules create` with no
+    owner), it was armed only when a driver first saw it, and the instants in between
+    were lost even with catchup "all"."""
+    async with scheduling(drive=False) as passive:
+        await passive.schedules.set(
+            "caught",
+            {"workflow": "made.echo", "cron": "*/5 * * * *", "catchup": "all"},
+            create=True,
+        )
+    clock.set(FIRST + 600)  # 22:25: 22:15, 22:20 and 22:25 came due meanwhile
+    async with scheduling() as engine:
+        await settle(engine, clock, FIRST + 600)
+        assert started(engine, "caught") == [
+            instant_id("caught", t) for t in (FIRST, FIRST + 300, FIRST + 600)
+        ]
