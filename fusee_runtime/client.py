@@ -260,8 +260,8 @@ class Client:
         """Makes cron schedule `name`, which starts runs of `workflow` (with `input`, else
         the instant) at each instant of `cron` in `timezone` (UTC), by its `overlap`
         ("skip") and `catchup` ("one"), as `@workflow(cron=...)` does; durable, it fires
-        wherever the home is driven, from when a driving engine first sees it (at once
-        under one). Returns it as `schedules` lists it.
+        from now on wherever the home is driven (what comes due while nothing drives it
+        is caught up by its `catchup`). Returns it as `schedules` lists it.
 
         Raises:
             Rejected: the name is taken or a workflow's, or a field is not valid.

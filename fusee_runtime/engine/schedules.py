@@ -211,8 +211,9 @@ class Schedules:
     async def set(self, name: str, changes: dict[str, Any], *, create: bool) -> dict[str, Any]:
         """Makes schedule `name` (`create`) or changes one made at run time, with the
         `changes` to its `Spec`'s fields (a new one's `workflow` and `cron` at least);
-        returns it as `list` shows it, once durable. It fires from when an engine that
-        drives the home first sees it: at once when this one does.
+        returns it as `list` shows it, once durable. It fires from when it is set: the
+        instants that come due while no engine drives the home are caught up by its
+        `catchup`, as a declared schedule's are.
 
         Raises:
             Rejected: a name taken (create), declared by the app or a workflow's, a
