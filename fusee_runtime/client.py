@@ -107,7 +107,6 @@ class Client:
         if token is not None and url is None:
             raise ValueError("Client.connect: token= is for an HTTP server (url=)")
         from fusee_runtime.control.client import Client as Transport
-        from fusee_runtime.control.client import OwnerUnanswered
         from fusee_runtime.control.connect import EachCall, connect
         from fusee_runtime.control.router import LocalClient
 
@@ -133,10 +132,8 @@ class Client:
                 if pong["pid"] == os.getpid():
                     return cls(probe, stack, f"{store or where}, opened here for each call")
             opening = connect(where, app, drive=app is not None, **config)
-            try:
+            async with _lost():
                 reached = await stack.enter_async_context(opening)
-            except OwnerUnanswered as e:
-                raise ConnectionLost(str(e)) from None
             if isinstance(reached, Transport):
                 how = f"{store or where}, driven by {reached.driver}"
                 return cls(reached, stack, how)

@@ -330,6 +330,7 @@ class Engine:
             IdConflict: the id has a run and `on_conflict` is `"fail"`, or its run
                 is one of another workflow (and `on_conflict` is not `"new_run"`).
         """
+        parts = None if update is None else (*update, None)[:3]  # (name, arg, update_id)
         ids = await self.commands.start(
             workflow,
             input,
@@ -340,13 +341,12 @@ class Engine:
             traceparent,
             start_delay=start_delay,
             start_at=start_at,
-            use_open=update is not None,
-            update_id=update[2] if update is not None and len(update) > 2 else None,
+            use_open=parts is not None,
+            update_id=parts[2] if parts is not None else None,
         )
         handle = RunHandle(self, *ids)
-        if update is not None:
-            name, arg, update_id = (*update, None)[:3]
-            handle.update_result = await handle.update(name, arg, update_id)
+        if parts is not None:
+            handle.update_result = await handle.update(*parts)
         return handle
 
     async def signal(
