@@ -39,6 +39,7 @@ COMMANDS: dict[str, str] = {
     "check": "check:check",
     "prune": "prune:prune",
     "serve": "serve:serve",
+    "batch": "batch:batch",
     "schedules": "schedules:schedules",
     "limits": "limits:limits",
     "bench": "bench:bench",

@@ -251,3 +251,23 @@ def runs_table(infos: list[Any]) -> None:
         blocks.append(Group(*lines))
     for block in blocks:
         console.print(block, overflow="fold")
+
+
+def batch_table(runs: list[dict[str, Any]]) -> None:
+    """Each run a batch acted on, one a row: its id, run, outcome and what it says more
+    (why it was refused or skipped; a reset's new run)."""
+    console = stdout()
+    table = Table(box=None, header_style="bold", pad_edge=False, padding=(0, GAP // 2))
+    for column in ("id", "run", "outcome", "detail"):
+        table.add_column(column, no_wrap=column != "detail", overflow="fold")
+    for run in runs:
+        detail = run.get("detail") or (
+            f"new run {run['new_run_id']}" if "new_run_id" in run else ""
+        )
+        table.add_row(
+            Text(str(run["id"])),
+            Text(str(run["run_id"] or "-"), style="dim"),
+            status_text(run["outcome"]),
+            Text(detail),
+        )
+    console.print(table)

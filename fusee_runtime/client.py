@@ -42,6 +42,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from fusee_runtime.control.operations import BatchAction
 from fusee_runtime.dsl import WorkflowDef, seconds
 from fusee_runtime.errors import Rejected
 from fusee_runtime.model.json import Json, JsonObject
@@ -236,6 +237,45 @@ class Client:
         """Fails the `ctx.await_completion` that issued `token`."""
         async with _lost():
             await self._transport.fail(token, message)
+
+    # -- batches -------------------------------------------------------------------------
+
+    async def batch(
+        self,
+        action: BatchAction,
+        *,
+        where: dict[str, Any] | None = None,
+        workflow: str | None = None,
+        status: str | None = None,
+        reason: str | None = None,
+        signal: str | None = None,
+        value: object = None,
+        to: int | str | None = None,
+        rate: float | None = None,
+        id: str | None = None,
+        dry_run: bool = False,
+    ) -> JsonObject:
+        """Does `action` once to every run the filter matches, in a durable batch
+        (`Engine.batch`, which says what each argument does); returns the batch as
+        `describe_batch` shows it. Sent again with the same `id`: the same batch."""
+        async with _lost():
+            return await self._transport.batch(
+                action,
+                where=where,
+                workflow=workflow,
+                status=status,
+                reason=reason,
+                signal=signal,
+                value=value,
+                to=to,
+                rate=rate,
+                id=id,
+                dry_run=dry_run,
+            )
+
+    async def describe_batch(self, id: str) -> JsonObject:
+        """Batch `id`: its progress, outcomes by kind and each run's (`runs`)."""
+        return await _read(lambda: self._transport.batch_describe(id))
 
     # -- cron schedules ------------------------------------------------------------------
 

@@ -425,8 +425,11 @@ class Ctx:
             self._execution, workflow, id, input, timeout, parent_close
         )
 
-    async def signal_workflow(self, id: str, signal: str, value: object = None) -> None:
-        """Sends `signal` with `value` to the newest run of workflow `id`, once.
+    async def signal_workflow(
+        self, id: str, signal: str, value: object = None, *, run_id: str | None = None
+    ) -> None:
+        """Sends `signal` with `value` to the newest run of workflow `id` (or to its run
+        `run_id`), once.
 
         It is sent once this point of the run is durable: a replay does not
         send it again. It returns once the send is durable.
@@ -435,10 +438,13 @@ class Ctx:
             NotFound: no run has that id. Rejected: its newest run is closed. Both
                 are recorded, so a replay raises them at the same point.
         """
-        await children.send_signal(self._execution, id, signal, value)
+        await children.send_signal(self._execution, id, signal, value, run_id)
 
-    async def cancel_workflow(self, id: str, reason: str = "cancelled") -> None:
-        """Cancels the newest run of workflow `id`, once, as `signal_workflow` sends.
+    async def cancel_workflow(
+        self, id: str, reason: str = "cancelled", *, run_id: str | None = None
+    ) -> None:
+        """Cancels the newest run of workflow `id` (or its run `run_id`), once, as
+        `signal_workflow` sends.
 
         The target's code gets `Cancelled` at its current await and its
         compensations run (a run cancelled already is left as it is).
@@ -446,7 +452,7 @@ class Ctx:
         Raises:
             NotFound, Rejected: as `signal_workflow`.
         """
-        await children.send_cancel(self._execution, id, reason)
+        await children.send_cancel(self._execution, id, reason, run_id)
 
     async def continue_as_new(self, input: object) -> Any:
         """Ends this run and starts a fresh one of the same id with `input`, in one record.

@@ -24,6 +24,7 @@ from types import ModuleType
 from typing import Any, TypeVar
 
 from fusee_runtime import client as aio
+from fusee_runtime.control.operations import BatchAction
 from fusee_runtime.dsl import WorkflowDef
 from fusee_runtime.model.json import Json, JsonObject
 from fusee_runtime.model.run import RunInfo
@@ -146,6 +147,12 @@ class Client:
 
     def fail(self, token: str, message: str) -> None:
         self._loop.run(self._client.fail(token, message))
+
+    def batch(self, action: BatchAction, **options: Any) -> JsonObject:
+        return self._loop.run(self._client.batch(action, **options))
+
+    def describe_batch(self, id: str) -> JsonObject:
+        return self._loop.run(self._client.describe_batch(id))
 
     def schedules(self) -> builtins.list[JsonObject]:
         return self._loop.run(self._client.schedules())

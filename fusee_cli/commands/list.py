@@ -91,7 +91,7 @@ def list_runs(
         if status is not None and status != OPEN and status not in {s.value for s in Status}:
             known = ", ".join([OPEN, *(s.value for s in Status)])
             raise CliError(Code.USAGE, f"unknown status {status!r}; statuses: {known}")
-        conditions = _where(where or [])
+        conditions = where_of(where or [])
         if parent is not None:
             session.check_id(parent)
         infos: list[Any] = []
@@ -121,7 +121,7 @@ def list_runs(
             )
 
 
-def _where(expressions: list[str]) -> dict[str, Any] | None:
+def where_of(expressions: list[str]) -> dict[str, Any] | None:
     """The --where expressions as `list(where=)` takes them, or a usage error."""
     if not expressions:
         return None

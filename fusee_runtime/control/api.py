@@ -35,7 +35,7 @@ from collections.abc import AsyncGenerator, Awaitable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from fusee_runtime.control.ops import Operations, Pong
+from fusee_runtime.control.ops import BatchAction, Operations, Pong
 from fusee_runtime.control.wire import run_info as run_info  # (re-exported: its old home)
 from fusee_runtime.control.wire import run_json
 from fusee_runtime.errors import (
@@ -271,6 +271,40 @@ class Control(Operations):
     ) -> object:
         """The run's result once durable (`RunHandle.result`), as its JSON."""
         return await self.engine.handle(id, run_id).result(timeout)
+
+    async def batch(
+        self,
+        action: BatchAction,
+        where: dict[str, Any] | None = None,
+        workflow: str | None = None,
+        status: str | None = None,
+        reason: str | None = None,
+        signal: str | None = None,
+        value: object = None,
+        to: int | str | None = None,
+        rate: float | None = None,
+        id: str | None = None,
+        dry_run: bool = False,
+    ) -> JsonObject:
+        """Starts a batch (`Engine.batch`); returns it, or with `dry_run` the count."""
+        batch = self.engine.batch(
+            action,
+            where=where,
+            workflow=workflow,
+            status=status,
+            reason=reason,
+            signal=signal,
+            value=value,
+            to=to,
+            rate=rate,
+            id=id,
+            dry_run=dry_run,
+        )
+        return await self._recorded(batch)
+
+    async def batch_describe(self, id: str) -> JsonObject:
+        """Batch `id`'s progress and each run's outcome (`Engine.describe_batch`)."""
+        return self.engine.describe_batch(id)
 
     async def schedules(self) -> builtins.list[JsonObject]:
         """Every cron schedule: workflow, cron, timezone, overlap, catchup, paused,

@@ -323,6 +323,28 @@ class Client(Operations):
         args: dict[str, Any] = {key: value for key, value in given.items() if value is not None}
         return await self._ask(ops.SCHEDULE_SET, name=name, create=create, **args)
 
+    async def batch(
+        self,
+        action: ops.BatchAction,
+        where: dict[str, Any] | None = None,
+        workflow: str | None = None,
+        status: str | None = None,
+        reason: str | None = None,
+        signal: str | None = None,
+        value: object = None,
+        to: int | str | None = None,
+        rate: float | None = None,
+        id: str | None = None,
+        dry_run: bool = False,
+    ) -> JsonObject:
+        given: dict[str, Any] = {"where": where, "workflow": workflow, "status": status}
+        given.update(reason=reason, signal=signal, value=value, to=to, rate=rate, id=id)
+        args: dict[str, Any] = {key: value for key, value in given.items() if value is not None}
+        return await self._ask(ops.BATCH, action=action, dry_run=dry_run, **args)
+
+    async def batch_describe(self, id: str) -> JsonObject:
+        return await self._ask(ops.BATCH_DESCRIBE, id=id)
+
     async def schedule_delete(self, name: str) -> JsonObject:
         return await self._ask(ops.SCHEDULE_DELETE, name=name)
 

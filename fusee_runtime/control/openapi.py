@@ -235,6 +235,20 @@ _OPERATIONS: dict[tuple[str, str], JsonObject] = {
         (404, 503),
         _NONE,
     ),
+    ("POST", "/v1/batches"): _op(
+        "Act on every run a filter matches, once each, in a durable batch (fusee batch)",
+        {
+            201: _answer("The batch, once its start is durable.", _ref("Batch")),
+            200: _answer("A dry run: how many runs match now, and the first.", _ref("Batch")),
+        },
+        (409, 503),
+        (_ref("BatchRequest"), "What to do, to which runs.", True),
+    ),
+    ("GET", "/v1/batches/{id}"): _op(
+        "A batch's progress and each run's outcome",
+        {200: _answer("The batch.", _ref("Batch"))},
+        (400, 404, 503),
+    ),
     ("GET", "/v1/openapi.json"): _op(
         "This document", {200: _answer("OpenAPI 3.1.", {"type": "object"})}, ()
     ),
@@ -261,7 +275,7 @@ _OPERATIONS: dict[tuple[str, str], JsonObject] = {
 }
 
 _PATH_PARAMETERS = {
-    "id": "The workflow id; the call acts on its newest run.",
+    "id": "The workflow id; the call acts on its newest run (a batch: its id).",
     "name": "The signal's, handler's or schedule's name, as the path says.",
     "token": "The completion token that ctx.await_completion handed out.",
 }
@@ -448,6 +462,37 @@ _SCHEMAS: JsonObject = {
     "Empty": _obj({}, closed=True),
     "Answer": _obj({"result": _any("Any JSON value.")}, "result"),
     "Ok": _obj({"ok": {"const": True}}, "ok"),
+    "BatchRequest": _obj(
+        {
+            "action": {"enum": ["cancel", "terminate", "signal", "reset", "resume"]},
+            "where": {"type": "object", "description": "Search attributes, as GET /v1/runs."},
+            "workflow": _str("Only runs of this workflow.", nullable=True),
+            "status": _str("Only runs in this status (open: not closed).", nullable=True),
+            "reason": _str("cancel, terminate: why.", nullable=True),
+            "signal": _str("signal: its name.", nullable=True),
+            "value": _any("signal: its value."),
+            "to": {"type": ["integer", "string"], "description": "reset: as POST .../reset."},
+            "rate": {"type": ["number", "null"], "description": "At most this many runs a second."},
+            "id": _str("The batch's id (sent again: the same batch).", nullable=True),
+            "dry_run": {"type": "boolean", "description": "Count the matches; start nothing."},
+        },
+        "action",
+        closed=True,
+    ),
+    "Batch": _obj(
+        {
+            "id": _str("The batch's id (a run of workflow fusee.batch)."),
+            "status": _str("The batch's status, as a run's."),
+            "action": _str(),
+            "filter": {"type": "object"},
+            "total": {"type": ["integer", "null"], "description": "The runs that matched."},
+            "acted": {"type": "integer"},
+            "outcomes": {"type": "object", "description": "How many runs had each outcome."},
+            "runs": {"type": "array", "items": {"type": "object"}},
+            "count": {"type": "integer", "description": "A dry run: the runs that match."},
+        },
+        "action",
+    ),
     "Schedule": _obj(
         {
             "workflow": _str("The workflow it starts."),

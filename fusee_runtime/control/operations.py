@@ -18,6 +18,7 @@ types are the method's (`Param`), checked when `call` passes them to it by name:
 cannot check a request read from the wire, and a wrong one raises `TypeError` there."""
 OnConflict = Literal["return", "fail", "new_run"]
 ScheduleAction = Literal["pause", "unpause", "trigger"]
+BatchAction = Literal["cancel", "terminate", "signal", "reset", "resume"]
 
 
 class Pong(TypedDict):
@@ -163,6 +164,28 @@ class Operations(Protocol):
         """The result of the newest run of `id` (or of run `run_id`, pinned), once durable,
         as `RunHandle.result` waits for it: its JSON, or the engine's error (`RunFailed`,
         `Cancelled`, `Terminated`, `TimedOut`)."""
+        ...
+
+    async def batch(
+        self,
+        action: BatchAction,
+        where: dict[str, Any] | None = None,
+        workflow: str | None = None,
+        status: str | None = None,
+        reason: str | None = None,
+        signal: str | None = None,
+        value: object = None,
+        to: int | str | None = None,
+        rate: float | None = None,
+        id: str | None = None,
+        dry_run: bool = False,
+    ) -> JsonObject:
+        """Starts a batch doing `action` to every run the filter matches (`Engine.batch`);
+        returns it as `batch_describe` shows it (with `dry_run`: the count, nothing started)."""
+        ...
+
+    async def batch_describe(self, id: str) -> JsonObject:
+        """Batch `id`: its progress and each run's outcome (`Engine.describe_batch`)."""
         ...
 
     async def schedules(self) -> builtins.list[JsonObject]:

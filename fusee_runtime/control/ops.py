@@ -53,6 +53,7 @@ from typing import (
 )
 
 from fusee_runtime.control.operations import Args as Args
+from fusee_runtime.control.operations import BatchAction as BatchAction
 from fusee_runtime.control.operations import OnConflict as OnConflict
 from fusee_runtime.control.operations import Operations as Operations
 from fusee_runtime.control.operations import Pong as Pong
@@ -337,6 +338,17 @@ UPDATE = _call(
 RESULT = _call(
     Operations.result, lambda o, a: o.result(**a), _as_sent, acts=False, route=Route.ID, http=False
 )
+BATCH = _call(
+    Operations.batch, lambda o, a: o.batch(**a), _object, acts=True, route=Route.ANY, http=True
+)
+BATCH_DESCRIBE = _call(
+    Operations.batch_describe,
+    lambda o, a: o.batch_describe(**a),
+    _object,
+    acts=False,
+    route=Route.ID,
+    http=True,
+)
 SCHEDULES = _call(
     Operations.schedules,
     lambda o, a: o.schedules(**a),
@@ -411,6 +423,7 @@ OPS: dict[str, Op] = {
     for op in (
         *(PING, START, UPDATE_WITH_START, DESCRIBE, LIST, HISTORY, LOG, JOURNAL, RUN_IDS),
         *(SIGNAL, CANCEL, TERMINATE, RESUME, RESET, COMPLETE, FAIL, QUERY, UPDATE, RESULT),
+        *(BATCH, BATCH_DESCRIBE),
         *(SCHEDULES, SCHEDULE, SCHEDULE_SET, SCHEDULE_DELETE, SCHEDULE_BACKFILL),
         *(PRUNE, LIMITS, LIMIT, WATCH, STREAM),
     )

@@ -517,6 +517,40 @@ def _acting(action: Literal["pause", "unpause", "trigger"]) -> Endpoint:
     return act
 
 
+_BATCH_FIELDS = ("action", "where", "workflow", "status", "reason", "signal", "value", "to")
+_NOT_TEXT = ("where", "value", "to")
+
+
+async def _batch(request: Request, api: Api) -> Response:
+    doc = await _fields(request, (*_BATCH_FIELDS, "rate", "id", "dry_run"), ("action",))
+    texts = {name: _text(doc, name) for name in _BATCH_FIELDS if name not in _NOT_TEXT}
+    where, rate, dry_run = doc.get("where"), doc.get("rate"), doc.get("dry_run", False)
+    if where is not None and not isinstance(where, dict):
+        raise _bad(f"the field 'where' is an object, not {_kind(where)}")
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float)):
+        raise _bad(f"the field 'rate' is a number, not {_kind(rate)}")
+    if not isinstance(dry_run, bool):
+        raise _bad(f"the field 'dry_run' is a boolean, not {_kind(dry_run)}")
+    to = doc.get("to")
+    if to is not None and (isinstance(to, bool) or not isinstance(to, int | str)):
+        raise _bad(f"the field 'to' is an operation number or a name, not {_kind(to)}")
+    batch = await api.control.batch(
+        **texts,  # type: ignore[arg-type]
+        where=where,
+        value=doc.get("value"),
+        to=to,
+        rate=rate,
+        id=_text(doc, "id"),
+        dry_run=dry_run,
+    )
+    return _json(batch, 200 if dry_run else 201)
+
+
+async def _batch_describe(request: Request, api: Api) -> Response:
+    _params(request, ())
+    return _json(await api.control.batch_describe(request.path_params["id"]))
+
+
 async def _health(request: Request, api: Api) -> Response:
     return _json({"ok": True, **await api.control.ping()})
 
@@ -544,6 +578,8 @@ ROUTES: list[tuple[str, str, ops.Op | None, Endpoint]] = [
     ("POST", "/v1/schedules/{name}/pause", ops.SCHEDULE, _acting("pause")),
     ("POST", "/v1/schedules/{name}/unpause", ops.SCHEDULE, _acting("unpause")),
     ("POST", "/v1/schedules/{name}/trigger", ops.SCHEDULE, _acting("trigger")),
+    ("POST", "/v1/batches", ops.BATCH, _batch),
+    ("GET", "/v1/batches/{id}", ops.BATCH_DESCRIBE, _batch_describe),
     ("GET", "/v1/openapi.json", None, _openapi),
     ("GET", "/v1/health", ops.PING, _health),
 ]

@@ -195,13 +195,16 @@ class Commands:
             raise Rejected(f"run {id!r} is {run.status}: only a paused or stuck run resumes")
         await self.durability.wait(run.last_lsn)
 
-    async def reset(self, id: str, to: int | str, run_id: str | None) -> str:
-        """Resets a run (`Engine.reset`); returns the new run's id once its start is durable."""
+    async def reset(
+        self, id: str, to: int | str, run_id: str | None, batch: str | None = None
+    ) -> str:
+        """Resets a run (`Engine.reset`); returns the new run's id once its start is durable.
+        `batch`: the batch that resets it, named in the new run's origin."""
         self.driver.check_accepting()
         run = self.runs.get(id, run_id)
         newest = self.runs.latest(id) if run_id is not None else run
         if run.status == Status.SCHEDULED:
             raise Rejected(f"run {id!r} has not begun: nothing of it to reset (cancel it)")
-        new = resets.reset(self.driver, run, to, newest)
+        new = resets.reset(self.driver, run, to, newest, batch)
         await self.durability.wait(new.last_lsn)
         return new.run_id

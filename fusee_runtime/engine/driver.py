@@ -122,6 +122,8 @@ class Driver:
         self.runs = runs
         self.tokens = tokens
         self.workflows: dict[str, WorkflowDef] = registry()
+        self.builtins: dict[str, WorkflowDef] = {}
+        """The engine's own workflows (`fusee.batch`), found after the app's."""
         self.workers = StepWorkers(config.step_threads)
         self.tracing: Tracing | None = None
         """Set at open (`fusee_runtime.tracing.open_tracing`)."""
@@ -217,11 +219,15 @@ class Driver:
         return self.durability.loop
 
     def workflow(self, name: str) -> WorkflowDef:
-        wf = self.workflows.get(name) if isinstance(name, str) else None
+        wf = self.defined(name) if isinstance(name, str) else None
         if wf is None:
             known = ", ".join(sorted(self.workflows)) or "none"
             raise NotFound(f"unknown workflow {name!r}; known workflows: {known}")
         return wf
+
+    def defined(self, name: str) -> WorkflowDef | None:
+        """The workflow of that name: the app's, or one of the engine's own."""
+        return self.workflows.get(name) or self.builtins.get(name)
 
     def find_latest(self, id: str) -> Run | None:
         return self.runs.find_latest(id)
@@ -323,7 +329,7 @@ class Driver:
         return self.append(run, SignalReceived(run.run_id, signal_id, name, value, now))
 
     def continue_as_new(self, run: Run, input: Any) -> None:
-        wf = self.workflows.get(run.workflow)
+        wf = self.defined(run.workflow)
         shape = None if wf is None else parameter(wf.fn, 1)
         encoded = self.encode(input, f"the input of workflow {run.workflow!r}", shape)
         new_run_id = uuid.uuid4().hex
@@ -454,7 +460,7 @@ class Driver:
 
     async def _drive(self, run: Run) -> None:
         """Runs a run's code (again) from the top, and records how it ended."""
-        wf = self.workflows.get(run.workflow)
+        wf = self.defined(run.workflow)
         if wf is None:
             self.mark_stuck(
                 run, f"workflow {run.workflow!r} is not registered by the app {self.app!r}"

@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from fusee_runtime import search
 from fusee_runtime.completions import Tokens
 from fusee_runtime.dsl import WorkflowDef
+from fusee_runtime.engine.batches import BATCH, Action, Batches
+from fusee_runtime.engine.batches import check as batch_spec
 from fusee_runtime.engine.checkpoints import Checkpoints
 from fusee_runtime.engine.commands import Commands
 from fusee_runtime.engine.config import Config
@@ -121,6 +123,9 @@ class Engine:
         """Queries, updates and completion tokens."""
         self.commands = Commands(self.driver, self.runs, self.durability, self.clock)
         """Start, signal, cancel, terminate, resume and reset: the commands on runs."""
+        self.batches = Batches(self.driver, self.runs, self.commands)
+        """Batches: one command on every run a filter matches (`fusee.batch` runs)."""
+        self.driver.builtins[BATCH] = self.batches.definition
         self._lock: HomeLock | None = None
         self._control: ControlServer | None = None
         self._hurry = asyncio.Event()
@@ -401,6 +406,40 @@ class Engine:
             Rejected: a number out of range, or `run_id` not the newest.
         """
         return RunHandle(self, id, await self.commands.reset(id, to, run_id))
+
+    async def batch(
+        self,
+        action: Action,
+        *,
+        where: dict[str, Any] | None = None,
+        workflow: str | None = None,
+        status: Status | str | None = None,
+        reason: str | None = None,
+        signal: str | None = None,
+        value: object = None,
+        to: int | str | None = None,
+        rate: float | None = None,
+        id: str | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """Does `action` ("cancel", "terminate", "signal", "reset", "resume") once to each
+        run matching `where`, `workflow` and `status` (as `list`), in a batch: a durable run
+        of workflow `fusee.batch` of id `id` (`fusee_runtime.engine.batches`). A signal
+        batch sends `signal` with `value`; a reset batch starts again at `to` (as `reset`
+        takes it); `rate` caps the runs a second. Returns the batch as `describe_batch`
+        does once its start is durable; `dry_run` starts nothing and counts the matches.
+
+        Raises:
+            Rejected: a bad action, status, filter, rate or id, no `signal` or `to`.
+        """
+        status = status.value if isinstance(status, Status) else status
+        spec = batch_spec(action, status, workflow, where, reason, signal, value, to, rate)
+        return await self.batches.start(spec, id, dry_run)
+
+    def describe_batch(self, id: str) -> dict[str, Any]:
+        """Batch `id`: its spec, status, `total` matched, `acted`, `outcomes` by kind
+        and each run's (`runs`). Raises `NotFound` if there is no such batch."""
+        return self.batches.describe(id)
 
     def handle(self, id: str, run_id: str | None = None) -> RunHandle:
         """A handle on the newest run of `id`, looked up at each call (or, with `run_id`,

@@ -13,7 +13,10 @@ shows an operation:
   #3. A reset starts again at a top-level operation, so these reset to #2
   and #3, which run again whole;
 - the name of a step, a wait (the signal's name), a sleep, a child (its id)
-  or a completion: the top-level operation of its first occurrence.
+  or a completion: the top-level operation of its first occurrence;
+- `@first-failed`: the first step that failed (for good, or an attempt of it:
+  a paused step too); `@last-completed`: the last step that completed. These
+  two let one `--to` fit every run of a batch (`fusee batch reset`).
 
 Anything else is `NotFound`, and its message lists what `to` takes for that
 run (`takes`), bounded by `SHOWN_MAX` of each.
@@ -49,6 +52,10 @@ NAMED: dict[type[Op], str] = {
 }
 """The kinds of operation a reset finds by name, and what people call each."""
 
+FIRST_FAILED = "@first-failed"
+LAST_COMPLETED = "@last-completed"
+"""The two points a reset finds by what happened to a step rather than by its name."""
+
 SHOWN_MAX = 20
 """The most names of one kind, or positions, that the error of an unknown point lists."""
 
@@ -64,6 +71,8 @@ def reset_point(run: Run, to: int | str) -> int:
     """
     if isinstance(to, bool) or not isinstance(to, int | str):
         raise Rejected("reset(to=) takes an operation number, a position or an operation's name")
+    if to in (FIRST_FAILED, LAST_COMPLETED):
+        return _step_point(run, to)
     if isinstance(to, int) or (to.isascii() and to.isdigit()):
         n = int(to)
         if n < 1:
@@ -86,6 +95,20 @@ def reset_point(run: Run, to: int | str) -> int:
     raise NotFound(f"run {run.workflow_id!r} has no operation {what} {to!r}; {takes(run)}")
 
 
+def _step_point(run: Run, to: str) -> int:
+    steps = [(seq, op) for seq, op in run.ops.items() if type(op) is StepOp]
+    steps.sort(key=lambda pair: _order(pair[0]))
+    if to == FIRST_FAILED:
+        failed = [s for s, op in steps if not op.ok or op.attempts_failed or op.paused]
+        found, what = failed[:1], "no step that failed"
+    else:
+        found = [s for s, op in steps if op.done and op.ok][-1:]
+        what = "no step that completed"
+    if not found:
+        raise NotFound(f"run {run.workflow_id!r} has {what}; {takes(run)}")
+    return top(found[0])
+
+
 def takes(run: Run) -> str:
     """What `to` takes for `run`, for people: its operation numbers, the positions
     inside them, and the names of its named operations, each in journal order."""
@@ -105,11 +128,11 @@ def takes(run: Run) -> str:
     return "--to takes " + _listed(ways, "; ")
 
 
-def reset(driver: Driver, run: Run, to: int | str, newest: Run) -> Run:
+def reset(driver: Driver, run: Run, to: int | str, newest: Run, batch: str | None = None) -> Run:
     """Closes `run` as `reset` if it is open (a closed run keeps how it closed) and starts
     the new run of its id that keeps the journal before `to`; returns that run, whose
     records are appended, not yet durable. `newest`: the id's newest run, which `run`
-    must be.
+    must be. `batch`: the batch resetting it, kept in the new run's `origin["batch"]`.
 
     A child's new run keeps its parent (`origin["parent"]`); its children started
     before the reset point stay its children, the others get their `parent_close`.
@@ -128,6 +151,8 @@ def reset(driver: Driver, run: Run, to: int | str, newest: Run) -> Run:
     origin: dict[str, Any] = {"reset": run.run_id, "before": before}
     if run.parent is not None:
         origin["parent"] = dict(run.parent)
+    if batch is not None:
+        origin["batch"] = batch
     was_open = run.is_open
     if was_open:
         reset = RunReset(run.run_id, f"reset to operation #{before}", driver.clock.now())

@@ -12,6 +12,7 @@ COMMANDS = sorted(c.name for c in app.registered_commands if c.name)
 
 def test_the_commands_of_this_version():
     assert COMMANDS == [
+        "batch",
         "bench",
         "cancel",
         "check",

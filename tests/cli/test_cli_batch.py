@@ -1,0 +1,85 @@
+"""`fusee batch`: one act on every run a filter matches, from the command line (issue 38),
+in a home nobody drives (the command drives it until the batch ends), and refused with
+a one-line error and its exit code when the command is wrong."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from fusee_runtime import Status
+
+
+@pytest.fixture
+def parked(make_engine, home):
+    """Five runs of `cli_wait` parked on signal `go`: w-0 ... w-4."""
+
+    async def park() -> None:
+        async with make_engine() as engine:
+            for i in range(5):
+                await engine.start("cli_wait", None, id=f"w-{i}")
+            await engine.wait_until(
+                lambda: all(engine.runs.latest(f"w-{i}").status == Status.PARKED for i in range(5))
+            )
+
+    asyncio.run(park())
+
+
+def test_a_dry_run_counts_then_a_batch_signals_each_run_once(cli, on, parked):
+    r = cli("batch", "signal", "--workflow", "cli_wait", "--signal", "go", "--dry-run", *on)
+    assert r.exit_code == 0, r.output
+    assert r.stderr == "5 run(s) match --workflow cli_wait; a batch would signal each\n"
+    assert r.stdout.split() == [f"w-{i}" for i in reversed(range(5))]
+    r = cli("batch", "signal", "--workflow", "cli_wait", "--signal", "go", "--value", "7",
+            "--id", "b-1", "--json", *on)  # fmt: skip
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert (doc["id"], doc["status"], doc["outcomes"]) == ("b-1", "completed", {"signalled": 5})
+    r = cli("batch", "describe", "b-1", *on)
+    assert r.exit_code == 0, r.output
+    assert r.stderr.startswith(
+        "batch b-1 (signal --workflow cli_wait): completed; acted on 5 of 5 run(s): 5 signalled"
+    )
+    assert all(f"w-{i}" in r.stdout for i in range(5)) and "signalled" in r.stdout
+    listed = json.loads(cli("list", "--workflow", "cli_wait", "--json", *on).stdout)
+    assert {run["status"] for run in listed} == {"completed"}
+    r = cli("batch", "cancel", "--workflow", "cli_wait", "--json", *on)  # closed: refused
+    assert json.loads(r.stdout)["outcomes"] == {"refused": 5}
+
+
+def test_no_wait_records_the_batch_for_whoever_drives_the_home_next(cli, on, parked):
+    r = cli("batch", "cancel", "--status", "open", "--id", "b-2", "--no-wait", *on)
+    assert (r.exit_code, r.stdout) == (0, "b-2\n"), r.output
+    assert r.stderr == (
+        "batch b-2 recorded; it runs when a process next drives the home (fusee serve)\n"
+    )
+    doc = json.loads(cli("batch", "describe", "b-2", "--json", *on).stdout)
+    assert (doc["status"], doc["acted"]) == ("running", 0)
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (("batch", "describe"), 2, "fusee batch describe takes the batch's ID"),
+        (("batch", "describe", "nope"), 3, "no batch 'nope'"),
+        (("batch", "cancel", "b-1"), 2, "fusee batch cancel takes no ID argument"),
+        (("batch", "cancel", "--rate", "0"), 2, "--rate is a number of runs a second above 0"),
+        (("batch", "reset", "--status", "failed"), 2, "a batch that resets takes --to"),
+        (("batch", "signal"), 2, "a signal name is a string"),
+        (("batch", "cancel", "--status", "sleepy"), 2, "sleepy"),
+        (("batch", "cancel", "--where", "a~1"), 2, "where"),
+    ],
+)
+def test_a_wrong_batch_is_one_line_and_its_exit_code(cli, on, parked, args, code, message):
+    r = cli(*args, *on)
+    assert r.exit_code == code, r.output
+    assert message in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert "Traceback" not in r.output
+
+
+def test_a_batch_in_a_home_with_no_journal_says_so(cli, on):
+    r = cli("batch", "cancel", "--status", "open", *on)
+    assert (r.exit_code, r.stderr.count("\n")) == (3, 1), r.output
+    assert "no runs in" in r.stderr

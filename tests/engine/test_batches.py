@@ -1,0 +1,287 @@
+"""Batches (issue 38): one act on every run a filter matches, once each, durably.
+
+Each test runs on the local journal and on PostgreSQL. A batch paced by `rate`
+waits on the engine's clock between windows, so a `FakeClock` stops it halfway,
+deterministically: there the tests close the engine as a crash would, or act on a
+run themselves, then let the batch go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from fusee_runtime import (
+    Ctx,
+    Exhausted,
+    FakeClock,
+    Fatal,
+    NotFound,
+    Rejected,
+    RetryPolicy,
+    RunFailed,
+    Status,
+    step,
+    workflow,
+)
+from fusee_runtime.engine.batches import BATCH
+
+STORES = ("local", "postgresql")
+
+DOWN = {"down": True}
+
+
+@workflow(name="bx.wait")
+async def bx_wait(ctx: Ctx, n: int) -> Any:
+    ctx.set_attributes({"tier": "gold" if n % 2 else "free"})
+    return [n, await ctx.wait_for("go")]
+
+
+@step(name="bx.charge", retry=RetryPolicy(attempts=1))
+def bx_charge(n: int) -> int:
+    if DOWN["down"]:
+        raise Fatal("the payment service is down")
+    return n
+
+
+@workflow(name="bx.charge")
+async def bx_charge_run(ctx: Ctx, n: int) -> int:
+    await ctx.step("bx.ok", lambda: n)
+    return await bx_charge(n)
+
+
+@step(name="bx.flaky", retry=RetryPolicy(attempts=1, on_exhausted=Exhausted.PAUSE))
+def bx_flaky() -> str:
+    if DOWN["down"]:
+        raise ConnectionError("down")
+    return "up"
+
+
+@workflow(name="bx.pauses")
+async def bx_pauses(ctx: Ctx, _: Any) -> str:
+    return await bx_flaky()
+
+
+@pytest.fixture(autouse=True)
+def _down() -> None:
+    DOWN["down"] = True
+
+
+async def _waiting(engine: Any, n: int) -> None:
+    await asyncio.gather(*(engine.start(bx_wait, i, id=f"w-{i}") for i in range(n)))
+    await engine.wait_until(lambda: _parked(engine, "bx.wait") == n)
+
+
+def _parked(engine: Any, workflow: str) -> int:
+    return sum(
+        1 for r in engine.runs.by_run_id.values() if r.workflow == workflow and r.live.parked
+    )
+
+
+async def _failed(engine: Any, n: int) -> None:
+    await asyncio.gather(*(engine.start(bx_charge_run, i, id=f"c-{i}") for i in range(n)))
+    for i in range(n):
+        with pytest.raises(RunFailed):
+            await engine.handle(f"c-{i}").result()
+
+
+def _kinds(records: list[dict[str, Any]]) -> list[str]:
+    return [r["type"] for r in records]
+
+
+async def test_a_cancel_batch_cancels_each_matching_run_once(make_engine: Any) -> None:
+    async with make_engine() as engine:
+        await _waiting(engine, 30)
+        dry = await engine.batch("cancel", where={"tier": "gold"}, dry_run=True)
+        assert (dry["count"], len(dry["runs"])) == (15, 15)
+        assert await engine.list(workflow=BATCH) == []  # a dry run starts nothing
+        doc = await engine.batch("cancel", where={"tier": "gold"}, id="b-1", reason="recall")
+        assert doc["id"] == "b-1" and doc["filter"]["where"] == {"tier": "gold"}
+        summary = await engine.handle("b-1").result()
+        assert summary == {"total": 15, "acted": 15, "outcomes": {"cancelled": 15}}
+        for i in range(30):
+            info = await engine.handle(f"w-{i}").describe()
+            assert info.status == (Status.CANCELLED if i % 2 else Status.PARKED), i
+        doc = engine.describe_batch("b-1")
+        assert doc["status"] == "completed"
+        assert sorted(run["id"] for run in doc["runs"]) == sorted(f"w-{i}" for i in range(1, 30, 2))
+        again = await engine.batch("cancel", where={"tier": "gold"}, id="b-1")
+        assert again["run_id"] == doc["run_id"]  # the same id: the same batch
+    async with make_engine() as engine:  # as recorded
+        assert engine.describe_batch("b-1")["outcomes"] == {"cancelled": 15}
+        kinds = _kinds(await engine.history("w-1"))
+        assert kinds.count("CancelRequested") == 1
+
+
+async def test_a_signal_batch_delivers_one_signal_to_each_and_refuses_closed_ones(
+    make_engine: Any,
+) -> None:
+    async with make_engine() as engine:
+        await _waiting(engine, 6)
+        await engine.terminate("w-0")
+        doc = await engine.batch("signal", workflow="bx.wait", signal="go", value="yes")
+        summary = await engine.handle(doc["id"]).result()
+        assert summary["outcomes"] == {"signalled": 5, "refused": 1}
+        for i in range(1, 6):
+            assert await engine.handle(f"w-{i}").result() == [i, "yes"]
+            assert _kinds(await engine.history(f"w-{i}")).count("SignalReceived") == 1
+        (refused,) = [r for r in engine.describe_batch(doc["id"])["runs"] if r["id"] == "w-0"]
+        assert refused["outcome"] == "refused" and "terminated" in refused["detail"]
+
+
+async def test_a_reset_batch_resets_each_failed_run_from_its_first_failed_step(
+    make_engine: Any,
+) -> None:
+    async with make_engine() as engine:
+        await _failed(engine, 8)
+        DOWN["down"] = False
+        doc = await engine.batch("reset", status="failed", to="@first-failed", id="r-1")
+        summary = await engine.handle("r-1").result()
+        assert summary["outcomes"] == {"reset": 8}
+        for i in range(8):
+            assert await engine.handle(f"c-{i}").result() == i
+            started = [r for r in await engine.history(f"c-{i}") if r["type"] == "RunStarted"]
+            assert len(started) == 2
+            # The first step is kept (#1), the failed one runs again.
+            origin = {"reset": started[0]["run_id"], "before": 2, "batch": "r-1"}
+            assert started[1]["origin"] == origin
+        by_run = {r["run_id"]: r for r in engine.describe_batch("r-1")["runs"]}
+        assert all(r["new_run_id"] for r in by_run.values()) and len(by_run) == 8
+        del doc
+
+
+async def test_reset_takes_first_failed_and_last_completed_and_says_when_there_is_none(
+    make_engine: Any,
+) -> None:
+    async with make_engine() as engine:
+        await _failed(engine, 1)
+        DOWN["down"] = False
+        new = await engine.reset("c-0", "@last-completed")  # bx.ok, #1: both run again
+        assert await new.result() == 0
+        with pytest.raises(NotFound, match="has no step that failed"):
+            await engine.reset("c-0", "@first-failed")
+
+
+async def test_terminate_and_resume_batches(make_engine: Any) -> None:
+    async with make_engine() as engine:
+        await asyncio.gather(*(engine.start(bx_pauses, None, id=f"p-{i}") for i in range(4)))
+        await engine.wait_until(
+            lambda: all(engine.runs.latest(f"p-{i}").status == Status.PAUSED for i in range(4))
+        )
+        await _waiting(engine, 3)
+        DOWN["down"] = False
+        doc = await engine.batch("resume", status="open")
+        summary = await engine.handle(doc["id"]).result()
+        assert summary["outcomes"] == {"resumed": 4, "skipped": 3}
+        assert [await engine.handle(f"p-{i}").result() for i in range(4)] == ["up"] * 4
+        doc = await engine.batch("terminate", workflow="bx.wait", reason="cleanup")
+        summary = await engine.handle(doc["id"]).result()
+        assert summary["outcomes"] == {"terminated": 3}
+        info = await engine.handle("w-0").describe()
+        assert info.status == Status.TERMINATED
+        assert info.error == f"terminated: cleanup (batch {doc['id']})"
+
+
+async def test_a_batch_stopped_halfway_by_a_crash_goes_on_and_acts_on_no_run_twice(
+    make_engine: Any, clock: FakeClock
+) -> None:
+    async with make_engine() as engine:
+        await _waiting(engine, 250)
+        await _failed(engine, 250)
+        await engine.batch("terminate", workflow="bx.wait", rate=100, id="t-1")
+        await engine.batch("reset", workflow="bx.charge", to="bx.charge", rate=100, id="r-1")
+        # Each acts on a window of 100, then waits a second on the clock.
+        await engine.wait_until(
+            lambda: all(engine.describe_batch(b)["acted"] == 100 for b in ("t-1", "r-1"))
+        )
+        await engine.close(crash=True)
+    async with make_engine() as engine:
+        assert [engine.describe_batch(b)["acted"] for b in ("t-1", "r-1")] == [100, 100]
+        while engine.runs.latest("t-1").is_open or engine.runs.latest("r-1").is_open:
+            await clock.wait_for_sleepers()
+            clock.advance(1)
+            await asyncio.sleep(0)
+        assert (await engine.handle("t-1").result())["outcomes"] == {"terminated": 250}
+        assert (await engine.handle("r-1").result())["outcomes"] == {"reset": 250}
+        for i in range(250):
+            assert _kinds(await engine.history(f"w-{i}")).count("RunTerminated") == 1
+            assert _kinds(await engine.history(f"c-{i}")).count("RunStarted") == 2
+
+
+async def test_a_step_act_run_again_finds_what_it_did_and_does_not_do_it_again(
+    make_engine: Any, clock: FakeClock
+) -> None:
+    """What a terminate step sees when it runs again after a crash cut its record: the
+    run terminated with the batch's reason. Made here by hand, in the batch's pause."""
+    async with make_engine() as engine:
+        await _waiting(engine, 3)
+        await engine.batch("terminate", workflow="bx.wait", rate=1, id="t-2")
+        await engine.wait_until(lambda: engine.describe_batch("t-2")["acted"] == 1)
+        await engine.terminate("w-0", "terminated (batch t-2)")  # w-2 went first
+        await engine.terminate("w-1", "by hand")
+        while engine.runs.latest("t-2").is_open:
+            await clock.wait_for_sleepers()
+            clock.advance(1)
+            await asyncio.sleep(0)
+        runs = {r["id"]: r for r in engine.describe_batch("t-2")["runs"]}
+        assert runs["w-0"]["outcome"] == "terminated"
+        assert (runs["w-1"]["outcome"], runs["w-1"]["detail"]) == ("skipped", "already terminated")
+        assert _kinds(await engine.history("w-0")).count("RunTerminated") == 1
+
+
+async def test_a_batch_cancelled_stops_and_a_cancel_batch_leaves_batches_alone(
+    make_engine: Any, clock: FakeClock
+) -> None:
+    async with make_engine() as engine:
+        await _waiting(engine, 5)
+        await engine.batch("signal", workflow="bx.wait", signal="go", rate=1, id="s-1")
+        await engine.wait_until(lambda: engine.describe_batch("s-1")["acted"] == 1)
+        assert await engine.handle("w-4").result() == [4, None]  # the newest goes first
+        doc = await engine.batch("cancel", status="open", id="c-all")
+        assert (await engine.handle("c-all").result())["outcomes"] == {"cancelled": 4}
+        assert engine.runs.latest("s-1").is_open  # not a target: a batch
+        await engine.cancel("s-1")
+        with pytest.raises(Exception, match="cancel"):
+            await engine.handle("s-1").result()
+        assert engine.describe_batch("s-1")["status"] == "cancelled"
+        del doc
+
+
+async def test_a_cancel_batch_closes_runs_not_begun(make_engine: Any) -> None:
+    async with make_engine() as engine:
+        for i in range(3):
+            await engine.start(bx_wait, i, id=f"d-{i}", start_delay=timedelta(hours=1))
+        doc = await engine.batch("cancel", status="scheduled")
+        assert (await engine.handle(doc["id"]).result())["outcomes"] == {"cancelled": 3}
+        assert {(await engine.handle(f"d-{i}").describe()).status for i in range(3)} == {
+            Status.CANCELLED
+        }
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ({"action": "delete"}, "a batch does one of cancel, terminate, signal, reset, resume"),
+        ({"action": "cancel", "status": "sleepy"}, "sleepy"),
+        ({"action": "signal"}, "a signal name is a string"),
+        ({"action": "reset"}, "a batch that resets takes --to"),
+        ({"action": "cancel", "to": "x"}, "--to goes with a batch that resets"),
+        ({"action": "cancel", "rate": 0}, "a batch's rate is a number"),
+        ({"action": "cancel", "rate": float("nan")}, "a batch's rate is a number"),
+        ({"action": "cancel", "workflow": BATCH}, "a batch does not act on batches"),
+        ({"action": "cancel", "where": [1]}, "where is a mapping"),
+        ({"action": "cancel", "id": "a/b"}, "may not contain '/'"),
+    ],
+)
+async def test_a_bad_batch_is_refused_before_anything_is_recorded(
+    make_engine: Any, args: dict[str, Any], message: str
+) -> None:
+    async with make_engine() as engine:
+        with pytest.raises(Rejected, match=message):
+            await engine.batch(**args)
+        assert await engine.list() == []
+        with pytest.raises(NotFound):
+            engine.describe_batch("nope")
