@@ -465,7 +465,10 @@ _SCHEMAS: JsonObject = {
     "BatchRequest": _obj(
         {
             "action": {"enum": ["cancel", "terminate", "signal", "reset", "resume"]},
-            "where": {"type": "object", "description": "Search attributes, as GET /v1/runs."},
+            "where": {
+                "type": ["object", "array"],
+                "description": "Search attributes: an object, or conditions as GET /v1/runs.",
+            },
             "workflow": _str("Only runs of this workflow.", nullable=True),
             "status": _str("Only runs in this status (open: not closed).", nullable=True),
             "reason": _str("cancel, terminate: why.", nullable=True),

@@ -22,7 +22,7 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import orjson
 from starlette.requests import ClientDisconnect, Request
@@ -524,9 +524,12 @@ _NOT_TEXT = ("where", "value", "to")
 async def _batch(request: Request, api: Api) -> Response:
     doc = await _fields(request, (*_BATCH_FIELDS, "rate", "id", "dry_run"), ("action",))
     texts = {name: _text(doc, name) for name in _BATCH_FIELDS if name not in _NOT_TEXT}
-    where, rate, dry_run = doc.get("where"), doc.get("rate"), doc.get("dry_run", False)
-    if where is not None and not isinstance(where, dict):
-        raise _bad(f"the field 'where' is an object, not {_kind(where)}")
+    given, rate, dry_run = doc.get("where"), doc.get("rate"), doc.get("dry_run", False)
+    where: dict[str, Any] | None = given if isinstance(given, dict) else None
+    if isinstance(given, list) and all(isinstance(w, str) for w in given):
+        where = search.parse(cast(list[str], given))  # as GET /v1/runs takes it: "k=v"
+    elif given is not None and where is None:
+        raise _bad(f"the field 'where' is an object or a list of conditions, not {_kind(given)}")
     if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float)):
         raise _bad(f"the field 'rate' is a number, not {_kind(rate)}")
     if not isinstance(dry_run, bool):

@@ -48,7 +48,7 @@ async def test_a_batch_over_http_signals_each_run_and_describes_itself(
     [
         ({}, "the body has no 'action' field"),
         ({"action": "cancel", "rate": "fast"}, "the field 'rate' is a number"),
-        ({"action": "cancel", "where": [1]}, "the field 'where' is an object"),
+        ({"action": "cancel", "where": [1]}, "the field 'where' is an object or a list"),
         ({"action": "cancel", "dry_run": 1}, "the field 'dry_run' is a boolean"),
         ({"action": "reset", "to": True}, "the field 'to' is an operation number"),
         ({"action": "cancel", "nope": 1}, "unknown field 'nope'"),

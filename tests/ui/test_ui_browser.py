@@ -249,3 +249,34 @@ def test_with_a_token_the_login_form_sets_a_strict_httponly_cookie(
     page.click(".logout button")
     expect(page.locator("form.login")).to_be_visible()
     assert page.context.cookies() == []
+
+
+def test_a_batch_acts_on_every_run_the_filter_matches_once_asked_how_many(
+    served: Served, page: Any
+) -> None:
+    for i in range(3):
+        start(served, "ui_gated", i, f"batch-ui-{i}")
+    listed = httpx.get(
+        f"{served.url}/v1/runs", params={"workflow": "ui_gated", "status": "open", "limit": 500}
+    ).json()
+    page.goto(served.url + "/?workflow=ui_gated&status=open")
+    asked: list[str] = []
+    page.remove_listener("dialog", accept)
+
+    def yes(dialog: Any) -> None:
+        asked.append(dialog.message)
+        dialog.accept()
+
+    page.on("dialog", yes)
+    page.select_option("form[data-batch] select[name=action]", "cancel")
+    page.click("form[data-batch] button[type=submit]")
+    expect(page.locator("#flash")).to_contain_text("started")
+    assert asked == [f"cancel {len(listed)} run(s) matching this filter, each once?"]
+    batch = page.locator("#flash").text_content().split()[1]
+    ended = httpx.get(f"{served.url}/v1/runs/{batch}/result", params={"wait": 30}, timeout=60)
+    assert ended.status_code == 200, ended.text
+    doc = httpx.get(f"{served.url}/v1/batches/{batch}").json()
+    assert doc["outcomes"] == {"cancelled": len(listed)}
+    for i in range(3):
+        status = httpx.get(f"{served.url}/v1/runs/batch-ui-{i}").json()["status"]
+        assert status == "cancelled"

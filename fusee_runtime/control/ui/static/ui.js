@@ -189,6 +189,43 @@
     act(button.dataset.action, button.dataset);
   });
 
+  async function post(path, body) {
+    const response = await fetch(path, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+      credentials: "same-origin",
+    });
+    const doc = await response.json().catch(() => null);
+    if (!response.ok) throw new Error(doc && doc.error ? doc.error.message : `HTTP ${response.status}`);
+    return doc;
+  }
+
+  // Act on every run the filter matches: count them (a dry run), ask, then start a batch.
+  document.addEventListener("submit", async (event) => {
+    const form = event.target.closest("form[data-batch]");
+    if (!form) return;
+    event.preventDefault();
+    const action = form.elements.action.value;
+    if (form.dataset.prefix) {
+      say("a batch takes the status, workflow and attribute filters, not an id prefix", true);
+      return;
+    }
+    const where = [...form.querySelectorAll("input[name=where]")].map((input) => input.value);
+    const filter = { action, status: form.dataset.status || null, workflow: form.dataset.workflow || null };
+    if (where.length) filter.where = where;
+    try {
+      const dry = await post("/v1/batches", { ...filter, dry_run: true });
+      if (!window.confirm(`${action} ${dry.count} run(s) matching this filter, each once?`)) return;
+      const batch = await post("/v1/batches", filter);
+      say(`batch ${batch.id} started: it will ${action} ${batch.total ?? dry.count} run(s); /v1/batches/${batch.id} shows each`, false);
+    } catch (error) {
+      say(`batch refused: ${error.message}`, true);
+    }
+    lastLive = null;
+    refresh();
+  });
+
   document.addEventListener("submit", (event) => {
     const form = event.target.closest("form[data-action]");
     if (!form) return;
