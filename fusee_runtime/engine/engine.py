@@ -52,6 +52,7 @@ from fusee_runtime.engine.runlog import RunLog
 from fusee_runtime.engine.runs import RunTable, wanted
 from fusee_runtime.engine.schedules import Schedules
 from fusee_runtime.engine.state import Run, RunInfo, Status
+from fusee_runtime.engine.stopping import cancel_run_tasks, let_steps_finish
 from fusee_runtime.errors import EngineClosed, Failure, Rejected
 from fusee_runtime.journal import records
 from fusee_runtime.journal.safefiles import private_dir
@@ -233,30 +234,10 @@ class Engine:
         self.checkpoints.stop()
         await self.schedules.stop()
         await self.driver.timers.stop()
-        if grace > 0 and self.driver.workers.attempts:
-            finished = asyncio.ensure_future(
-                self.wait_until(
-                    lambda: self.driver.workers.attempts == 0 or self.durability.failed is not None
-                )
-            )
-            hurried = asyncio.ensure_future(self._hurry.wait())
-            try:
-                await asyncio.wait(
-                    {finished, hurried}, timeout=grace, return_when="FIRST_COMPLETED"
-                )
-            finally:
-                finished.cancel()
-                hurried.cancel()
+        await let_steps_finish(self.driver.workers, self.durability, grace, self._hurry)
         if self._control is not None:
             self._control.stop_accepting()
-        tasks = [
-            r.live.task
-            for r in self.runs.by_run_id.values()
-            if r.live.task is not None and not r.live.task.done()
-        ]
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_run_tasks(self.runs)
         self.checkpoints.stop_retention()
         self.driver.beats.close(flush=not crash)
         await self.durability.close()

@@ -11,6 +11,7 @@ batch reports every run once, with its outcome. The times go to the issue's note
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 import time
@@ -18,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from processes import serve_http, stop_child
+from pg_workers import Worker
+from processes import REPO, serve_http, stop_child
 
 from fusee_runtime import Client, Engine, RunFailed
 from fusee_runtime.engine.batches import BATCH
@@ -34,19 +36,19 @@ KILL_AT = RUNS // 3
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("client-transports")]
 
 
-async def _make_runs(home: Path) -> None:
-    """10,000 runs waiting for a signal, and 10,000 that failed."""
+async def _make_runs(home: Path, runs: int = RUNS, store: str | None = None) -> None:
+    """`runs` runs waiting for a signal, and as many that failed."""
     import batch_app
 
-    async with Engine(home, app=batch_app) as engine:
+    async with Engine(home, app=batch_app, store=store) as engine:
         for workflow in ("bt.wait", "bt.charge"):
-            for first in range(0, RUNS, 500):
+            for first in range(0, runs, 500):
                 starts = [
                     engine.start(workflow, n, id=f"{workflow}-{n}")
-                    for n in range(first, first + 500)
+                    for n in range(first, min(first + 500, runs))
                 ]
                 await asyncio.gather(*starts)
-        for n in range(RUNS):
+        for n in range(runs):
             with pytest.raises(RunFailed):
                 await engine.handle(f"bt.charge-{n}").result()
 
@@ -123,3 +125,51 @@ async def test_a_batch_of_ten_thousand_runs_killed_halfway_acts_on_each_once(
         f"\ncancel of {RUNS} runs, killed at {cancelled_at_kill}: {cancel_s:.1f} s; "
         f"reset of {RUNS}, killed at {reset_at_kill}: {reset_s:.1f} s (rate {RATE}/s)"
     )
+
+
+PG_RUNS = 2_000
+
+
+async def test_a_batch_whose_worker_is_killed_is_taken_over_and_acts_on_each_run_once(
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL: the worker driving a batch is SIGKILLed halfway; the standby takes the
+    journal over and finishes it; each run is cancelled once."""
+    fixed = tmp_path / "fixed"
+    monkeypatch.setenv("BATCH_FIXED", str(fixed))
+    monkeypatch.syspath_prepend(str(APP_DIR))
+    await _make_runs(tmp_path / "maker", PG_RUNS, pg_url)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEE_")}
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(APP_DIR), str(REPO), env.get("PYTHONPATH")])
+    )
+    first = Worker(tmp_path / "w0", pg_url, env, ("--app", APP))
+    workers = [first]
+    try:
+        assert first.next_event()["event"] == "serving"
+        standby = Worker(tmp_path / "w1", pg_url, env, ("--app", APP))
+        workers.append(standby)
+        assert standby.next_event()["event"] == "standby"
+        async with await Client.connect(store=pg_url) as client:
+            batch = {"action": "cancel", "workflow": "bt.wait", "status": "open"}
+            doc = await client.batch(**batch, rate=RATE // 4, id="b-pg")
+            acted = 0
+            while acted < PG_RUNS // 3:
+                await asyncio.sleep(0.02)  # (polling the worker's state, not timing it)
+                acted = (await client.describe_batch("b-pg"))["acted"]
+            first.proc.send_signal(signal.SIGKILL)
+            assert first.proc.wait() == -signal.SIGKILL
+            assert acted < PG_RUNS  # killed halfway
+            assert standby.next_event()["event"] == "serving"  # it took the journal over
+            summary = await client.handle(doc["id"]).result()
+            assert summary == {
+                "total": PG_RUNS,
+                "acted": PG_RUNS,
+                "outcomes": {"cancelled": PG_RUNS},
+            }
+            for n in range(PG_RUNS):
+                kinds = [r["type"] for r in await client.handle(f"bt.wait-{n}").history()]
+                assert kinds.count("CancelRequested") == 1, (n, kinds)
+    finally:
+        for worker in workers:
+            worker.stop()
