@@ -222,6 +222,21 @@ async def test_every_method_of_the_client_reaches_the_runs_driven_elsewhere(
         with pytest.raises(RunFailed) as denied:
             await refused.result()
         assert "denied by finance" in str(denied.value.failure)
+
+        # batch, describe_batch: a signal to every open run of cl.waits, once each.
+        for k in range(3):
+            await client.start("cl.waits", None, id=f"bw-{k}")
+        filter = {"workflow": "cl.waits", "status": "open", "signal": "never"}
+        dry = await client.batch("signal", **filter, dry_run=True)
+        assert dry["count"] == 3 and {run["id"] for run in dry["runs"]} == {"bw-0", "bw-1", "bw-2"}
+        doc = await client.batch("signal", **filter, id="b-w")
+        assert doc["id"] == "b-w"
+        assert [await client.handle(f"bw-{k}").result() for k in range(3)] == ["signalled"] * 3
+        await client.handle("b-w").result()
+        done = await client.describe_batch("b-w")
+        assert (done["status"], done["outcomes"]) == ("completed", {"signalled": 3})
+        with pytest.raises(NotFound):
+            await client.describe_batch("bw-0")
     finally:
         await client.close()
 
