@@ -55,6 +55,11 @@ if TYPE_CHECKING:  # (imported when a client connects: an engine alone does not 
 OnConflict = Literal["return", "fail", "new_run"]
 T = TypeVar("T")
 
+FOLLOW_S = 0.5
+"""How often `ClientHandle.follow_log` asks for new lines."""
+FOLLOW_LAST = 1000
+"""The lines `follow_log` asks for each time: more than come between two asks."""
+
 READ_RETRY_S = 30.0
 """How long a read (`describe`, `result`, `query`, `list`, ...) keeps asking while the
 process that drives the runs changes (a PostgreSQL takeover takes about a lease; a
@@ -386,6 +391,23 @@ class ClientHandle:
         """The last `last` lines the runs of this id logged (`ctx.log`), oldest first."""
         return await _read(lambda: self._transport.log(self.id, last))
 
+    async def follow_log(self) -> AsyncGenerator[JsonObject, None]:
+        """The lines the runs of this id log (`ctx.log`), the last `FOLLOW_LAST` first,
+        then each new one as it comes, until the newest run closes for good (not
+        continued as new, not reset); asked for every `FOLLOW_S`, whatever carries the
+        calls. A line is told apart from those seen by its fields (its instant in them):
+        two lines alike in every field show once."""
+        seen: builtins.list[JsonObject] = []
+        while True:
+            info = await self.describe()
+            lines = await self.log(FOLLOW_LAST)
+            for line in _after(seen, lines):
+                yield line
+            seen = lines
+            if not info.status.is_open and str(info.status) not in ("continued_as_new", "reset"):
+                return
+            await asyncio.sleep(FOLLOW_S)
+
     async def signal(self, name: str, value: object = None) -> None:
         async with _lost():
             await self._transport.signal(self.id, name, value, run_id=self.run_id)
@@ -494,3 +516,14 @@ async def _lost() -> AsyncGenerator[None, None]:
         yield
     except (OwnerGone, OwnerLost, OwnerUnanswered) as e:
         raise ConnectionLost(str(e)) from None
+
+
+def _after(
+    seen: builtins.list[JsonObject], lines: builtins.list[JsonObject]
+) -> builtins.list[JsonObject]:
+    """The lines of `lines` (the newest, oldest first) that come after those `seen` (the
+    newest the time before): after the longest end of `seen` that `lines` begins with."""
+    for k in range(min(len(seen), len(lines)), 0, -1):
+        if seen[-k:] == lines[:k]:
+            return lines[k:]
+    return lines

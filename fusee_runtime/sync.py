@@ -219,6 +219,9 @@ class ClientHandle:
     def history(self) -> builtins.list[dict[str, Any]]:
         return self._loop.run(self._handle.history())
 
+    def follow_log(self) -> Iterator[JsonObject]:
+        return self._loop.iterate(self._handle.follow_log())
+
     def log(self, last: int = 200) -> builtins.list[JsonObject]:
         return self._loop.run(self._handle.log(last))
 

@@ -79,3 +79,12 @@ async def cl_steps(ctx: Ctx, n: int) -> int:
     a = await cl_add(n, 1)
     b = await cl_add(a, 1)
     return await cl_add(b, 1)
+
+
+@workflow(name="cl.chatty")
+async def cl_chatty(ctx: Ctx, _: Any) -> Any:
+    """Logs, waits for signal "go", logs what it said."""
+    ctx.log.info("before")
+    said = await ctx.wait_for("go")
+    ctx.log.info(f"after {said}")
+    return said

@@ -108,7 +108,7 @@ class _Awaited:
         value = getattr(self._target, name)
         if not callable(value):
             return value
-        if name in ("stream", "watch"):
+        if name in ("stream", "watch", "follow_log"):
             return lambda *a, **k: _iterated(value(*a, **k))
         if name == "handle":
             return lambda *a, **k: _Awaited(value(*a, **k))
@@ -172,6 +172,9 @@ async def test_every_method_of_the_client_reaches_the_runs_driven_elsewhere(
         kinds = [r["type"] for r in await counter.history()]
         assert kinds.count("UpdateApplied") == 2 and "RunCompleted" in kinds
         assert any("counting from 5" in line["msg"] for line in await counter.log())
+        # Followed: what it logged, then the end, as the run closed for good.
+        followed = [line["msg"] async for line in counter.follow_log()]
+        assert followed == [line["msg"] for line in await counter.log()]
         assert [i.id for i in await client.list(workflow="cl.counter")] == ["c-1"]
 
         # The engine's errors, whatever carried them.
@@ -345,3 +348,19 @@ async def test_a_result_awaited_with_nobody_driving_lets_a_driver_take_the_home(
             assert type(driver).__name__ == "Control"  # opened here: nobody else had it
             await client.handle("w-7").signal("never")
             assert await waiting == "signalled"
+
+
+async def test_a_log_is_followed_as_it_grows_until_the_run_closes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CLIENT_FIXED", str(tmp_path / "fixed"))
+    child, _ = serve_http(tmp_path / "home", APP_DIR, APP)
+    try:
+        async with await Client.connect(tmp_path / "home") as client:
+            chatty = await client.start("cl.chatty", None, id="ch-1")
+            follow = aiter(chatty.follow_log())
+            assert (await anext(follow))["msg"] == "before"
+            await chatty.signal("go", "now")
+            assert [line["msg"] async for line in follow] == ["after now", "run closed: completed"]
+    finally:
+        stop_child(child)
