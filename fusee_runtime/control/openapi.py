@@ -9,38 +9,19 @@ from __future__ import annotations
 
 from fusee_runtime import search
 from fusee_runtime.control.limits import BODY_BYTES_MAX, RESULT_WAIT_S_MAX
+from fusee_runtime.control.openapi_schemas import (
+    SCHEMAS,
+    anything,
+    array,
+    obj,
+    ref,
+    text,
+)
 from fusee_runtime.model.json import Json, JsonObject
-from fusee_runtime.model.run import Status
-
-
-def _ref(name: str) -> JsonObject:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _obj(properties: JsonObject, *required: str, closed: bool = False) -> JsonObject:
-    doc: JsonObject = {"type": "object", "properties": properties}
-    if required:
-        doc["required"] = list(required)
-    if closed:
-        doc["additionalProperties"] = False
-    return doc
-
-
-def _str(description: str | None = None, nullable: bool = False) -> JsonObject:
-    doc: JsonObject = {"type": ["string", "null"] if nullable else "string"}
-    return {**doc, "description": description} if description else doc
-
-
-def _any(description: str) -> JsonObject:
-    return {"description": description}
 
 
 def _answer(description: str, schema: JsonObject) -> JsonObject:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
-
-
-def _array(name: str) -> JsonObject:
-    return {"type": "array", "items": _ref(name)}
 
 
 def _query(name: str, schema: JsonObject, description: str) -> JsonObject:
@@ -76,11 +57,11 @@ def _op(
     return doc
 
 
-_RUN = {200: _answer("The run, once what the call did is durable.", _ref("Run"))}
-_OK = {200: _answer("Done, durably.", _ref("Ok"))}
-_ANSWER = {200: _answer("The handler's answer.", _ref("Answer"))}
-_NONE = (_ref("Empty"), "Empty, or {}.", False)
-_REASON = (_ref("Reason"), "Why; an empty body is {}.", False)
+_RUN = {200: _answer("The run, once what the call did is durable.", ref("Run"))}
+_OK = {200: _answer("Done, durably.", ref("Ok"))}
+_ANSWER = {200: _answer("The handler's answer.", ref("Answer"))}
+_NONE = (ref("Empty"), "Empty, or {}.", False)
+_REASON = (ref("Reason"), "Why; an empty body is {}.", False)
 
 _TRACEPARENT = "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
 
@@ -88,13 +69,13 @@ _OPERATIONS: dict[tuple[str, str], JsonObject] = {
     ("POST", "/v1/runs"): _op(
         "Start a run; idempotent on its id",
         {
-            201: _answer("A run was started.", _ref("StartedRun")),
+            201: _answer("A run was started.", ref("StartedRun")),
             200: _answer(
-                'The id has a run, returned as it is (on_conflict "return").', _ref("StartedRun")
+                'The id has a run, returned as it is (on_conflict "return").', ref("StartedRun")
             ),
         },
         (404, 409, 503),
-        (_ref("StartRequest"), "What to start.", True),
+        (ref("StartRequest"), "What to start.", True),
         query=[
             {
                 "name": "traceparent",
@@ -108,10 +89,10 @@ _OPERATIONS: dict[tuple[str, str], JsonObject] = {
     ),
     ("GET", "/v1/runs"): _op(
         "Runs, open and closed, newest first",
-        {200: _answer("The runs.", _array("Run"))},
+        {200: _answer("The runs.", array("Run"))},
         (400, 503),
         query=[
-            _query("status", _ref("Status"), "Only runs with this status."),
+            _query("status", ref("Status"), "Only runs with this status."),
             _query("workflow", {"type": "string"}, "Only runs of this workflow."),
             _query(
                 "parent",
@@ -145,14 +126,14 @@ _OPERATIONS: dict[tuple[str, str], JsonObject] = {
     ("GET", "/v1/runs/{id}"): _op("The newest run of an id", _RUN, (400, 404, 503)),
     ("GET", "/v1/runs/{id}/history"): _op(
         "Every journal record of every run of an id, oldest first",
-        {200: _answer("The records.", _array("Record"))},
+        {200: _answer("The records.", array("Record"))},
         (400, 404, 503),
     ),
     ("GET", "/v1/runs/{id}/result"): _op(
         "The run's durable result, waiting up to `wait` seconds for it",
         {
-            200: _answer("The run closed: its result, or how it ended.", _ref("Outcome")),
-            202: _answer("The run has not finished (yet): ask again.", _ref("Pending")),
+            200: _answer("The run closed: its result, or how it ended.", ref("Outcome")),
+            202: _answer("The run has not finished (yet): ask again.", ref("Pending")),
         },
         (400, 404, 503),
         query=[
@@ -168,7 +149,7 @@ _OPERATIONS: dict[tuple[str, str], JsonObject] = {
         "Deliver signal `name`",
         _RUN,
         (404, 503),
-        (_any("Any JSON value."), "The signal's value; an empty body is null.", False),
+        (anything("Any JSON value."), "The signal's value; an empty body is null.", False),
     ),
     ("POST", "/v1/runs/{id}/cancel"): _op(
         "Cancel the run: Cancelled is raised in its code, its compensations run",
@@ -182,78 +163,103 @@ _OPERATIONS: dict[tuple[str, str], JsonObject] = {
     ("POST", "/v1/runs/{id}/resume"): _op("Resume a paused or stuck run", _RUN, (404, 503), _NONE),
     ("POST", "/v1/runs/{id}/reset"): _op(
         "Close the run as reset; start a new run that keeps the journal before `to`",
-        {200: _answer("The new run.", _ref("Run"))},
+        {200: _answer("The new run.", ref("Run"))},
         (404, 503),
-        (_ref("ResetRequest"), "Where to reset to.", True),
+        (ref("ResetRequest"), "Where to reset to.", True),
     ),
     ("POST", "/v1/runs/{id}/queries/{name}"): _op(
         "Call the read-only query handler `name` (ctx.on_query)",
         _ANSWER,
         (404, 409, 503),
-        (_any("Any JSON value."), "The argument; an empty body is null.", False),
+        (anything("Any JSON value."), "The argument; an empty body is null.", False),
     ),
     ("POST", "/v1/runs/{id}/updates/{name}"): _op(
         "Call the update handler `name` (ctx.on_update); answered once the update is durable",
         _ANSWER,
         (404, 409, 503),
-        (_ref("UpdateRequest"), "The argument, and an id that makes it idempotent.", False),
+        (ref("UpdateRequest"), "The argument, and an id that makes it idempotent.", False),
     ),
     ("POST", "/v1/complete/{token}"): _op(
         "Finish the await_completion step that issued `token` with a value",
         _OK,
         (404, 503),
-        (_any("Any JSON value."), "The step's result; an empty body is null.", False),
+        (anything("Any JSON value."), "The step's result; an empty body is null.", False),
     ),
     ("POST", "/v1/fail/{token}"): _op(
         "Fail the await_completion step that issued `token`",
         _OK,
         (404, 503),
         (
-            {"oneOf": [_ref("FailRequest"), _str()]},
+            {"oneOf": [ref("FailRequest"), text()]},
             'Why: {"message": TEXT}, or a JSON string.',
             True,
         ),
     ),
     ("GET", "/v1/schedules"): _op(
-        "Every cron schedule", {200: _answer("The schedules.", _array("Schedule"))}, (400, 503)
+        "Every cron schedule", {200: _answer("The schedules.", array("Schedule"))}, (400, 503)
     ),
     ("POST", "/v1/schedules/{name}/pause"): _op(
         "Pause a schedule: it fires no more until unpaused",
-        {200: _answer("The schedule now.", _ref("Schedule"))},
+        {200: _answer("The schedule now.", ref("Schedule"))},
         (404, 503),
         _NONE,
     ),
     ("POST", "/v1/schedules/{name}/unpause"): _op(
         "Unpause a schedule",
-        {200: _answer("The schedule now.", _ref("Schedule"))},
+        {200: _answer("The schedule now.", ref("Schedule"))},
         (404, 503),
         _NONE,
     ),
     ("POST", "/v1/schedules/{name}/trigger"): _op(
         "Start a run of the schedule's workflow now",
-        {201: _answer("The run it started.", _ref("Run"))},
+        {201: _answer("The run it started.", ref("Run"))},
         (404, 503),
         _NONE,
+    ),
+    ("POST", "/v1/schedules"): _op(
+        "Make a cron schedule at run time (fusee schedules create): recorded, it fires "
+        "wherever the home is driven",
+        {201: _answer("The schedule, as GET /v1/schedules lists it.", ref("Schedule"))},
+        (404, 409, 503),
+        (ref("ScheduleRequest"), "Its name, workflow and cron at least.", True),
+    ),
+    ("PATCH", "/v1/schedules/{name}"): _op(
+        "Change a schedule made at run time (the fields given)",
+        {200: _answer("The schedule now.", ref("Schedule"))},
+        (404, 503),
+        (ref("ScheduleChange"), "The fields to change.", True),
+    ),
+    ("DELETE", "/v1/schedules/{name}"): _op(
+        "Delete a schedule made at run time: it fires no more",
+        {200: _answer("Its name.", obj({"name": text()}, "name"))},
+        (404, 503),
+        _NONE,
+    ),
+    ("POST", "/v1/schedules/{name}/backfill"): _op(
+        "Start the runs a past range of the schedule's instants should have had, none twice",
+        {200: _answer("Each instant's run and outcome.", array("Backfilled"))},
+        (404, 503),
+        (ref("BackfillRequest"), "The range [start, end).", True),
     ),
     ("POST", "/v1/batches"): _op(
         "Act on every run a filter matches, once each, in a durable batch (fusee batch)",
         {
-            201: _answer("The batch, once its start is durable.", _ref("Batch")),
-            200: _answer("A dry run: how many runs match now, and the first.", _ref("Batch")),
+            201: _answer("The batch, once its start is durable.", ref("Batch")),
+            200: _answer("A dry run: how many runs match now, and the first.", ref("Batch")),
         },
         (409, 503),
-        (_ref("BatchRequest"), "What to do, to which runs.", True),
+        (ref("BatchRequest"), "What to do, to which runs.", True),
     ),
     ("GET", "/v1/batches/{id}"): _op(
         "A batch's progress and each run's outcome",
-        {200: _answer("The batch.", _ref("Batch"))},
+        {200: _answer("The batch.", ref("Batch"))},
         (400, 404, 503),
     ),
     ("GET", "/v1/openapi.json"): _op(
         "This document", {200: _answer("OpenAPI 3.1.", {"type": "object"})}, ()
     ),
     ("GET", "/v1/health"): _op(
-        "Whether the server answers", {200: _answer("It does.", _ref("Health"))}, ()
+        "Whether the server answers", {200: _answer("It does.", ref("Health"))}, ()
     ),
     ("POST", "/v1/control"): _op(
         "Any operation of the control API, as a program's client asks it (fusee_runtime.Client)",
@@ -267,7 +273,7 @@ _OPERATIONS: dict[tuple[str, str], JsonObject] = {
         },
         (),
         (
-            _obj({"op": _str("The operation's name."), "args": {"type": "object"}}, "op"),
+            obj({"op": text("The operation's name."), "args": {"type": "object"}}, "op"),
             "One request of the control protocol: an operation and its arguments by name.",
             True,
         ),
@@ -300,237 +306,6 @@ _ERROR_WHY = {
     "not answer in time (OwnerUnanswered): it may have acted; look before trying again.",
 }
 
-_ERROR_TYPES = (
-    "NotFound, Rejected, CodecError, EngineClosed, JournalFailed, OutcomeUnknown (the "
-    "engine's errors), "
-    "OwnerGone, OwnerLost, OwnerUnanswered, StoreUnavailable (a worker of a database), "
-    "BadRequest, Unauthorized, Forbidden, MethodNotAllowed, PayloadTooLarge, "
-    "ServiceUnavailable (the server's connections, or long polls, are all taken), InternalError"
-)
-
-_SCHEMAS: JsonObject = {
-    "Error": _obj(
-        {
-            "error": _obj(
-                {"type": _str(f"What went wrong: {_ERROR_TYPES}."), "message": _str("For people.")},
-                "type",
-                "message",
-            )
-        },
-        "error",
-    ),
-    "Status": {"type": "string", "enum": [s.value for s in Status]},
-    "Run": _obj(
-        {
-            "id": _str("The workflow id."),
-            "run_id": _str("This run of it."),
-            "workflow": _str("The workflow's name."),
-            "status": _ref("Status"),
-            "started_at": {"type": "string", "format": "date-time"},
-            "closed_at": {"type": ["string", "null"], "format": "date-time"},
-            "error": _str("Why it stopped or how it ended.", nullable=True),
-            "attributes": {"type": "object"},
-            "failure": {
-                "oneOf": [_ref("Failure"), {"type": "null"}],
-                "description": "A failed run's recorded failure, with its traceback.",
-            },
-            "waiting": _array("Waiting"),
-            "parent": {
-                "oneOf": [
-                    _obj(
-                        {"id": _str("Its workflow id."), "run_id": _str("Its run.")}, "id", "run_id"
-                    ),
-                    {"type": "null"},
-                ],
-                "description": "The run that started this one as its child (ctx.child).",
-            },
-        },
-        *("id", "run_id", "workflow", "status", "started_at", "closed_at", "error", "attributes"),
-        "failure",
-        "waiting",
-        "parent",
-    ),
-    "Waiting": _obj(
-        {
-            "kind": {
-                "type": "string",
-                "enum": ["signal", "timer", "retry", "resume", "completion", "child", "cancel"],
-                "description": "A signal (until its timeout), a timer (firing at `until`), "
-                "a step's next attempt (at `until`), a paused step's resume, a completion "
-                "from outside, a child workflow that has not closed (its deadline at "
-                "`until`, its workflow in `detail`), or a cancel the code has not acted on yet.",
-            },
-            "name": _str("The signal's, timer's or step's name, or the child's id.", nullable=True),
-            "until": {"type": ["string", "null"], "format": "date-time"},
-            "detail": _str(
-                "The last failure (retry, resume), or the cancel's reason.", nullable=True
-            ),
-        },
-        *("kind", "name", "until", "detail"),
-    ),
-    "StartedRun": {
-        "allOf": [
-            _ref("Run"),
-            _obj(
-                {"existed": {"type": "boolean", "description": "The id had a run before."}},
-                "existed",
-            ),
-        ]
-    },
-    "StartRequest": _obj(
-        {
-            "workflow": _str("A registered workflow's name."),
-            "input": _any("The workflow's input: any JSON value (default null)."),
-            "id": _str("The workflow id; default: a fresh one.", nullable=True),
-            "on_conflict": {
-                "type": "string",
-                "enum": ["return", "fail", "new_run"],
-                "default": "return",
-                "description": "When the id has a run: return it; refuse with 409; "
-                "or start a new run (terminating an open one).",
-            },
-        },
-        "workflow",
-        closed=True,
-    ),
-    "Outcome": _obj(
-        {
-            "id": _str(),
-            "run_id": _str(),
-            "status": _ref("Status"),
-            "result": _any("The run's result, when its status is completed."),
-            "error": _str("How it ended, when it did not complete."),
-            "failure": _ref("Failure"),
-        },
-        "id",
-        "run_id",
-        "status",
-    ),
-    "Pending": _obj(
-        {
-            "id": _str(),
-            "run_id": _str(),
-            "status": _ref("Status"),
-            "error": _str("Why a paused or stuck run stopped."),
-        },
-        "id",
-        "run_id",
-        "status",
-    ),
-    "Failure": _obj(
-        {
-            "kind": _str("The type name of the exception."),
-            "message": _str(),
-            "retryable": {"type": "boolean"},
-            "details": _any("Any JSON value."),
-            "cause": {"oneOf": [_ref("Failure"), {"type": "null"}]},
-            "traceback": _str(
-                "Where it was raised (Python's traceback, without fusee's frames; "
-                "bounded, keeping the end). Absent when it was not raised by code."
-            ),
-        },
-        *("kind", "message", "retryable", "details", "cause"),
-    ),
-    "Record": {
-        **_obj({"lsn": {"type": "integer"}, "type": _str()}, "lsn", "type"),
-        "description": "A journal record; its other fields depend on its type. Instants "
-        "(`*_at`, `at`, `deadline`, `instant`) are ISO 8601 strings; `seq` is the integer "
-        "number of the top-level operation and `op` the operation's full path "
-        '(`"3"`, or `"3.1"` inside a `ctx.all`).',
-    },
-    "Reason": _obj({"reason": _str()}, closed=True),
-    "ResetRequest": _obj(
-        {
-            "to": {
-                "oneOf": [{"type": "integer", "minimum": 1}, {"type": "string"}],
-                "description": "An operation number; a position inside one as the history "
-                'shows it (`op`: "2.0.1"), which resets to its top-level operation; or the '
-                "name of a step, wait, sleep, child (its id) or completion: its first one.",
-            }
-        },
-        "to",
-        closed=True,
-    ),
-    "UpdateRequest": _obj(
-        {
-            "arg": _any("The update's argument: any JSON value (default null)."),
-            "update_id": _str("A repeat with the same id gets the same answer.", nullable=True),
-        },
-        closed=True,
-    ),
-    "FailRequest": _obj({"message": _str()}, "message", closed=True),
-    "Empty": _obj({}, closed=True),
-    "Answer": _obj({"result": _any("Any JSON value.")}, "result"),
-    "Ok": _obj({"ok": {"const": True}}, "ok"),
-    "BatchRequest": _obj(
-        {
-            "action": {"enum": ["cancel", "terminate", "signal", "reset", "resume"]},
-            "where": {
-                "type": ["object", "array"],
-                "description": "Search attributes: an object, or conditions as GET /v1/runs.",
-            },
-            "workflow": _str("Only runs of this workflow.", nullable=True),
-            "status": _str("Only runs in this status (open: not closed).", nullable=True),
-            "reason": _str("cancel, terminate: why.", nullable=True),
-            "signal": _str("signal: its name.", nullable=True),
-            "value": _any("signal: its value."),
-            "to": {"type": ["integer", "string"], "description": "reset: as POST .../reset."},
-            "rate": {"type": ["number", "null"], "description": "At most this many runs a second."},
-            "id": _str("The batch's id (sent again: the same batch).", nullable=True),
-            "dry_run": {"type": "boolean", "description": "Count the matches; start nothing."},
-        },
-        "action",
-        closed=True,
-    ),
-    "Batch": _obj(
-        {
-            "id": _str("The batch's id (a run of workflow fusee.batch)."),
-            "status": _str("The batch's status, as a run's."),
-            "action": _str(),
-            "filter": {"type": "object"},
-            "total": {"type": ["integer", "null"], "description": "The runs that matched."},
-            "acted": {"type": "integer"},
-            "outcomes": {"type": "object", "description": "How many runs had each outcome."},
-            "runs": {"type": "array", "items": {"type": "object"}},
-            "count": {"type": "integer", "description": "A dry run: the runs that match."},
-        },
-        "action",
-    ),
-    "Schedule": _obj(
-        {
-            "workflow": _str("The workflow it starts."),
-            "cron": _str("Five cron fields."),
-            "timezone": _str("The cron's timezone."),
-            "overlap": _str("What a due instant does while a run of it is open."),
-            "catchup": _str("What it runs of the instants missed while nobody served."),
-            "paused": {"type": "boolean"},
-            "last": _str("The last instant fired or skipped.", nullable=True),
-            "next": _str("The next instant due.", nullable=True),
-            "buffered": _str("An instant held for when the open run closes.", nullable=True),
-            "open_runs": {"type": "integer", "description": "Its runs open now."},
-        },
-        "workflow",
-        "cron",
-        "paused",
-    ),
-    "Health": _obj(
-        {
-            "ok": {"const": True},
-            "pid": {"type": "integer"},
-            "home": _str(),
-            "host": _str(),
-            "journals": {
-                "type": "array",
-                "items": {"type": "integer"},
-                "description": "A worker of a PostgreSQL database: the journals it drives now "
-                "(it answers for the others by asking their drivers).",
-            },
-        },
-        "ok",
-        "pid",
-    ),
-}
-
 
 def _paths() -> JsonObject:
     paths: dict[str, JsonObject] = {}
@@ -545,7 +320,7 @@ def _paths() -> JsonObject:
 
 def _path_parameter(name: str) -> JsonObject:
     about = _PATH_PARAMETERS[name]
-    return {"name": name, "in": "path", "required": True, "schema": _str(), "description": about}
+    return {"name": name, "in": "path", "required": True, "schema": text(), "description": about}
 
 
 OPENAPI: JsonObject = {
@@ -567,8 +342,8 @@ OPENAPI: JsonObject = {
                 "a server beyond loopback always has one.",
             }
         },
-        "responses": {f"E{c}": _answer(why, _ref("Error")) for c, why in _ERROR_WHY.items()},
-        "schemas": _SCHEMAS,
+        "responses": {f"E{c}": _answer(why, ref("Error")) for c, why in _ERROR_WHY.items()},
+        "schemas": SCHEMAS,
     },
 }
 """The OpenAPI 3.1 document of the API, served at `/v1/openapi.json`."""

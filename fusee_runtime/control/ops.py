@@ -371,7 +371,7 @@ SCHEDULE_SET = _call(
     _object,
     acts=True,
     route=Route.FIRST,
-    http=False,
+    http=True,
 )
 SCHEDULE_DELETE = _call(
     Operations.schedule_delete,
@@ -379,7 +379,7 @@ SCHEDULE_DELETE = _call(
     _object,
     acts=True,
     route=Route.FIRST,
-    http=False,
+    http=True,
 )
 SCHEDULE_BACKFILL = _call(
     Operations.schedule_backfill,
@@ -387,7 +387,7 @@ SCHEDULE_BACKFILL = _call(
     _pairs,
     acts=True,
     route=Route.FIRST,
-    http=False,
+    http=True,
 )
 PRUNE = _call(
     Operations.prune,

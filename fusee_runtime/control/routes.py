@@ -6,9 +6,10 @@ durable. An endpoint that acts answers with what its one call returns, so
 that once the act is durable nothing read after it can turn the answer
 into an error: a 503 always means nothing was done, a 502 or 504 that it
 may have been. Every error is a JSON answer too, `{"error": {"type": NAME,
-"message": TEXT}}`: `status_of` maps the engine's errors to statuses, a
+"message": TEXT}}`: `endpoints.status_of` maps the engine's errors to statuses, a
 request refused before it reached the engine carries its own, and a bug
-is a 500 whose body is one line (the "fusee" logger gets the rest).
+is a 500 whose body is one line (the "fusee" logger gets the rest). What every
+endpoint shares (reading a request, answering, the statuses) is `endpoints`.
 `ROUTES` lists every route and the declared operation it serves (`ops`);
 `http.build_app` serves them and `openapi.OPENAPI` documents each one.
 """
@@ -17,43 +18,38 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import logging
 import math
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-import orjson
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response
 
 from fusee_runtime import search
+from fusee_runtime.control import endpoints as ep
 from fusee_runtime.control import ops
-from fusee_runtime.control.api import OutcomeUnknown
 from fusee_runtime.control.client import Client, ControlApi, OwnerGone, OwnerLost, OwnerUnanswered
-from fusee_runtime.control.limits import BODY_BYTES_MAX, RESULT_WAIT_S_MAX
+from fusee_runtime.control.endpoints import Api as Api
+from fusee_runtime.control.endpoints import Endpoint as Endpoint
+from fusee_runtime.control.endpoints import as_endpoint as as_endpoint
+from fusee_runtime.control.endpoints import error_response as error_response
+from fusee_runtime.control.endpoints import read_body as read_body
+from fusee_runtime.control.endpoints import status_of as status_of
+from fusee_runtime.control.limits import RESULT_WAIT_S_MAX
 from fusee_runtime.control.openapi import OPENAPI
 from fusee_runtime.control.wire import run_info, run_json
 from fusee_runtime.engine.engine import LIST_LIMIT_MAX
 from fusee_runtime.errors import (
-    CodecError,
     EngineClosed,
     Failure,
     FuseeError,
-    HistoryDamaged,
-    IdConflict,
     JournalFailed,
     NotFound,
     Rejected,
     RunFailed,
-    StoreUnavailable,
     TimedOut,
 )
-from fusee_runtime.model.json import Json, JsonObject
+from fusee_runtime.model.json import JsonObject
 from fusee_runtime.model.run import RunInfo, Status
-
-log = logging.getLogger("fusee")
 
 DRIVER_RETRY_S = 0.1
 """How often a result's long poll asks again for a run whose driver went away during
@@ -62,189 +58,20 @@ STUCK_RETRY_S = 1.0
 """How often it asks again for a run stuck or paused in another process."""
 
 
-class _Problem(Exception):
-    """A request refused before it reached the engine: its status, type and message."""
-
-    def __init__(
-        self, status: int, type: str, message: str, headers: dict[str, str] | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.type = type
-        self.message = message
-        self.headers = headers
-
-
-def _bad(message: str) -> _Problem:
-    return _Problem(400, "BadRequest", message)
-
-
-def _json(doc: object, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(orjson.dumps(doc), status, headers, media_type="application/json")
-
-
-def error_response(
-    status: int, type: str, message: str, headers: dict[str, str] | None = None
-) -> Response:
-    """An error answer: `{"error": {"type": type, "message": message}}` with `status`."""
-    return _json({"error": {"type": type, "message": message}}, status, headers)
-
-
-def status_of(error: FuseeError) -> int:
-    """The HTTP status that answers `error`: 503 only when nothing was done."""
-    if isinstance(error, OutcomeUnknown):
-        return 502  # the journal failed during the act: it may have been recorded
-    if isinstance(error, EngineClosed | JournalFailed | HistoryDamaged):
-        return 503
-    if isinstance(error, OwnerGone | StoreUnavailable):
-        return 503  # nothing was asked of the run's driver: try again
-    if isinstance(error, OwnerLost):
-        return 502  # its driver went away during the call: it may have acted
-    if isinstance(error, OwnerUnanswered):
-        return 504  # its driver did not answer in time: it may have acted
-    if isinstance(error, NotFound):
-        return 404
-    if isinstance(error, IdConflict):
-        return 409
-    if isinstance(error, Rejected | CodecError):
-        return 400
-    # The run ended under the call: Cancelled, Terminated, RunFailed, TimedOut (its
-    # deadline: no call but `result` waits with a timeout, and it answers for itself).
-    return 409
-
-
-# -- requests -----------------------------------------------------------------------
-
-
-@dataclass
-class Api:
-    """What every endpoint serves from."""
-
-    control: ControlApi
-    closing: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set when the server closes: long polls answer at once."""
-
-
-Endpoint = Callable[[Request, Api], Awaitable[Response]]
-
-
-def as_endpoint(fn: Endpoint, api: Api) -> Callable[[Request], Awaitable[Response]]:
-    """`fn` as a Starlette endpoint whose every error is a JSON answer."""
-
-    @functools.wraps(fn)
-    async def endpoint(request: Request) -> Response:
-        try:
-            return await fn(request, api)
-        except _Problem as p:
-            return error_response(p.status, p.type, p.message, p.headers)
-        except FuseeError as e:
-            return error_response(status_of(e), type(e).__name__, str(e))
-        except ClientDisconnect:
-            return error_response(
-                400, "BadRequest", "the client went away before sending the whole body"
-            )
-        except Exception as e:  # a bug: the client gets one line, the log the rest
-            log.exception("fusee: HTTP %s %s failed", request.method, request.url.path)
-            line = (str(e).splitlines() or [""])[0][:200]
-            return error_response(
-                500, "InternalError", f"the server failed to answer: {type(e).__name__}: {line}"
-            )
-
-    return endpoint
-
-
-async def _body(request: Request) -> Json:
-    """The request's body as JSON; None when it is empty.
-
-    Raises:
-        _Problem: 413 past `BODY_BYTES_MAX`, 400 when it is not JSON.
-    """
-    raw = await read_body(request)
-    if not raw.strip():
-        return None
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as e:
-        raise _bad(f"the body is not JSON: {e}") from None
-
-
-async def read_body(request: Request) -> bytes:
-    """The request's body, refused (413) past `BODY_BYTES_MAX`."""
-    declared = request.headers.get("content-length", "")
-    too_large = _Problem(413, "PayloadTooLarge", f"the body is over {BODY_BYTES_MAX} bytes")
-    if declared.isascii() and declared.isdigit() and int(declared) > BODY_BYTES_MAX:
-        raise too_large
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > BODY_BYTES_MAX:
-            raise too_large
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-async def _fields(
-    request: Request, allowed: tuple[str, ...], required: tuple[str, ...] = ()
-) -> JsonObject:
-    """The body as a JSON object of the `allowed` fields (an empty body is `{}`)."""
-    doc = await _body(request)
-    names = ", ".join(allowed) or "no fields"
-    if doc is None:
-        doc = {}
-    if not isinstance(doc, dict):
-        raise _bad(f"the body is a JSON object ({names}), not {_kind(doc)}")
-    unknown = sorted(set(doc) - set(allowed))
-    if unknown:
-        raise _bad(f"the body has an unknown field {unknown[0]!r}; fields: {names}")
-    missing = [name for name in required if name not in doc]
-    if missing:
-        raise _bad(f"the body has no {missing[0]!r} field")
-    return doc
-
-
-def _text(doc: JsonObject, name: str, default: str | None = None) -> str | None:
-    """Field `name` of the body, a string (or null, or absent: `default`)."""
-    value = doc.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, str):
-        raise _bad(f"the field {name!r} is a string, not {_kind(value)}")
-    return value
-
-
-def _kind(value: object) -> str:
-    kinds = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
-    if value is None:
-        return "null"
-    return kinds.get(type(value), "a number")
-
-
-def _params(
-    request: Request, allowed: tuple[str, ...], repeated: tuple[str, ...] = ()
-) -> dict[str, str]:
-    """The query string's parameters, each one of `allowed` and given at most once
-    unless it is `repeated` (read those with `getlist`)."""
-    params = request.query_params
-    for name in params:
-        if name not in allowed and name not in repeated:
-            known = ", ".join(allowed + repeated) or "none"
-            raise _bad(f"unknown query parameter {name!r}; parameters: {known}")
-        if len(params.getlist(name)) > 1 and name not in repeated:
-            raise _bad(f"the query parameter {name!r} is given more than once")
-    return dict(params)
-
-
 # -- endpoints ----------------------------------------------------------------------
 
 
 async def _start(request: Request, api: Api) -> Response:
-    doc = await _fields(request, ("workflow", "input", "id", "on_conflict"), ("workflow",))
-    workflow = _text(doc, "workflow")
+    allowed = ("workflow", "input", "id", "on_conflict", "start_delay", "start_at")
+    doc = await ep.fields(request, allowed, ("workflow",))
+    delay = doc.get("start_delay")
+    if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int | float)):
+        raise ep.bad(f"the field 'start_delay' is a number of seconds, not {ep.kind(delay)}")
+    workflow = ep.text(doc, "workflow")
     if workflow is None:
-        raise _bad("the field 'workflow' is a string, not null")
-    id = _text(doc, "id")
-    on_conflict = _text(doc, "on_conflict", "return")
+        raise ep.bad("the field 'workflow' is a string, not null")
+    id = ep.text(doc, "id")
+    on_conflict = ep.text(doc, "on_conflict", "return")
     # The engine refuses a start with on_conflict "fail" on an id that has a run
     # with a plain Rejected, as it refuses other things. The id having a run just
     # before the call tells the conflict apart: the engine looks for it before its
@@ -257,13 +84,15 @@ async def _start(request: Request, api: Api) -> Response:
             id=id,
             on_conflict=on_conflict,  # type: ignore[arg-type]
             traceparent=request.headers.get("traceparent"),
+            start_delay=delay,
+            start_at=ep.text(doc, "start_at"),
         )
     except Rejected as e:
         if conflict and not isinstance(e, EngineClosed):
-            raise _Problem(409, type(e).__name__, str(e)) from None
+            raise ep.Problem(409, type(e).__name__, str(e)) from None
         raise
     created = not existed or on_conflict == "new_run"
-    return _json({**run_json(info), "existed": existed}, 201 if created else 200)
+    return ep.json_response({**run_json(info), "existed": existed}, 201 if created else 200)
 
 
 async def _exists(control: ControlApi, id: str) -> bool:
@@ -275,7 +104,7 @@ async def _exists(control: ControlApi, id: str) -> bool:
 
 
 async def _list(request: Request, api: Api) -> Response:
-    params = _params(request, ("status", "workflow", "limit", "parent", "before"), ("where",))
+    params = ep.params(request, ("status", "workflow", "limit", "parent", "before"), ("where",))
     where = search.parse(request.query_params.getlist("where"))
     limit = None
     if "limit" in params:
@@ -284,9 +113,9 @@ async def _list(request: Request, api: Api) -> Response:
         digits = text.lstrip("0") if text.isascii() and text.isdigit() else ""
         shown = text if len(text) <= 40 else text[:39] + "…"
         if not digits:
-            raise _bad(f"limit is a positive whole number, not {shown!r}")
+            raise ep.bad(f"limit is a positive whole number, not {shown!r}")
         if len(digits) > len(str(LIST_LIMIT_MAX)) or int(digits) > LIST_LIMIT_MAX:
-            raise _bad(f"limit is at most {LIST_LIMIT_MAX}, not {shown!r}")
+            raise ep.bad(f"limit is at most {LIST_LIMIT_MAX}, not {shown!r}")
         limit = int(digits)
     runs = await api.control.list(
         params.get("status"),
@@ -296,28 +125,28 @@ async def _list(request: Request, api: Api) -> Response:
         where,
         params.get("before"),
     )
-    return _json([run_json(info) for info in runs])
+    return ep.json_response([run_json(info) for info in runs])
 
 
 async def _describe(request: Request, api: Api) -> Response:
-    _params(request, ())
-    return _json(run_json(await api.control.describe(request.path_params["id"])))
+    ep.params(request, ())
+    return ep.json_response(run_json(await api.control.describe(request.path_params["id"])))
 
 
 async def _history(request: Request, api: Api) -> Response:
-    _params(request, ())
-    return _json(await api.control.history(request.path_params["id"]))
+    ep.params(request, ())
+    return ep.json_response(await api.control.history(request.path_params["id"]))
 
 
 async def _result(request: Request, api: Api) -> Response:
-    params = _params(request, ("wait",))
+    params = ep.params(request, ("wait",))
     text = params.get("wait", "0")
     try:
         wait_s = float(text)
     except ValueError:
         wait_s = math.nan
     if not math.isfinite(wait_s) or wait_s < 0:
-        raise _bad(f"wait is a number of seconds, 0 or more, not {text!r}")
+        raise ep.bad(f"wait is a number of seconds, 0 or more, not {text!r}")
     id = request.path_params["id"]
     answer = asyncio.ensure_future(_outcome(api.control, id, min(wait_s, RESULT_WAIT_S_MAX)))
     closing = asyncio.ensure_future(api.closing.wait())
@@ -329,9 +158,9 @@ async def _result(request: Request, api: Api) -> Response:
                 task.cancel()
         await asyncio.gather(answer, closing, return_exceptions=True)
     if answer.cancelled():  # the server closes: the run has not finished as far as we know
-        return _json(_pending(await api.control.describe(id)), 202)
+        return ep.json_response(_pending(await api.control.describe(id)), 202)
     status, doc = answer.result()
-    return _json(doc, status)
+    return ep.json_response(doc, status)
 
 
 async def _outcome(
@@ -441,78 +270,78 @@ def _pending(info: RunInfo) -> JsonObject:
 
 async def _signal(request: Request, api: Api) -> Response:
     id, name = request.path_params["id"], request.path_params["name"]
-    return _json(run_json(await api.control.signal(id, name, await _body(request))))
+    return ep.json_response(run_json(await api.control.signal(id, name, await ep.body(request))))
 
 
 async def _cancel(request: Request, api: Api) -> Response:
     id = request.path_params["id"]
-    reason = _text(await _fields(request, ("reason",)), "reason", "cancelled")
-    return _json(run_json(await api.control.cancel(id, reason or "cancelled")))
+    reason = ep.text(await ep.fields(request, ("reason",)), "reason", "cancelled")
+    return ep.json_response(run_json(await api.control.cancel(id, reason or "cancelled")))
 
 
 async def _terminate(request: Request, api: Api) -> Response:
     id = request.path_params["id"]
-    reason = _text(await _fields(request, ("reason",)), "reason", "terminated")
-    return _json(run_json(await api.control.terminate(id, reason or "terminated")))
+    reason = ep.text(await ep.fields(request, ("reason",)), "reason", "terminated")
+    return ep.json_response(run_json(await api.control.terminate(id, reason or "terminated")))
 
 
 async def _resume(request: Request, api: Api) -> Response:
     id = request.path_params["id"]
-    await _fields(request, ())
-    return _json(run_json(await api.control.resume(id)))
+    await ep.fields(request, ())
+    return ep.json_response(run_json(await api.control.resume(id)))
 
 
 async def _reset(request: Request, api: Api) -> Response:
-    to = (await _fields(request, ("to",), ("to",)))["to"]
+    to = (await ep.fields(request, ("to",), ("to",)))["to"]
     if isinstance(to, bool) or not isinstance(to, int | str):
-        raise _bad(
+        raise ep.bad(
             f"the field 'to' is an operation number, a position or an operation's name, "
-            f"not {_kind(to)}"
+            f"not {ep.kind(to)}"
         )
-    return _json(run_json(await api.control.reset(request.path_params["id"], to)))
+    return ep.json_response(run_json(await api.control.reset(request.path_params["id"], to)))
 
 
 async def _query(request: Request, api: Api) -> Response:
     id, name = request.path_params["id"], request.path_params["name"]
-    return _json({"result": await api.control.query(id, name, await _body(request))})
+    return ep.json_response({"result": await api.control.query(id, name, await ep.body(request))})
 
 
 async def _update(request: Request, api: Api) -> Response:
     id, name = request.path_params["id"], request.path_params["name"]
-    doc = await _fields(request, ("arg", "update_id"))
-    value = await api.control.update(id, name, doc.get("arg"), _text(doc, "update_id"))
-    return _json({"result": value})
+    doc = await ep.fields(request, ("arg", "update_id"))
+    value = await api.control.update(id, name, doc.get("arg"), ep.text(doc, "update_id"))
+    return ep.json_response({"result": value})
 
 
 async def _complete(request: Request, api: Api) -> Response:
-    await api.control.complete(request.path_params["token"], await _body(request))
-    return _json({"ok": True})
+    await api.control.complete(request.path_params["token"], await ep.body(request))
+    return ep.json_response({"ok": True})
 
 
 async def _fail(request: Request, api: Api) -> Response:
-    doc = await _body(request)
+    doc = await ep.body(request)
     if isinstance(doc, dict):
         if set(doc) != {"message"}:
-            raise _bad('the body is {"message": TEXT} or a JSON string')
+            raise ep.bad('the body is {"message": TEXT} or a JSON string')
         doc = doc["message"]
     if not isinstance(doc, str):
-        raise _bad(f'the body is {{"message": TEXT}} or a JSON string, not {_kind(doc)}')
+        raise ep.bad(f'the body is {{"message": TEXT}} or a JSON string, not {ep.kind(doc)}')
     await api.control.fail(request.path_params["token"], doc)
-    return _json({"ok": True})
+    return ep.json_response({"ok": True})
 
 
 async def _schedules(request: Request, api: Api) -> Response:
-    _params(request, ())
-    return _json(await api.control.schedules())
+    ep.params(request, ())
+    return ep.json_response(await api.control.schedules())
 
 
 def _acting(action: Literal["pause", "unpause", "trigger"]) -> Endpoint:
     async def act(request: Request, api: Api) -> Response:
-        await _fields(request, ())
+        await ep.fields(request, ())
         value = await api.control.schedule(request.path_params["name"], action)
         if isinstance(value, RunInfo):
-            return _json(run_json(value), 201)
-        return _json(value)
+            return ep.json_response(run_json(value), 201)
+        return ep.json_response(value)
 
     return act
 
@@ -522,44 +351,75 @@ _NOT_TEXT = ("where", "value", "to")
 
 
 async def _batch(request: Request, api: Api) -> Response:
-    doc = await _fields(request, (*_BATCH_FIELDS, "rate", "id", "dry_run"), ("action",))
-    texts = {name: _text(doc, name) for name in _BATCH_FIELDS if name not in _NOT_TEXT}
+    doc = await ep.fields(request, (*_BATCH_FIELDS, "rate", "id", "dry_run"), ("action",))
+    texts = {name: ep.text(doc, name) for name in _BATCH_FIELDS if name not in _NOT_TEXT}
     given, rate, dry_run = doc.get("where"), doc.get("rate"), doc.get("dry_run", False)
     where: dict[str, Any] | None = given if isinstance(given, dict) else None
     if isinstance(given, list) and all(isinstance(w, str) for w in given):
         where = search.parse(cast(list[str], given))  # as GET /v1/runs takes it: "k=v"
     elif given is not None and where is None:
-        raise _bad(f"the field 'where' is an object or a list of conditions, not {_kind(given)}")
+        raise ep.bad(
+            f"the field 'where' is an object or a list of conditions, not {ep.kind(given)}"
+        )
     if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float)):
-        raise _bad(f"the field 'rate' is a number, not {_kind(rate)}")
+        raise ep.bad(f"the field 'rate' is a number, not {ep.kind(rate)}")
     if not isinstance(dry_run, bool):
-        raise _bad(f"the field 'dry_run' is a boolean, not {_kind(dry_run)}")
+        raise ep.bad(f"the field 'dry_run' is a boolean, not {ep.kind(dry_run)}")
     to = doc.get("to")
     if to is not None and (isinstance(to, bool) or not isinstance(to, int | str)):
-        raise _bad(f"the field 'to' is an operation number or a name, not {_kind(to)}")
+        raise ep.bad(f"the field 'to' is an operation number or a name, not {ep.kind(to)}")
     batch = await api.control.batch(
         **texts,  # type: ignore[arg-type]
         where=where,
         value=doc.get("value"),
         to=to,
         rate=rate,
-        id=_text(doc, "id"),
+        id=ep.text(doc, "id"),
         dry_run=dry_run,
     )
-    return _json(batch, 200 if dry_run else 201)
+    return ep.json_response(batch, 200 if dry_run else 201)
 
 
 async def _batch_describe(request: Request, api: Api) -> Response:
-    _params(request, ())
-    return _json(await api.control.batch_describe(request.path_params["id"]))
+    ep.params(request, ())
+    return ep.json_response(await api.control.batch_describe(request.path_params["id"]))
+
+
+_SCHEDULE_FIELDS = ("workflow", "cron", "timezone", "overlap", "catchup")
+
+
+async def _schedule_set(request: Request, api: Api) -> Response:
+    create = request.method == "POST"
+    allowed = (*_SCHEDULE_FIELDS, "input", *(("name",) if create else ()))
+    doc = await ep.fields(request, allowed, ("name", "workflow", "cron") if create else ())
+    name = ep.text(doc, "name") if create else request.path_params["name"]
+    if name is None:
+        raise ep.bad("the field 'name' is a string, not null")
+    given = {field: ep.text(doc, field) for field in _SCHEDULE_FIELDS}
+    made = await api.control.schedule_set(name, create, input=doc.get("input"), **given)
+    return ep.json_response(made, 201 if create else 200)
+
+
+async def _schedule_delete(request: Request, api: Api) -> Response:
+    await ep.fields(request, ())
+    return ep.json_response(await api.control.schedule_delete(request.path_params["name"]))
+
+
+async def _schedule_backfill(request: Request, api: Api) -> Response:
+    doc = await ep.fields(request, ("start", "end"), ("start", "end"))
+    start, end = ep.text(doc, "start"), ep.text(doc, "end")
+    if start is None or end is None:
+        raise ep.bad("the fields 'start' and 'end' are ISO 8601 instants, not null")
+    pairs = await api.control.schedule_backfill(request.path_params["name"], start, end)
+    return ep.json_response([{"id": id, "outcome": outcome} for id, outcome in pairs])
 
 
 async def _health(request: Request, api: Api) -> Response:
-    return _json({"ok": True, **await api.control.ping()})
+    return ep.json_response({"ok": True, **await api.control.ping()})
 
 
 async def _openapi(request: Request, api: Api) -> Response:
-    return _json(OPENAPI)
+    return ep.json_response(OPENAPI)
 
 
 ROUTES: list[tuple[str, str, ops.Op | None, Endpoint]] = [
@@ -581,6 +441,10 @@ ROUTES: list[tuple[str, str, ops.Op | None, Endpoint]] = [
     ("POST", "/v1/schedules/{name}/pause", ops.SCHEDULE, _acting("pause")),
     ("POST", "/v1/schedules/{name}/unpause", ops.SCHEDULE, _acting("unpause")),
     ("POST", "/v1/schedules/{name}/trigger", ops.SCHEDULE, _acting("trigger")),
+    ("POST", "/v1/schedules", ops.SCHEDULE_SET, _schedule_set),
+    ("PATCH", "/v1/schedules/{name}", ops.SCHEDULE_SET, _schedule_set),
+    ("DELETE", "/v1/schedules/{name}", ops.SCHEDULE_DELETE, _schedule_delete),
+    ("POST", "/v1/schedules/{name}/backfill", ops.SCHEDULE_BACKFILL, _schedule_backfill),
     ("POST", "/v1/batches", ops.BATCH, _batch),
     ("GET", "/v1/batches/{id}", ops.BATCH_DESCRIBE, _batch_describe),
     ("GET", "/v1/openapi.json", None, _openapi),

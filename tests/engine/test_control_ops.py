@@ -83,14 +83,16 @@ def _not_implemented(declared: dict[str, ops.Op]) -> list[str]:
 
 def _over_http(declared: dict[str, ops.Op]) -> list[str]:
     """Operations the HTTP API should serve and does not, or serves and should not; routes
-    of no declared operation; an act served by GET."""
+    of no declared operation; an act served by GET (or HEAD)."""
     served = {id(op): op for _, _, op, _ in ROUTES if op is not None}
     found = [
         f"{op.name}: http={op.http}" for op in declared.values() if op.http != (id(op) in served)
     ]
     found += [f"{op.name}: not declared" for op in served.values() if op not in declared.values()]
     found += [
-        f"{m} {path}: {op.name} acts" for m, path, op, _ in ROUTES if op and op.acts and m != "POST"
+        f"{m} {path}: {op.name} acts"
+        for m, path, op, _ in ROUTES
+        if op and op.acts and m in ("GET", "HEAD")
     ]
     return found
 

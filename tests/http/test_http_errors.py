@@ -45,7 +45,10 @@ async def test_a_body_that_is_not_json_is_400_with_where(
 @pytest.mark.parametrize(
     ("body", "says"),
     [
-        ([], "a JSON object (workflow, input, id, on_conflict), not an array"),
+        (
+            [],
+            "a JSON object (workflow, input, id, on_conflict, start_delay, start_at), not an array",
+        ),
         ("http_err_gate", "not a string"),
         ({}, "no 'workflow' field"),
         ({"workflow": 7}, "'workflow' is a string, not a number"),
