@@ -285,3 +285,28 @@ async def test_a_bad_batch_is_refused_before_anything_is_recorded(
         assert await engine.list() == []
         with pytest.raises(NotFound):
             engine.describe_batch("nope")
+
+
+async def test_a_batch_and_a_delayed_run_hold_across_a_checkpoint_and_its_compaction(
+    make_engine: Any, clock: FakeClock
+) -> None:
+    async with make_engine() as engine:
+        await _waiting(engine, 150)
+        await engine.start(bx_wait, -1, id="late", start_delay=timedelta(seconds=30))
+        await engine.batch("cancel", workflow="bx.wait", status="parked", rate=100, id="k-1")
+        await engine.wait_until(lambda: engine.describe_batch("k-1")["acted"] == 100)
+        await engine.checkpoint()  # the journal before it compacted away
+        await engine.close(crash=True)
+    async with make_engine() as engine:
+        assert engine.describe_batch("k-1")["acted"] == 100
+        assert (await engine.handle("late").describe()).status == Status.SCHEDULED
+        while engine.runs.latest("k-1").is_open:
+            await clock.wait_for_sleepers()
+            clock.advance(1)
+            await asyncio.sleep(0)
+        assert (await engine.handle("k-1").result())["outcomes"] == {"cancelled": 150}
+        for i in range(150):
+            assert _kinds(await engine.history(f"w-{i}")).count("CancelRequested") == 1
+        clock.advance(30)
+        await engine.signal("late", "go", "at last")
+        assert await engine.handle("late").result() == [-1, "at last"]
