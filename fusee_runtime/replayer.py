@@ -37,6 +37,7 @@ import orjson
 
 from fusee_runtime.clock import Clock, SystemClock
 from fusee_runtime.dsl import WorkflowDef, registry
+from fusee_runtime.engine.batches import BATCH
 from fusee_runtime.engine.config import Config
 from fusee_runtime.engine.creation import created
 from fusee_runtime.engine.registry import load_app
@@ -207,6 +208,9 @@ async def _replay(
     status = str(closed) if closed is not None else shown or str(run.status)
     head = (run.workflow_id, run.run_id, run.workflow, status)
     wf = workflows.get(run.workflow)
+    if wf is None and run.workflow == BATCH:
+        # Its code is the engine's, not the app's: no deploy of the app changes it.
+        return Replayed(*head, True, "a batch: the engine's own workflow, not the app's")
     if wf is None:
         known = ", ".join(sorted(workflows)) or "none"
         return Replayed(

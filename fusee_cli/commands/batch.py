@@ -240,8 +240,13 @@ def _say(doc: dict[str, Any], as_json: bool) -> None:
     if as_json:
         session.print_json(doc)
         return
+    import orjson
+
     shown = {k: v for k, v in doc["filter"].items() if v is not None}
-    which = " ".join(f"--{k} {v}" for k, v in shown.items()) or "every run"
+    which = " ".join(
+        f"--{k} {orjson.dumps(v).decode() if k == 'where' else v}" for k, v in shown.items()
+    )
+    which = which or "every run"
     if doc.get("dry_run"):
         session.echo_err(f"{doc['count']} run(s) match {which}; a batch would {doc['action']} each")
         for run in doc["runs"]:

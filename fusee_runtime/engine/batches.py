@@ -7,8 +7,9 @@ recovered like any run, and `cancel` stops it. Its code:
 
 1. lists the runs the filter matches in pages of `PAGE`, newest first (a step
    each: the run ids a page holds are recorded, so a replay acts on the same
-   runs, and runs started after the batch began are not in it; the first page
-   also counts them all, the total its progress shows);
+   runs; runs started after its first page was listed are not in it; the first
+   page also counts them all, the total its progress shows). A run that
+   continued as new is acted on in its successor;
 2. acts on each run of a page, `WINDOW` at a time (`ctx.all`), then, with a
    `rate`, waits so that no more than `rate` runs a second are acted on.
 
@@ -22,8 +23,11 @@ Each act happens once, whatever crash cuts it:
   durable: a step run again after a crash finds what the first attempt did
   (the terminate's reason names the batch; the reset's new run names it in
   its origin, `origin["batch"]`) and reports it instead of acting again. A
-  resume leaves no such mark: run again, it reports the run as no longer
-  paused.
+  resume leaves no such mark: a step counts the run's resumes first, and the
+  resume acts only while they are as many.
+
+What one run's act raises is that run's outcome ("refused", "error"): no run
+stops a batch.
 
 `describe` reads a batch's progress and each run's outcome from its journal
 (`fusee batch describe ID`). A batch acts on the runs of its own journal: on a
@@ -33,17 +37,19 @@ database of several journals it is refused.
 from __future__ import annotations
 
 import contextlib
-import math
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from fusee_runtime import search
 from fusee_runtime.dsl import WorkflowDef
+from fusee_runtime.engine.resets import FIRST_FAILED, LAST_COMPLETED
 from fusee_runtime.engine.runs import RunTable, wanted
 from fusee_runtime.engine.state import Run, Status
-from fusee_runtime.errors import FuseeError, NotFound, Rejected
+from fusee_runtime.errors import FuseeError, IdConflict, NotFound, Rejected
+from fusee_runtime.model.op_records import StepResumed
 from fusee_runtime.model.ops import CancelSentOp, Op, SignalSentOp, StepOp
+from fusee_runtime.model.records import RunUnstuck
 from fusee_runtime.model.run import RunRecord
 from fusee_runtime.scope import check_id, check_name
 
@@ -60,9 +66,11 @@ PAGE = 1000
 """Runs listed by one step of a batch."""
 WINDOW = 100
 """Runs acted on at once (one `ctx.all`), at most."""
+RATE_MIN, RATE_MAX = 0.001, 1e6
+"""The slowest (a run each 1,000 s) and fastest `rate` a batch takes."""
 SAMPLE = 20
 """Runs a dry run names."""
-STEP_ACTS = ("terminate", "resume", "reset")
+STEP_ACTS = ("terminate", "resume", "reset", "resumes")
 """The acts done by a step of the batch (the others are its own operations)."""
 DONE = {"cancel": "cancelled", "signal": "signalled"}
 """The outcome of an operation of the batch that reached its run."""
@@ -95,17 +103,34 @@ def check(
     elif signal is not None or value is not None:
         raise Rejected("--signal and its value go with a batch that signals")
     if action == "reset":
-        if to is None or to == "":
-            raise Rejected("a batch that resets takes --to (see `fusee reset --help`)")
+        _check_to(to)
     elif to is not None:
         raise Rejected("--to goes with a batch that resets")
     if rate is not None and (
-        isinstance(rate, bool) or not isinstance(rate, int | float) or not (0 < rate < math.inf)
+        isinstance(rate, bool)
+        or not isinstance(rate, int | float)
+        or not (RATE_MIN <= rate <= RATE_MAX)
     ):
-        raise Rejected(f"a batch's rate is a number of runs a second above 0, not {rate!r}")
+        raise Rejected(
+            f"a batch's rate is a number of runs a second from {RATE_MIN} to {RATE_MAX:g}, "
+            f"not {rate!r:.40}"
+        )
     spec: dict[str, Any] = {"action": action, "status": status, "workflow": workflow}
     spec.update(where=where, reason=reason, signal=signal, value=value, to=to, rate=rate)
     return spec
+
+
+def _check_to(to: object) -> None:
+    """Where a reset batch starts each run again: what `reset` takes (an operation number,
+    a position, a name) or one of the points found by what happened to a step."""
+    if to is None or to == "":
+        raise Rejected("a batch that resets takes --to (see `fusee reset --help`)")
+    if isinstance(to, bool) or not isinstance(to, int | str):
+        raise Rejected(f"--to is an operation number, a position or a name, not {to!r:.40}")
+    if isinstance(to, int) and to < 1:
+        raise Rejected(f"--to: operation numbers start at 1, not {to}")
+    if isinstance(to, str) and to.startswith("@") and to not in (FIRST_FAILED, LAST_COMPLETED):
+        raise Rejected(f"--to {to!r}: the @ points are {FIRST_FAILED} and {LAST_COMPLETED}")
 
 
 class Batches:
@@ -129,12 +154,15 @@ class Batches:
                 "a batch acts on the runs of one journal, and this database has "
                 f"{self.driver.shard[1]}: batches across journals are not there yet"
             )
-        matched = self._matching(spec, None, None)
         if dry_run:
+            matched = [r for r in self._matching(spec, None, None) if r.workflow != BATCH]
             sample = [{"id": r.id, "run_id": r.run_id} for r in matched[:SAMPLE]]
             return {"dry_run": True, **shown(spec), "count": len(matched), "runs": sample}
         bid = check_id(id) if id is not None else f"batch-{uuid.uuid4().hex[:12]}"
-        await self.commands.start(BATCH, spec, bid, "return", None, None, None)
+        existing = self.runs.find_latest(bid)
+        if existing is not None and existing.workflow == BATCH and existing.input != spec:
+            raise IdConflict(f"batch {bid!r} exists, and does something else: choose another id")
+        await self.commands.start(self.definition, spec, bid, "return", None, None, None)
         return self.describe(bid)
 
     def describe(self, id: str, run_id: str | None = None) -> dict[str, Any]:
@@ -149,7 +177,7 @@ class Batches:
             raise NotFound(f"{id!r} is a run of workflow {run.workflow!r}, not a batch")
         return summary(run)
 
-    def _matching(self, spec: dict[str, Any], limit: int | None, before: str | None) -> list[Any]:
+    def _matching(self, spec: dict[str, Any], limit: int | None, before: int | None) -> list[Any]:
         where = search.conditions(cast(dict[str, Any] | None, spec["where"]))
         want = wanted(cast(str | None, spec["status"]), None, 1)
         workflow = cast(str | None, spec["workflow"])
@@ -165,25 +193,28 @@ class Batches:
             page, before, _ = await ctx.step("targets", self._page, spec, before, read_only=True)
             for i in range(0, len(page), window):
                 part = page[i : i + window]
-                acts = [self._act(ctx, action, spec, id, run_id) for id, run_id in part]
-                await ctx.all(acts)
+                # (Made as the group takes them: none is left unawaited if it stops first.)
+                await ctx.all(self._act(ctx, action, spec, id, run_id) for id, run_id in part)
                 if spec["rate"] is not None:
-                    await ctx.step("pace", self._pace, len(acts) / spec["rate"])
+                    await ctx.step("pace", self._pace, len(part) / spec["rate"])
             if before is None:
                 break
         done = summary(ctx_run(ctx, self.runs))
         return {"total": done["total"], "acted": done["acted"], "outcomes": done["outcomes"]}
 
-    def _page(
-        self, spec: dict[str, Any], before: str | None
-    ) -> tuple[list[list[str]], str | None, int | None]:
-        """The next page of runs to act on, where the one after it begins (None: this is
-        the last) and, with the first page, how many runs match now in all."""
+    async def _page(
+        self, spec: dict[str, Any], before: int | None
+    ) -> tuple[list[list[str]], int | None, int | None]:
+        """The next page of runs to act on, where the one after it begins (the journal
+        position the last of this page began at, which a prune cannot take away; None:
+        this is the last) and, with the first page, how many runs match now in all.
+        (An `async def`: it reads the runs on the loop that owns them.)"""
         listed = self._matching(spec, PAGE if before is not None else None, before)
         total = None if before is not None else sum(1 for r in listed if r.workflow != BATCH)
         listed = listed[:PAGE]
         page = [[r.id, r.run_id] for r in listed if r.workflow != BATCH]
-        return page, (listed[-1].run_id if len(listed) == PAGE else None), total
+        after = self.runs.start_lsn(listed[-1].run_id) if len(listed) == PAGE else None
+        return page, after, total
 
     async def _pace(self, seconds: float) -> None:
         clock = self.driver.clock
@@ -193,70 +224,97 @@ class Batches:
         self, ctx: Ctx, action: str, spec: dict[str, Any], id: str, run_id: str
     ) -> Awaitable[Any]:
         reason = spec["reason"]
+        # A run that continued as new goes on in its successor: the batch acts on that.
+        # (Read live: on replay the operation's recorded run answers, whatever this says.)
+        run_id = self._going_on(id, run_id)
         if action == "cancel":
             why = reason or f"cancelled by batch {ctx.workflow_id}"
-            return _refused_or_not(ctx.cancel_workflow(id, str(why), run_id=run_id))
+            return _sent(ctx.cancel_workflow, id, str(why), run_id=run_id)
         if action == "signal":
             name = str(spec["signal"])
-            return _refused_or_not(ctx.signal_workflow(id, name, spec["value"], run_id=run_id))
-        fn = {"terminate": self._terminate, "resume": self._resume, "reset": self._reset}
-        return ctx.step(action, fn[action], ctx.workflow_id, spec, id, run_id)
+            return _sent(ctx.signal_workflow, id, name, spec["value"], run_id=run_id)
+        if action == "resume":
+            return self._resume_once(ctx, id, run_id)
+        fn = {"terminate": self._terminate, "reset": self._reset}
+        return ctx.step(action, _told(fn[action]), id, run_id, ctx.workflow_id, spec)
+
+    def _going_on(self, id: str, run_id: str) -> str:
+        """`run_id`, or the run its continue-as-new chain has reached."""
+        run = self.runs.by_id(run_id)
+        while run is not None and run.closing == Status.CONTINUED_AS_NEW and run.successor:
+            run_id, run = run.successor, self.runs.by_id(run.successor)
+        return run_id
 
     # -- the acts a step does: each looks first at what an earlier attempt did ---------
 
-    async def _terminate(
-        self, batch: str, spec: dict[str, Any], id: str, run_id: str
-    ) -> dict[str, Any]:
+    async def _terminate(self, id: str, run_id: str, batch: str, spec: dict[str, Any]) -> Any:
         why = f"{spec['reason'] or 'terminated'} (batch {batch})"
-        try:
-            run = self.runs.get(id, run_id)
-            if not run.is_open:
-                if run.closing == Status.TERMINATED and run.reason == why:
-                    return _outcome(id, run_id, "terminated")
-                return _outcome(id, run_id, "skipped", f"already {run.closing}")
-            await self.commands.terminate(id, why, run_id)
-        except FuseeError as e:
-            return _outcome(id, run_id, "refused", str(e))
+        run = self.runs.get(id, run_id)
+        if not run.is_open:
+            if run.closing == Status.TERMINATED and run.reason == why:
+                return _outcome(id, run_id, "terminated")
+            return _outcome(id, run_id, "skipped", f"already {run.closing}")
+        await self.commands.terminate(id, why, run_id)
         return _outcome(id, run_id, "terminated")
 
-    async def _resume(
-        self, batch: str, spec: dict[str, Any], id: str, run_id: str
-    ) -> dict[str, Any]:
-        try:
-            run = self.runs.get(id, run_id)
-            if not run.is_open or not (run.paused_ops() or run.status == Status.STUCK):
-                return _outcome(id, run_id, "skipped", f"{run.status}: not paused or stuck")
-            await self.commands.resume(id, run_id)
-        except FuseeError as e:
-            return _outcome(id, run_id, "refused", str(e))
+    async def _resume_once(self, ctx: Ctx, id: str, run_id: str) -> Any:
+        """A resume leaves no mark of who asked for it: the batch counts the run's resumes
+        first (a step), and resumes it only while they are as many."""
+        seen = await ctx.step("resumes", _told(self._resumes), id, run_id)
+        if isinstance(seen, dict):
+            return seen  # (no such run: its outcome)
+        return await ctx.step("resume", _told(self._resume), id, run_id, seen)
+
+    async def _resumes(self, id: str, run_id: str) -> int:
+        run = self.runs.get(id, run_id)
+        return sum(1 for _, rec in run.records if isinstance(rec, StepResumed | RunUnstuck))
+
+    async def _resume(self, id: str, run_id: str, seen: int) -> Any:
+        if await self._resumes(id, run_id) != seen:
+            return _outcome(id, run_id, "resumed", "before a crash cut this step's record")
+        run = self.runs.get(id, run_id)
+        if not run.is_open or not (run.paused_ops() or run.status == Status.STUCK):
+            return _outcome(id, run_id, "skipped", f"{run.status}: not paused or stuck")
+        await self.commands.resume(id, run_id)
         return _outcome(id, run_id, "resumed")
 
-    async def _reset(
-        self, batch: str, spec: dict[str, Any], id: str, run_id: str
-    ) -> dict[str, Any]:
+    async def _reset(self, id: str, run_id: str, batch: str, spec: dict[str, Any]) -> Any:
+        newest = self.runs.latest(id)
+        origin = newest.origin or {}
+        if origin.get("reset") == run_id and origin.get("batch") == batch:
+            return _outcome(id, run_id, "reset", new_run_id=newest.run_id)
+        if newest.run_id != run_id:
+            return _outcome(id, run_id, "skipped", "no longer the newest run of its id")
+        to = cast(int | str, spec["to"])
+        new = await self.commands.reset(id, to, run_id, batch=batch)
+        return _outcome(id, run_id, "reset", new_run_id=new)
+
+
+def _told(act: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """`act` (a step of a batch on run `id` `run_id`, its first two arguments) with what it
+    raises told as the run's outcome: one run the engine refuses, or that breaks the act,
+    stops no batch."""
+
+    async def told(id: str, run_id: str, *args: Any) -> Any:
         try:
-            newest = self.runs.latest(id)
-            origin = newest.origin or {}
-            if origin.get("reset") == run_id and origin.get("batch") == batch:
-                return _outcome(id, run_id, "reset", new_run_id=newest.run_id)
-            if newest.run_id != run_id:
-                return _outcome(id, run_id, "skipped", "no longer the newest run of its id")
-            to = cast(int | str, spec["to"])
-            new = await self.commands.reset(id, to, run_id, batch=batch)
+            return await act(id, run_id, *args)
         except FuseeError as e:
             return _outcome(id, run_id, "refused", str(e))
-        return _outcome(id, run_id, "reset", new_run_id=new)
+        except Exception as e:
+            return _outcome(id, run_id, "error", f"{type(e).__name__}: {e}")
+
+    return told
 
 
 def ctx_run(ctx: Ctx, runs: RunTable) -> Run:
     return runs.get(ctx.workflow_id, ctx.run_id)
 
 
-async def _refused_or_not(sent: Awaitable[None]) -> None:
+async def _sent(send: Callable[..., Awaitable[None]], *args: Any, run_id: str) -> None:
     """A cancel or signal of the batch: a refusal (its run closed, or gone) is recorded
     as the operation's outcome, and the batch goes on."""
     with contextlib.suppress(NotFound, Rejected):
-        await sent
+        await send(*args, run_id=run_id)
 
 
 def _outcome(
@@ -328,6 +386,8 @@ def _of(op: Op, spec: dict[str, Any]) -> dict[str, Any] | None:
         message = (op.failure or {}).get("message", "refused")
         return _outcome(str(op.peer), op.peer_run, "refused", str(message))
     if isinstance(op, StepOp) and op.name in STEP_ACTS:
+        if op.name == "resumes" and not isinstance(op.value, dict):
+            return None  # (the count before a resume: its outcome comes next)
         if op.ok:
             return cast(dict[str, Any], op.value)
         message = (op.failure or {}).get("message", "failed")

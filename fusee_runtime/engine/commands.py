@@ -67,6 +67,9 @@ class Commands:
         self.driver.check_accepting()
         name = workflow.name if isinstance(workflow, WorkflowDef) else workflow
         wf = self.driver.workflow(name)
+        if name in self.driver.builtins and not isinstance(workflow, WorkflowDef):
+            # Its input is checked where it is made: `Engine.batch`, `fusee batch`.
+            raise Rejected(f"{name!r} is the engine's own workflow: start a batch with batch")
         if on_conflict not in ("return", "fail", "new_run"):
             raise Rejected(f"on_conflict is 'return', 'fail' or 'new_run', not {on_conflict!r}")
         # Typed when the workflow's input parameter is annotated (`fusee_runtime.typed`).

@@ -14,8 +14,9 @@ shows an operation:
   and #3, which run again whole;
 - the name of a step, a wait (the signal's name), a sleep, a child (its id)
   or a completion: the top-level operation of its first occurrence;
-- `@first-failed`: the first step that failed (for good, or an attempt of it:
-  a paused step too); `@last-completed`: the last step that completed. These
+- `@first-failed`: the first step that failed (for good, paused, or still
+  retrying; not one that failed an attempt and then completed);
+  `@last-completed`: the last step that completed. These
   two let one `--to` fit every run of a batch (`fusee batch reset`).
 
 Anything else is `NotFound`, and its message lists what `to` takes for that
@@ -99,7 +100,10 @@ def _step_point(run: Run, to: str) -> int:
     steps = [(seq, op) for seq, op in run.ops.items() if type(op) is StepOp]
     steps.sort(key=lambda pair: _order(pair[0]))
     if to == FIRST_FAILED:
-        failed = [s for s, op in steps if not op.ok or op.attempts_failed or op.paused]
+        # Failed for good, paused, or failing still: not one that failed once and then did.
+        failed = [
+            s for s, op in steps if not op.ok or op.paused or (op.attempts_failed and not op.done)
+        ]
         found, what = failed[:1], "no step that failed"
     else:
         found = [s for s, op in steps if op.done and op.ok][-1:]

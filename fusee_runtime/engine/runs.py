@@ -310,19 +310,23 @@ class RunTable:
         limit: int | None,
         parent: str | None = None,
         where: Sequence[Condition] = (),
-        before: str | None = None,
+        before: str | int | None = None,
     ) -> list[RunInfo]:
         """Runs of status `want` ("open": every status not closed; None: any),
         `workflow`, `parent` (a parent's workflow id; None: any) and search attributes
         meeting `where`, open and closed, newest first, at most `limit`; only those
-        that began before run `before` (a run id) began, if given (the next page).
+        that began before run `before` (a run id) began, if given (the next page), or
+        before journal position `before` (an int: a cursor no prune takes away).
 
         Raises:
             Rejected: `before` is no run.
         """
-        lsn = self.start_lsn(before) if before is not None else None
-        if before is not None and lsn is None:
-            raise Rejected(f"no run {before!r} to list the runs before")
+        if isinstance(before, int):
+            lsn: int | None = before
+        else:
+            lsn = self.start_lsn(before) if before is not None else None
+            if before is not None and lsn is None:
+                raise Rejected(f"no run {before!r} to list the runs before")
 
         # Memory holds the open runs and the closed ones not yet stored; the store the
         # rest (closed runs only). Both are ordered by where each run began in the journal.

@@ -83,3 +83,12 @@ def test_a_batch_in_a_home_with_no_journal_says_so(cli, on):
     r = cli("batch", "cancel", "--status", "open", *on)
     assert (r.exit_code, r.stderr.count("\n")) == (3, 1), r.output
     assert "no runs in" in r.stderr
+
+
+def test_the_replay_check_passes_a_home_holding_a_batch(cli, on, parked):
+    """A batch's code is the engine's: `fusee replay --all` says so, and fails nothing."""
+    r = cli("batch", "cancel", "--status", "open", "--id", "b-3", "--no-wait", *on)
+    assert r.exit_code == 0, r.output
+    r = cli("replay", "--all", *on)
+    assert r.exit_code == 0, r.output
+    assert "b-3" in r.output

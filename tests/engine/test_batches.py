@@ -27,7 +27,9 @@ from fusee_runtime import (
     step,
     workflow,
 )
+from fusee_runtime.engine import batches
 from fusee_runtime.engine.batches import BATCH
+from fusee_runtime.errors import IdConflict
 
 STORES = ("local", "postgresql")
 
@@ -108,7 +110,7 @@ async def test_a_cancel_batch_cancels_each_matching_run_once(make_engine: Any) -
         doc = engine.describe_batch("b-1")
         assert doc["status"] == "completed"
         assert sorted(run["id"] for run in doc["runs"]) == sorted(f"w-{i}" for i in range(1, 30, 2))
-        again = await engine.batch("cancel", where={"tier": "gold"}, id="b-1")
+        again = await engine.batch("cancel", where={"tier": "gold"}, id="b-1", reason="recall")
         assert again["run_id"] == doc["run_id"]  # the same id: the same batch
     async with make_engine() as engine:  # as recorded
         assert engine.describe_batch("b-1")["outcomes"] == {"cancelled": 15}
@@ -310,3 +312,108 @@ async def test_a_batch_and_a_delayed_run_hold_across_a_checkpoint_and_its_compac
         clock.advance(30)
         await engine.signal("late", "go", "at last")
         assert await engine.handle("late").result() == [-1, "at last"]
+
+
+async def test_a_resume_cut_by_a_crash_after_it_acted_is_not_done_again(
+    make_engine: Any,
+) -> None:
+    """The crash window of a resume step: the resume durable, the step's result not. The
+    run paused again meanwhile; run again after the crash, the step sees one resume more
+    than it counted before, and does not resume it a second time."""
+
+    def resumes(engine: Any) -> int:
+        return sum(
+            1 for r in engine.runs.latest("p-0").records if type(r[1]).__name__ == "StepResumed"
+        )
+
+    async with make_engine() as engine:
+        await engine.start(bx_pauses, None, id="p-0")
+        await engine.wait_until(lambda: engine.runs.latest("p-0").status == Status.PAUSED)
+        act = engine.batches._resume
+
+        async def cut(*args: Any) -> Any:
+            await act(*args)  # the resume is durable ...
+            await asyncio.Future()  # ... and the step's result never is: the crash comes
+
+        engine.batches._resume = cut
+        await engine.batch("resume", workflow="bx.pauses", id="r-2")
+        await engine.wait_until(
+            lambda: resumes(engine) == 1 and engine.runs.latest("p-0").status == Status.PAUSED
+        )
+        await engine.close(crash=True)
+    async with make_engine() as engine:
+        assert (await engine.handle("r-2").result())["outcomes"] == {"resumed": 1}
+        (run,) = engine.describe_batch("r-2")["runs"]
+        assert run["detail"] == "before a crash cut this step's record"
+        assert resumes(engine) == 1
+        assert engine.runs.latest("p-0").status == Status.PAUSED
+
+
+async def test_a_batch_follows_a_run_that_continued_as_new_and_one_error_stops_no_batch(
+    make_engine: Any, clock: FakeClock
+) -> None:
+    async with make_engine() as engine:
+        await asyncio.gather(*(engine.start(bx_rolls, 0, id=f"e-{i}") for i in range(3)))
+        await engine.wait_until(lambda: _parked(engine, "bx.rolls") == 3)
+        await engine.batch("signal", workflow="bx.rolls", signal="roll", rate=1, id="s-r")
+        await engine.wait_until(lambda: engine.describe_batch("s-r")["acted"] == 1)
+        for i in range(2):  # the two not acted on yet roll over to a new run
+            await engine.signal(f"e-{i}", "roll")
+        await engine.wait_until(lambda: _parked(engine, "bx.rolls") == 3)
+        while engine.runs.latest("s-r").is_open:
+            await clock.wait_for_sleepers()
+            clock.advance(1)
+            await asyncio.sleep(0)
+        assert (await engine.handle("s-r").result())["outcomes"] == {"signalled": 3}
+        assert [engine.runs.latest(f"e-{i}").input for i in range(3)] == [2, 2, 1]
+
+
+@workflow(name="bx.rolls")
+async def bx_rolls(ctx: Ctx, n: int) -> Any:
+    await ctx.wait_for("roll")
+    return await ctx.continue_as_new(n + 1)
+
+
+async def test_a_dry_run_counts_no_batch_and_fusee_batch_is_not_started_by_name(
+    make_engine: Any,
+) -> None:
+    async with make_engine() as engine:
+        await _waiting(engine, 2)
+        await engine.batch("signal", signal="go", id="b-1", rate=0.001)
+        assert (await engine.batch("cancel", dry_run=True))["count"] == 2
+        with pytest.raises(Rejected, match="the engine's own workflow"):
+            await engine.start(BATCH, {"action": "cancel"}, id="sneaky")
+        with pytest.raises(IdConflict, match="does something else"):
+            await engine.batch("cancel", id="b-1")
+        for to in (0, True, "@nope", 1.5):
+            with pytest.raises(Rejected):
+                await engine.batch("reset", to=to)
+        for rate in (1e-320, 10**400, 0.0009):
+            with pytest.raises(Rejected, match="a batch's rate"):
+                await engine.batch("cancel", rate=rate)
+
+
+async def test_a_prune_under_a_paced_batch_takes_away_no_page(
+    make_engine: Any, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The next page begins where the last run of this one began in the journal: a prune
+    of that run while the batch waits leaves the batch its place."""
+    monkeypatch.setattr(batches, "PAGE", 10)
+    DOWN["down"] = False
+    async with make_engine() as engine:
+        await asyncio.gather(*(engine.start(bx_charge_run, i, id=f"c-{i}") for i in range(11)))
+        assert [await engine.handle(f"c-{i}").result() for i in range(11)] == list(range(11))
+        await engine.batch("terminate", workflow="bx.charge", rate=10, id="t-p")
+        await engine.wait_until(lambda: engine.describe_batch("t-p")["acted"] == 10)
+        clock.advance(3600)
+        assert await engine.prune(60) == 11  # each run it listed, the cursor's run too
+        while engine.runs.latest("t-p").is_open:
+            await clock.wait_for_sleepers()
+            clock.advance(1)
+            await asyncio.sleep(0)
+        await engine.handle("t-p").result()
+        doc = engine.describe_batch("t-p")
+        # The second page lists what is left before the cursor: the last run, pruned, is
+        # gone (no run to act on), and the batch does not fail for its cursor's sake.
+        assert (doc["status"], doc["total"], doc["acted"]) == ("completed", 11, 10)
+        assert doc["outcomes"] == {"skipped": 10}
