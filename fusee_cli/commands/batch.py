@@ -199,6 +199,7 @@ async def _follow(ctl: Any, doc: dict[str, Any]) -> dict[str, Any]:
     """Asks the batch how far it is until it closes; a bar on a terminal meanwhile."""
     import sys
 
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from fusee_runtime import Status
@@ -207,6 +208,7 @@ async def _follow(ctl: Any, doc: dict[str, Any]) -> dict[str, Any]:
         TextColumn(f"batch {doc['id']} ({doc['action']})"),
         BarColumn(),
         MofNCompleteColumn(),
+        console=Console(stderr=True),
         transient=True,
         disable=not sys.stderr.isatty(),
     )

@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import pty
+import re
+import subprocess
 
 import pytest
+from processes import REPO, fusee_script
 
 from fusee_runtime import Status
 
@@ -92,3 +97,50 @@ def test_the_replay_check_passes_a_home_holding_a_batch(cli, on, parked):
     r = cli("replay", "--all", *on)
     assert r.exit_code == 0, r.output
     assert "b-3" in r.output
+
+
+def test_on_a_terminal_a_progress_bar_follows_the_batch(make_engine, home, tmp_path):
+    """Its stderr a real pseudo-terminal: the bar counts the runs acted on, of how many."""
+
+    async def park() -> None:
+        async with make_engine() as engine:
+            for i in range(40):
+                await engine.start("cli_wait", None, id=f"t-{i}")
+            await engine.wait_until(
+                lambda: all(engine.runs.latest(f"t-{i}").status == Status.PARKED for i in range(40))
+            )
+
+    asyncio.run(park())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEE_")}
+    env.pop("NO_COLOR", None)
+    env.update(TERM="xterm", COLUMNS="120")
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests" / "cli"), str(REPO)])
+    on = ["--home", str(home), "--app", "fusee_cli_testapp"]
+    leader, terminal = pty.openpty()
+    child = subprocess.Popen(
+        [fusee_script(), "batch", "cancel", "--status", "open", "--rate", "20", "--id", "t-b", *on],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=terminal,
+    )
+    os.close(terminal)
+    raw = b""
+    try:
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # EIO: it exited and closed the terminal
+                break
+            if not chunk:
+                break
+            raw += chunk
+    finally:
+        child.communicate()
+        os.close(leader)
+    assert child.returncode == 0, raw
+    text = raw.decode("utf-8", "replace")
+    assert "batch t-b (cancel)" in text  # the bar's label
+    counts = {int(n) for n in re.findall(r"(\d+)/40", text)}
+    assert len(counts) >= 2 and max(counts) <= 40, text  # it moved
+    assert "acted on 40 of 40 run(s): 40 cancelled" in text
