@@ -120,7 +120,13 @@ def batch(
 ) -> None:
     """Act on every run a filter matches, once each, in a durable batch; or describe one.
 
-    Exit 1 when the batch itself failed or was cancelled.
+    A batch takes a filter (--where, --workflow or --status). cancel, terminate,
+    signal and resume act on open runs (--status open unless given); reset on the
+    newest run of each id. It runs through the home's owner, or here until it ends.
+
+    Exit 1 when the batch followed failed or was cancelled, or a run it listed was
+    refused or broke (its table says which); 4 when its driver stopped while it was
+    followed (the batch goes on where the home is driven next).
 
     Example: fusee batch cancel --workflow order --status open --dry-run
 
@@ -130,9 +136,12 @@ def batch(
     """
     with session.reporting():
         module = app_module(app)
+        acting = [where, workflow, status, rate, reason, signal, value, to, new_id]
         if action == Action.DESCRIBE:
             if batch_id is None:
                 raise CliError(Code.USAGE, "fusee batch describe takes the batch's ID")
+            if any(option is not None for option in acting) or dry_run or no_wait:
+                raise CliError(Code.USAGE, "fusee batch describe takes an ID, and --json")
             doc = _describe(home, session.check_id(batch_id))
             _say(doc, as_json)
             return
@@ -140,29 +149,44 @@ def batch(
             raise CliError(
                 Code.USAGE, f"fusee batch {action} takes no ID argument (name a batch with --id)"
             )
-        if rate is not None and not rate > 0:
-            raise CliError(Code.USAGE, f"--rate is a number of runs a second above 0, not {rate}")
         from fusee_cli.commands.list import where_of
 
         sent, _ = session.json_or_string(value)
+        if value is not None:
+            session.check_depth(sent, "the signal's value")
+            session.check_payload(sent, "the signal's value")
         spec: dict[str, Any] = {"where": where_of(where or []), "workflow": workflow}
         spec.update(status=status, reason=reason, signal=signal, value=sent, to=to, rate=rate)
-        if not session.has_journal(home):
-            raise CliError(Code.NOT_FOUND, f"no runs in {home}: nothing to act on")
+        followed = _Followed()
         try:
-            doc = asyncio.run(_run(home, module, action.value, spec, new_id, dry_run, no_wait))
+            doc = asyncio.run(
+                _run(home, module, action.value, spec, new_id, dry_run, no_wait, followed)
+            )
         except KeyboardInterrupt:
+            if followed.id is None:
+                session.echo_err("interrupted before the batch was recorded")
+                raise typer.Exit(130) from None
             session.echo_err(
-                "stopped following: the batch is durable and goes on where the home is driven; "
-                "`fusee batch describe ID` shows how far it is"
+                f"stopped following batch {followed.id}: it is durable and goes on where the "
+                f"home is driven; `fusee batch describe {followed.id}` shows how far it is"
             )
             raise typer.Exit(Code.OK) from None
         if no_wait and not dry_run and not as_json:
             typer.echo(doc["id"])  # (what it did is said on stderr)
             return
         _say(doc, as_json)
-        if not dry_run and doc.get("status") in ("failed", "cancelled", "terminated", "timed_out"):
+        refused = {"refused", "error"} & set(doc.get("outcomes", {}))
+        if not dry_run and (doc.get("status") in _ENDED_BADLY or refused):
             raise typer.Exit(Code.FAILED)
+
+
+_ENDED_BADLY = ("failed", "cancelled", "terminated", "timed_out")
+
+
+class _Followed:
+    """The batch being followed, once recorded: what an interruption names."""
+
+    id: str | None = None
 
 
 async def _run(
@@ -173,9 +197,20 @@ async def _run(
     new_id: str | None,
     dry_run: bool,
     no_wait: bool,
+    followed: _Followed,
 ) -> dict[str, Any]:
     from fusee_runtime.errors import Rejected
 
+    if not session.has_journal(home):
+        # No run to act on: as a batch that matched none, and nothing recorded.
+        from fusee_runtime.engine.batches import check, shown
+
+        try:
+            checked = check(action, **spec)
+        except Rejected as e:
+            raise CliError(Code.USAGE, str(e)) from None
+        session.echo_err(f"no runs in {home}: no batch recorded")
+        return {"dry_run": True, **shown(checked), "count": 0, "runs": []}
     follow = not (dry_run or no_wait)
     async with session.control(home, app, drive=follow) as ctl:
         given = {key: value for key, value in spec.items() if value is not None}
@@ -192,6 +227,7 @@ async def _run(
                 )
                 session.echo_err(f"batch {doc['id']} recorded; it runs {who}")
             return doc
+        followed.id = str(doc["id"])
         return await _follow(ctl, doc)
 
 
@@ -212,12 +248,22 @@ async def _follow(ctl: Any, doc: dict[str, Any]) -> dict[str, Any]:
         transient=True,
         disable=not sys.stderr.isatty(),
     )
+    from fusee_runtime.control.client import OwnerGone, OwnerLost, OwnerUnanswered
+
     with bar:
         task = bar.add_task("acting", total=None)
         while Status(doc["status"]).is_open:
             bar.update(task, total=doc["total"], completed=doc["acted"])
             await asyncio.sleep(FOLLOW_S)
-            doc = await ctl.batch_describe(doc["id"])
+            try:
+                doc = await ctl.batch_describe(doc["id"])
+            except (OwnerGone, OwnerLost, OwnerUnanswered):
+                raise CliError(
+                    Code.TIMED_OUT,
+                    f"stopped following batch {doc['id']}: the process that drove it stopped; "
+                    f"it goes on where the home is driven next (`fusee batch describe "
+                    f"{doc['id']}`)",
+                ) from None
     return doc
 
 
@@ -231,8 +277,9 @@ def _describe(home: Path, batch_id: str) -> dict[str, Any]:
         async with session.control(home, None, drive=False) as ctl:
             try:
                 return await ctl.batch_describe(batch_id)
-            except NotFound:
-                raise CliError(Code.NOT_FOUND, f"no batch {batch_id!r}") from None
+            except NotFound as e:
+                why = str(e) if "not a batch" in str(e) else f"no batch {batch_id!r}"
+                raise CliError(Code.NOT_FOUND, why) from None
 
     return asyncio.run(main())
 
@@ -250,7 +297,10 @@ def _say(doc: dict[str, Any], as_json: bool) -> None:
     )
     which = which or "every run"
     if doc.get("dry_run"):
-        session.echo_err(f"{doc['count']} run(s) match {which}; a batch would {doc['action']} each")
+        first = f"; the first {len(doc['runs'])}:" if doc["count"] > len(doc["runs"]) else ""
+        session.echo_err(
+            f"{doc['count']} run(s) match {which}; a batch would {doc['action']} each{first}"
+        )
         for run in doc["runs"]:
             typer.echo(run["id"])
         return

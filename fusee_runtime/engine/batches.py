@@ -52,6 +52,7 @@ from fusee_runtime.model.ops import CancelSentOp, Op, SignalSentOp, StepOp
 from fusee_runtime.model.records import RunUnstuck
 from fusee_runtime.model.run import RunRecord
 from fusee_runtime.scope import check_id, check_name
+from fusee_runtime.typed import ANY
 
 if TYPE_CHECKING:
     from fusee_runtime.context import Ctx
@@ -87,19 +88,38 @@ def check(
     to: int | str | None = None,
     rate: float | None = None,
 ) -> dict[str, Any]:
-    """A batch's input: what it does, to which runs; or `Rejected` saying what is wrong."""
+    """A batch's input: what it does, to which runs; or `Rejected` saying what is wrong.
+
+    It takes a filter (`where`, `workflow` or `status`: `status="open"` for every open
+    run), so that no batch acts on every run by an omission. A cancel, terminate,
+    signal or resume acts on open runs only: their `status` is "open" unless given,
+    and a closed one is refused (it would match no run the batch can act on).
+    """
     if action not in ACTIONS:
         raise Rejected(f"a batch does one of {', '.join(ACTIONS)}, not {action!r}")
-    wanted(status, None, 1)  # (Rejected for an unknown status)
+    if where is None and workflow is None and status is None:
+        raise Rejected(
+            "a batch takes a filter: --where, --workflow or --status (--status open for "
+            "every open run)"
+        )
+    want = wanted(status, None, 1)  # (Rejected for an unknown status)
+    if action != "reset":
+        if isinstance(want, Status) and not want.is_open:
+            raise Rejected(f"a batch that does {action} acts on open runs, not {status} ones")
+        status = status or "open"
     search.conditions(where)
     if workflow is not None:
         check_name("workflow", workflow)
         if workflow == BATCH:
             raise Rejected("a batch does not act on batches: cancel one by its id")
-    if reason is not None and not isinstance(reason, str):
-        raise Rejected(f"a batch's reason is a string, not {reason!r:.60}")
+    if reason is not None and (
+        action not in ("cancel", "terminate") or not isinstance(reason, str)
+    ):
+        raise Rejected("--reason is a string, and goes with a batch that cancels or terminates")
     if action == "signal":
-        check_name("signal", cast(str, signal))
+        if signal is None:
+            raise Rejected("a batch that signals takes --signal NAME")
+        check_name("signal", signal)
     elif signal is not None or value is not None:
         raise Rejected("--signal and its value go with a batch that signals")
     if action == "reset":
@@ -127,7 +147,8 @@ def _check_to(to: object) -> None:
         raise Rejected("a batch that resets takes --to (see `fusee reset --help`)")
     if isinstance(to, bool) or not isinstance(to, int | str):
         raise Rejected(f"--to is an operation number, a position or a name, not {to!r:.40}")
-    if isinstance(to, int) and to < 1:
+    number = int(to) if isinstance(to, str) and to.isascii() and to.lstrip("-").isdigit() else to
+    if isinstance(number, int) and number < 1:
         raise Rejected(f"--to: operation numbers start at 1, not {to}")
     if isinstance(to, str) and to.startswith("@") and to not in (FIRST_FAILED, LAST_COMPLETED):
         raise Rejected(f"--to {to!r}: the @ points are {FIRST_FAILED} and {LAST_COMPLETED}")
@@ -154,8 +175,10 @@ class Batches:
                 "a batch acts on the runs of one journal, and this database has "
                 f"{self.driver.shard[1]}: batches across journals are not there yet"
             )
+        if spec["value"] is not None:
+            self.driver.encode(spec["value"], "the signal's value", ANY)  # (CodecError)
         if dry_run:
-            matched = [r for r in self._matching(spec, None, None) if r.workflow != BATCH]
+            matched = self._matching(spec, None, None)
             sample = [{"id": r.id, "run_id": r.run_id} for r in matched[:SAMPLE]]
             return {"dry_run": True, **shown(spec), "count": len(matched), "runs": sample}
         bid = check_id(id) if id is not None else f"batch-{uuid.uuid4().hex[:12]}"
@@ -178,10 +201,20 @@ class Batches:
         return summary(run)
 
     def _matching(self, spec: dict[str, Any], limit: int | None, before: int | None) -> list[Any]:
+        """The runs `spec` acts on, as `RunTable.listed` finds them (and `limit`, `before`
+        page them): no batch, and for a reset only the newest run of each id (an older
+        one's id went on in a newer run, which the filter may or may not match)."""
         where = search.conditions(cast(dict[str, Any] | None, spec["where"]))
         want = wanted(cast(str | None, spec["status"]), None, 1)
         workflow = cast(str | None, spec["workflow"])
-        return self.runs.listed(want, workflow, limit, None, where, before)
+        listed = self.runs.listed(want, workflow, limit, None, where, before)
+        return [r for r in listed if r.workflow != BATCH and self._acted_on(spec, r)]
+
+    def _acted_on(self, spec: dict[str, Any], info: Any) -> bool:
+        if spec["action"] != "reset":
+            return True
+        newest = self.runs.find_latest(info.id)
+        return newest is None or newest.run_id == info.run_id
 
     # -- the workflow -----------------------------------------------------------------
 
@@ -209,11 +242,14 @@ class Batches:
         position the last of this page began at, which a prune cannot take away; None:
         this is the last) and, with the first page, how many runs match now in all.
         (An `async def`: it reads the runs on the loop that owns them.)"""
-        listed = self._matching(spec, PAGE if before is not None else None, before)
-        total = None if before is not None else sum(1 for r in listed if r.workflow != BATCH)
-        listed = listed[:PAGE]
-        page = [[r.id, r.run_id] for r in listed if r.workflow != BATCH]
+        where = search.conditions(cast(dict[str, Any] | None, spec["where"]))
+        want = wanted(cast(str | None, spec["status"]), None, 1)
+        workflow = cast(str | None, spec["workflow"])
+        # Paged as listed; what the batch leaves out (`_matching`) after the page is cut.
+        listed = self.runs.listed(want, workflow, PAGE, None, where, before)
+        page = [[r.id, r.run_id] for r in listed if r.workflow != BATCH and self._acted_on(spec, r)]
         after = self.runs.start_lsn(listed[-1].run_id) if len(listed) == PAGE else None
+        total = len(self._matching(spec, None, None)) if before is None else None
         return page, after, total
 
     async def _pace(self, seconds: float) -> None:
@@ -340,15 +376,19 @@ def summary(run: RunRecord) -> dict[str, Any]:
     listed = 0
     outcomes: dict[str, int] = {}
     each: list[dict[str, Any]] = []
+    pinned: dict[str, str] = {}  # the run each id was listed with (a refusal records none)
     for seq in sorted(run.ops, key=_journal_order):
         op = run.ops[seq]
         if not op.done and not isinstance(op, CancelSentOp | SignalSentOp):
             continue
         one = _of(op, spec)
+        if one is not None and one["run_id"] is None:
+            one["run_id"] = pinned.get(str(one["id"]))
         if isinstance(op, StepOp) and op.name == "targets" and op.ok:
             page, _, count = cast(list[Any], op.value)
             listed += len(page)
             total = count if count is not None else total
+            pinned.update((id, run_id) for id, run_id in page)
         if one is not None:
             each.append(one)
             outcomes[str(one["outcome"])] = outcomes.get(str(one["outcome"]), 0) + 1

@@ -35,7 +35,10 @@ def parked(make_engine, home):
 def test_a_dry_run_counts_then_a_batch_signals_each_run_once(cli, on, parked):
     r = cli("batch", "signal", "--workflow", "cli_wait", "--signal", "go", "--dry-run", *on)
     assert r.exit_code == 0, r.output
-    assert r.stderr == "5 run(s) match --workflow cli_wait; a batch would signal each\n"
+    # A signal batch acts on open runs: its status says so.
+    assert (
+        r.stderr == "5 run(s) match --status open --workflow cli_wait; a batch would signal each\n"
+    )
     assert r.stdout.split() == [f"w-{i}" for i in reversed(range(5))]
     r = cli("batch", "signal", "--workflow", "cli_wait", "--signal", "go", "--value", "7",
             "--id", "b-1", "--json", *on)  # fmt: skip
@@ -45,13 +48,14 @@ def test_a_dry_run_counts_then_a_batch_signals_each_run_once(cli, on, parked):
     r = cli("batch", "describe", "b-1", *on)
     assert r.exit_code == 0, r.output
     assert r.stderr.startswith(
-        "batch b-1 (signal --workflow cli_wait): completed; acted on 5 of 5 run(s): 5 signalled"
+        "batch b-1 (signal --status open --workflow cli_wait): completed; acted on 5 of 5 run(s): "
+        "5 signalled"
     )
     assert all(f"w-{i}" in r.stdout for i in range(5)) and "signalled" in r.stdout
     listed = json.loads(cli("list", "--workflow", "cli_wait", "--json", *on).stdout)
     assert {run["status"] for run in listed} == {"completed"}
-    r = cli("batch", "cancel", "--workflow", "cli_wait", "--json", *on)  # closed: refused
-    assert json.loads(r.stdout)["outcomes"] == {"refused": 5}
+    r = cli("batch", "cancel", "--workflow", "cli_wait", "--json", *on)  # none open now
+    assert (r.exit_code, json.loads(r.stdout)["outcomes"]) == (0, {}), r.output
 
 
 def test_no_wait_records_the_batch_for_whoever_drives_the_home_next(cli, on, parked):
@@ -70,9 +74,27 @@ def test_no_wait_records_the_batch_for_whoever_drives_the_home_next(cli, on, par
         (("batch", "describe"), 2, "fusee batch describe takes the batch's ID"),
         (("batch", "describe", "nope"), 3, "no batch 'nope'"),
         (("batch", "cancel", "b-1"), 2, "fusee batch cancel takes no ID argument"),
-        (("batch", "cancel", "--rate", "0"), 2, "--rate is a number of runs a second above 0"),
+        (("batch", "cancel"), 2, "a batch takes a filter: --where, --workflow or --status"),
+        (("batch", "cancel", "--status", "open", "--rate", "0"), 2, "a batch's rate is a number"),
         (("batch", "reset", "--status", "failed"), 2, "a batch that resets takes --to"),
-        (("batch", "signal"), 2, "a signal name is a string"),
+        (("batch", "reset", "--status", "failed", "--to", "0"), 2, "operation numbers start"),
+        (("batch", "signal", "--status", "open"), 2, "a batch that signals takes --signal NAME"),
+        (
+            (
+                "batch",
+                "signal",
+                "--status",
+                "open",
+                "--signal",
+                "s",
+                "--value",
+                "[" * 300 + "]" * 300,
+            ),
+            2,
+            "nested",
+        ),
+        (("batch", "describe", "w-0"), 3, "'w-0' is a run of workflow 'cli_wait', not a batch"),
+        (("batch", "describe", "b-1", "--status", "open"), 2, "describe takes an ID, and --json"),
         (("batch", "cancel", "--status", "sleepy"), 2, "sleepy"),
         (("batch", "cancel", "--where", "a~1"), 2, "where"),
     ],
@@ -84,10 +106,14 @@ def test_a_wrong_batch_is_one_line_and_its_exit_code(cli, on, parked, args, code
     assert "Traceback" not in r.output
 
 
-def test_a_batch_in_a_home_with_no_journal_says_so(cli, on):
-    r = cli("batch", "cancel", "--status", "open", *on)
-    assert (r.exit_code, r.stderr.count("\n")) == (3, 1), r.output
-    assert "no runs in" in r.stderr
+def test_a_batch_in_a_home_with_no_journal_matches_no_run_and_records_nothing(cli, on, home):
+    r = cli("batch", "cancel", "--status", "open", "--json", *on)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["count"] == 0
+    assert "no batch recorded" in r.stderr
+    assert not home.exists()
+    r = cli("batch", "cancel", *on)  # a wrong batch is wrong there too
+    assert (r.exit_code, r.stderr.count("\n")) == (2, 1), r.output
 
 
 def test_the_replay_check_passes_a_home_holding_a_batch(cli, on, parked):

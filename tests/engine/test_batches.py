@@ -119,19 +119,26 @@ async def test_a_cancel_batch_cancels_each_matching_run_once(make_engine: Any) -
 
 
 async def test_a_signal_batch_delivers_one_signal_to_each_and_refuses_closed_ones(
-    make_engine: Any,
+    make_engine: Any, clock: FakeClock
 ) -> None:
     async with make_engine() as engine:
         await _waiting(engine, 6)
-        await engine.terminate("w-0")
-        doc = await engine.batch("signal", workflow="bx.wait", signal="go", value="yes")
+        await engine.terminate("w-5")  # closed: not listed (a signal batch acts on open runs)
+        doc = await engine.batch("signal", workflow="bx.wait", signal="go", value="yes", rate=1)
+        await engine.wait_until(lambda: engine.describe_batch(doc["id"])["acted"] == 1)
+        await engine.terminate("w-0")  # listed, then closed before the batch reached it
+        while engine.runs.latest(doc["id"]).is_open:
+            await clock.wait_for_sleepers()
+            clock.advance(1)
+            await asyncio.sleep(0)
         summary = await engine.handle(doc["id"]).result()
-        assert summary["outcomes"] == {"signalled": 5, "refused": 1}
-        for i in range(1, 6):
+        assert summary["outcomes"] == {"signalled": 4, "refused": 1}
+        for i in range(1, 5):
             assert await engine.handle(f"w-{i}").result() == [i, "yes"]
             assert _kinds(await engine.history(f"w-{i}")).count("SignalReceived") == 1
         (refused,) = [r for r in engine.describe_batch(doc["id"])["runs"] if r["id"] == "w-0"]
         assert refused["outcome"] == "refused" and "terminated" in refused["detail"]
+        assert refused["run_id"] == engine.runs.latest("w-0").run_id  # as it was listed
 
 
 async def test_a_reset_batch_resets_each_failed_run_from_its_first_failed_step(
@@ -267,15 +274,19 @@ async def test_a_cancel_batch_closes_runs_not_begun(make_engine: Any) -> None:
     ("args", "message"),
     [
         ({"action": "delete"}, "a batch does one of cancel, terminate, signal, reset, resume"),
+        ({"action": "cancel"}, "a batch takes a filter: --where, --workflow or --status"),
         ({"action": "cancel", "status": "sleepy"}, "sleepy"),
-        ({"action": "signal"}, "a signal name is a string"),
-        ({"action": "reset"}, "a batch that resets takes --to"),
-        ({"action": "cancel", "to": "x"}, "--to goes with a batch that resets"),
-        ({"action": "cancel", "rate": 0}, "a batch's rate is a number"),
-        ({"action": "cancel", "rate": float("nan")}, "a batch's rate is a number"),
+        ({"action": "cancel", "status": "completed"}, "acts on open runs, not completed ones"),
+        ({"action": "signal", "status": "open"}, "a batch that signals takes --signal NAME"),
+        ({"action": "signal", "status": "open", "signal": "go", "reason": "x"}, "--reason"),
+        ({"action": "reset", "status": "failed"}, "a batch that resets takes --to"),
+        ({"action": "reset", "status": "failed", "to": "0"}, "operation numbers start at 1"),
+        ({"action": "cancel", "status": "open", "to": "x"}, "--to goes with a batch that resets"),
+        ({"action": "cancel", "status": "open", "rate": 0}, "a batch's rate is a number"),
+        ({"action": "cancel", "status": "open", "rate": float("nan")}, "a batch's rate"),
         ({"action": "cancel", "workflow": BATCH}, "a batch does not act on batches"),
         ({"action": "cancel", "where": [1]}, "where is a mapping"),
-        ({"action": "cancel", "id": "a/b"}, "may not contain '/'"),
+        ({"action": "cancel", "status": "open", "id": "a/b"}, "may not contain '/'"),
     ],
 )
 async def test_a_bad_batch_is_refused_before_anything_is_recorded(
@@ -379,18 +390,18 @@ async def test_a_dry_run_counts_no_batch_and_fusee_batch_is_not_started_by_name(
 ) -> None:
     async with make_engine() as engine:
         await _waiting(engine, 2)
-        await engine.batch("signal", signal="go", id="b-1", rate=0.001)
-        assert (await engine.batch("cancel", dry_run=True))["count"] == 2
+        await engine.batch("signal", signal="go", status="open", id="b-1", rate=0.001)
+        assert (await engine.batch("cancel", status="open", dry_run=True))["count"] == 2
         with pytest.raises(Rejected, match="the engine's own workflow"):
             await engine.start(BATCH, {"action": "cancel"}, id="sneaky")
         with pytest.raises(IdConflict, match="does something else"):
-            await engine.batch("cancel", id="b-1")
+            await engine.batch("cancel", status="open", id="b-1")
         for to in (0, True, "@nope", 1.5):
             with pytest.raises(Rejected):
-                await engine.batch("reset", to=to)
+                await engine.batch("reset", workflow="bx.wait", to=to)
         for rate in (1e-320, 10**400, 0.0009):
             with pytest.raises(Rejected, match="a batch's rate"):
-                await engine.batch("cancel", rate=rate)
+                await engine.batch("cancel", status="open", rate=rate)
 
 
 async def test_a_prune_under_a_paced_batch_takes_away_no_page(
@@ -399,21 +410,19 @@ async def test_a_prune_under_a_paced_batch_takes_away_no_page(
     """The next page begins where the last run of this one began in the journal: a prune
     of that run while the batch waits leaves the batch its place."""
     monkeypatch.setattr(batches, "PAGE", 10)
-    DOWN["down"] = False
     async with make_engine() as engine:
-        await asyncio.gather(*(engine.start(bx_charge_run, i, id=f"c-{i}") for i in range(11)))
-        assert [await engine.handle(f"c-{i}").result() for i in range(11)] == list(range(11))
-        await engine.batch("terminate", workflow="bx.charge", rate=10, id="t-p")
+        await _waiting(engine, 11)
+        await engine.batch("terminate", workflow="bx.wait", rate=10, id="t-p")
         await engine.wait_until(lambda: engine.describe_batch("t-p")["acted"] == 10)
         clock.advance(3600)
-        assert await engine.prune(60) == 11  # each run it listed, the cursor's run too
+        # The first page's runs, terminated an hour ago, the cursor's run among them.
+        assert await engine.prune(60) == 10
         while engine.runs.latest("t-p").is_open:
             await clock.wait_for_sleepers()
             clock.advance(1)
             await asyncio.sleep(0)
         await engine.handle("t-p").result()
         doc = engine.describe_batch("t-p")
-        # The second page lists what is left before the cursor: the last run, pruned, is
-        # gone (no run to act on), and the batch does not fail for its cursor's sake.
-        assert (doc["status"], doc["total"], doc["acted"]) == ("completed", 11, 10)
-        assert doc["outcomes"] == {"skipped": 10}
+        assert (doc["status"], doc["total"], doc["acted"]) == ("completed", 11, 11)
+        assert doc["outcomes"] == {"terminated": 11}
+        assert (await engine.handle("w-0").describe()).status == Status.TERMINATED

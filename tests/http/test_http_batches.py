@@ -28,7 +28,9 @@ async def test_a_batch_over_http_signals_each_run_and_describes_itself(
     api: httpx.AsyncClient, engine: Engine
 ) -> None:
     await _parked(engine, 4)
-    dry = await api.post("/v1/batches", json={"action": "cancel", "dry_run": True})
+    dry = await api.post(
+        "/v1/batches", json={"action": "cancel", "status": "open", "dry_run": True}
+    )
     assert (dry.status_code, dry.json()["count"]) == (200, 4)
     body = {"action": "signal", "workflow": "hb.wait", "signal": "go", "value": 5, "id": "hb"}
     made = await api.post("/v1/batches", json=body)
@@ -53,7 +55,8 @@ async def test_a_batch_over_http_signals_each_run_and_describes_itself(
         ({"action": "reset", "to": True}, "the field 'to' is an operation number"),
         ({"action": "cancel", "nope": 1}, "unknown field 'nope'"),
         ({"action": "explode"}, "a batch does one of"),
-        ({"action": "signal"}, "a signal name is a string"),
+        ({"action": "signal", "status": "open"}, "a batch that signals takes --signal NAME"),
+        ({"action": "cancel"}, "a batch takes a filter"),
     ],
 )
 async def test_a_body_that_is_no_batch_is_400(
