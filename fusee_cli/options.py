@@ -75,6 +75,27 @@ ReadApp = Annotated[
     ),
 ]
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+Where = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--where",
+        metavar="KEY=VALUE",
+        help="Only runs whose search attributes (ctx.set_attributes) meet this "
+        "condition: KEY=VALUE, or another operator of != < <= > >= (amount>100). "
+        'VALUE is a number, true, false, a "quoted" string, an ISO 8601 instant '
+        "with its offset, or else text as written. Repeat for more conditions; "
+        "all must hold. Default: no filter.",
+    ),
+]
+"""`--where` of the commands that filter runs (`fusee list`, `fusee batch`)."""
+WorkflowFilter = Annotated[
+    str | None,
+    typer.Option(
+        "--workflow",
+        help="Only runs of this workflow; default: every workflow.",
+        autocompletion=suggest.workflow_names,
+    ),
+]
 Verbose = Annotated[
     bool,
     typer.Option("--verbose", "-v", help="Show failures' whole tracebacks and values uncut."),

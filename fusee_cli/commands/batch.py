@@ -18,7 +18,16 @@ from typing import Annotated, Any
 import typer
 
 from fusee_cli import session, suggest
-from fusee_cli.options import DEFAULT_HOME, App, Home, Json, Store, app_module
+from fusee_cli.options import (
+    DEFAULT_HOME,
+    App,
+    Home,
+    Json,
+    Store,
+    Where,
+    WorkflowFilter,
+    app_module,
+)
 from fusee_cli.session import CliError, Code
 
 FOLLOW_S = 0.25
@@ -46,23 +55,8 @@ def batch(
         str | None,
         typer.Argument(metavar="[ID]", help="describe: the batch.", show_default=False),
     ] = None,
-    where: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--where",
-            metavar="KEY=VALUE",
-            help="Only runs whose search attributes meet this condition, as `fusee list "
-            "--where` takes it; repeat for more. Default: no filter.",
-        ),
-    ] = None,
-    workflow: Annotated[
-        str | None,
-        typer.Option(
-            "--workflow",
-            help="Only runs of this workflow; default: every workflow.",
-            autocompletion=suggest.workflow_names,
-        ),
-    ] = None,
+    where: Where = None,
+    workflow: WorkflowFilter = None,
     status: Annotated[
         str | None,
         typer.Option(

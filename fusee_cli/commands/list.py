@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from fusee_cli import session, suggest
-from fusee_cli.options import DEFAULT_HOME, Home, Json, ReadApp, Store
+from fusee_cli.options import DEFAULT_HOME, Home, Json, ReadApp, Store, Where, WorkflowFilter
 from fusee_cli.session import CliError, Code
 
 DEFAULT_LIMIT = 20
@@ -27,14 +27,7 @@ def list_runs(
             autocompletion=suggest.statuses,
         ),
     ] = None,
-    workflow: Annotated[
-        str | None,
-        typer.Option(
-            "--workflow",
-            help="Only runs of this workflow; default: every workflow.",
-            autocompletion=suggest.workflow_names,
-        ),
-    ] = None,
+    workflow: WorkflowFilter = None,
     limit: Annotated[
         int,
         typer.Option(
@@ -53,18 +46,7 @@ def list_runs(
             autocompletion=suggest.run_ids,
         ),
     ] = None,
-    where: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--where",
-            metavar="KEY=VALUE",
-            help="Only runs whose search attributes (ctx.set_attributes) meet this "
-            "condition: KEY=VALUE, or another operator of != < <= > >= (amount>100). "
-            'VALUE is a number, true, false, a "quoted" string, an ISO 8601 instant '
-            "with its offset, or else text as written. Repeat for more conditions; "
-            "all must hold. Default: no filter.",
-        ),
-    ] = None,
+    where: Where = None,
     as_json: Json = False,
     home: Home = DEFAULT_HOME,
     store: Store = None,
