@@ -42,7 +42,7 @@ from fusee_runtime.store.shared import open_shared
 SHARDS = 3
 RUNS = 30
 STEPS = 4  # a run: STEPS steps, "go", STEPS more, "end"
-KILL_AFTER = 60  # step executions seen before a worker is killed
+KILL_AFTER = 60  # step executions seen before a worker is killed (of the 120 before "go")
 
 pytestmark = pytest.mark.xdist_group("postgres-takeover")
 
@@ -86,8 +86,6 @@ def test_workers_drive_journals_at_once_and_a_killed_one_s_runs_are_taken_over(
             router = await ShardRouter.reach(layout, 10.0)
             for i in range(RUNS):
                 await router.start("takeover", STEPS, id=f"t-{i}")
-            for i in range(RUNS):
-                await router.signal(f"t-{i}", "go", 100 + i)
 
         asyncio.run(begin())
         progress.wait_for_steps(KILL_AFTER)
@@ -104,6 +102,10 @@ def test_workers_drive_journals_at_once_and_a_killed_one_s_runs_are_taken_over(
 
         async def finish() -> tuple[dict[int, Any], dict[int, Any]]:
             router = await ShardRouter.reach(layout, 10.0)
+            # "go" after the kill: the killed worker's runs have their second half of
+            # steps still to run, however far it got before (a run parks at "go").
+            for i in range(RUNS):
+                await router.signal(f"t-{i}", "go", 100 + i)
             for i in range(RUNS):
                 await router.signal(f"t-{i}", "end", 1000 + i)
             results, histories = {}, {}
