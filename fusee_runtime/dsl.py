@@ -48,7 +48,9 @@ class RetryPolicy:
     """How a failing step is retried. Attempts include the first.
 
     Each delay is `initial * factor ** (attempt - 1)`, capped at `max`; with
-    `jitter` it is drawn between half of that and all of it. The delay taken
+    `jitter` it is drawn between half of that and all of it, from a hash of the
+    run, the step, the attempt and the time (`steps.jitter_fraction`): on the same
+    clock a run waits the same delays, and runs failing together spread. The delay taken
     is recorded, so a replay waits for the same instant. No retry starts
     later than `max_elapsed` after the step's first failure. A failure whose
     kind (or a cause's kind) is in `non_retryable`, for which `retry_if`

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import random
+import hashlib
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -317,7 +317,7 @@ async def _failed(
     runs; or, with retries run out under `Exhausted.PAUSE`, records `StepPaused` and
     returns None once the step is resumed; or records `StepFailed` and raises it."""
     host, run = execution.host, execution.run
-    retry_at = _retry_at(policy, failure, attempt, now, first_failed_at)
+    retry_at = _retry_at(policy, failure, attempt, now, first_failed_at, (run.run_id, seq))
     recorded = failure.to_json()
     if retry_at is not None:
         delay = retry_at - now
@@ -361,18 +361,34 @@ async def _permit(execution: Execution, seq: str, name: str, opts: StepOptions) 
 
 
 def _retry_at(
-    policy: RetryPolicy, failure: Failure, attempt: int, now: float, first_failed_at: float
+    policy: RetryPolicy,
+    failure: Failure,
+    attempt: int,
+    now: float,
+    first_failed_at: float,
+    where: tuple[str, str],
 ) -> float | None:
-    """When to run the next attempt, or None when the failure is final or retries ran out."""
+    """When to run the next attempt, or None when the failure is final or retries ran out.
+    `where`: the run and the step's seq, which with the attempt and `now` draw the
+    jitter (`jitter_fraction`)."""
     if attempt >= policy.attempts or not policy.retryable(failure, attempt):
         return None
     delay = policy.backoff(attempt)
     if policy.jitter:
-        delay = delay / 2 + random.random() * delay / 2
+        delay = delay / 2 + jitter_fraction(*where, attempt, now) * delay / 2
     at = now + delay
     if policy.max_elapsed is not None and at - first_failed_at > policy.max_elapsed:
         return None
     return at
+
+
+def jitter_fraction(run_id: str, seq: str, attempt: int, now: float) -> float:
+    """A number in [0, 1) that spreads a retry's delay: a hash of the run, the step, the
+    attempt and the time, not a random draw, so that a run driven again on the same
+    clock (a simulation on a `FakeClock`, a test) waits the same delays. Runs failing
+    together still spread: each run and step hashes apart."""
+    seed = f"{run_id}/{seq}/{attempt}/{now!r}".encode()
+    return int.from_bytes(hashlib.blake2b(seed, digest_size=8).digest(), "big") / 2**64
 
 
 async def abandoned() -> None:
