@@ -300,6 +300,12 @@ class Ctx:
         attempt of `timeout` seconds); every attempt gets a new token, and the
         tokens of earlier attempts are refused. The token is durable before
         `send` sees it; a `send` cut off by a crash runs again with the same token.
+
+        When `send`'s attempts run out under `Exhausted.PAUSE` (the policy's, or the
+        engine's default), the run pauses, as it does for a step, and `resume` sends
+        again with a fresh token. The Rust crate fails the step there instead; fusee
+        keeps one rule for every step, and a `send` that could not reach its service
+        is the failure a pause is for. Under `Exhausted.FAIL` it raises `StepFailed`.
         """
         seq, op = self._execution.next(CompletionOp, name)
         if op is not None and op.retired:
