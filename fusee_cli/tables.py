@@ -42,8 +42,12 @@ def fits(console: Console, widths: list[int]) -> bool:
 
 
 def clip(value: Any, limit: int | None) -> str:
-    """A JSON value on one line, cut to `limit` characters (None: whole)."""
-    text = value if isinstance(value, str) else orjson.dumps(value).decode()
+    """A JSON value on one line, cut to `limit` characters (None: whole); a value
+    encrypted with a key this process has not, as `encrypted (key k1)`."""
+    from fusee_runtime.model.sealing import label
+
+    said = label(value)
+    text = said or (value if isinstance(value, str) else orjson.dumps(value).decode())
     text = " ".join(text.splitlines())
     return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 

@@ -90,6 +90,7 @@ from fusee_runtime.model.records import (
     UpdateAccepted,
     UpdateApplied,
 )
+from fusee_runtime.model.sealing import looking
 from fusee_runtime.model.status import Status
 
 FORMAT = "fusee.history"
@@ -302,7 +303,7 @@ def _check_records(doc: Mapping[str, object], records: list[Json], continued: bo
         for name, tp, value in zip(FIELDS[kind], FIELD_TYPES[kind], array[1:], strict=True):
             if not conforms(value, tp):
                 raise _Fault(mismatch(f"{at}: its {name}", value, tp))
-        typed = codec.from_array(array)
+        typed = codec.from_array(array, looking())
         assert isinstance(typed, OfRun)  # (`_kind` refuses the records of no run)
         if typed.run_id != run_id:
             theirs = quoted(typed.run_id)

@@ -49,6 +49,7 @@ from fusee_runtime.history_doc import FORMAT, VERSION, check_history, read_histo
 from fusee_runtime.model import codec
 from fusee_runtime.model.op_records import OfOp, OpCancelled
 from fusee_runtime.model.records import CLOSED_AS, CLOSES, OfRun, Record, RunFailed
+from fusee_runtime.model.sealing import of_environment
 from fusee_runtime.scope import JournalEnds
 from fusee_runtime.steps import StepWorkers
 from fusee_runtime.store.log_files import FileRunLog
@@ -156,7 +157,8 @@ async def replay_document(doc: Mapping[str, Any]) -> Replayed:
 
 async def _replay_checked(doc: dict[str, Any]) -> Replayed:
     try:
-        recs = [(lsn, codec.from_array(array)) for lsn, array in doc["records"]]
+        chain = of_environment()
+        recs = [(lsn, codec.from_array(array, chain)) for lsn, array in doc["records"]]
         run, closed, must = _replayable(doc["creation"], recs)
     except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
         # (Not expected past `check_history`: a rule it lacks, stated in one line.)

@@ -33,6 +33,7 @@ from typing import Any
 
 from fusee_runtime.dsl import seconds
 from fusee_runtime.engine.config import Config
+from fusee_runtime.engine.creation import made_inputs, sealed
 from fusee_runtime.engine.durability import Durability
 from fusee_runtime.engine.history import reset_source
 from fusee_runtime.engine.limits import Limits
@@ -185,10 +186,14 @@ class Checkpoints:
 
     def _write(self, lsn: int, body: dict[str, Any]) -> int:
         """On a thread: writes the checkpoint and compacts; returns its size in bytes."""
+        chain = self.runs.chain
         body["runs"] = [
-            (creation, [(lsn, array(rec)) for lsn, rec in recs[:n]])
+            (sealed(creation, chain), [(lsn, array(rec, chain)) for lsn, rec in recs[:n]])
             for creation, recs, n in body["runs"]
         ]
+        body["schedules"] = (
+            made_inputs(body["schedules"], chain.sealed) if chain else body["schedules"]
+        )
         return self.store.write_checkpoint(lsn, body)
 
     async def close(self, crash: bool = False) -> None:
@@ -245,7 +250,8 @@ class Checkpoints:
             # back from a stored run's records)
             run.failure.to_json() if run.status == Status.FAILED and run.failure else None,
         )
-        self.runs.store.put(Closed(row, run.creation, run.records, again))
+        chain = self.runs.chain
+        self.runs.store.put(Closed(row, sealed(run.creation, chain), run.records, again, chain))
         if not again:  # closed in this process, not one before it
             self.closed[row.status] = self.closed.get(row.status, 0) + 1
 

@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from fusee_runtime.clock import Clock, SystemClock
+from fusee_runtime.codecs import Codec, chain_of, from_environment
 from fusee_runtime.dsl import Exhausted, RetryPolicy, seconds
 from fusee_runtime.journal import format as fmt
 from fusee_runtime.journal.storage import Storage
@@ -81,12 +82,18 @@ class Config:
     `tracer_provider`), True always (it needs the `fusee[otel]` extra), False never."""
     tracer_provider: Any = None
     """The OpenTelemetry `TracerProvider` spans go to; None: the global one."""
+    codec: Codec | list[Codec] | tuple[Codec, ...] | None = field(default_factory=from_environment)
+    """Payload codecs (`fusee_runtime.codecs`): one, or a chain applied in its order
+    (`[Compress(...), Encrypt(...)]`) to every payload where it is stored. The default:
+    `Encrypt` with the keys of `FUSEE_KEYS` (or the file `FUSEE_KEYS_FILE`) when set,
+    else none. See docs/codecs.md."""
     step_mock: StepMock | None = None
     """For the test kit (`fusee_runtime.testing`): called before each attempt of a
     step's function with (workflow, workflow id, step name, attempt); a function it
     returns is called in its place, with the step's arguments."""
 
     def __post_init__(self) -> None:
+        chain_of(self.codec)  # (raises ValueError on what is not a codec)
         if self.durability not in ("fdatasync", "none"):
             raise ValueError("Config.durability is 'fdatasync' or 'none'")
         if self.store is not None and not self.store.startswith(STORE_SCHEMES):
@@ -95,10 +102,11 @@ class Config:
                 f"with postgresql://, not {self.store.partition(':')[0][:20]!r}..."
             )
         if self.payload_bytes_max < 1 or self.record_bytes_max > fmt.RECORD_BYTES_MAX:
+            most = fmt.RECORD_BYTES_MAX - RECORD_FIELDS_BYTES_MAX
             raise ValueError(
-                "Config.payload_bytes_max is between 1 and "
-                f"{fmt.RECORD_BYTES_MAX - RECORD_FIELDS_BYTES_MAX} (a journal record is at "
-                f"most {fmt.RECORD_BYTES_MAX} bytes)"
+                f"Config.payload_bytes_max is between 1 and {most}, "
+                f"{_unencoded(most)} with a codec (a journal record is at most "
+                f"{fmt.RECORD_BYTES_MAX} bytes)"
             )
         need = fmt.HEADER_BYTES + fmt.frame_size(self.record_bytes_max)
         if self.segment_bytes < need:
@@ -118,5 +126,24 @@ class Config:
 
     @property
     def record_bytes_max(self) -> int:
-        """The largest journal record: a payload at its limit, with its record's fields."""
-        return self.payload_bytes_max + RECORD_FIELDS_BYTES_MAX
+        """The largest journal record: a payload at its limit, with its record's fields
+        (with a codec, the largest envelope a codec's output in base64 makes of it)."""
+        payload = self.payload_bytes_max
+        if self.codec is not None:
+            payload = _encoded(payload)
+        return payload + RECORD_FIELDS_BYTES_MAX
+
+
+ENVELOPE_BYTES_MAX = 4096
+"""Room in an envelope (`fusee_runtime.codecs`) beside its data: the codecs' labels,
+and what a codec adds (a nonce, a tag)."""
+
+
+def _encoded(payload_bytes: int) -> int:
+    """The largest envelope of a payload of `payload_bytes` (base64 of its bytes)."""
+    return (payload_bytes + 2) // 3 * 4 + ENVELOPE_BYTES_MAX
+
+
+def _unencoded(envelope_bytes: int) -> int:
+    """The largest payload whose envelope takes at most `envelope_bytes`."""
+    return (envelope_bytes - ENVELOPE_BYTES_MAX) // 4 * 3

@@ -8,11 +8,13 @@ store rebuilds it without the run it came from.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fusee_runtime.attributes import attributes_of
 from fusee_runtime.engine.state import Run
 from fusee_runtime.model import codec
+from fusee_runtime.model.json import Json
 from fusee_runtime.model.ops import (
     ChildOp,
     Op,
@@ -24,6 +26,7 @@ from fusee_runtime.model.ops import (
     op_to_json,
 )
 from fusee_runtime.model.records import Record, RunStarted
+from fusee_runtime.model.sealing import PLAIN, Chain
 
 
 def reset_creation(run: Run, carried: dict[str, Any] | None) -> dict[str, Any]:
@@ -119,10 +122,65 @@ def created(creation: dict[str, Any] | None, first: tuple[int, Record] | None) -
     return run
 
 
-def rebuilt(creation: dict[str, Any] | None, records: list[list[Any]]) -> Run:
+def coded(creation: dict[str, Any] | None, code: Callable[[Json], Json]) -> dict[str, Any] | None:
+    """`creation` with each of the user's values in it passed through `code`: a chain's
+    `sealed` where it is stored, its `opened_value` where it is read."""
+    if creation is None or not creation:
+        return creation
+    c = dict(creation)
+    c["carried_signals"] = [[i, n, code(v)] for i, n, v in c.get("carried_signals", ())]
+    if "updates_done" in c:
+        done = c["updates_done"].items()
+        c["updates_done"] = {k: [lsn, code(result), fail] for k, (lsn, result, fail) in done}
+    if "input" in c:
+        c["input"] = code(c["input"])
+    if "update_log" in c:
+        c["update_log"] = [[p, [[i, n, code(a)] for i, n, a in us]] for p, us in c["update_log"]]
+    if "ops" in c:
+        c["ops"] = {seq: _coded_op(op, code) for seq, op in c["ops"].items()}
+    return c
+
+
+def _coded_op(op: dict[str, Any], code: Callable[[Json], Json]) -> dict[str, Any]:
+    op = dict(op)
+    for key in ("value", "progress"):
+        if key in op:
+            op[key] = code(op[key])
+    if op.get("streamed"):
+        op["streamed"] = {
+            k: [[at, code(v)] for at, v in items] for k, items in op["streamed"].items()
+        }
+    return op
+
+
+def made_inputs(
+    states: dict[str, dict[str, Any]], code: Callable[[Json], Json]
+) -> dict[str, dict[str, Any]]:
+    """The schedules' states of a checkpoint, the input of each made at run time passed
+    through `code` (as `coded` does)."""
+    return {
+        name: {**st, "made": {**st["made"], "input": code(st["made"].get("input"))}}
+        if st.get("made")
+        else st
+        for name, st in states.items()
+    }
+
+
+def sealed(creation: dict[str, Any] | None, chain: Chain) -> dict[str, Any] | None:
+    """`creation` as a checkpoint or the history store keeps it: its values made by `chain`."""
+    return coded(creation, chain.sealed) if chain else creation
+
+
+def opened(creation: dict[str, Any] | None, chain: Chain) -> dict[str, Any] | None:
+    """A `creation` read back, its values opened by `chain`."""
+    return coded(creation, chain.opened_value)
+
+
+def rebuilt(creation: dict[str, Any] | None, records: list[list[Any]], chain: Chain = PLAIN) -> Run:
     """A closed run rebuilt from what the history store keeps of it (its records as
     `[lsn, array]` pairs)."""
-    recs = [(lsn, codec.from_array(array)) for lsn, array in records]
+    creation = opened(creation, chain)
+    recs = [(lsn, codec.from_array(array, chain)) for lsn, array in records]
     continued = creation is not None and creation["kind"] == "continued"
     run = created(creation, None if continued else recs[0])
     for lsn, rec in recs:

@@ -46,8 +46,9 @@ from typing import Any
 from fusee_runtime.engine.config import Config
 from fusee_runtime.errors import JournalFailed, Rejected
 from fusee_runtime.journal.reader import Tail
-from fusee_runtime.model.codec import encode
+from fusee_runtime.model.codec import encoder
 from fusee_runtime.model.records import Record
+from fusee_runtime.model.sealing import PLAIN, Chain
 from fusee_runtime.store.seam import JournalStore, Writer
 
 log = logging.getLogger("fusee")
@@ -102,6 +103,9 @@ class Durability:
         self._kick_handle: asyncio.Handle | None = None  # `_kick` scheduled for the batch
         self._kick_rounds = 0  # times it waited for the loop's last few ready callbacks
         self._progress: asyncio.Event | None = None
+        self.chain: Chain = PLAIN
+        """The engine's payload codecs, applied to what is appended from `start` on."""
+        self._encode = encoder(PLAIN)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
@@ -112,6 +116,7 @@ class Durability:
         """Starts writing to `store` after `tail` (what recovery found), on the running
         loop."""
         loop = self._loop = asyncio.get_running_loop()
+        self._encode = encoder(self.chain)  # (recovery may have found envelopes it kept)
         self.durable_lsn = tail.next_lsn - 1
         self.commit_here = self.commit_here and store.loop_safe
         self.where = store.name
@@ -152,7 +157,7 @@ class Durability:
         if self.writer is None:
             raise Rejected("the engine is not open")
         try:
-            lsn = self.writer.append(encode(record))
+            lsn = self.writer.append(self._encode(record))
         except JournalFailed:
             # The writer failed on its thread, and its word (`on_failed`) is still on its
             # way to this loop: fail-stop now, so that no call in between is answered

@@ -34,6 +34,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
 
 from fusee_runtime import search
+from fusee_runtime.codecs import chain_of
 from fusee_runtime.completions import Tokens
 from fusee_runtime.dsl import WorkflowDef
 from fusee_runtime.engine.batches import BATCH, Action, Batches
@@ -56,6 +57,7 @@ from fusee_runtime.engine.stopping import cancel_run_tasks, let_steps_finish
 from fusee_runtime.errors import EngineClosed, Failure, Rejected
 from fusee_runtime.journal import records
 from fusee_runtime.journal.safefiles import private_dir
+from fusee_runtime.model.sealing import Chain
 from fusee_runtime.scope import check_id
 from fusee_runtime.store.seam import off_loop, open_store
 from fusee_runtime.tracing import open_tracing
@@ -99,6 +101,7 @@ class Engine:
         self.clock = self.config.clock
         self.runs = RunTable()
         """Every run in memory, and the way to the closed ones in the history store."""
+        self.runs.chain = Chain(chain_of(self.config.codec), strict=self.config.drive)
         self.durability = Durability(
             self.home,
             self.config,
@@ -106,6 +109,7 @@ class Engine:
             on_failed=lambda e: self.driver.journal_lost(e),
         )
         """The commit path: append, the durable position, fail-stop."""
+        self.durability.chain = self.runs.chain
         http_url = self.config.http_url.rstrip("/") if self.config.http_url else None
         tokens = Tokens(self.home, self.config.storage, http_url)
         self.driver = Driver(

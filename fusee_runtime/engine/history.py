@@ -20,6 +20,7 @@ from fusee_runtime.errors import Failure
 from fusee_runtime.model import codec
 from fusee_runtime.model.records import Record, RunFailed, RunStarted
 from fusee_runtime.model.run import Status
+from fusee_runtime.model.sealing import looking
 from fusee_runtime.store.history import Row
 from fusee_runtime.store.seam import HistoryStore
 
@@ -47,7 +48,8 @@ def with_failures(store: HistoryStore, rows: list[Row]) -> list[Row]:
         if row.status == Status.FAILED and row.failure is None:
             stored = store.full(row.run_id)
             if stored is not None:
-                recs = [(lsn, codec.from_array(array)) for lsn, array in stored[1]]
+                look = looking()
+                recs = [(lsn, codec.from_array(array, look)) for lsn, array in stored[1]]
                 row = replace(row, failure=failure_of(row.status, recs))
         filled.append(row)
     return filled
@@ -58,7 +60,7 @@ def reset_source(creation: dict[str, Any], records: Callable[[], list[Any]]) -> 
     record, a `RunStarted`, names it); None for a run not made by a reset."""
     if creation["kind"] != "reset":
         return None
-    first = codec.from_array(records()[0][1])
+    first = codec.from_array(records()[0][1], looking())
     if not isinstance(first, RunStarted) or not first.origin:
         raise ValueError("a reset run's first record is not its RunStarted")
     source: str = first.origin["reset"]

@@ -42,6 +42,8 @@ from fusee_runtime.engine.creation import (
     carried_attributes,
     continued_creation,
     created,
+    made_inputs,
+    opened,
     rebuilt,
     reset_creation,
 )
@@ -65,6 +67,7 @@ from fusee_runtime.model.records import (
     RunStarted,
     SignalReceived,
 )
+from fusee_runtime.model.sealing import PLAIN, Chain
 from fusee_runtime.search import Condition
 from fusee_runtime.store.history import Row
 from fusee_runtime.store.seam import HistoryStore
@@ -82,6 +85,8 @@ class RunTable:
         """The newest run in memory of each workflow id."""
         self.store: HistoryStore | None = None
         """Where closed runs go once they leave memory (open while the engine is)."""
+        self.chain: Chain = PLAIN
+        """The engine's payload codecs: what opens the payloads read back."""
 
     # -- recovery ------------------------------------------------------------------------
 
@@ -102,7 +107,7 @@ class RunTable:
             self._restore(read.base, schedules, limits)
         for lsn, payload in read.scan.records:
             try:
-                rec = codec.decode(payload)
+                rec = codec.decode(payload, self.chain)
                 if type(rec) in SCHEDULES:
                     schedules.replay(lsn, rec)
                 elif isinstance(rec, LimitSet):
@@ -120,10 +125,11 @@ class RunTable:
         """Rebuilds memory from a checkpoint, as replaying its records would."""
         body = base.body
         try:
-            schedules.restore(body["schedules"])
+            schedules.restore(made_inputs(body["schedules"], self.chain.opened_value))
             limits.restore(body.get("limits", {}))  # a checkpoint from before limits: none
-            for creation, arrays in body["runs"]:
-                recs = [(lsn, codec.from_array(array)) for lsn, array in arrays]
+            for stored, arrays in body["runs"]:
+                creation = opened(stored, self.chain)
+                recs = [(lsn, codec.from_array(array, self.chain)) for lsn, array in arrays]
                 first = 0
                 if creation is None or creation["kind"] == "reset":
                     run = created(creation, recs[0])
@@ -298,7 +304,7 @@ class RunTable:
         if got is None:
             return None
         try:
-            return rebuilt(*got)
+            return rebuilt(*got, self.chain)
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
             # A row SQLite reads whole but whose records make no sense.
             raise self.store.broken(f"run {run_id} cannot be rebuilt: {e!r}") from None
@@ -375,7 +381,7 @@ class RunTable:
             for run_id, stored in self.store.records_of(id):
                 if run_id not in known:
                     known.add(run_id)
-                    recs.extend((lsn, codec.from_array(array)) for lsn, array in stored)
+                    recs.extend((lsn, codec.from_array(array, self.chain)) for lsn, array in stored)
         if not known:
             raise NotFound(f"no run with id {id!r}")
         recs.sort(key=lambda r: r[0])

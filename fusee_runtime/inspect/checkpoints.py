@@ -9,6 +9,7 @@ from fusee_runtime.inspect.reading import Changed, Damage, HomeUnreadable, ReadO
 from fusee_runtime.journal import checkpoint as ckpt
 from fusee_runtime.model import codec
 from fusee_runtime.model.records import CLOSES, OfRun, RunStarted
+from fusee_runtime.model.sealing import looking
 
 
 class Entry(TypedDict):
@@ -100,7 +101,7 @@ def _checkpoint_runs(body: dict[str, Any]) -> tuple[int, dict[str, bool]]:
     lsns: set[int] = set()
     runs: dict[str, bool] = {}
     for creation, arrays in body["runs"]:
-        recs = [(lsn, codec.from_array(array)) for lsn, array in arrays]
+        recs = [(lsn, codec.from_array(array, looking())) for lsn, array in arrays]
         first = recs[0][1] if recs else None
         if creation is not None and creation["kind"] == "continued":
             run_id = creation["run_id"]

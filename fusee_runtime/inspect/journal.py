@@ -19,6 +19,7 @@ from fusee_runtime.journal import format as fmt
 from fusee_runtime.journal.reader import Scan, ends_before, first_lsns, recover, starts_past
 from fusee_runtime.model import codec
 from fusee_runtime.model.records import CLOSES, OfRun, R, RunContinuedAsNew, RunStarted
+from fusee_runtime.model.sealing import looking
 
 
 def inspect_journal(directory: Path, data: dict[Path, bytes], base: Base | None) -> dict[str, Any]:
@@ -176,12 +177,13 @@ def _tally(
     runs = dict(runs) if runs is not None else None
     types: Counter[R] = Counter()
     i = 0
+    look = looking()  # (values are not needed: encrypted ones stay as they are)
     for lsn, payload in scan.records:
         while i + 1 < len(kept) and kept[i + 1]["first_lsn"] <= lsn:
             i += 1
         seg = kept[i]
         try:
-            rec = codec.decode(payload)
+            rec = codec.decode(payload, look)
             kind = rec.code
             unknown = None
             if runs is not None and lsn > after and isinstance(rec, OfRun):

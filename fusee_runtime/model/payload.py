@@ -6,7 +6,13 @@ from typing import Any, cast
 
 import orjson
 
+from fusee_runtime.errors import CodecError
 from fusee_runtime.model.json import Json
+
+MARK = "\x00codec"
+"""The first key of an envelope: a payload a codec changed (`model/sealing.py`)."""
+RESERVED = b'{"\\u0000codec"'
+"""How the JSON of an envelope (and of nothing else) begins."""
 
 _UNREAD = object()
 """A payload's value before it is first read."""
@@ -21,18 +27,33 @@ class Payload:
     first asked for.
     """
 
-    __slots__ = ("_json", "_value")
+    __slots__ = ("_json", "_value", "stored")
 
     def __init__(self, json: bytes) -> None:
+        if json.startswith(RESERVED):
+            raise CodecError(
+                'a value that is an object whose first key is "\\u0000codec" cannot be '
+                "recorded: that key marks an encoded payload"
+            )
         self._json: bytes | None = json
         self._value: object = _UNREAD
+        self.stored: tuple[object, bytes] | None = None
+        """What a codec chain (`model/sealing.py`) made of it to store, with the chain."""
 
     @classmethod
     def of(cls, value: Json) -> Payload:
         """The payload of a value in JSON's shape (decoded from a record, or made so)."""
+        if type(value) is dict and value and next(iter(value)) == MARK:
+            return cls(orjson.dumps(value))  # (refused)
+        return cls.kept(value)
+
+    @classmethod
+    def kept(cls, value: Json) -> Payload:
+        """`Payload.of` unchecked: also an envelope that could not be opened, kept as it is."""
         payload = cls.__new__(cls)
         payload._json = None
         payload._value = value
+        payload.stored = None
         return payload
 
     @property

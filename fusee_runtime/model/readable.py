@@ -225,7 +225,7 @@ def read(mapping: Mapping[str, Any]) -> tuple[int, Record]:
 def _value(mapping: Mapping[str, Any], name: str, how: _Field) -> Any:
     value = mapping[name]
     if how is _Field.PAYLOAD:
-        return Payload.of(value)
+        return Payload.kept(value)  # (an envelope not opened is shown as it is)
     if how is _Field.INSTANT:
         return _instant(name, value)
     if how is _Field.SEQ:

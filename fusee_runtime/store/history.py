@@ -43,6 +43,7 @@ from fusee_runtime.errors import HistoryDamaged
 from fusee_runtime.model.codec import array
 from fusee_runtime.model.json import Json, JsonObject
 from fusee_runtime.model.records import Record
+from fusee_runtime.model.sealing import PLAIN, Chain
 from fusee_runtime.search import Condition
 from fusee_runtime.store.history_sql import COLUMNS, Dialect
 
@@ -130,15 +131,18 @@ class Closed:
 
     row: Row
     creation: JsonObject | None
+    """How the run was made (`engine/creation.py`), its values made by the chain."""
     records: Sequence[tuple[int, Record]]
     """`(lsn, record)` of each of its records."""
     again: bool = False
     """Queued again on open: it may have been stored, then pruned, before the crash."""
+    chain: Chain = PLAIN
+    """The engine's payload codecs, which make the payloads of what is stored."""
 
     def arrays(self) -> list[tuple[int, tuple[object, ...]]]:
         """Its records as the store keeps them, each its JSON array (`model.codec.array`):
         made on the store's thread, not on the engine's loop."""
-        return [(lsn, array(rec)) for lsn, rec in self.records]
+        return [(lsn, array(rec, self.chain)) for lsn, rec in self.records]
 
 
 @dataclass

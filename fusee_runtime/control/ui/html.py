@@ -21,6 +21,7 @@ from urllib.parse import quote, urlencode
 import orjson
 
 from fusee_runtime.model.records import FailureJson
+from fusee_runtime.model.sealing import label
 
 POLL_MS = 1000
 """How often a page asks for its live part again."""
@@ -50,7 +51,11 @@ def esc(text: object) -> str:
 
 
 def value(doc: object) -> str:
-    """A JSON value, indented, escaped, and cut past `VALUE_CHARS_MAX`."""
+    """A JSON value, indented, escaped, and cut past `VALUE_CHARS_MAX` (one encrypted
+    with a key the server has not: `encrypted (key k1)`)."""
+    said = label(doc)
+    if said is not None:
+        return f'<pre class="value sealed">{esc(said)}</pre>'
     try:
         text = orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()
     except TypeError:
