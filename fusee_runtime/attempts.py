@@ -42,6 +42,7 @@ from fusee_runtime.engine.limits import Permit
 from fusee_runtime.engine.state import Run
 from fusee_runtime.errors import CodecError, Failure
 from fusee_runtime.journal.records import PAYLOAD_DEPTH_MAX, too_deep
+from fusee_runtime.model.payload import RESERVED, reserved
 from fusee_runtime.scope import Running, step_var
 from fusee_runtime.typed import check, dumps, returns
 
@@ -166,6 +167,8 @@ def _encoded(host: RunHost, name: str, value: object, shape: Shape | None) -> by
             kind="CodecError",
             retryable=False,
         )
+    if encoded.startswith(RESERVED):
+        return Failure(reserved(f"the result of step {name!r}"), kind="CodecError", retryable=False)
     if shape is not None:  # typed: checked to read back into its type before it is recorded
         try:
             value = check(shape, encoded, f"the result of step {name!r}")

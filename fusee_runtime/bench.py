@@ -9,6 +9,8 @@ measurement small, for a smoke test, and its numbers mean little.
 from __future__ import annotations
 
 import asyncio
+import base64
+import os
 import shutil
 import statistics
 import subprocess
@@ -18,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
+from fusee_runtime.codecs import KEYS_ENV
 from fusee_runtime.context import Ctx
 from fusee_runtime.dsl import step, workflow
 from fusee_runtime.engine.engine import Config, Engine
@@ -35,6 +38,7 @@ KEYS = (
     "recover_s",
     "cli_start_ms",
     "cli_read_ms",
+    "codec",
 )
 """What a run of the bench reports, in order."""
 Where = tuple[Path, str | None]
@@ -96,30 +100,45 @@ async def parked(ctx: Ctx, _: object) -> object:
     return await ctx.wait_for("go")
 
 
-def run(home: Path, quick: bool = False, store: str | None = None) -> dict[str, object]:
+def run(
+    home: Path, quick: bool = False, store: str | None = None, encrypt: bool = False
+) -> dict[str, object]:
     """Runs every measurement on the disk of `home`, or with the journal in the
     PostgreSQL database `store` (a schema of its own for each measurement, dropped
-    afterwards); returns them by `KEYS`."""
+    afterwards); returns them by `KEYS`, and `codec`: what payloads were stored with.
+    `encrypt`: with a key made for the run (`FUSEE_KEYS`, for the commands it runs
+    too), every payload is encrypted (`fusee_runtime.codecs.Encrypt`)."""
     home.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="bench-", dir=home))
+    before = os.environ.get(KEYS_ENV)
+    if encrypt:
+        os.environ[KEYS_ENV] = "bench=" + base64.b64encode(os.urandom(32)).decode()
     try:
-        if store is None:
-            return asyncio.run(_measure(_Local(scratch), quick))
-        from fusee_runtime import bench_pg
-        from fusee_runtime.store.shared import open_scratch
-
-        with open_scratch(store) as schemas:
-            report = asyncio.run(_measure(bench_pg.Places(scratch, schemas), quick))
-            # The concurrent runs again, spread over 1, 2 and 4 worker processes.
-            report["workers_steps_per_s"] = {
-                str(p): bench_pg.workers_steps_per_s(
-                    schemas, scratch, p, 100 * (1 if quick else 10), 10
-                )
-                for p in (1, 2, 4)
-            }
-            return report
+        return _run(scratch, quick, store)
     finally:
+        if before is None:
+            os.environ.pop(KEYS_ENV, None)
+        else:
+            os.environ[KEYS_ENV] = before
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _run(scratch: Path, quick: bool, store: str | None) -> dict[str, object]:
+    if store is None:
+        return asyncio.run(_measure(_Local(scratch), quick))
+    from fusee_runtime import bench_pg
+    from fusee_runtime.store.shared import open_scratch
+
+    with open_scratch(store) as schemas:
+        report = asyncio.run(_measure(bench_pg.Places(scratch, schemas), quick))
+        # The concurrent runs again, spread over 1, 2 and 4 worker processes.
+        report["workers_steps_per_s"] = {
+            str(p): bench_pg.workers_steps_per_s(
+                schemas, scratch, p, 100 * (1 if quick else 10), 10
+            )
+            for p in (1, 2, 4)
+        }
+        return report
 
 
 class _Local:
@@ -159,6 +178,8 @@ async def _measure(place: Place, quick: bool) -> dict[str, object]:
         "ratio": round(latencies["median"] / base["median"], 2),
     }
     out["cli_start_ms"], out["cli_read_ms"] = _cli(place("cli"), 1 if quick else 5)
+    codec = Config().codec
+    out["codec"] = repr(codec) if codec else "none"
     return {key: out[key] for key in KEYS}
 
 

@@ -25,8 +25,8 @@ The size limit (`Config.payload_bytes_max`) is on a payload's JSON before any co
 the room a record has is made for what the chain can make of a payload at the limit.
 
 A codec of one's own is any object with `encode(data) -> (label, data) | None` (None:
-left as it is) and `decode(label, data) -> data`, whose labels no other codec of the
-chain uses.
+left as it is), `decode(label, data) -> data` and `decodes(label) -> bool`, whose
+labels no other codec of the chain uses.
 """
 
 from __future__ import annotations
@@ -130,12 +130,20 @@ class Encrypt:
         for key_id, key in (keys or {}).items():
             self._keys[_key_id(key_id)] = _key(key_id, key)
         self._fetch = fetch
+        self._fetched: set[str] = set()  # (asked once each, found or not)
         self._ciphers: dict[str, Any] = {}
         current = current if current is not None else next(reversed(self._keys), None)
         if current is None:
             raise ValueError("Encrypt needs a current key: give keys, or current with fetch")
         self.current = _key_id(current)
-        self._cipher(self.current)  # a current key that cannot be had fails here, not later
+        try:
+            self._cipher(self.current)  # a current key that cannot be had fails here
+        except CodecError as e:
+            if self.current not in self._keys:
+                raise ValueError(
+                    f"Encrypt: no key {self.current} (current) to encrypt with"
+                ) from None
+            raise ValueError(str(e)) from None
 
     @classmethod
     def from_env(cls, variable: str = KEYS_ENV, current: str | None = None) -> Encrypt:
@@ -183,8 +191,12 @@ class Encrypt:
         if cipher is not None:
             return cipher
         key = self._keys.get(key_id)
-        if key is None and self._fetch is not None:
-            fetched = self._fetch(key_id)
+        if key is None and self._fetch is not None and key_id not in self._fetched:
+            self._fetched.add(key_id)
+            try:
+                fetched = self._fetch(key_id)
+            except Exception as e:  # (the key service's own error, in one line)
+                raise CodecError(f"the key service failed for key {key_id}: {e!r}") from None
             if fetched is not None:
                 key = self._keys[key_id] = _key(key_id, fetched)
         if key is None:
@@ -202,9 +214,13 @@ class Encrypt:
         return f"Encrypt(key_ids={self.key_ids}, current={self.current!r})"
 
 
+class KeyMissing(CodecError):
+    """A payload is encrypted with a key this process does not have (a `CodecError`)."""
+
+
 def missing_key(key_id: str) -> CodecError:
     """The error of a payload encrypted with a key this process does not have."""
-    return CodecError(
+    return KeyMissing(
         f"a payload is encrypted with key {key_id}, which this process does not have "
         f"(Config(codec=Encrypt(...)), or {KEYS_ENV})"
     )

@@ -35,11 +35,12 @@ from fusee_runtime.engine.waits import until, utc, wake_at
 from fusee_runtime.errors import Failure, Rejected, StepFailed
 from fusee_runtime.model.op_records import TimerStarted, WaitStarted
 from fusee_runtime.model.ops import CompletionOp, TimerOp, WaitOp
-from fusee_runtime.scope import NAME_CHARS_MAX, Halt, step_var
+from fusee_runtime.scope import NAME_CHARS_MAX, Halt, execution_var, handling_var, step_var
 from fusee_runtime.steps import run_live
 from fusee_runtime.streams import StepStreamWriter, StreamWriter
 from fusee_runtime.tracing import traceparent_of
 from fusee_runtime.typed import decode, shape_of
+from fusee_runtime.updates import update_var
 
 if TYPE_CHECKING:
     from fusee_runtime.execution import Execution
@@ -67,6 +68,13 @@ class Ctx:
     def workflow_type(self) -> str:
         return self._run.workflow
 
+    def version(self) -> int:
+        """The version of the workflow's code this run began with (`@workflow(version=)`),
+        as recorded at its start: 1 unless the code said otherwise. A run continued as
+        new keeps its predecessor's, a reset run the version of the run it resets."""
+        origin = self._execution.run.origin
+        return int(origin.get("version", 1)) if origin else 1
+
     @property
     def run_id(self) -> str:
         return self._run.run_id
@@ -93,15 +101,24 @@ class Ctx:
         Stable across retries and recovery: a step run again after a crash sees
         the same key, so services that take idempotency keys see its effect once.
 
+        Called in workflow code, outside a step function, there is no step to key: as
+        in the crate, the run stops as `stuck` with a message saying so (nothing is
+        recorded as failed: fix the code, and the next process to drive the run, or
+        `fusee result ID --wait`, runs it again with the code loaded then).
+
         Raises:
-            Rejected: called outside a step function.
+            Rejected: called in a query or update handler (its caller is told).
         """
         running = step_var.get()
         if running is None:
-            raise Rejected(
+            message = (
                 "ctx.key() is only available inside a step function: "
                 "there is no step to key in workflow code"
             )
+            in_code = not handling_var.get() and update_var.get() is None
+            if in_code and execution_var.get() is self._execution:
+                self._execution.stuck(message)
+            raise Rejected(message)
         return f"{self._run.workflow_id}/{self._run.run_id}/{running.seq}"
 
     @property

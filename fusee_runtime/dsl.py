@@ -225,6 +225,8 @@ class WorkflowDef:
     timezone: str | None = None
     overlap: str = "skip"
     catchup: str = "one"
+    version: int = 1
+    """What `ctx.version()` gives the runs this code starts (recorded at their start)."""
 
     def __post_init__(self) -> None:
         functools.update_wrapper(self, self.fn)
@@ -251,6 +253,7 @@ def workflow(
     timezone: str | None = None,
     overlap: str = "skip",
     catchup: str = "one",
+    version: int = 1,
 ) -> Callable[[F], WorkflowDef]: ...
 
 
@@ -263,8 +266,13 @@ def workflow(
     timezone: str | None = None,
     overlap: str = "skip",
     catchup: str = "one",
+    version: int = 1,
 ) -> Any:
     """Registers an `async def (ctx, input)` as a workflow; the name defaults to the function's.
+
+    `version` (a positive int) is recorded at each run's start, where it is not 1, and
+    `ctx.version()` gives it back: a deploy that changes what a run does from its
+    start raises it, and code branches on the version its run began with.
 
     With `cron` (five fields, in `timezone`, UTC by default) `fusee serve`
     starts a run at each instant, its input the instant as an ISO 8601
@@ -286,7 +294,9 @@ def workflow(
                 f"@workflow {wf_name}: timezone=, overlap= and catchup= go with cron=; "
                 "without a cron expression nothing fires"
             )
-        d = WorkflowDef(wf_name, f, cron, timezone, overlap, catchup)
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise ValueError(f"@workflow {wf_name}: version is a positive int, not {version!r}")
+        d = WorkflowDef(wf_name, f, cron, timezone, overlap, catchup, version)
         _registry[d.name] = d
         return d
 

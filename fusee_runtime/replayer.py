@@ -39,7 +39,7 @@ from fusee_runtime.clock import Clock, SystemClock
 from fusee_runtime.dsl import WorkflowDef, registry
 from fusee_runtime.engine.batches import BATCH
 from fusee_runtime.engine.config import Config
-from fusee_runtime.engine.creation import created
+from fusee_runtime.engine.creation import created, opened
 from fusee_runtime.engine.registry import load_app
 from fusee_runtime.engine.runlog import RunLog
 from fusee_runtime.engine.state import Run, Status, top
@@ -159,7 +159,7 @@ async def _replay_checked(doc: dict[str, Any]) -> Replayed:
     try:
         chain = of_environment()
         recs = [(lsn, codec.from_array(array, chain)) for lsn, array in doc["records"]]
-        run, closed, must = _replayable(doc["creation"], recs)
+        run, closed, must = _replayable(opened(doc["creation"], chain), recs)
     except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
         # (Not expected past `check_history`: a rule it lacks, stated in one line.)
         raise HistoryInvalid(

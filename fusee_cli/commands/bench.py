@@ -30,6 +30,14 @@ def bench(
         int,
         typer.Option("--runs", min=1, help="With --storage: workflows run to completion."),
     ] = 200_000,
+    encrypt: Annotated[
+        bool,
+        typer.Option(
+            "--encrypt",
+            help="Encrypt every payload (AES-GCM, with a key made for the run): what "
+            "encryption at rest costs, beside a run without it.",
+        ),
+    ] = False,
     as_json: Json = False,
     home: Home = DEFAULT_HOME,
     store: Store = None,
@@ -40,7 +48,7 @@ def bench(
     With --storage, measure instead how opening a home and its disk grow with its past.
     It runs workflows of its own: --app is accepted, as by every command, and unused.
 
-    Example: fusee bench --json; fusee bench --storage --runs 200000
+    Example: fusee bench --json; fusee bench --encrypt; fusee bench --storage --runs 200000
     """
     with session.reporting():
         try:
@@ -51,7 +59,7 @@ def bench(
             else:
                 from fusee_runtime import bench as measure
 
-                report = measure.run(home, quick=quick, store=session.store())
+                report = measure.run(home, quick=quick, store=session.store(), encrypt=encrypt)
         except OSError as e:
             raise session.unusable_home(home, e) from None
         if as_json:
@@ -70,6 +78,7 @@ def _table(report: dict[str, Any], store: str | None) -> None:
     _print(
         [
             (probe, f"{f['median']:.0f} µs", f"p99 {f['p99']:.0f} µs"),
+            ("payloads stored with", str(report["codec"]), ""),
             ("sequential step", f"{s['per_step']:.0f} µs", f"{s['ratio']:.2f} x fdatasync"),
             (
                 "concurrent steps",

@@ -42,7 +42,7 @@ from fusee_runtime.engine.schedules import Schedules
 from fusee_runtime.engine.state import Run, Status
 from fusee_runtime.errors import HistoryDamaged, JournalFailed, Rejected
 from fusee_runtime.journal.reader import JournalRead
-from fusee_runtime.model.codec import array
+from fusee_runtime.model.codec import arrayer
 from fusee_runtime.store.history import Closed, Row
 from fusee_runtime.store.seam import JournalStore, off_loop
 
@@ -187,10 +187,13 @@ class Checkpoints:
     def _write(self, lsn: int, body: dict[str, Any]) -> int:
         """On a thread: writes the checkpoint and compacts; returns its size in bytes."""
         chain = self.runs.chain
+        made = arrayer(chain)
         body["runs"] = [
-            (sealed(creation, chain), [(lsn, array(rec, chain)) for lsn, rec in recs[:n]])
+            (sealed(creation, chain), [(lsn, made(rec)) for lsn, rec in recs[:n]])
             for creation, recs, n in body["runs"]
         ]
+        if chain.checks:  # (what finds a key missing or wrong at the next open)
+            body["codec"] = dict(chain.checks)
         body["schedules"] = (
             made_inputs(body["schedules"], chain.sealed) if chain else body["schedules"]
         )

@@ -141,10 +141,15 @@ def coded(creation: dict[str, Any] | None, code: Callable[[Json], Json]) -> dict
     return c
 
 
+NOT_PAYLOADS = frozenset({"attributes", "cancel_workflow", "patch", "stream.close", "group"})
+"""The kinds of op whose `value` is not a value of the user's: search attributes, a
+cancel's reason, nothing."""
+
+
 def _coded_op(op: dict[str, Any], code: Callable[[Json], Json]) -> dict[str, Any]:
     op = dict(op)
     for key in ("value", "progress"):
-        if key in op:
+        if key in op and op.get("kind") not in NOT_PAYLOADS:
             op[key] = code(op[key])
     if op.get("streamed"):
         op["streamed"] = {

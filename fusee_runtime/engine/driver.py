@@ -59,7 +59,7 @@ from fusee_runtime.model.op_records import (
     WaitStarted,
 )
 from fusee_runtime.model.ops import TimerOp, WaitOp
-from fusee_runtime.model.payload import NULL, Payload
+from fusee_runtime.model.payload import NULL, RESERVED, Payload, reserved
 from fusee_runtime.model.records import (
     OfRun,
     Record,
@@ -197,6 +197,8 @@ class Driver:
                 f"{what} is {len(encoded)} bytes, over the limit of "
                 f"{self.config.payload_bytes_max} (Config.payload_bytes_max)"
             )
+        if encoded.startswith(RESERVED):
+            raise CodecError(reserved(what))
         if shape is not None:
             value = check(shape, encoded, what)
         if too_deep(value, encoded):
@@ -289,7 +291,7 @@ class Driver:
     ) -> Run:
         run_id = run_id or uuid.uuid4().hex
         now = self.clock.now()
-        origin = self._traced(origin, workflow, workflow_id, traceparent)
+        origin = self._versioned(self._traced(origin, workflow, workflow_id, traceparent), workflow)
         input = Payload(encoded_input)
         rec = RunStarted(run_id, workflow_id, workflow, input, now, deadline, origin)
         lsn = self.durability.append(rec)
@@ -297,6 +299,18 @@ class Driver:
         self.arm(run)
         self.spawn(run)
         return run
+
+    def _versioned(self, origin: dict[str, Any] | None, workflow: str) -> dict[str, Any] | None:
+        """`origin` with the version the run records (`ctx.version()`), where not 1: the
+        version of the code loaded now, or a reset's of the run it resets (whose journal
+        it keeps)."""
+        if origin and "reset" in origin:
+            old = self.runs.by_id(origin["reset"])
+            version = (old.origin or {}).get("version", 1) if old is not None else 1
+        else:
+            wf = self.workflows.get(workflow)
+            version = wf.version if wf is not None else 1
+        return origin if version == 1 else {**(origin or {}), "version": version}
 
     def _traced(
         self, origin: dict[str, Any] | None, workflow: str, workflow_id: str, given: str | None

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from fusee_runtime.engine.config import Config
-from fusee_runtime.errors import JournalFailed, Rejected
+from fusee_runtime.errors import CodecError, JournalFailed, Rejected
 from fusee_runtime.journal.reader import Tail
 from fusee_runtime.model.codec import encoder
 from fusee_runtime.model.records import Record
@@ -156,6 +156,8 @@ class Durability:
             raise self.failed
         if self.writer is None:
             raise Rejected("the engine is not open")
+        if self.chain.refused is not None:  # (a home whose payloads it cannot encrypt)
+            raise CodecError(self.chain.refused)
         try:
             lsn = self.writer.append(self._encode(record))
         except JournalFailed:

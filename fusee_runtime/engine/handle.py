@@ -26,6 +26,7 @@ from fusee_runtime.errors import (
     Terminated,
     TimedOut,
 )
+from fusee_runtime.model.sealing import handed_out
 from fusee_runtime.streams import check_stream_name
 from fusee_runtime.streams import follow as follow_stream
 from fusee_runtime.typed import decode, shape_of
@@ -187,7 +188,7 @@ class RunHandle:
 def outcome(run: Run) -> Any:
     """A closed run's result, or the error that says how it ended."""
     if run.status == Status.COMPLETED:
-        return run.result
+        return handed_out(run.result)  # (CodecError: encrypted with a key not here)
     if run.status == Status.FAILED:
         raise RunFailed(run.workflow_id, run.failure or Failure("unknown failure"))
     if run.status == Status.TERMINATED:

@@ -63,6 +63,9 @@ class Handlers:
         if self.config.drive:
             await self._replayed(run)
         else:
+            missing = self.runs.chain.missing()
+            if missing is not None:  # (its code would get what it cannot read)
+                raise missing
             run = await self._replayed_here(run)
         if run.status == Status.STUCK:
             # Its code stopped where it no longer matches the journal: the state its

@@ -124,6 +124,7 @@ class RunTable:
     def _restore(self, base: ckpt.Checkpoint, schedules: Schedules, limits: Limits) -> None:
         """Rebuilds memory from a checkpoint, as replaying its records would."""
         body = base.body
+        self.chain.verify(body.get("codec") or {})  # (CodecError: a key missing or wrong)
         try:
             schedules.restore(made_inputs(body["schedules"], self.chain.opened_value))
             limits.restore(body.get("limits", {}))  # a checkpoint from before limits: none
@@ -187,8 +188,9 @@ class RunTable:
                 )
                 # A child that continues as new is still its parent's child.
                 new.origin = {"parent": run.parent} if run.parent else None
-                if run.origin and "traceparent" in run.origin:  # and the same trace
-                    new.origin = {**(new.origin or {}), "traceparent": run.origin["traceparent"]}
+                for kept in ("traceparent", "version"):  # the same trace, the same version
+                    if run.origin and kept in run.origin:
+                        new.origin = {**(new.origin or {}), kept: run.origin[kept]}
                 new.carried_signals = list(run.signals)
                 new.signals = list(run.signals)
                 new.next_signal_id = run.next_signal_id
@@ -378,10 +380,11 @@ class RunTable:
         recs = [rec for r in mine for rec in r.records]
         known = {r.run_id for r in mine}
         if self.store is not None:
+            reading = self.chain.reading()
             for run_id, stored in self.store.records_of(id):
                 if run_id not in known:
                     known.add(run_id)
-                    recs.extend((lsn, codec.from_array(array, self.chain)) for lsn, array in stored)
+                    recs.extend((lsn, codec.from_array(array, reading)) for lsn, array in stored)
         if not known:
             raise NotFound(f"no run with id {id!r}")
         recs.sort(key=lambda r: r[0])

@@ -76,21 +76,29 @@ _SEALED_ENCODERS: dict[type[Record], Callable[[Record, Any], bytes]] = {
 def array(record: Record, chain: Chain | None = None) -> tuple[object, ...]:
     """`record` as the JSON array it is in the journal (payloads as fragments, made by
     `chain` when it has codecs)."""
-    if chain:
+    if chain is not None and chain.encodes:
         return _SEALED_ARRAYS[type(record)](record, chain.stored)
     return _ARRAYS[type(record)](record)
 
 
+def arrayer(chain: Chain) -> Callable[[Record], tuple[object, ...]]:
+    """`array` with `chain`, as one function (for the many records of a checkpoint)."""
+    if not chain.encodes:
+        return array
+    stored = chain.stored
+    return lambda record: _SEALED_ARRAYS[type(record)](record, stored)
+
+
 def encode(record: Record, chain: Chain | None = None) -> bytes:
     """The bytes of `record` in the journal (its payloads made by `chain`, if any)."""
-    if chain:
+    if chain is not None and chain.encodes:
         return _SEALED_ENCODERS[type(record)](record, chain.stored)
     return _ENCODERS[type(record)](record)
 
 
 def encoder(chain: Chain) -> Callable[[Record], bytes]:
     """`encode` with `chain`, as one function (for the journal's writer)."""
-    if not chain:
+    if not chain.encodes:
         return encode
     stored = chain.stored
     return lambda record: _SEALED_ENCODERS[type(record)](record, stored)

@@ -18,6 +18,14 @@ _UNREAD = object()
 """A payload's value before it is first read."""
 
 
+def reserved(what: str) -> str:
+    """The error of a value whose JSON begins as an envelope's (`RESERVED`)."""
+    return (
+        f'{what} is an object whose first key is "\\u0000codec", which marks an encoded '
+        "payload: it cannot be recorded"
+    )
+
+
 class Payload:
     """A value of the user's in a record: the JSON it encodes to, encoded once.
 
@@ -31,10 +39,7 @@ class Payload:
 
     def __init__(self, json: bytes) -> None:
         if json.startswith(RESERVED):
-            raise CodecError(
-                'a value that is an object whose first key is "\\u0000codec" cannot be '
-                "recorded: that key marks an encoded payload"
-            )
+            raise CodecError(reserved("a value"))
         self._json: bytes | None = json
         self._value: object = _UNREAD
         self.stored: tuple[object, bytes] | None = None

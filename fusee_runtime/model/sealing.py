@@ -27,9 +27,9 @@ from typing import Any
 
 import orjson
 
-from fusee_runtime.codecs import Codec, Encrypt, from_environment, missing_key
+from fusee_runtime.codecs import Codec, Encrypt, KeyMissing, from_environment, missing_key
 from fusee_runtime.errors import CodecError
-from fusee_runtime.model.json import Json
+from fusee_runtime.model.json import Json, JsonObject
 from fusee_runtime.model.payload import MARK, RESERVED, Payload
 
 ENCRYPTED = "aes-gcm:"
@@ -61,6 +61,20 @@ def shown(value: Json) -> Json:
     return value if said is None else said
 
 
+def handed_out(value: Json) -> Json:
+    """`value`, to hand to code or a caller: an envelope not opened is an error instead.
+
+    Raises:
+        CodecError: `value` is an envelope this process could not open (naming its key).
+    """
+    said = label(value)
+    if said is None:
+        return value
+    if said.startswith("encrypted (key "):
+        raise missing_key(said[len("encrypted (key ") : -1])
+    raise CodecError(f"a payload is {said}: this process has no codec that decodes it")
+
+
 class Chain:
     """One engine's codec chain (see the module)."""
 
@@ -71,10 +85,27 @@ class Chain:
         self.encrypts_with = None if encrypt is None else ENCRYPTED + encrypt.current
         """The label of what it encrypts new payloads with (None: it does not)."""
         self.unopened: set[str] = set()
-        """The labels of envelopes read back and not opened (not `strict`)."""
+        """The encrypting labels of envelopes read back and not opened (not `strict`)."""
+        self.opened_with: set[str] = set()
+        """The encrypting labels of envelopes it opened."""
+        self.checks: dict[str, JsonObject] = {}
+        """An envelope of each key this home's payloads were encrypted with, by label:
+        a checkpoint keeps them (`Checkpoints`), so that a key missing or wrong is found
+        at open even where no payload it encrypted is left to replay."""
+        self.refused: str | None = None
+        """Why this chain appends nothing (`refusing`), or None: checked before every
+        record is appended, so that no part of a command is written."""
 
-    def __bool__(self) -> bool:  # (a chain of no codec stores payloads as they are)
-        return bool(self.codecs) or bool(self.unopened)
+    def reading(self) -> Chain:
+        """A chain of the same codecs that keeps what it cannot open (not `strict`): for a
+        run's history, shown to people, so that a closed run whose key was retired is
+        still shown, its values as `encrypted (key k0)`. It stores nothing."""
+        return Chain(self.codecs, strict=False)
+
+    @property
+    def encodes(self) -> bool:
+        """Whether payloads go through it where stored (else they are stored as they are)."""
+        return bool(self.codecs) or self.refused is not None
 
     # -- storing ------------------------------------------------------------------------
 
@@ -82,8 +113,7 @@ class Chain:
         """The JSON that stands for `payload` where it is stored.
 
         Raises:
-            CodecError: this chain cannot encrypt, and the journal's payloads are
-                encrypted (`refusing`); a codec failed.
+            CodecError: this chain may not write (`refused`); a codec failed.
         """
         kept = payload.stored
         if kept is not None and kept[0] is self:
@@ -91,9 +121,8 @@ class Chain:
         json = payload.json
         if json.startswith(RESERVED):  # an envelope not opened here: stored as it was
             return json
-        refusing = self.refusing()
-        if refusing is not None:
-            raise CodecError(refusing)
+        if self.refused is not None:
+            raise CodecError(self.refused)
         data, labels = json, []
         for codec in self.codecs:
             made = codec.encode(data)
@@ -101,31 +130,36 @@ class Chain:
                 labels.append(made[0])
                 data = made[1]
         out = json if not labels else envelope(labels, data)
+        if labels and self.encrypts_with is not None and self.encrypts_with not in self.checks:
+            self.checks[self.encrypts_with] = orjson.loads(out)
         payload.stored = (self, out)
         return out
 
     def refusing(self) -> str | None:
-        """Why this chain writes no new payload, or None."""
-        if self.encrypts_with in self.unopened:
-            return (
-                f"key {self.encrypts_with[len(ENCRYPTED) :]} does not decrypt this journal's "
-                "payloads (a wrong key?): nothing was written"
-            )
-        if self.encrypts_with is not None:
-            return None
-        keys = sorted(x[len(ENCRYPTED) :] for x in self.unopened if x.startswith(ENCRYPTED))
+        """Why this chain may write nothing, or None: this home's payloads are encrypted
+        and it has no key to encrypt with, a wrong one, or none of the keys they were
+        encrypted with (keys meant for another home)."""
+        keys = sorted(x[len(ENCRYPTED) :] for x in self.unopened)
         if not keys:
             return None
-        return (
-            f"this journal's payloads are encrypted (key {keys[-1]}), and this process has no "
-            "key to encrypt new ones with (Config(codec=Encrypt(...)), or FUSEE_KEYS): "
-            "nothing was written"
-        )
+        if self.encrypts_with in self.unopened:
+            return (
+                f"key {self.encrypts_with[len(ENCRYPTED) :]} does not decrypt this home's "
+                "payloads (a wrong key?): nothing was written"
+            )
+        if self.encrypts_with is None or not self.opened_with:
+            has = "no key" if self.encrypts_with is None else "none of the keys"
+            return (
+                f"this home's payloads are encrypted (key {keys[-1]}), and this process has "
+                f"{has} they were encrypted with (Config(codec=Encrypt(...)), or "
+                "FUSEE_KEYS): nothing was written"
+            )
+        return None
 
     def sealed(self, value: Json) -> Json:
         """A value kept as JSON inside a larger document (a reset run's inherited ops, in
         a checkpoint or the history store), as `stored` would store its payload."""
-        if not self:
+        if not self.encodes:
             return value
         made: Json = orjson.loads(self.stored(Payload.kept(value)))
         return made
@@ -140,16 +174,72 @@ class Chain:
             CodecError: it cannot be opened (a key missing or wrong, damage), and the
                 chain is `strict`.
         """
+        labels = [x for x in value.get(MARK) or () if isinstance(x, str)]
+        encrypted = [x for x in labels if x.startswith(ENCRYPTED)]
         try:
             json = self._open(value)
-        except CodecError:
+            payload = Payload.kept(orjson.loads(json))
+        except (CodecError, ValueError, TypeError) as e:  # (a codec of the user's, too)
             if self.strict:
-                raise
-            self.unopened.update(x for x in value.get(MARK) or () if isinstance(x, str))
+                raise e if isinstance(e, CodecError) else CodecError(str(e)) from None
+            if encrypted:
+                self.unopened.update(encrypted)
+                self.checks.setdefault(encrypted[-1], value)
+                self.refused = self.refusing()
             return Payload.kept(value)
-        payload = Payload.kept(orjson.loads(json))
-        payload.stored = (self, orjson.dumps(value))
+        if encrypted:
+            self.checks.setdefault(encrypted[-1], value)
+            if encrypted[-1] not in self.opened_with:
+                self.opened_with.add(encrypted[-1])
+                self.refused = self.refusing()
+        # Kept to be stored again as it is only when this chain would make the same:
+        # else (a key rotated, a codec added) the next checkpoint re-encodes it.
+        if labels == [c for c in self._labels(labels)]:
+            payload.stored = (self, orjson.dumps(value))
         return payload
+
+    def _labels(self, labels: list[str]) -> list[str]:
+        """`labels` where this chain would make them now: its current key's label in place
+        of another key's, codecs it has not dropped (`[]` when it would make others)."""
+        mine = [x for x in labels if any(c.decodes(x) for c in self.codecs)]
+        if mine != labels:
+            return []
+        return [self.encrypts_with or x if x.startswith(ENCRYPTED) else x for x in labels]
+
+    def verify(self, checks: dict[str, JsonObject]) -> None:
+        """Opens an envelope of each key a checkpoint says this home used (`checks`): a
+        key it has must open its own (else it is wrong), and it must have one of them at
+        least (else it has another home's keys, or none); a key it has not is one
+        retired, whose payloads are shown as `encrypted (key k0)` (and what needs their
+        values, `opened` refuses).
+
+        Raises:
+            CodecError: a key wrong, or none of the home's, and the chain is `strict`.
+        """
+        missing: list[CodecError] = []
+        for name, check in checks.items():
+            self.checks.setdefault(name, check)
+            try:
+                self._open(check)
+            except KeyMissing as e:  # (a key retired is not wrong: see below)
+                missing.append(e)
+                self.unopened.add(name)
+                continue
+            except (CodecError, ValueError, TypeError) as e:  # a wrong key, or damage
+                if self.strict:
+                    raise e if isinstance(e, CodecError) else CodecError(str(e)) from None
+                self.unopened.add(name)
+                continue
+            self.opened_with.add(name)
+        if missing and not self.opened_with and self.strict:
+            raise missing[-1]  # none of its keys: another home's, or none at all
+        self.refused = self.refusing()
+
+    def missing(self) -> CodecError | None:
+        """The error of a key it could not open payloads with (None: it opened all)."""
+        if not self.unopened:
+            return None
+        return missing_key(sorted(self.unopened)[-1][len(ENCRYPTED) :])
 
     def opened_value(self, value: Json) -> Json:
         """The value `sealed` was given (or, as `opened` says, the envelope)."""

@@ -40,7 +40,7 @@ from typing import Any, Generic, Protocol, TypeVar, cast
 import orjson
 
 from fusee_runtime.errors import HistoryDamaged
-from fusee_runtime.model.codec import array
+from fusee_runtime.model.codec import arrayer
 from fusee_runtime.model.json import Json, JsonObject
 from fusee_runtime.model.records import Record
 from fusee_runtime.model.sealing import PLAIN, Chain
@@ -142,7 +142,8 @@ class Closed:
     def arrays(self) -> list[tuple[int, tuple[object, ...]]]:
         """Its records as the store keeps them, each its JSON array (`model.codec.array`):
         made on the store's thread, not on the engine's loop."""
-        return [(lsn, array(rec, self.chain)) for lsn, rec in self.records]
+        made = arrayer(self.chain)
+        return [(lsn, made(rec)) for lsn, rec in self.records]
 
 
 @dataclass

@@ -29,6 +29,17 @@ def test_quick_emits_every_measure_and_cleans_up(fusee, tmp_path) -> None:
     assert set(read) == {"list", "describe", "ratio_to_help"}
     assert read["list"] > 0 and read["describe"] > 0 and read["ratio_to_help"] > 0
     assert list(home.iterdir()) == []  # the scratch directory is gone
+    assert report["codec"] == "none"
+
+
+def test_encrypt_measures_with_every_payload_encrypted(fusee, tmp_path) -> None:
+    home = tmp_path / "home"
+    done = fusee("bench", "--quick", "--encrypt", "--json", "--home", str(home))
+    assert done.returncode == 0, done.stderr
+    report = orjson.loads(done.stdout)
+    assert tuple(report) == KEYS
+    assert report["codec"] == "Encrypt(key_ids=['bench'], current='bench')"
+    assert list(home.iterdir()) == []
 
 
 def test_the_table_names_each_measure(fusee, tmp_path) -> None:

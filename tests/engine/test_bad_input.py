@@ -33,6 +33,7 @@ from fusee_runtime import (
     step,
     workflow,
 )
+from fusee_runtime.codecs import Compress
 from fusee_runtime.journal import records
 from fusee_runtime.journal.reader import recover
 from fusee_runtime.journal.storage import Storage
@@ -74,11 +75,6 @@ async def bad_step_value(ctx: Ctx, kind: str) -> Any:
     if kind == "object":
         return await ctx.step("w", _unencodable, None)
     return await ctx.step("w", _same, TOO_BIG)
-
-
-@workflow(name="bad_key")
-async def key_outside_a_step(ctx: Ctx, _: None) -> str:
-    return ctx.key()
 
 
 @workflow(name="bad_same_names")
@@ -193,13 +189,6 @@ CASES = [
         result_of("bad_step_value", "big", "c7"),
         RunFailed,
         f"run 'c7' failed: StepFailed: step 'w' failed: CodecError: the result of step 'w' {OVER}",
-    ),
-    Case(
-        "ctx.key() outside a step function",
-        result_of("bad_key", None, "c8"),
-        RunFailed,
-        "run 'c8' failed: Rejected: ctx.key() is only available inside a step function: "
-        "there is no step to key in workflow code",
     ),
     # signals, queries and updates
     Case(
@@ -321,10 +310,19 @@ def test_a_step_called_outside_a_workflow_is_an_ordinary_call() -> None:
         *(
             (
                 {"payload_bytes_max": n},
-                "Config.payload_bytes_max is between 1 and 16773120 (a journal record is "
-                "at most 16777216 bytes)",
+                "Config.payload_bytes_max is between 1 and 16773120, 12576768 with a codec "
+                "(a journal record is at most 16777216 bytes)",
             )
             for n in (0, 32 << 20)
+        ),
+        (
+            {"payload_bytes_max": 13 << 20, "codec": Compress()},
+            "Config.payload_bytes_max is between 1 and 16773120, 12576768 with a codec "
+            "(a journal record is at most 16777216 bytes)",
+        ),
+        (
+            {"codec": "aes"},
+            "Config.codec takes codecs (encode, decode, decodes), not str",
         ),
         ({"durability": "sometimes"}, "Config.durability is 'fdatasync' or 'none'"),
     ],

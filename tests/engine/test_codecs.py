@@ -6,12 +6,14 @@ k1)`; `Compress` makes large payloads smaller."""
 
 from __future__ import annotations
 
+import base64
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fusee_runtime import CodecError, Ctx, current_ctx, step, workflow
+from fusee_runtime import CodecError, Ctx, RunFailed, current_ctx, step, workflow
 from fusee_runtime.codecs import Compress, Encrypt
 from fusee_runtime.model.sealing import label
 
@@ -129,19 +131,28 @@ async def test_keys_rotate_across_a_reopen(make_engine: Any) -> None:
     async with make_engine(codec=encrypt()) as engine:
         await engine.start(order, {"item": "a"}, id="r-1")
         await engine.wait_until(lambda: engine.runs.latest("r-1").live.parked)
+        assert await engine.start(child, "old", id="r-0") is not None
+        assert await engine.handle("r-0").result(timeout=30) == "old-child-result"
     rotated = Encrypt(keys={"k1": K1, "k2": K2}, current="k2")
     async with make_engine(codec=rotated) as engine:
         await engine.handle("r-1").signal("go", "after the rotation")
         result = await engine.handle("r-1").result(timeout=30)
         assert result["got"] == {"got": f"{MARKER}-step-a"}  # written under k1
         assert result["signal"] == "after the rotation"  # written under k2
-    # Without k1, what it encrypted is named, and nothing is read as something else.
+        assert await engine.handle("r-0").result(timeout=30) == "old-child-result"  # k1
+    # k1 retired: what an open run held was stored again under k2 when it closed; a run
+    # that closed under k1 shows its history, names k1 where a value would be, and
+    # hands no value out.
+    async with make_engine(codec=Encrypt(keys={"k2": K2})) as engine:
+        result = await engine.handle("r-1").result(timeout=30)
+        assert result["got"] == {"got": f"{MARKER}-step-a"}
+        shown = {label(v) for e in await engine.history("r-0") for v in e.values()}
+        assert shown == {None, "encrypted (key k1)"}
+        h = await engine.start(child, "new", id="r-2")
+        assert await h.result(timeout=30) == "new-child-result"
     async with make_engine(codec=Encrypt(keys={"k2": K2}), drive=False) as engine:
-        run = engine.runs.latest("r-1")
-        assert run.result["signal"] == "after the rotation"  # one payload, under k2
-        assert label(run.input) == label(run.ops["1"].value) == "encrypted (key k1)"
-        shown = {label(v) for e in await engine.history("r-1") for v in e.values()}
-        assert shown == {None, "encrypted (key k1)"}  # the step's result, its input
+        with pytest.raises(CodecError, match="key k1, which this process does not have"):
+            await engine.handle("r-0").result(timeout=30)
 
 
 def journal_state(home: Path) -> dict[str, bytes]:
@@ -157,12 +168,18 @@ def records_state(home: Path, rows: Any) -> list[tuple[str, bytes]]:
 
 
 @pytest.mark.parametrize("codec", ["missing", "wrong", "none"])
+@pytest.mark.parametrize("past", ["an open run", "closed runs only"])
 async def test_a_missing_or_wrong_key_is_one_error_naming_it_and_nothing_is_written(
-    make_engine: Any, home: Path, rows: Any, codec: str
+    make_engine: Any, home: Path, rows: Any, codec: str, past: str
 ) -> None:
     async with make_engine(codec=encrypt()) as engine:
-        await engine.start(order, {"item": "a"}, id="w-1")
-        await engine.wait_until(lambda: engine.runs.latest("w-1").live.parked)
+        # With closed runs only, what recovery reads holds no payload: the checkpoint
+        # says which keys the home used (and holds one payload of each to try them on).
+        if past == "an open run":
+            await engine.start(order, {"item": "a"}, id="w-1")
+            await engine.wait_until(lambda: engine.runs.latest("w-1").live.parked)
+        else:
+            assert await (await engine.start(child, "a", id="w-1")).result() == "a-child-result"
     before = records_state(home, rows)
     other = {
         "missing": Encrypt(keys={"k2": K2}),
@@ -177,16 +194,19 @@ async def test_a_missing_or_wrong_key_is_one_error_naming_it_and_nothing_is_writ
     assert records_state(home, rows) == before
     # Opened without driving (a command that looks), it reads; it writes no payload.
     async with make_engine(codec=other, drive=False) as passive:
-        assert label(passive.runs.latest("w-1").input) == "encrypted (key k1)"
-        if codec != "missing":  # (with k2 it writes under k2: a rotation)
+        if past == "an open run":
+            assert label(passive.runs.latest("w-1").input) == "encrypted (key k1)"
             with pytest.raises(CodecError, match=r"key k1.*nothing was written"):
                 await passive.handle("w-1").signal("go", "plain text")
-            with pytest.raises(CodecError, match="key k1"):
-                await passive.start(order, {"item": "b"}, id="w-2")
-            assert records_state(home, rows) == before
+            with pytest.raises(CodecError, match=r"key k1.*nothing was written"):
+                await passive.handle("w-1").terminate("no payload, and refused all the same")
+        with pytest.raises(CodecError, match=r"key k1.*nothing was written"):
+            await passive.start(order, {"item": "b"}, id="w-2")
+        assert records_state(home, rows) == before
     async with make_engine(codec=encrypt()) as engine:
-        await engine.handle("w-1").signal("go", "at last")
-        assert (await engine.handle("w-1").result(timeout=30))["signal"] == "at last"
+        if past == "an open run":
+            await engine.handle("w-1").signal("go", "at last")
+            assert (await engine.handle("w-1").result(timeout=30))["signal"] == "at last"
         assert "w-2" not in [r.id for r in await engine.list()]
 
 
@@ -253,3 +273,67 @@ async def test_a_value_shaped_as_an_envelope_is_refused_not_misread(make_engine:
         # Not first, it is any key.
         h = await engine.start(child, "x", id="e-2")
         assert await h.result(timeout=30) == "x-child-result"
+
+
+@workflow(name="codec.echo")
+async def echo(ctx: Ctx, size: int) -> str:
+    return await pad(size)
+
+
+@step(name="codec.pad")
+async def pad(size: int) -> str:
+    return base64.b64encode(os.urandom(size))[: size - 2].decode()  # its JSON: `size` bytes
+
+
+async def test_a_payload_at_the_limit_is_recorded_and_one_over_it_is_one_clear_error(
+    make_engine: Any,
+) -> None:
+    codec = [Compress(threshold_bytes=10), encrypt()]
+    async with make_engine(codec=codec, payload_bytes_max=5000) as engine:
+        at_limit = await engine.start(echo, 5000, id="p-1")
+        assert len(await at_limit.result(timeout=30)) == 4998
+        over = await engine.start(echo, 5001, id="p-2")
+        with pytest.raises(
+            RunFailed, match=r"CodecError: .* is 5001 bytes, over the limit of 5000"
+        ):
+            await over.result(timeout=30)
+    async with make_engine(codec=codec, payload_bytes_max=5000) as engine:  # read back whole
+        assert len(await engine.handle("p-1").result(timeout=30)) == 4998
+
+
+def test_what_people_see_of_a_value_encrypted_with_a_key_they_have_not() -> None:
+    from fusee_cli.tables import clip
+    from fusee_runtime.control.ui.html import value
+
+    sealed = {"\x00codec": ["zlib", "aes-gcm:k7"], "data": "AAAA"}
+    assert clip(sealed, None) == "encrypted (key k7)"
+    assert "encrypted (key k7)" in value(sealed) and "AAAA" not in value(sealed)
+    assert clip({"a": 1}, None) == '{"a":1}'
+    assert label({"a": {"\x00codec": []}}) is None  # only a whole value is an envelope
+
+
+@step(name="codec.shaped")
+async def shaped() -> dict[str, Any]:
+    return {"\x00codec": ["aes-gcm:k1"], "data": ""}
+
+
+@workflow(name="codec.shaped_step")
+async def shaped_step(ctx: Ctx, _: Any) -> Any:
+    return await shaped()
+
+
+@workflow(name="codec.shaped_result")
+async def shaped_result(ctx: Ctx, _: Any) -> Any:
+    return {"\x00codec": [], "data": 1}
+
+
+async def test_a_result_shaped_as_an_envelope_fails_its_step_or_run_and_is_not_recorded(
+    make_engine: Any,
+) -> None:
+    async with make_engine() as engine:
+        for wf, id in ((shaped_step, "e-3"), (shaped_result, "e-4")):
+            h = await engine.start(wf, None, id=id)
+            with pytest.raises(RunFailed, match="marks an encoded payload"):
+                await h.result(timeout=30)
+    async with make_engine() as engine:  # the journal reads back
+        assert (await engine.handle("e-4").describe()).status.value == "failed"
