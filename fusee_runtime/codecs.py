@@ -34,6 +34,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+import re
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -134,16 +135,16 @@ class Encrypt:
         self._ciphers: dict[str, Any] = {}
         current = current if current is not None else next(reversed(self._keys), None)
         if current is None:
-            raise ValueError("Encrypt needs a current key: give keys, or current with fetch")
+            raise KeysInvalid("Encrypt needs a current key: give keys, or current with fetch")
         self.current = _key_id(current)
         try:
             self._cipher(self.current)  # a current key that cannot be had fails here
         except CodecError as e:
             if self.current not in self._keys:
-                raise ValueError(
+                raise KeysInvalid(
                     f"Encrypt: no key {self.current} (current) to encrypt with"
                 ) from None
-            raise ValueError(str(e)) from None
+            raise KeysInvalid(str(e)) from None
 
     @classmethod
     def from_env(cls, variable: str = KEYS_ENV, current: str | None = None) -> Encrypt:
@@ -155,9 +156,11 @@ class Encrypt:
     def from_file(cls, path: str | os.PathLike[str], current: str | None = None) -> Encrypt:
         """The keys in the file at `path`: one `k1=<base64>` a line (`#` starts a comment)."""
         try:
-            text = Path(path).read_text()
+            text = Path(path).read_text(encoding="utf-8")
         except OSError as e:
-            raise ValueError(f"cannot read the key file {path}: {e.strerror}") from None
+            raise KeysInvalid(f"cannot read the key file {path}: {e.strerror}") from None
+        except UnicodeDecodeError:
+            raise KeysInvalid(f"the key file {path} is not text (id=<base64> lines)") from None
         return cls(_parse(text, str(path)), current)
 
     @property
@@ -178,10 +181,7 @@ class Encrypt:
         try:
             return bytes(cipher.decrypt(data[:_NONCE_BYTES], data[_NONCE_BYTES:], label.encode()))
         except InvalidTag:
-            raise CodecError(
-                f"key {key_id} does not decrypt a payload it is named on: the key is wrong "
-                "(or the payload was changed)"
-            ) from None
+            raise wrong_key(key_id) from None
 
     def decodes(self, label: str) -> bool:
         return label.startswith(_PREFIX)
@@ -226,12 +226,29 @@ def missing_key(key_id: str) -> CodecError:
     )
 
 
+def wrong_key(key_id: str) -> CodecError:
+    """The error of a payload that key `key_id`, as this process has it, does not decrypt."""
+    return CodecError(
+        f"key {key_id} does not decrypt a payload it is named on: the key is wrong "
+        "(or the payload was changed)"
+    )
+
+
 def from_environment() -> Codec | None:
     """`Config.codec`'s default: `Encrypt` with the keys of `FUSEE_KEYS` (or of the
-    file `FUSEE_KEYS_FILE` names) when set, else None (payloads stored as they are)."""
-    if os.environ.get(KEYS_ENV):
+    file `FUSEE_KEYS_FILE` names) when set, else None (payloads stored as they are).
+    Set and empty is an error (`KeysInvalid`), not "no encryption": that is what a key
+    that failed to load leaves; both set is one too.
+
+    Raises:
+        KeysInvalid: keys that cannot be used, or both variables set.
+    """
+    given = [name for name in (KEYS_ENV, KEYS_FILE_ENV) if name in os.environ]
+    if len(given) == 2:
+        raise KeysInvalid(f"{KEYS_ENV} and {KEYS_FILE_ENV} are both set: set one")
+    if given == [KEYS_ENV]:
         return Encrypt.from_env()
-    if os.environ.get(KEYS_FILE_ENV):
+    if given == [KEYS_FILE_ENV]:
         return Encrypt.from_file(os.environ[KEYS_FILE_ENV])
     return None
 
@@ -249,34 +266,51 @@ def chain_of(codec: Codec | Iterable[Codec] | None) -> tuple[Codec, ...]:
     return codecs
 
 
-def _key_id(key_id: object) -> str:
-    if not isinstance(key_id, str) or not key_id or not key_id.isprintable() or "," in key_id:
-        raise ValueError(f"a key id is a printable string without commas, not {key_id!r}")
-    if "=" in key_id or key_id != key_id.strip():
-        raise ValueError(f"a key id has no '=' and no surrounding spaces: {key_id!r}")
+KEY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
+"""A key id: a short name of letters, digits, `.`, `_`, `:` and `-` (never base64 of a
+key: a `+`, `/` or `=` in it is refused, and an error never shows what it refuses)."""
+
+
+class KeysInvalid(CodecError, ValueError):
+    """Keys that cannot be used, as given (`Encrypt`, `FUSEE_KEYS`, a key file): a
+    `CodecError` (one line and exit 2 from the `fusee` command) and a `ValueError`."""
+
+
+def _key_id(key_id: object, where: str = "Encrypt") -> str:
+    if not isinstance(key_id, str) or not KEY_ID.fullmatch(key_id):
+        shown = f" {key_id!r}" if isinstance(key_id, str) and len(key_id) <= 20 else ""
+        raise KeysInvalid(
+            f"{where}: a key id is up to 64 letters, digits, '.', '_', ':' or '-'; "
+            f"not{shown or ' that one (not shown: it may be a key)'}"
+        )
     return key_id
 
 
 def _key(key_id: str, key: object, where: str = "Encrypt") -> bytes:
     if not isinstance(key, bytes | bytearray) or len(key) not in (16, 24, 32):
-        raise ValueError(f"{where}: key {key_id} is not 16, 24 or 32 bytes")
+        raise KeysInvalid(f"{where}: key {key_id} is not 16, 24 or 32 bytes")
     return bytes(key)
 
 
 def _parse(text: str, where: str) -> dict[str, bytes]:
+    """Keys written `id=<base64>`, one a line; an error names the line, never its text."""
     keys: dict[str, bytes] = {}
-    for line in text.splitlines():
+    for n, line in enumerate(text.splitlines(), 1):
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
-        key_id, eq, encoded = line.partition("=")
-        if not eq:
-            raise ValueError(f"{where}: a key is written k1=<base64>, not {line[:12]!r}...")
+        key_id, eq, encoded = (part.strip() for part in line.partition("="))
+        at = f"{where}, key {n}" if where.startswith("$") else f"{where}, line {n}"
+        if not eq or not encoded:
+            raise KeysInvalid(f"{at}: a key is written id=<base64> (as k1=...), and is not")
+        key_id = _key_id(key_id, at)
+        if key_id in keys:
+            raise KeysInvalid(f"{at}: key {key_id} is given twice")
         try:
-            key = base64.b64decode(encoded.strip(), validate=True)
+            key = base64.b64decode(encoded, validate=True)
         except (binascii.Error, ValueError):
-            raise ValueError(f"{where}: key {key_id.strip()} is not base64") from None
-        keys[_key_id(key_id.strip())] = _key(key_id.strip(), key, where)
+            raise KeysInvalid(f"{at}: key {key_id} is not base64") from None
+        keys[key_id] = _key(key_id, key, at)
     if not keys:
-        raise ValueError(f"{where} has no key")
+        raise KeysInvalid(f"{where} has no key")
     return keys

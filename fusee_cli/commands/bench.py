@@ -34,8 +34,8 @@ def bench(
         bool,
         typer.Option(
             "--encrypt",
-            help="Encrypt every payload (AES-GCM, with a key made for the run): what "
-            "encryption at rest costs, beside a run without it.",
+            help="Encrypt every payload (AES-GCM, with a key made for the run), to compare "
+            "with a run without it: what encryption at rest costs.",
         ),
     ] = False,
     as_json: Json = False,

@@ -26,7 +26,7 @@ from fusee_runtime.errors import (
     Terminated,
     TimedOut,
 )
-from fusee_runtime.model.sealing import handed_out
+from fusee_runtime.model.sealing import Chain, handed_out
 from fusee_runtime.streams import check_stream_name
 from fusee_runtime.streams import follow as follow_stream
 from fusee_runtime.typed import decode, shape_of
@@ -173,7 +173,7 @@ class RunHandle:
                 if newer.run_id != run.run_id:  # a stored run is a new object each time
                     run = newer
                     continue
-            value = outcome(run)
+            value = outcome(run, self._engine.runs.chain)
             if type is None:
                 return value
             return decode(shape_of(type), value, f"the result of run {self.id!r}")
@@ -185,10 +185,10 @@ class RunHandle:
         return self._engine.runs.by_id(run.successor)
 
 
-def outcome(run: Run) -> Any:
+def outcome(run: Run, chain: Chain | None = None) -> Any:
     """A closed run's result, or the error that says how it ended."""
     if run.status == Status.COMPLETED:
-        return handed_out(run.result)  # (CodecError: encrypted with a key not here)
+        return handed_out(run.result, chain)  # (CodecError: a key not here, or wrong)
     if run.status == Status.FAILED:
         raise RunFailed(run.workflow_id, run.failure or Failure("unknown failure"))
     if run.status == Status.TERMINATED:

@@ -37,6 +37,7 @@ from fusee_runtime.engine.state import Run, top
 from fusee_runtime.errors import NotFound, Rejected
 from fusee_runtime.model.ops import ChildOp, CompletionOp, Op, StepOp, TimerOp, WaitOp
 from fusee_runtime.model.records import RunReset
+from fusee_runtime.model.sealing import handed_out
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.driver import Driver
@@ -151,7 +152,8 @@ def reset(driver: Driver, run: Run, to: int | str, newest: Run, batch: str | Non
         )
     before = reset_point(run, to)
     # Before anything is appended: a run is never closed without its new run.
-    encoded = driver.encode(run.input, f"the input of workflow {run.workflow!r}")
+    what = f"the input of workflow {run.workflow!r}"
+    encoded = driver.encode(handed_out(run.input, driver.runs.chain), what)
     origin: dict[str, Any] = {"reset": run.run_id, "before": before}
     if run.parent is not None:
         origin["parent"] = dict(run.parent)

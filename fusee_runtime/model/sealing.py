@@ -27,7 +27,14 @@ from typing import Any
 
 import orjson
 
-from fusee_runtime.codecs import Codec, Encrypt, KeyMissing, from_environment, missing_key
+from fusee_runtime.codecs import (
+    Codec,
+    Encrypt,
+    KeyMissing,
+    from_environment,
+    missing_key,
+    wrong_key,
+)
 from fusee_runtime.errors import CodecError
 from fusee_runtime.model.json import Json, JsonObject
 from fusee_runtime.model.payload import MARK, RESERVED, Payload
@@ -61,17 +68,21 @@ def shown(value: Json) -> Json:
     return value if said is None else said
 
 
-def handed_out(value: Json) -> Json:
+def handed_out(value: Json, chain: Chain | None = None) -> Json:
     """`value`, to hand to code or a caller: an envelope not opened is an error instead.
 
     Raises:
-        CodecError: `value` is an envelope this process could not open (naming its key).
+        CodecError: `value` is an envelope this process could not open (naming its key,
+            and saying whether the key it has under that id is wrong, as `chain` knows).
     """
     said = label(value)
     if said is None:
         return value
     if said.startswith("encrypted (key "):
-        raise missing_key(said[len("encrypted (key ") : -1])
+        key_id = said[len("encrypted (key ") : -1]
+        if chain is not None and ENCRYPTED + key_id in chain.wrong:
+            raise wrong_key(key_id)
+        raise missing_key(key_id)
     raise CodecError(f"a payload is {said}: this process has no codec that decodes it")
 
 
@@ -88,6 +99,8 @@ class Chain:
         """The encrypting labels of envelopes read back and not opened (not `strict`)."""
         self.opened_with: set[str] = set()
         """The encrypting labels of envelopes it opened."""
+        self.wrong: set[str] = set()
+        """The encrypting labels whose key it has, and which did not open with it."""
         self.checks: dict[str, JsonObject] = {}
         """An envelope of each key this home's payloads were encrypted with, by label:
         a checkpoint keeps them (`Checkpoints`), so that a key missing or wrong is found
@@ -183,6 +196,8 @@ class Chain:
             if self.strict:
                 raise e if isinstance(e, CodecError) else CodecError(str(e)) from None
             if encrypted:
+                if not isinstance(e, KeyMissing):
+                    self.wrong.add(encrypted[-1])
                 self.unopened.update(encrypted)
                 self.checks.setdefault(encrypted[-1], value)
                 self.refused = self.refusing()
@@ -229,6 +244,7 @@ class Chain:
                 if self.strict:
                     raise e if isinstance(e, CodecError) else CodecError(str(e)) from None
                 self.unopened.add(name)
+                self.wrong.add(name)
                 continue
             self.opened_with.add(name)
         if missing and not self.opened_with and self.strict:
@@ -237,6 +253,8 @@ class Chain:
 
     def missing(self) -> CodecError | None:
         """The error of a key it could not open payloads with (None: it opened all)."""
+        if self.wrong:
+            return wrong_key(sorted(self.wrong)[-1][len(ENCRYPTED) :])
         if not self.unopened:
             return None
         return missing_key(sorted(self.unopened)[-1][len(ENCRYPTED) :])

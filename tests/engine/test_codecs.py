@@ -53,6 +53,25 @@ async def order(ctx: Ctx, data: dict[str, Any]) -> dict[str, Any]:
     return {"got": got, "kid": kid, "signal": signal, "notes": notes}
 
 
+TOKENS: list[str] = []
+
+
+@step(name="codec.streamer")
+async def streamer() -> None:
+    current_ctx().stream("progress").append(f"{MARKER}-step-stream")
+
+
+@workflow(name="codec.extra")
+async def extra(ctx: Ctx, data: dict[str, Any]) -> Any:
+    """A step's stream, a completion's value, a batch's signal, a continue-as-new's input."""
+    if data.get("continued"):
+        return data
+    await streamer()
+    approved = await ctx.await_completion("approve", lambda c: TOKENS.append(c.token))
+    batched = await ctx.wait_for("batch")
+    return await ctx.continue_as_new({"continued": [approved, batched]})
+
+
 def encrypt(**more: Any) -> Encrypt:
     return Encrypt(keys={"k1": K1}, current="k1", **more)
 
@@ -102,6 +121,16 @@ async def test_no_stored_byte_holds_a_value_of_the_user_s(
         result = await workload(engine, "o-1")
         assert result["signal"] == f"{MARKER}-signal"
         assert result["kid"] == f"{MARKER}-child-input-child-result"
+        await engine.start(extra, {}, id="x-1")
+        await engine.wait_until(lambda: bool(TOKENS))
+        await engine.complete(TOKENS.pop(), f"{MARKER}-completion")
+        await engine.wait_until(lambda: engine.runs.latest("x-1").live.parked)
+        batch = await engine.batch(
+            "signal", workflow="codec.extra", signal="batch", value=f"{MARKER}-batch"
+        )
+        assert batch is not None
+        done = await engine.handle("x-1").result(timeout=30)
+        assert done == {"continued": [f"{MARKER}-completion", f"{MARKER}-batch"]}
         # A reset run keeps the ops it inherits as JSON (its creation), and a schedule
         # made at run time its input: both in the checkpoint and the history store.
         await engine.reset("o-1", 2)
@@ -202,6 +231,11 @@ async def test_a_missing_or_wrong_key_is_one_error_naming_it_and_nothing_is_writ
                 await passive.handle("w-1").terminate("no payload, and refused all the same")
         with pytest.raises(CodecError, match=r"key k1.*nothing was written"):
             await passive.start(order, {"item": "b"}, id="w-2")
+        if past == "closed runs only":  # a value is not handed out: the key is named
+            with pytest.raises(CodecError) as said:
+                await passive.handle("w-1").result(timeout=30)
+            assert "key k1" in str(said.value)
+            assert ("key is wrong" in str(said.value)) == (codec == "wrong")
         assert records_state(home, rows) == before
     async with make_engine(codec=encrypt()) as engine:
         if past == "an open run":
@@ -337,3 +371,35 @@ async def test_a_result_shaped_as_an_envelope_fails_its_step_or_run_and_is_not_r
                 await h.result(timeout=30)
     async with make_engine() as engine:  # the journal reads back
         assert (await engine.handle("e-4").describe()).status.value == "failed"
+
+
+def test_keys_set_badly_are_one_line_that_never_shows_a_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fusee_runtime import Config
+    from fusee_runtime.codecs import KeysInvalid
+
+    key = base64.b64encode(K1).decode()  # (ends in "=": a bare key reads as "id=")
+    for bad, said in (
+        (key, "key 1: a key is written id=<base64>"),
+        (f"{key[:-1]}", "key 1: a key is written id=<base64>"),
+        (f"k1={key},k1={key}", "key 2: key k1 is given twice"),
+        ("", "$FUSEE_KEYS has no key"),
+        (" , ", "$FUSEE_KEYS has no key"),
+        ("x" * 70 + "=" + key, "not that one (not shown: it may be a key)"),
+    ):
+        monkeypatch.setenv("FUSEE_KEYS", bad)
+        with pytest.raises(KeysInvalid) as raised:
+            Config()
+        message = str(raised.value)
+        assert said in message and "\n" not in message
+        assert key[:8] not in message and key[-8:-1] not in message
+        assert isinstance(raised.value, CodecError) and isinstance(raised.value, ValueError)
+    monkeypatch.setenv("FUSEE_KEYS", f"k1={key}")
+    monkeypatch.setenv("FUSEE_KEYS_FILE", str(tmp_path / "keys"))
+    with pytest.raises(KeysInvalid, match="both set"):
+        Config()
+    monkeypatch.delenv("FUSEE_KEYS")
+    (tmp_path / "keys").write_bytes(b"\xff\xfe")
+    with pytest.raises(KeysInvalid, match="is not text"):
+        Config()
