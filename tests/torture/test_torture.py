@@ -18,6 +18,7 @@ recorded.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import copy
 import os
@@ -80,6 +81,20 @@ def test_crash_trials_break_no_promise(tmp_path: Path) -> None:
     assert sum(r.box_updates for r in reports) > 500
     assert sum(r.after_reopen for r in reports) > 50
     assert sum(r.box_unanswered for r in reports) >= 1, "every box update sent was answered"
+
+
+def test_crash_trials_with_every_payload_encrypted_break_no_promise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same trials, with `FUSEE_KEYS` set for the test and its child processes: every
+    payload encrypted (issue 39); the check opens the values it reads with the key."""
+    monkeypatch.setenv("FUSEE_KEYS", "t1=" + base64.b64encode(bytes(range(32))).decode())
+    seeds = range(101, 107)
+    for seed in seeds:
+        report, _ = trial(seed, tmp_path / f"trial-{seed}", fault=FAULTS[seed % len(FAULTS)])
+        assert report.violations == [], f"trial {seed} (replay: FUSEE_KEYS=... --seed {seed})"
+    stored = b"".join(p.read_bytes() for p in tmp_path.rglob("*.seg"))
+    assert b'{"\\u0000codec":["aes-gcm:t1"]' in stored
 
 
 def test_a_checkpoint_written_meanwhile_is_not_an_append(tmp_path: Path) -> None:
