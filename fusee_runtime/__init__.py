@@ -32,6 +32,7 @@ from fusee_runtime.errors import (
     TimedOut,
 )
 from fusee_runtime.model.run import RunInfo, Status
+from fusee_runtime.objects import handler, object
 from fusee_runtime.scope import current_ctx
 from fusee_runtime.streams import StepStreamWriter, StreamWriter
 
@@ -77,6 +78,8 @@ __all__ = [
     "TimedOut",
     "WorkflowDef",
     "current_ctx",
+    "handler",
+    "object",
     "step",
     "workflow",
 ]

@@ -563,3 +563,12 @@ class Ctx:
         if scope != "run":
             raise Rejected(f"stream {name!r}: scope={scope!r} is for step functions")
         return StreamWriter(self._execution, name)
+
+    # (last: a method named `object` shadows the builtin in the class body below it)
+    def object(self, name: str, key: str) -> Any:
+        """Key `key` of virtual object `name`: `await ctx.object(name, key).call(handler,
+        arg)` is one operation of this run that reaches the object exactly once (see
+        `fusee_runtime.objects`)."""
+        from fusee_runtime.engine.objects import ObjectRef
+
+        return ObjectRef(self, self._host.objects, name, key)

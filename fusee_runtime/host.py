@@ -55,6 +55,8 @@ class RunHost(Protocol):
     limits: Limits
     """The named limits of steps (`limit=`) and their permits."""
     tracing: Tracing | None
+    objects: Any
+    """The engine's virtual objects (`engine/objects.Objects`): what `ctx.object` calls."""
     """OpenTelemetry spans, when the app set it up (`fusee_runtime.tracing`)."""
     replay_only: bool
     """The replay checker (`fusee replay`): the code replays its run's journal and stops

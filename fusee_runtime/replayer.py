@@ -329,6 +329,7 @@ class ReplayHost:
     failed = None
     loop = None
     tracing: Tracing | None = None
+    objects: Any = None  # (a replay runs no step: no call reaches an object)
     family: Family
     beats: Beats
     limits: Limits

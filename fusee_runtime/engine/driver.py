@@ -28,7 +28,7 @@ from typing import Any, cast
 from fusee_runtime.clock import Clock
 from fusee_runtime.completions import Completion, Tokens
 from fusee_runtime.dsl import WorkflowDef, registry
-from fusee_runtime.engine import cancels
+from fusee_runtime.engine import cancels, objects
 from fusee_runtime.engine.beats import Beats
 from fusee_runtime.engine.config import Config
 from fusee_runtime.engine.durability import Durability
@@ -123,6 +123,8 @@ class Driver:
         self.tokens = tokens
         self.workflows: dict[str, WorkflowDef] = registry()
         self.builtins: dict[str, WorkflowDef] = {}
+        self.objects: Any = None
+        """The engine's `Objects` (what `ctx.object` calls through)."""
         """The engine's own workflows (`fusee.batch`), found after the app's."""
         self.workers = StepWorkers(config.step_threads)
         self.tracing: Tracing | None = None
@@ -229,7 +231,10 @@ class Driver:
 
     def defined(self, name: str) -> WorkflowDef | None:
         """The workflow of that name: the app's, or one of the engine's own."""
-        return self.workflows.get(name) or self.builtins.get(name)
+        found = self.workflows.get(name) or self.builtins.get(name)
+        if found is None and (found := objects.defined(name)) is not None:
+            self.builtins[name] = found  # (an object's runs: `engine/objects.py`)
+        return found
 
     def find_latest(self, id: str) -> Run | None:
         return self.runs.find_latest(id)

@@ -48,6 +48,7 @@ from fusee_runtime.engine.handle import RunHandle
 from fusee_runtime.engine.handlers import Handlers
 from fusee_runtime.engine.home import HomeLock
 from fusee_runtime.engine.limits import LimitInfo
+from fusee_runtime.engine.objects import ObjectHandle, Objects
 from fusee_runtime.engine.registry import load_app
 from fusee_runtime.engine.runlog import RunLog
 from fusee_runtime.engine.runs import RunTable, wanted
@@ -131,6 +132,9 @@ class Engine:
         self.batches = Batches(self.driver, self.runs, self.commands)
         """Batches: one command on every run a filter matches (`fusee.batch` runs)."""
         self.driver.builtins[BATCH] = self.batches.definition
+        self.objects = Objects(self)
+        """Virtual objects: calls to their keys (`engine/objects.py`)."""
+        self.driver.objects = self.objects
         self._lock: HomeLock | None = None
         self._control: ControlServer | None = None
         self._hurry = asyncio.Event()
@@ -555,6 +559,11 @@ class Engine:
         return self.driver.limits.list()
 
     # -- storage ---------------------------------------------------------------------
+
+    def object(self, name: str, key: str) -> ObjectHandle:
+        """Key `key` of virtual object `name` (`@object`): `call(handler, arg)`, `get()`.
+        See `fusee_runtime.objects`."""
+        return ObjectHandle(self.objects, name, key)
 
     async def checkpoint(self) -> int:
         """Writes a checkpoint of what is durable now, then compacts; returns its lsn.

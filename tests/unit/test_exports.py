@@ -61,6 +61,8 @@ PUBLIC = [
     "TimedOut",
     "WorkflowDef",
     "current_ctx",
+    "handler",
+    "object",
     "step",
     "workflow",
 ]

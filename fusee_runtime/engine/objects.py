@@ -1,0 +1,148 @@
+"""Virtual objects in the engine: each key a run, its calls that run's updates and
+queries (`fusee_runtime.objects` says what users write and what they get)."""
+
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING, Any
+
+from fusee_runtime.dsl import WorkflowDef
+from fusee_runtime.errors import NotFound, Rejected
+from fusee_runtime.objects import OBJECT_PREFIX, STATE, Handler, ObjectDef, object_id, registry
+
+if TYPE_CHECKING:
+    from fusee_runtime.context import Ctx
+    from fusee_runtime.engine.engine import Engine
+
+NEVER = "fusee.never"
+"""The signal an object's run waits for: none is ever sent, so the run stays open."""
+
+
+def definition(obj: ObjectDef) -> WorkflowDef:
+    """The workflow of `obj`'s runs: its handlers over an instance, then a wait forever."""
+
+    async def code(ctx: Ctx, state: dict[str, Any] | None) -> None:
+        cls: Any = obj.cls
+        instance = cls() if state is None else cls.__new__(cls)
+        if state is not None:
+            vars(instance).update(state)
+        for h in obj.handlers.values():
+            if h.shared:
+                ctx.on_query(h.name, _shared(instance, ctx, h))
+            else:
+                ctx.on_update(h.name, _exclusive(instance, ctx, h))
+        ctx.on_query(STATE, lambda _: dict(vars(instance)))
+        await ctx.wait_for(NEVER)
+
+    return WorkflowDef(obj.workflow, code)
+
+
+def _exclusive(instance: object, ctx: Ctx, h: Handler) -> Any:
+    async def apply(arg: Any = None) -> Any:
+        result = h.fn(instance, ctx, arg) if h.takes_arg else h.fn(instance, ctx)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    return apply
+
+
+def _shared(instance: object, ctx: Ctx, h: Handler) -> Any:
+    def read(arg: Any = None) -> Any:
+        return h.fn(instance, ctx, arg) if h.takes_arg else h.fn(instance, ctx)
+
+    return read
+
+
+def defined(name: str) -> WorkflowDef | None:
+    """The workflow `fusee.object.<name>` of a registered object, or None."""
+    if not name.startswith(OBJECT_PREFIX):
+        return None
+    obj = registry().get(name[len(OBJECT_PREFIX) :])
+    return definition(obj) if obj is not None else None
+
+
+class Objects:
+    """Calls to objects' keys, from outside and from workflows' steps."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def handler(self, name: str, handler: str) -> Handler:
+        obj = registry().get(name)
+        if obj is None:
+            known = ", ".join(sorted(registry())) or "none"
+            raise NotFound(f"no object {name!r}; objects: {known}")
+        h = obj.handlers.get(handler)
+        if h is None:
+            raise NotFound(
+                f"object {name!r} has no handler {handler!r}; its handlers: "
+                + ", ".join(sorted(obj.handlers))
+            )
+        return h
+
+    async def call(
+        self, name: str, key: str, handler: str, arg: Any = None, update_id: str | None = None
+    ) -> Any:
+        """Calls `handler` of key `key`, starting its run first if it has none."""
+        h = self.handler(name, handler)
+        id = object_id(name, key)
+        wf = self.engine.driver.workflow(OBJECT_PREFIX + name)  # (its def: started by no name)
+        await self.engine.start(wf, None, id=id, on_conflict="return")
+        if h.shared:
+            return await self.engine.query(id, handler, arg)
+        return await self.engine.update(id, handler, arg, update_id=update_id)
+
+    async def get(self, name: str, key: str) -> dict[str, Any]:
+        """The state of key `key` (NotFound: no call has reached it yet)."""
+        if name not in registry():
+            raise NotFound(
+                f"no object {name!r}; objects: {', '.join(sorted(registry())) or 'none'}"
+            )
+        state: dict[str, Any] = await self.engine.query(object_id(name, key), STATE)
+        return state
+
+
+class ObjectHandle:
+    """Key `key` of object `name`, from outside: `engine.object(name, key)`."""
+
+    def __init__(self, objects: Objects, name: str, key: str) -> None:
+        self._objects, self.name, self.key = objects, name, key
+
+    @property
+    def id(self) -> str:
+        """The id of the run that holds the key."""
+        return object_id(self.name, self.key)
+
+    async def call(self, handler: str, arg: Any = None, update_id: str | None = None) -> Any:
+        """Calls a handler: exclusive ones one at a time, in order; `update_id` makes a
+        call sent again (a retry) reach the object once."""
+        return await self._objects.call(self.name, self.key, handler, arg, update_id)
+
+    async def get(self) -> dict[str, Any]:
+        """The key's state: its instance's attributes."""
+        return await self._objects.get(self.name, self.key)
+
+
+class ObjectRef:
+    """Key `key` of object `name`, from a workflow: `ctx.object(name, key)`."""
+
+    def __init__(self, ctx: Ctx, objects: Objects, name: str, key: str) -> None:
+        self._ctx, self._objects, self.name, self.key = ctx, objects, name, key
+
+    async def call(self, handler: str, arg: Any = None) -> Any:
+        """Calls a handler, as one operation of this run (a step named `<object>.<handler>`):
+        it reaches the object once, whatever crashes, and returns its result."""
+        from fusee_runtime.scope import current_ctx
+
+        self._objects.handler(self.name, handler)  # (NotFound before anything is recorded)
+        if self._ctx.workflow_id == object_id(self.name, self.key):
+            raise Rejected(
+                f"a handler of {self.name}:{self.key} calls its own key: it would wait for itself"
+            )
+        objects, name, key = self._objects, self.name, self.key
+
+        async def send() -> Any:
+            return await objects.call(name, key, handler, arg, update_id=current_ctx().key())
+
+        return await self._ctx.step(f"{name}.{handler}", send)

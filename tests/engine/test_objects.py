@@ -1,0 +1,143 @@
+"""Virtual objects (issue 39, item 1, first part), on both stores: calls from workflows
+and from outside reach a key exactly once, in order, one exclusive handler at a time;
+shared handlers answer while an exclusive one waits; state holds across a reopen and
+a crash of the caller."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from fusee_runtime import Ctx, NotFound, Rejected, handler, object, step, workflow
+
+STORES = ("local", "postgresql")
+
+GATE: dict[str, asyncio.Event] = {}
+STARTED: dict[str, asyncio.Event] = {}
+SEEN: list[str] = []
+
+
+@step(name="obj.slow")
+async def slow(item: str) -> str:
+    SEEN.append(f"start {item}")
+    if item in STARTED:
+        STARTED[item].set()
+    gate = GATE.get(item)
+    if gate is not None:
+        await gate.wait()
+    SEEN.append(f"end {item}")
+    return item
+
+
+@object(name="cart")
+class Cart:
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    @handler
+    async def add(self, ctx: Ctx, item: str) -> int:
+        self.items.append(await slow(item))
+        return len(self.items)
+
+    @handler
+    def clear(self, ctx: Ctx) -> None:
+        self.items = []
+
+    @handler(shared=True)
+    def count(self, ctx: Ctx) -> int:
+        return len(self.items)
+
+
+@workflow(name="obj.shopper")
+async def shopper(ctx: Ctx, items: list[str]) -> list[int]:
+    return [await ctx.object("cart", "alice").call("add", item) for item in items]
+
+
+async def test_calls_from_workflows_and_outside_reach_a_key_once_in_order(
+    make_engine: Any,
+) -> None:
+    SEEN.clear()
+    async with make_engine() as engine:
+        cart = engine.object("cart", "alice")
+        assert await cart.call("add", "tea") == 1
+        h = await engine.start(shopper, ["pen", "ink"], id="s-1")
+        assert await h.result(timeout=30) == [2, 3]
+        assert await cart.get() == {"items": ["tea", "pen", "ink"]}
+        assert await cart.call("count") == 3
+        assert await engine.object("cart", "bob").call("count") == 0  # its own key
+    async with make_engine() as engine:  # held across a reopen, and replayed the same
+        cart = engine.object("cart", "alice")
+        assert await cart.get() == {"items": ["tea", "pen", "ink"]}
+        await cart.call("clear")
+        assert await cart.call("add", "cup") == 1
+    assert SEEN.count("end pen") == 1 and SEEN.count("end cup") == 1
+
+
+async def test_one_exclusive_handler_at_a_time_while_shared_ones_answer(
+    make_engine: Any,
+) -> None:
+    SEEN.clear()
+    GATE["slow-1"], STARTED["slow-1"] = asyncio.Event(), asyncio.Event()
+    async with make_engine() as engine:
+        cart = engine.object("cart", "carol")
+        first = asyncio.ensure_future(cart.call("add", "slow-1"))
+        await STARTED["slow-1"].wait()
+        second = asyncio.ensure_future(cart.call("add", "next"))
+        # The second waits its turn, and a shared handler answers meanwhile.
+        assert await cart.call("count") == 0
+        assert "start next" not in SEEN
+        GATE["slow-1"].set()
+        assert (await first, await second) == (1, 2)
+        assert SEEN == ["start slow-1", "end slow-1", "start next", "end next"]
+    GATE.clear()
+
+
+async def test_a_call_sent_again_with_its_id_is_applied_once(make_engine: Any) -> None:
+    async with make_engine() as engine:
+        cart = engine.object("cart", "dave")
+        assert await cart.call("add", "one", update_id="u-1") == 1
+        assert await cart.call("add", "one", update_id="u-1") == 1  # its recorded outcome
+        assert await cart.get() == {"items": ["one"]}
+
+
+async def test_a_caller_crashed_mid_call_calls_once(make_engine: Any) -> None:
+    """The caller's engine crashes after the object applied the call but before the
+    caller's step recorded it: the step runs again with the same key, and the object
+    answers with what it recorded."""
+    SEEN.clear()
+    GATE["held"], STARTED["held"] = asyncio.Event(), asyncio.Event()
+    engine = make_engine()
+    await engine.open()
+    await engine.start(shopper, ["held"], id="s-2")
+    await STARTED["held"].wait()
+    await engine.close(crash=True)  # (mid-handler: nothing applied yet)
+    GATE.clear()
+    async with make_engine() as engine:
+        assert await engine.handle("s-2").result(timeout=30) == [1]
+        assert await engine.object("cart", "alice").get() == {"items": ["held"]}
+    assert SEEN.count("end held") == 1
+
+
+async def test_calls_to_what_is_not_there_are_clear(make_engine: Any) -> None:
+    async with make_engine() as engine:
+        with pytest.raises(NotFound, match=r"no object 'nope'; objects: .*cart"):
+            await engine.object("nope", "k").call("add", 1)
+        with pytest.raises(NotFound, match="has no handler 'pay'; its handlers: add, clear"):
+            await engine.object("cart", "k").call("pay")
+        with pytest.raises(NotFound):
+            await engine.object("cart", "never-called").get()
+    with pytest.raises(TypeError, match="has no @handler"):
+
+        @object
+        class Empty:
+            pass
+
+    with pytest.raises(TypeError, match="plain def"):
+
+        class Bad:
+            @handler(shared=True)
+            async def read(self, ctx: Ctx) -> None: ...
+
+    assert Rejected  # (a key calling itself is refused: see ObjectRef.call)
