@@ -39,7 +39,7 @@ from typing import Any, Generic, Protocol, TypeVar, cast
 
 import orjson
 
-from fusee_runtime.errors import HistoryDamaged
+from fusee_runtime.errors import HistoryDamaged, StoreUnavailable
 from fusee_runtime.model.codec import arrayer
 from fusee_runtime.model.json import Json, JsonObject
 from fusee_runtime.model.records import Record
@@ -98,6 +98,14 @@ class Connection(Protocol):
 
 
 Db = TypeVar("Db", bound=Connection)
+
+
+R = TypeVar("R")
+
+
+class ReadLost(StoreUnavailable):
+    """The reads' connection was lost (a store's `_reading` says so): read once more on
+    a new one; lost again, the caller gets this `StoreUnavailable`."""
 
 
 @dataclass(frozen=True)
@@ -319,19 +327,35 @@ class HistoryBase(Generic[Db]):
     #
     # Each raises `HistoryDamaged` when the store cannot be read.
 
+    def _read(self, read: Callable[[Any], R]) -> R:
+        """`read(db)` on the reads' connection; once more, on a new connection, when a
+        store's `_reading` says the first was lost (`ReadLost`: a session the server
+        ended, a restart): a read changes nothing, so it may be made twice."""
+        try:
+            with self._reading() as db:
+                return read(db)
+        except ReadLost:
+            with self._reading() as db:
+                return read(db)
+
     def latest(self, workflow_id: str) -> Row | None:
         """The newest stored run of `workflow_id`."""
-        with self._reading() as db:
+
+        def read(db: Any) -> Row | None:
             got = db.execute(self.dialect.latest(), (workflow_id,)).fetchone()
             return self._row(got) if got else None
 
+        return self._read(read)
+
     def exists(self, run_id: str) -> bool:
-        with self._reading() as db:
-            return db.execute(self.dialect.exists(), (run_id,)).fetchone() is not None
+        return self._read(
+            lambda db: db.execute(self.dialect.exists(), (run_id,)).fetchone() is not None
+        )
 
     def full(self, run_id: str) -> tuple[JsonObject | None, list[list[Any]]] | None:
         """(creation, records) of a stored run."""
-        with self._reading() as db:
+
+        def read(db: Any) -> tuple[JsonObject | None, list[list[Any]]] | None:
             got = db.execute(self.dialect.full(), (run_id,)).fetchone()
             if got is None:
                 return None
@@ -339,12 +363,17 @@ class HistoryBase(Generic[Db]):
             creation = orjson.loads(made) if made is not None else None
             return creation, orjson.loads(recs)
 
+        return self._read(read)
+
     def records_of(self, workflow_id: str) -> list[tuple[str, list[list[Any]]]]:
         """(run_id, records) of every stored run of `workflow_id`, oldest first."""
-        with self._reading() as db:
+
+        def read(db: Any) -> list[tuple[str, list[list[Any]]]]:
             got = db.execute(self.dialect.records_of(), (workflow_id,)).fetchall()
             got = cast("Sequence[tuple[str, JsonText]]", got)  # (the schemas')
             return [(run_id, orjson.loads(recs)) for run_id, recs in got]
+
+        return self._read(read)
 
     def list(
         self,
@@ -358,8 +387,7 @@ class HistoryBase(Generic[Db]):
         """The stored runs with this status, workflow, parent and search conditions,
         newest first, begun before record `before`: `limit` at most."""
         sql, args = self.dialect.list(status, workflow, limit, parent, where, before)
-        with self._reading() as db:
-            return [self._row(r) for r in db.execute(sql, args)]
+        return self._read(lambda db: [self._row(r) for r in db.execute(sql, args)])
 
     def query_plan(
         self,
@@ -370,9 +398,11 @@ class HistoryBase(Generic[Db]):
     ) -> str:
         """The database's plan for `list` with these filters, one step per line."""
         sql, args = self.dialect.list(status, workflow, limit, None, where, None)
-        with self._reading() as db:
-            plan = db.execute(self.dialect.explain + sql, args)
-            return "\n".join(cast(str, r[-1]) for r in plan)  # (a step's text)
+        return self._read(
+            lambda db: "\n".join(
+                cast(str, r[-1]) for r in db.execute(self.dialect.explain + sql, args)
+            )
+        )
 
     def _row(self, values: Sequence[object]) -> Row:
         """A row of `COLUMNS`, its JSON decoded."""

@@ -36,7 +36,7 @@ import orjson
 
 from fusee_runtime.errors import HistoryDamaged, Rejected
 from fusee_runtime.search import RANGES, Condition
-from fusee_runtime.store.history import Closed, HistoryBase, ResetSource
+from fusee_runtime.store.history import Closed, HistoryBase, ReadLost, ResetSource
 from fusee_runtime.store.history_sql import COLUMNS, Dialect
 
 if TYPE_CHECKING:
@@ -176,6 +176,9 @@ class PgHistory(HistoryBase["psycopg.Connection[TupleRow]"]):
                 if self._reads is not None and self._reads.broken:
                     self._reads.close()
                     self._reads = None
+                    if isinstance(e, psycopg.OperationalError):  # the session, not the data
+                        why = self._journal.said(e)
+                        raise ReadLost(f"the closed runs in {self._journal.name}: {why}") from None
                 raise self.broken(self._journal.said(e)) from None
 
     def prune(

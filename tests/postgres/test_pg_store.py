@@ -362,3 +362,24 @@ async def test_an_idle_owner_whose_session_ended_stops_without_waiting_for_a_com
             await e.signal("w-1", "go", 1)
     finally:
         await e.close()
+
+
+async def test_a_history_read_whose_session_the_server_ended_is_made_again(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """Found by the torture (seed 7309, fault "drop"): a read of the closed runs on a
+    connection the server had ended raised `HistoryDamaged` (it is not damage), and the
+    process died of it; a read is made once more on a new connection."""
+    async with engine(tmp_path / "h", pg_url) as e:
+        await e.signal((await e.start("pg_waits", 1, id="r-1")).id, "go", 1)
+        assert await e.handle("r-1").result() == 2
+        store = e.runs.store
+        assert store is not None
+        store.flush()  # (closed runs in the store)
+        assert store.latest("r-1") is not None  # (the reads' connection, made)
+        backend = store._reads.info.backend_pid  # type: ignore[attr-defined]
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+        row = store.latest("r-1")
+        assert row is not None and row.run_id == e.runs.latest("r-1").run_id
+        assert store._reads.info.backend_pid != backend  # type: ignore[attr-defined]
