@@ -23,6 +23,7 @@ from fusee_runtime.engine.waits import INSTANT_MAX, wake_at
 from fusee_runtime.errors import IdConflict, Rejected
 from fusee_runtime.model.op_records import StepResumed
 from fusee_runtime.model.records import RunTerminated, RunUnstuck
+from fusee_runtime.objects import OBJECT_PREFIX
 from fusee_runtime.scope import check_name
 from fusee_runtime.store.shards import owned_id
 from fusee_runtime.tracing import check_traceparent
@@ -68,8 +69,7 @@ class Commands:
         name = workflow.name if isinstance(workflow, WorkflowDef) else workflow
         wf = self.driver.workflow(name)
         if name in self.driver.builtins and not isinstance(workflow, WorkflowDef):
-            # Its input is checked where it is made: `Engine.batch`, `fusee batch`.
-            raise Rejected(f"{name!r} is the engine's own workflow: start a batch with batch")
+            _check_builtin(name, input)
         if on_conflict not in ("return", "fail", "new_run"):
             raise Rejected(f"on_conflict is 'return', 'fail' or 'new_run', not {on_conflict!r}")
         # Typed when the workflow's input parameter is annotated (`fusee_runtime.typed`).
@@ -211,3 +211,13 @@ class Commands:
         new = resets.reset(self.driver, run, to, newest, batch)
         await self.durability.wait(new.last_lsn)
         return new.run_id
+
+
+def _check_builtin(name: str, input: object) -> None:
+    """An engine's own workflow started by its name: an object's key's run (with no
+    input: its first call starts it so), never a batch (its spec is checked where it is
+    made: `Engine.batch`, `fusee batch`)."""
+    if not name.startswith(OBJECT_PREFIX):
+        raise Rejected(f"{name!r} is the engine's own workflow: start a batch with batch")
+    if input is not None:
+        raise Rejected(f"{name!r} is an object's: its runs start with no input")

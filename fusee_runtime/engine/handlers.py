@@ -295,7 +295,11 @@ class Handlers:
         with no owner to ask): its handlers, over the state its journal gives."""
         from fusee_runtime.replayer import replayed  # (a passive engine's queries only)
 
-        return await replayed(run, self.driver.workflows)
+        workflows = self.driver.workflows
+        own = self.driver.defined(run.workflow)  # (an object's key: the engine's own code)
+        if own is not None and run.workflow not in workflows:
+            workflows = {**workflows, run.workflow: own}
+        return await replayed(run, workflows)
 
     def _update_failure(self, failure: Failure | None, arg_bytes: int) -> Any:
         """A failure as the update's record carries it: cut to what fits beside the argument."""

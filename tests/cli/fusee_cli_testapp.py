@@ -12,7 +12,17 @@ import os
 import signal
 from typing import Any
 
-from fusee_runtime import Ctx, Exhausted, Fatal, RetryPolicy, current_ctx, step, workflow
+from fusee_runtime import (
+    Ctx,
+    Exhausted,
+    Fatal,
+    RetryPolicy,
+    current_ctx,
+    handler,
+    object,
+    step,
+    workflow,
+)
 
 ENTERED: asyncio.Event | None = None
 """Set by `forever` when its function starts: every earlier record is durable then."""
@@ -181,3 +191,20 @@ async def cli_cart(ctx: Ctx, _: Any) -> list[str]:
     ctx.on_update("add", add)
     await ctx.wait_for("checkout")
     return items
+
+
+@object(name="cli.tally")
+class CliTally:
+    """A virtual object (`fusee objects`): a count per key."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    @handler
+    async def add(self, ctx: Ctx, n: int) -> int:
+        self.count += await reserve("x" * n)
+        return self.count
+
+    @handler(shared=True)
+    def total(self, ctx: Ctx) -> int:
+        return self.count
