@@ -3,6 +3,7 @@ queries (`fusee_runtime.objects` says what users write and what they get)."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from typing import TYPE_CHECKING, Any
 
@@ -143,6 +144,15 @@ class ObjectRef:
         objects, name, key = self._objects, self.name, self.key
 
         async def send() -> Any:
-            return await objects.call(name, key, handler, arg, update_id=current_ctx().key())
+            try:
+                return await objects.call(name, key, handler, arg, update_id=current_ctx().key())
+            except Exception:
+                if not objects.engine.driver.closing:
+                    raise
+                # The engine stops under the call: not an outcome to record. The step is
+                # left to the engine's close to cut off, and runs again in the next life,
+                # with the same key (the object answers what it recorded, if anything).
+                await asyncio.Event().wait()
+                raise
 
         return await self._ctx.step(f"{name}.{handler}", send)

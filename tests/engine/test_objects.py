@@ -141,3 +141,28 @@ async def test_calls_to_what_is_not_there_are_clear(make_engine: Any) -> None:
             async def read(self, ctx: Ctx) -> None: ...
 
     assert Rejected  # (a key calling itself is refused: see ObjectRef.call)
+
+
+async def test_calls_queued_behind_one_cut_by_a_crash_are_all_applied_after(
+    make_engine: Any,
+) -> None:
+    """Found by the torture's counter: a crash while one call was in its handler and
+    others waited their turn (accepted, recorded) left the key parked with the waiting
+    ones never applied after the reopen; their callers waited for ever."""
+    SEEN.clear()
+    GATE["first"], STARTED["first"] = asyncio.Event(), asyncio.Event()
+    engine = make_engine()
+    await engine.open()
+    await engine.start(shopper, ["first"], id="q-1")
+    await STARTED["first"].wait()
+    await engine.start(shopper, ["second"], id="q-2")
+    await engine.start(shopper, ["third"], id="q-3")
+    run = engine.runs.latest("object:cart:alice")
+    await engine.wait_until(lambda: len(run.updates_accepted) == 3)
+    await engine.close(crash=True)
+    GATE.clear()
+    async with make_engine() as engine:
+        results = [await engine.handle(f"q-{i}").result(timeout=30) for i in (1, 2, 3)]
+        assert sorted(r[0] for r in results) == [1, 2, 3]
+        state = await engine.object("cart", "alice").get()
+        assert state == {"items": ["first", "second", "third"]}

@@ -48,7 +48,7 @@ def main() -> int:
     base = args.dir or Path(tempfile.mkdtemp(prefix="fusee-torture-"))
     counted = (
         "trials mid cut runs steps signals children heartbeats limited entered crowded updates "
-        "boxes box_updates box_unanswered reopened after_reopen "
+        "counted boxes box_updates box_unanswered reopened after_reopen "
         "violations "
         "checkpoints compacted "
         "history "
@@ -81,6 +81,7 @@ def main() -> int:
         totals["entered"] += report.entered
         totals["crowded"] += report.crowded
         totals["updates"] += report.updates
+        totals["counted"] += report.counted
         totals["boxes"] += report.boxes
         totals["box_updates"] += report.box_updates
         totals["box_unanswered"] += report.box_unanswered
@@ -113,6 +114,7 @@ def main() -> int:
         f"{totals['heartbeats']} heartbeats and {totals['limited']} limited steps "
         f"({totals['entered']} attempts entering; {totals['crowded']} lives with "
         f"{torture_app.LIMIT_PERMITS} inside at once) and {totals['updates']} updates checked; "
+        f"{totals['counted']} calls to the counter object checked once each; "
         f"{totals['reopened']} first lives closed and opened their engine again; "
         f"{totals['box_updates']} acknowledged box updates checked in {totals['boxes']} box "
         f"runs ({totals['after_reopen']} answered after that reopen, and "

@@ -66,7 +66,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,6 +81,7 @@ from fusee_runtime.journal.reader import first_lsns, recover
 from fusee_runtime.journal.records import CLOSES, R, decode
 from fusee_runtime.journal.storage import Storage
 from fusee_runtime.model.sealing import is_envelope, of_environment
+from fusee_runtime.objects import OBJECT_PREFIX
 from fusee_runtime.store import history_db as history
 
 from . import torture_app
@@ -141,6 +142,8 @@ class Report:
     """Limited steps the recovered journal holds completed."""
     updates: int = 0
     """Runs that took an update (each checked applied once)."""
+    counted: int = 0
+    """Runs that called the counter object (each checked to reach it once)."""
     boxes: int = 0
     """Box runs checked (`torture_app.boxes`)."""
     box_updates: int = 0
@@ -768,6 +771,7 @@ def check(report: Report, evidence: Evidence) -> None:
     _check_children(report, evidence, wids)
     _check_limits(report, evidence)
     _check_updates(report, evidence, wids)
+    _check_counter(report, evidence)
     _check_boxes(report, evidence, wids)
     # A step's progress only goes up: each attempt goes on after the last row it finds.
     rows: dict[tuple[str, str], int] = {}
@@ -855,6 +859,8 @@ def check(report: Report, evidence: Evidence) -> None:
             continue
         report.steps += 1
         run_id, seq, name, value = rec[1], rec[2], rec[3], rec[4]
+        if name == f"{torture_app.COUNTER}.incr":
+            continue  # (the call to the counter object: `_check_counter` checks it)
         key = f"{wids.get(run_id, '?')}/{run_id}/{seq}"
         runs = by_key.get(key, [])
         nonces = [line["nonce"] for line in runs]
@@ -901,6 +907,42 @@ def _check_children(report: Report, evidence: Evidence, wids: dict[str, str]) ->
         reasons = terminated.get(f"{wid}#orphan", [])
         if inp["orphan"] and (len(reasons) != 1 or f"its parent {wid!r}" not in reasons[0]):
             v.append(f"{wid}#orphan: terminated {len(reasons)} times ({reasons}), once expected")
+
+
+def _check_counter(report: Report, evidence: Evidence) -> None:
+    """The counter object (`torture_app.COUNTER`), after the crash and at the end: each
+    run's call accepted once and applied once (its caller's step run again after a
+    crash sends the same update id), and at the end every run that completed reached it."""
+    v = report.violations
+    workflow = OBJECT_PREFIX + torture_app.COUNTER
+    for when, journal in (
+        ("after the crash", evidence.after_crash),
+        ("at the end", evidence.journal),
+    ):
+        runs = {r[1] for r in journal if r[0] == R.RunStarted and r[3] == workflow}
+        accepted = [r for r in journal if r[0] == R.UpdateAccepted and r[1] in runs]
+        applied = [r for r in journal if r[0] == R.UpdateApplied and r[1] in runs]
+        callers = Counter(r[4] for r in accepted)
+        for caller, n in sorted(callers.items()):
+            if n > 1:
+                v.append(f"{caller}: reached the counter object {n} times ({when})")
+        for uid, n in sorted(Counter(r[2] for r in applied).items()):
+            if n > 1:
+                v.append(f"counter call {uid}: applied {n} times ({when})")
+        if when != "at the end":
+            continue
+        if len(runs) > 1:
+            v.append(f"the counter object has {len(runs)} runs, one expected")
+        calls = {
+            w for w, inp in evidence.planned.items() if inp.get("count") and w in evidence.finals
+        }
+        for wid in sorted(calls - set(callers)):
+            v.append(f"{wid}: completed, its call never reached the counter object")
+        for caller in sorted(set(callers) - calls):
+            v.append(f"{caller}: reached the counter object, though no completed run calls it")
+        if len(applied) != len(accepted):
+            v.append(f"the counter object: {len(accepted)} calls accepted, {len(applied)} applied")
+        report.counted = len(calls)
 
 
 def _check_updates(report: Report, evidence: Evidence, wids: dict[str, str]) -> None:

@@ -44,6 +44,8 @@ from fusee_runtime import (
     Rejected,
     RetryPolicy,
     current_ctx,
+    handler,
+    object,
     step,
     workflow,
 )
@@ -324,6 +326,10 @@ def plan(seed: int, runs: int, where: tuple[int, int] = (0, 1)) -> list[tuple[st
                     "beats": rng.choice([0, 0, 0, BEAT_ROWS]),
                     "limited": rng.random() < 0.2,
                     "update": rng.random() < 0.25,
+                    # (not drawn: the plans of earlier seeds stay as they were) With
+                    # FUSEE_TORTURE_COUNTER=1, a third of the runs of a home of one
+                    # journal call the counter object.
+                    "count": COUNTING and where == (0, 1) and i % 3 == 0,
                 },
             )
         )
@@ -449,6 +455,27 @@ async def beat(name: str, rows: int) -> dict[str, Any]:
     return {"v": rows, "nonce": _ledger(name, ok=True)}
 
 
+COUNTER = "tt.counter"
+"""The virtual object the mixed runs call (`inp["count"]`), each once."""
+COUNTING = os.environ.get("FUSEE_TORTURE_COUNTER") == "1"
+"""Whether runs call the counter (off by default until a liveness bug it found is
+fixed: calls accepted by a key's run and cut by a crash can be left unapplied, their
+callers waiting; seed 5107 shows it)."""
+
+
+@object(name=COUNTER)
+class Counter:
+    """Who called it, in the order the calls were applied (the harness reads it back)."""
+
+    def __init__(self) -> None:
+        self.callers: list[str] = []
+
+    @handler
+    async def incr(self, ctx: Ctx, caller: str) -> int:
+        self.callers.append(caller)
+        return len(self.callers)
+
+
 @workflow(name="tt_mixed")
 async def mixed(ctx: Ctx, inp: dict[str, Any]) -> int:
     base = inp["base"]
@@ -491,6 +518,8 @@ async def mixed(ctx: Ctx, inp: dict[str, Any]) -> int:
     if inp["update"]:
         await ctx.wait_for(CLOSE)
         total += sum(bumped)
+    if inp.get("count"):  # once per run, whatever crashes: the harness checks it
+        await ctx.object(COUNTER, "c").call("incr", ctx.workflow_id)
     total += (await ctx.step("last", work, "last", base + 999))["v"]
     return total
 
