@@ -442,11 +442,33 @@ class Execution:
         run = self.run
         if run.live.task is None or run.live.execution is not self or not run.is_open:
             return
+        if self._updates_left():
+            return  # (they run now: the run parks once they are applied)
         self.parking = True
         self.halted = "parked"
         self.host.park(run)
         if self.updates is not None:
             self.updates.cancel()
+
+    def _updates_left(self) -> bool:
+        """Whether updates accepted are not applied yet; if so, they are given their turn
+        now, where the code waits (what was accepted after an update replayed was
+        applied waited for a `due` that the code, waiting in its last operation, would
+        never call again: a run parked so, its updates' callers waited for ever).
+        Updates are applied in the order accepted: the newest says for all."""
+        run = self.run
+        if self.updates is not None and self.updates.runner is not None:
+            return False  # a handler waits (a timer, a signal): it parks with the run
+        newest = next(reversed(run.updates_accepted), None)
+        if newest is None or newest in run.updates_done:
+            return False
+        tasks = self.update_tasks()
+        for position, entries in run.update_log.items():
+            for update_id, name, arg in entries:
+                if update_id in run.updates_accepted and update_id not in run.updates_done:
+                    tasks.accepted(update_id, name, arg, position, now=False)
+        tasks.due(None)
+        return True
 
     # -- cancellation ----------------------------------------------------------------
 

@@ -47,7 +47,8 @@ def objects(
         typer.Option(
             "--call-id",
             metavar="ID",
-            help="With call: a call sent again with the same id reaches the object once.",
+            help="With call: a call sent again with the same id reaches the object once; "
+            "default: a fresh id.",
             show_default=False,
         ),
     ] = None,

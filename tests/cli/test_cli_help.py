@@ -23,6 +23,7 @@ def test_the_commands_of_this_version():
         "limits",
         "list",
         "logs",
+        "objects",
         "prune",
         "query",
         "replay",
