@@ -69,11 +69,17 @@ class Objects:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def handler(self, name: str, handler: str) -> Handler:
+    @staticmethod
+    def defined(name: str) -> ObjectDef:
+        """The registered object `name`, or NotFound naming those there are."""
         obj = registry().get(name)
         if obj is None:
             known = ", ".join(sorted(registry())) or "none"
             raise NotFound(f"no object {name!r}; objects: {known}")
+        return obj
+
+    def handler(self, name: str, handler: str) -> Handler:
+        obj = self.defined(name)
         h = obj.handlers.get(handler)
         if h is None:
             raise NotFound(
@@ -96,10 +102,7 @@ class Objects:
 
     async def get(self, name: str, key: str) -> dict[str, Any]:
         """The state of key `key` (NotFound: no call has reached it yet)."""
-        if name not in registry():
-            raise NotFound(
-                f"no object {name!r}; objects: {', '.join(sorted(registry())) or 'none'}"
-            )
+        self.defined(name)
         state: dict[str, Any] = await self.engine.query(object_id(name, key), STATE)
         return state
 
