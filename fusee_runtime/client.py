@@ -40,13 +40,14 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from fusee_runtime.control.operations import BatchAction
 from fusee_runtime.dsl import WorkflowDef, seconds
 from fusee_runtime.errors import Rejected
 from fusee_runtime.model.json import Json, JsonObject
 from fusee_runtime.model.run import RunInfo
+from fusee_runtime.objects import STATE, object_id
 from fusee_runtime.typed import decode, shape_of
 
 if TYPE_CHECKING:  # (imported when a client connects: an engine alone does not need them)
@@ -363,6 +364,40 @@ class Client:
                 name, start.isoformat(), end.isoformat()
             )
         return [(id, outcome) for id, outcome in pairs]
+
+    def object(self, name: str, key: str) -> ClientObject:
+        """Key `key` of virtual object `name` (`@object`), as `Engine.object` gives it:
+        `call`, `get`, `describe`. Its open keys are the open runs of workflow
+        `fusee.object.<name>`: `list(workflow=..., status="open")`."""
+        return ClientObject(self._transport, name, key)
+
+
+class ClientObject:
+    """A key of a virtual object, through a client (`Client.object`)."""
+
+    def __init__(self, transport: Transport, name: str, key: str) -> None:
+        self._transport = transport
+        self.name, self.key = name, key
+        self.id = object_id(name, key)
+
+    def __repr__(self) -> str:
+        return f"<ClientObject {self.name}:{self.key}>"
+
+    async def call(self, handler: str, arg: object = None, call_id: str | None = None) -> Json:
+        """Calls `handler` (the key's run is started by its first call): an exclusive one
+        waits its turn and answers once recorded; the same `call_id` sent again (after a
+        `ConnectionLost`, say) reaches the object once and gets the first answer."""
+        async with _lost():
+            return await self._transport.object_call(self.id, handler, arg, call_id)
+
+    async def get(self) -> JsonObject:
+        """The key's state (`NotFound` until a call reached it)."""
+        state = await _read(lambda: self._transport.query(self.id, STATE))
+        return cast(JsonObject, state)
+
+    async def describe(self) -> JsonObject:
+        """Its run, state, queue of calls waiting their turn (`ObjectHandle.describe`)."""
+        return await _read(lambda: self._transport.object_describe(self.id))
 
 
 class ClientHandle:

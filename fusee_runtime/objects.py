@@ -85,6 +85,13 @@ def object_id(name: str, key: str) -> str:
     return f"object:{name}:{key}"
 
 
+def object_key(id: str) -> tuple[str, str] | None:
+    """`(name, key)` of an object's run id (`object_id`'s inverse), or None for another id."""
+    kind, _, rest = id.partition(":")
+    name, sep, key = rest.partition(":")
+    return (name, key) if kind == "object" and sep and name else None
+
+
 @overload
 def handler(fn: Callable[..., T], /) -> Callable[..., T]: ...
 @overload
@@ -110,6 +117,8 @@ def object(cls: type | None = None, /, *, name: str | None = None) -> Any:
 
     def register(c: type) -> type:
         obj = ObjectDef(name or c.__name__, c)
+        if not obj.name or ":" in obj.name or "#" in obj.name:
+            raise TypeError(f"@object name {obj.name!r}: give one without ':' or '#'")
         for attr, fn in vars(c).items():
             if not callable(fn) or not hasattr(fn, "__fusee_handler__"):
                 continue

@@ -199,6 +199,30 @@ class Client:
     ) -> builtins.list[tuple[str, str]]:
         return self._loop.run(self._client.backfill_schedule(name, start, end))
 
+    def object(self, name: str, key: str) -> ClientObject:
+        return ClientObject(self._client.object(name, key), self._loop)
+
+
+class ClientObject:
+    """`fusee_runtime.client.ClientObject`, blocking."""
+
+    def __init__(self, obj: aio.ClientObject, loop: _Loop) -> None:
+        self._object = obj
+        self._loop = loop
+        self.name, self.key, self.id = obj.name, obj.key, obj.id
+
+    def __repr__(self) -> str:
+        return repr(self._object)
+
+    def call(self, handler: str, arg: object = None, call_id: str | None = None) -> Json:
+        return self._loop.run(self._object.call(handler, arg, call_id))
+
+    def get(self) -> JsonObject:
+        return self._loop.run(self._object.get())
+
+    def describe(self) -> JsonObject:
+        return self._loop.run(self._object.describe())
+
 
 class ClientHandle:
     """`fusee_runtime.client.ClientHandle`, blocking."""

@@ -15,13 +15,13 @@ from fusee_cli.session import CliError, Code
 if TYPE_CHECKING:
     from fusee_runtime.control.client import ControlApi
 
-ACTIONS = ("list", "get", "call")
+ACTIONS = ("list", "get", "describe", "call")
 
 
 def objects(
     action: Annotated[
         str,
-        typer.Argument(metavar="ACTION", help="list, get or call.", show_default=False),
+        typer.Argument(metavar="ACTION", help="list, get, describe or call.", show_default=False),
     ],
     name: Annotated[
         str | None,
@@ -57,7 +57,8 @@ def objects(
     store: Store = None,
     app: App = None,
 ) -> None:
-    """List an object's keys, print a key's state, or call one of its handlers.
+    """List an object's keys, print a key's state (describe: with its queue of calls), or
+    call one of its handlers.
 
     A call to an exclusive handler waits its turn (one at a time per key) and is
     answered once recorded; a shared one answers at once. The process that drives the
@@ -69,21 +70,22 @@ def objects(
 
     with session.reporting():
         if action not in ACTIONS:
-            raise CliError(Code.USAGE, f"fusee objects takes list, get or call, not {action!r}")
+            said = f"fusee objects takes list, get, describe or call, not {action!r}"
+            raise CliError(Code.USAGE, said)
         module = app_module(app)
         from fusee_runtime.engine.registry import load_app
-        from fusee_runtime.objects import OBJECT_PREFIX, STATE, object_id, registry
+        from fusee_runtime.objects import STATE, object_id, registry
 
         load_app(module)
         known = registry()
         if name is not None and name not in known:
             listed = ", ".join(sorted(known)) or "none"
             raise CliError(Code.NOT_FOUND, f"no object {name!r} in {module}; objects: {listed}")
-        needs = {"list": 0, "get": 2, "call": 3}[action]
+        needs = {"list": 0, "get": 2, "describe": 2, "call": 3}[action]
         given = [x for x in (name, key, handler) if x is not None]
         if len(given) < needs or (action != "call" and (handler is not None or arg)):
-            usage = {"list": "[NAME]", "get": "NAME KEY", "call": "NAME KEY HANDLER [ARG]"}
-            raise CliError(Code.USAGE, f"fusee objects {action} takes {usage[action]}")
+            usage = {"list": "[NAME]", "call": "NAME KEY HANDLER [ARG]"}.get(action, "NAME KEY")
+            raise CliError(Code.USAGE, f"fusee objects {action} takes {usage}")
         if action == "list":
             _list([name] if name is not None else sorted(known), home, as_json)
             return
@@ -93,20 +95,16 @@ def objects(
             state, _ = session.act(home, module, id, lambda ctl, _: ctl.query(id, STATE))
             _print(state, as_json)
             return
+        if action == "describe":
+            doc, _ = session.act(home, module, id, lambda ctl, _: ctl.object_describe(id))
+            _describe(doc, as_json)
+            return
         assert handler is not None
-        h = known[name].handlers.get(handler)
-        if h is None:
-            listed = ", ".join(sorted(known[name].handlers))
-            said = f"object {name!r} has no handler {handler!r}; its handlers: {listed}"
-            raise CliError(Code.NOT_FOUND, said)
         payload, _ = session.json_or_string(arg)
         session.check_payload(payload, "the call's argument")
 
         async def call(ctl: ControlApi) -> Any:
-            await ctl.start(OBJECT_PREFIX + name, None, id=id, on_conflict="return")
-            if h.shared:
-                return await ctl.query(id, handler, payload)
-            return await ctl.update(id, handler, payload, update_id=update_id)
+            return await ctl.object_call(id, handler, payload, update_id)
 
         _print(asyncio.run(_with(home, module, True, call)), as_json)
 
@@ -137,6 +135,23 @@ def _list(names: list[str], home: Any, as_json: bool) -> None:
 async def _with(home: Any, app: str | None, drive: bool, fn: Any) -> Any:
     async with session.control(home, app, drive=drive) as ctl:
         return await fn(ctl)
+
+
+def _describe(doc: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        session.print_json(doc)
+        return
+    import orjson
+
+    typer.echo(f"{doc['object']}:{doc['key']}  {doc['status']}  ({doc['applied']} calls applied)")
+    typer.echo(f"state: {orjson.dumps(doc['state']).decode()}")
+    if not doc["queue"]:
+        typer.echo("queue: empty")
+    for n, call in enumerate(doc["queue"]):
+        arg = orjson.dumps(call["arg"]).decode()
+        typer.echo(
+            f"{'next' if n == 0 else f'{n + 1:>4}'}  {call['handler']}({arg})  {call['call_id']}"
+        )
 
 
 def _print(answer: Any, as_json: bool) -> None:

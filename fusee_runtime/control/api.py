@@ -50,6 +50,7 @@ from fusee_runtime.errors import (
 from fusee_runtime.journal import records
 from fusee_runtime.model.json import Json, JsonObject
 from fusee_runtime.model.run import RunInfo, Status
+from fusee_runtime.objects import object_key
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.engine import Engine
@@ -266,6 +267,15 @@ class Control(Operations):
         handle = self.engine.handle(id, run_id)
         return await self._recorded(handle.update(name, arg, update_id=update_id))
 
+    async def object_call(
+        self, id: str, handler: str, arg: object = None, call_id: str | None = None
+    ) -> object:
+        name, key = _object_of(id)
+        return await self._recorded(self.engine.objects.call(name, key, handler, arg, call_id))
+
+    async def object_describe(self, id: str) -> JsonObject:
+        return await self.engine.objects.describe(*_object_of(id))
+
     async def result(
         self, id: str, run_id: str | None = None, timeout: float | None = None
     ) -> object:
@@ -470,3 +480,10 @@ class Control(Operations):
 def _retrieve(future: asyncio.Future[None]) -> None:
     if not future.cancelled():
         future.exception()
+
+
+def _object_of(id: str) -> tuple[str, str]:
+    found = object_key(id)
+    if found is None:
+        raise Rejected(f"{id!r} is not the id of an object's key (object:<name>:<key>)")
+    return found

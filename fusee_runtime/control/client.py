@@ -287,6 +287,14 @@ class Client(Operations):
         args = _pinned(run_id)
         return await self._ask(ops.UPDATE, id=id, name=name, arg=arg, update_id=update_id, **args)
 
+    async def object_call(
+        self, id: str, handler: str, arg: object = None, call_id: str | None = None
+    ) -> Json:
+        return await self._ask(ops.OBJECT_CALL, id=id, handler=handler, arg=arg, call_id=call_id)
+
+    async def object_describe(self, id: str) -> JsonObject:
+        return await self._ask(ops.OBJECT_DESCRIBE, id=id)
+
     async def result(
         self, id: str, run_id: str | None = None, timeout: float | None = None
     ) -> Json:

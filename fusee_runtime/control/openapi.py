@@ -179,6 +179,19 @@ _OPERATIONS: dict[tuple[str, str], JsonObject] = {
         (404, 409, 503),
         (ref("UpdateRequest"), "The argument, and an id that makes it idempotent.", False),
     ),
+    ("POST", "/v1/objects/{object}/{key}/calls/{name}"): _op(
+        "Call handler `name` of a virtual object's key (@object), starting the key's run "
+        "first if it has none: an exclusive handler waits its turn and answers once "
+        "recorded, a shared one answers at once",
+        _ANSWER,
+        (400, 404, 503),
+        (ref("ObjectCallRequest"), "The argument, and an id that makes the call once.", False),
+    ),
+    ("GET", "/v1/objects/{object}/{key}"): _op(
+        "A virtual object's key: its state, and the calls queued for their turn",
+        {200: _answer("The key.", ref("Object"))},
+        (400, 404, 503),
+    ),
     ("POST", "/v1/complete/{token}"): _op(
         "Finish the await_completion step that issued `token` with a value",
         _OK,
@@ -284,6 +297,8 @@ _PATH_PARAMETERS = {
     "id": "The workflow id; the call acts on its newest run (a batch: its id).",
     "name": "The signal's, handler's or schedule's name, as the path says.",
     "token": "The completion token that ctx.await_completion handed out.",
+    "object": "The virtual object's name (@object).",
+    "key": "The object's key.",
 }
 
 _ERROR_WHY = {

@@ -198,6 +198,43 @@ SCHEMAS: JsonObject = {
         },
         closed=True,
     ),
+    "ObjectCallRequest": obj(
+        {
+            "arg": anything("The handler's argument: any JSON value (default null)."),
+            "call_id": text(
+                "A call sent again with the same id reaches the object once, and gets the "
+                "answer recorded the first time.",
+                nullable=True,
+            ),
+        },
+        closed=True,
+    ),
+    "Object": obj(
+        {
+            "object": text(),
+            "key": text(),
+            "id": text("The id of the key's run (object:<name>:<key>)."),
+            "run_id": text(),
+            "status": text("Its run's status: open while the key lives."),
+            "state": anything("Its state: the instance's attributes (null once closed)."),
+            "queue": {
+                "type": "array",
+                "description": "Exclusive calls accepted and not yet applied, in the order "
+                "of their turn (the first is being applied unless the run is parked).",
+                "items": obj(
+                    {"call_id": text(), "handler": text(), "arg": anything("Its argument.")},
+                    "call_id",
+                    "handler",
+                ),
+            },
+            "applied": {"type": "integer", "description": "Exclusive calls applied."},
+        },
+        "object",
+        "key",
+        "id",
+        "state",
+        "queue",
+    ),
     "FailRequest": obj({"message": text()}, "message", closed=True),
     "Empty": obj({}, closed=True),
     "Answer": obj({"result": anything("Any JSON value.")}, "result"),

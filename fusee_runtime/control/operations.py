@@ -158,6 +158,20 @@ class Operations(Protocol):
         """Applies update `name` to the newest run of `id`; returns the handler's result."""
         ...
 
+    async def object_call(
+        self, id: str, handler: str, arg: object = None, call_id: str | None = None
+    ) -> object:
+        """Calls `handler` of the virtual object's key whose run is `id`
+        (`object:<name>:<key>`), starting that run first if it has none: an exclusive
+        handler waits its turn and answers once recorded (`call_id` sent again: the
+        outcome recorded the first time), a shared one answers at once."""
+        ...
+
+    async def object_describe(self, id: str) -> JsonObject:
+        """The key whose run is `id`: its state, its queue of calls accepted and not yet
+        applied, how many were applied (`ObjectHandle.describe`)."""
+        ...
+
     async def result(
         self, id: str, run_id: str | None = None, timeout: float | None = None
     ) -> object:

@@ -335,6 +335,22 @@ QUERY = _call(
 UPDATE = _call(
     Operations.update, lambda o, a: o.update(**a), _as_sent, acts=True, route=Route.ID, http=True
 )
+OBJECT_CALL = _call(
+    Operations.object_call,
+    lambda o, a: o.object_call(**a),
+    _as_sent,
+    acts=True,
+    route=Route.ID,
+    http=True,
+)
+OBJECT_DESCRIBE = _call(
+    Operations.object_describe,
+    lambda o, a: o.object_describe(**a),
+    _object,
+    acts=False,
+    route=Route.ID,
+    http=True,
+)
 RESULT = _call(
     Operations.result, lambda o, a: o.result(**a), _as_sent, acts=False, route=Route.ID, http=False
 )
@@ -423,7 +439,7 @@ OPS: dict[str, Op] = {
     for op in (
         *(PING, START, UPDATE_WITH_START, DESCRIBE, LIST, HISTORY, LOG, JOURNAL, RUN_IDS),
         *(SIGNAL, CANCEL, TERMINATE, RESUME, RESET, COMPLETE, FAIL, QUERY, UPDATE, RESULT),
-        *(BATCH, BATCH_DESCRIBE),
+        *(OBJECT_CALL, OBJECT_DESCRIBE, BATCH, BATCH_DESCRIBE),
         *(SCHEDULES, SCHEDULE, SCHEDULE_SET, SCHEDULE_DELETE, SCHEDULE_BACKFILL),
         *(PRUNE, LIMITS, LIMIT, WATCH, STREAM),
     )

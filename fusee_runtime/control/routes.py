@@ -50,6 +50,7 @@ from fusee_runtime.errors import (
 )
 from fusee_runtime.model.json import JsonObject
 from fusee_runtime.model.run import RunInfo, Status
+from fusee_runtime.objects import object_id
 
 DRIVER_RETRY_S = 0.1
 """How often a result's long poll asks again for a run whose driver went away during
@@ -313,6 +314,22 @@ async def _update(request: Request, api: Api) -> Response:
     return ep.json_response({"result": value})
 
 
+async def _object_call(request: Request, api: Api) -> Response:
+    path = request.path_params
+    doc = await ep.fields(request, ("arg", "call_id"))
+    id = object_id(path["object"], path["key"])
+    value = await api.control.object_call(id, path["name"], doc.get("arg"), ep.text(doc, "call_id"))
+    return ep.json_response({"result": value})
+
+
+async def _object_describe(request: Request, api: Api) -> Response:
+    ep.params(request, ())
+    path = request.path_params
+    return ep.json_response(
+        await api.control.object_describe(object_id(path["object"], path["key"]))
+    )
+
+
 async def _complete(request: Request, api: Api) -> Response:
     await api.control.complete(request.path_params["token"], await ep.body(request))
     return ep.json_response({"ok": True})
@@ -435,6 +452,8 @@ ROUTES: list[tuple[str, str, ops.Op | None, Endpoint]] = [
     ("POST", "/v1/runs/{id}/reset", ops.RESET, _reset),
     ("POST", "/v1/runs/{id}/queries/{name}", ops.QUERY, _query),
     ("POST", "/v1/runs/{id}/updates/{name}", ops.UPDATE, _update),
+    ("POST", "/v1/objects/{object}/{key}/calls/{name}", ops.OBJECT_CALL, _object_call),
+    ("GET", "/v1/objects/{object}/{key}", ops.OBJECT_DESCRIBE, _object_describe),
     ("POST", "/v1/complete/{token}", ops.COMPLETE, _complete),
     ("POST", "/v1/fail/{token}", ops.FAIL, _fail),
     ("GET", "/v1/schedules", ops.SCHEDULES, _schedules),

@@ -106,6 +106,36 @@ class Objects:
         state: dict[str, Any] = await self.engine.query(object_id(name, key), STATE)
         return state
 
+    async def describe(self, name: str, key: str) -> dict[str, Any]:
+        """Key `key` as a page shows it: its run, its state, the exclusive calls accepted
+        and not yet applied (`queue`, in the order they take their turn: the first one is
+        being applied unless the run is parked) and how many were applied (`applied`).
+
+        Raises:
+            NotFound: no such object, or no call has reached the key yet.
+        """
+        self.defined(name)
+        id = object_id(name, key)
+        run = self.engine.runs.latest(id)
+        state = await self.engine.query(id, STATE) if run.is_open else None
+        done = run.updates_done
+        queue = [
+            {"call_id": update_id, "handler": handler, "arg": arg}
+            for entries in run.update_log.values()
+            for update_id, handler, arg in entries
+            if update_id in run.updates_accepted and update_id not in done
+        ]
+        return {
+            "object": name,
+            "key": key,
+            "id": id,
+            "run_id": run.run_id,
+            "status": str(run.info().status),
+            "state": state,
+            "queue": queue,
+            "applied": len(done),
+        }
+
 
 class ObjectHandle:
     """Key `key` of object `name`, from outside: `engine.object(name, key)`."""
@@ -126,6 +156,10 @@ class ObjectHandle:
     async def get(self) -> dict[str, Any]:
         """The key's state: its instance's attributes."""
         return await self._objects.get(self.name, self.key)
+
+    async def describe(self) -> dict[str, Any]:
+        """Its run, state and queue of calls (`Objects.describe`)."""
+        return await self._objects.describe(self.name, self.key)
 
 
 class ObjectRef:

@@ -10,7 +10,17 @@ import os
 from pathlib import Path
 from typing import Any
 
-from fusee_runtime import Completion, Ctx, Exhausted, RetryPolicy, current_ctx, step, workflow
+from fusee_runtime import (
+    Completion,
+    Ctx,
+    Exhausted,
+    RetryPolicy,
+    current_ctx,
+    handler,
+    object,
+    step,
+    workflow,
+)
 
 
 @step
@@ -88,3 +98,20 @@ async def cl_chatty(ctx: Ctx, _: Any) -> Any:
     said = await ctx.wait_for("go")
     ctx.log.info(f"after {said}")
     return said
+
+
+@object(name="cl.tally")
+class ClTally:
+    """A virtual object: "add" (exclusive) adds, "total" (shared) reads."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    @handler
+    async def add(self, ctx: Ctx, by: int) -> int:
+        self.n = await cl_add(self.n, by)
+        return self.n
+
+    @handler(shared=True)
+    def total(self, ctx: Ctx) -> int:
+        return self.n

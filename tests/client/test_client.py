@@ -110,7 +110,7 @@ class _Awaited:
             return value
         if name in ("stream", "watch", "follow_log"):
             return lambda *a, **k: _iterated(value(*a, **k))
-        if name == "handle":
+        if name in ("handle", "object"):
             return lambda *a, **k: _Awaited(value(*a, **k))
 
         async def call(*args: Any, **kwargs: Any) -> Any:
@@ -240,6 +240,25 @@ async def test_every_method_of_the_client_reaches_the_runs_driven_elsewhere(
         assert (done["status"], done["outcomes"]) == ("completed", {"signalled": 3})
         with pytest.raises(NotFound):
             await client.describe_batch("bw-0")
+
+        # object: a key's calls (once per call id), its state, its queue.
+        tally = client.object("cl.tally", "t-1")
+        with pytest.raises(NotFound):
+            await tally.get()  # no call has reached it yet
+        assert await tally.call("add", 2) == 2
+        assert await tally.call("add", 3, call_id="k-1") == 5
+        assert await tally.call("add", 3, call_id="k-1") == 5  # sent again: reached once
+        assert await tally.call("total") == 5
+        assert await tally.get() == {"n": 5}
+        doc = await tally.describe()
+        assert (doc["state"], doc["queue"], doc["applied"]) == ({"n": 5}, [], 2)
+        assert doc["id"] == "object:cl.tally:t-1" and doc["status"] in ("running", "parked")
+        with pytest.raises(NotFound, match="no handler 'nope'"):
+            await tally.call("nope")
+        with pytest.raises(NotFound, match=r"no object 'cl\.none'"):
+            await client.object("cl.none", "t-1").call("add", 1)
+        listed = await client.list(workflow="fusee.object.cl.tally", status="open")
+        assert [info.id for info in listed] == ["object:cl.tally:t-1"]
     finally:
         await client.close()
 
