@@ -34,7 +34,7 @@ import random
 import socket
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from fusee_runtime.control import ops
 from fusee_runtime.control.api import Control
@@ -42,13 +42,15 @@ from fusee_runtime.control.client import Client, OwnerGone, OwnerLost, OwnerUnan
 from fusee_runtime.control.ops import Route
 from fusee_runtime.control.remote import StoreClient
 from fusee_runtime.control.wire import as_json
-from fusee_runtime.errors import NotFound, Rejected
+from fusee_runtime.errors import EngineClosed, NotFound, Rejected, StoreUnavailable
 from fusee_runtime.model.json import Json
 from fusee_runtime.store.shards import Layout
 from fusee_runtime.store.shared import open_shared
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.engine import Engine
+
+T = TypeVar("T")
 
 REMOTE_CALLS_MAX = 16
 """Most calls a `WorkerRouter` passes on to other processes at once, each holding a
@@ -320,3 +322,26 @@ class LocalClient(Client):
         async with contextlib.aclosing(op.call(self.control, args)) as events:
             async for event in events:
                 yield as_json(event)
+
+
+AGAIN_S = 0.2
+"""How soon `relay` asks again when a journal's driver went away under a call or none
+drives it yet (a worker takes it over within a round or two)."""
+
+
+async def relay(
+    router: ShardRouter,
+    k: int,
+    ask: Callable[[ops.Operations], Awaitable[T]],
+    closing: Callable[[], bool],
+) -> T:
+    """What `ask` answers of journal k's driver, asked again while none answers for sure
+    and `closing()` is false: for calls that are applied once however often they are
+    sent (an object's call with its id: `engine/objects.py`)."""
+    while True:
+        try:
+            return await ask(await router.client(k))
+        except (OwnerGone, OwnerLost, OwnerUnanswered, EngineClosed, StoreUnavailable):
+            if closing():
+                raise
+        await asyncio.sleep(AGAIN_S)

@@ -23,13 +23,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import random
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fusee_runtime.control.router import WorkerRouter, relay
 from fusee_runtime.engine.config import Config
 from fusee_runtime.errors import HomeLocked, StoreUnavailable
 from fusee_runtime.store.shards import Layout
@@ -76,6 +79,8 @@ class ShardWorker:
         self._free_before: set[int] = set()
         self._kept: dict[int, float] = {}  # taken beyond its share: kept until then
         self._closing: set[Engine] = set()
+        self._peers = WorkerRouter(layout, lease, self.engines.get, Path("."))
+        """Every journal's driver, as this worker's engines reach one another's."""
 
     async def run(self, stop: asyncio.Event) -> None:
         """Takes and gives journals until `stop` is set, then closes its engines.
@@ -150,6 +155,10 @@ class ShardWorker:
             return False
         self.engines[shard] = engine
         self._stacks[shard] = stack
+        # A call to an object's key of another journal reaches that journal's driver.
+        engine.objects.peers = functools.partial(
+            relay, self._peers, closing=lambda: engine.driver.closing
+        )
         self._event("shard_taken", shard=shard, runs_open=int(engine.counters()["runs_open"]))
         return True
 

@@ -5,15 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from typing import TYPE_CHECKING, Any
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, cast
 
 from fusee_runtime.dsl import WorkflowDef
 from fusee_runtime.errors import NotFound, Rejected
 from fusee_runtime.objects import OBJECT_PREFIX, STATE, Handler, ObjectDef, object_id, registry
+from fusee_runtime.store.shards import shard_of
 
 if TYPE_CHECKING:
     from fusee_runtime.context import Ctx
+    from fusee_runtime.control.operations import Operations
     from fusee_runtime.engine.engine import Engine
+
+Peers = Callable[[int, Callable[["Operations"], Awaitable[Any]]], Awaitable[Any]]
+"""`peers(k, ask)`: what `ask` answers of journal k's driver, asked again (through the
+database) until it answers for sure (`control.router.relay`)."""
 
 NEVER = "fusee.never"
 """The signal an object's run waits for: none is ever sent, so the run stays open."""
@@ -64,10 +72,21 @@ def defined(name: str) -> WorkflowDef | None:
 
 
 class Objects:
-    """Calls to objects' keys, from outside and from workflows' steps."""
+    """Calls to objects' keys, from outside and from workflows' steps.
+
+    With several journals in a PostgreSQL database, a key lives in the journal its
+    run's id belongs to, as any run does. A call to a key of another journal goes
+    through the database to that journal's driver (`peers`: set by the worker that
+    drives this engine), with a call id (one is made if none is given), sent again
+    with that id until the key's driver answers: each call reaches the key once,
+    whichever process drives it, whatever dies meanwhile. An engine that is not a
+    worker's (a command's, with nobody driving that journal) refuses such a call.
+    """
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.peers: Peers | None = None
+        """The drivers of the database's other journals (see `Peers`)."""
 
     @staticmethod
     def defined(name: str) -> ObjectDef:
@@ -94,6 +113,9 @@ class Objects:
         """Calls `handler` of key `key`, starting its run first if it has none."""
         h = self.handler(name, handler)
         id = object_id(name, key)
+        if (elsewhere := self._elsewhere(id)) is not None:
+            call_id = update_id or uuid.uuid4().hex
+            return await self._sent(elsewhere, lambda c: c.object_call(id, handler, arg, call_id))
         wf = self.engine.driver.workflow(OBJECT_PREFIX + name)  # (its def: started by no name)
         await self.engine.start(wf, None, id=id, on_conflict="return")
         if h.shared:
@@ -103,7 +125,10 @@ class Objects:
     async def get(self, name: str, key: str) -> dict[str, Any]:
         """The state of key `key` (NotFound: no call has reached it yet)."""
         self.defined(name)
-        state: dict[str, Any] = await self.engine.query(object_id(name, key), STATE)
+        id = object_id(name, key)
+        if (elsewhere := self._elsewhere(id)) is not None:
+            return cast(dict[str, Any], await self._sent(elsewhere, lambda c: c.query(id, STATE)))
+        state: dict[str, Any] = await self.engine.query(id, STATE)
         return state
 
     async def describe(self, name: str, key: str) -> dict[str, Any]:
@@ -116,6 +141,10 @@ class Objects:
         """
         self.defined(name)
         id = object_id(name, key)
+        if (elsewhere := self._elsewhere(id)) is not None:
+            return cast(
+                dict[str, Any], await self._sent(elsewhere, lambda c: c.object_describe(id))
+            )
         run = self.engine.runs.latest(id)
         state = await self.engine.query(id, STATE) if run.is_open else None
         done = run.updates_done
@@ -135,6 +164,27 @@ class Objects:
             "queue": queue,
             "applied": len(done),
         }
+
+    def _elsewhere(self, id: str) -> int | None:
+        """The journal of `id` when it is another than this engine's, else None.
+
+        Raises:
+            Rejected: it is another, and this engine reaches no other (not a worker's).
+        """
+        k, n = self.engine.driver.shard
+        if n == 1 or (home := shard_of(id, n)) == k:
+            return None
+        if self.peers is None:
+            raise Rejected(
+                f"{id!r} lives in journal {home} of the {n} in this database, and this "
+                f"engine (journal {k}) is not a worker's: calls between journals go "
+                "through the workers (fusee --store URL serve)"
+            )
+        return home
+
+    async def _sent(self, k: int, ask: Callable[[Operations], Awaitable[Any]]) -> Any:
+        assert self.peers is not None
+        return await self.peers(k, ask)
 
 
 class ObjectHandle:
