@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import hashlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from fusee_runtime.attempts import after_abandoned, any_running_on, run_attempt
@@ -78,6 +79,19 @@ class StepWorkers:
         self.attempts_failed = 0
         """Of those, the attempts that failed (retried, paused or final)."""
         self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def holding_no_grace(self, wake: Callable[[], None]) -> Iterator[None]:
+        """Around what an attempt awaits that stops with the engine (a call to an object's
+        key this engine drives, or a wait for the next life): meanwhile it does not count
+        in `attempts`, so a close does not spend its grace waiting for it (`wake` tells the
+        close's wait that the count changed)."""
+        self.attempts -= 1
+        wake()
+        try:
+            yield
+        finally:
+            self.attempts += 1
 
     def in_thread(self, run: Callable[..., Any], *args: object, **kwargs: object) -> Any:
         """Runs a plain-def step function in the pool, counted while it runs."""

@@ -165,6 +165,10 @@ class Objects:
             "applied": len(done),
         }
 
+    def here(self, id: str) -> bool:
+        """Whether the run of `id` is this engine's (else another journal's)."""
+        return self._elsewhere(id) is None
+
     def _elsewhere(self, id: str) -> int | None:
         """The journal of `id` when it is another than this engine's, else None.
 
@@ -231,15 +235,25 @@ class ObjectRef:
         objects, name, key = self._objects, self.name, self.key
 
         async def send() -> Any:
+            engine = objects.engine
+            workers, wake = engine.driver.workers, engine.durability.progressed
+            call_id = current_ctx().key()
             try:
-                return await objects.call(name, key, handler, arg, update_id=current_ctx().key())
+                if not objects.here(object_id(name, key)):
+                    # Another process answers: a wait worth a close's grace.
+                    return await objects.call(name, key, handler, arg, call_id)
+                # The key's run is this engine's: it stops with the engine, and so may
+                # this wait (a close need not give it its grace).
+                with workers.holding_no_grace(wake):
+                    return await objects.call(name, key, handler, arg, call_id)
             except Exception:
-                if not objects.engine.driver.closing:
+                if not engine.driver.closing:
                     raise
-                # The engine stops under the call: not an outcome to record. The step is
-                # left to the engine's close to cut off, and runs again in the next life,
-                # with the same key (the object answers what it recorded, if anything).
+            # The engine stops under the call: not an outcome to record. The step is left
+            # to the engine's close to cut off, and runs again in the next life, with the
+            # same key (the object answers what it recorded, if anything).
+            with workers.holding_no_grace(wake):
                 await asyncio.Event().wait()
-                raise
+            raise AssertionError("unreachable: the close cancels the wait")
 
         return await self._ctx.step(f"{name}.{handler}", send)

@@ -1,10 +1,12 @@
 """`POST /v1/objects/{object}/{key}/calls/{name}` and `GET /v1/objects/{object}/{key}`
 (issue 39, item 1): a virtual object's key called over HTTP, once per call id; its state
-and its queue of calls waiting their turn; the errors of a call that is not one."""
+and its queue of calls waiting their turn, also on the web UI's pages; the errors of a
+call that is not one."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 
 import httpx
 
@@ -67,6 +69,13 @@ async def test_a_key_is_called_described_and_queued_over_http(
         ("add", 30),
     ]
     assert [c["call_id"] for c in doc["queue"][1:]] == ["q-20", "q-30"]
+    # The web UI shows the same: the key's run page, its state and queue; the keys.
+    page = (await api.get("/runs/object:ho.box:b1")).text
+    assert "Object ho.box, key b1" in page and "Queue (3; 1 applied)" in page
+    turns = re.findall(r"<tr><td>(now|\d+)</td><td>add</td>", page)
+    assert turns == ["now", "2", "3"] and "q-20" in page and "q-30" in page
+    keys = (await api.get("/objects")).text
+    assert 'href="/runs/object%3Aho.box%3Ab1"' in keys and ">object:ho.box:b1</a>" in keys
     GATE.set()
     assert [(await f).json()["result"] for f in (first, *later)] == [12, 32, 62]
     doc = (await api.get("/v1/objects/ho.box/b1")).json()

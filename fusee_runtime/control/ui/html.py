@@ -140,7 +140,8 @@ def live(body: str) -> str:
 def page(title: str, body: str, nav: str, logout: bool = False) -> str:
     """A whole page: `body` under the navigation (`nav` is the current one) and the
     status header."""
-    links = [("runs", "/", "Runs"), ("schedules", "/schedules", "Schedules")]
+    links = [("runs", "/", "Runs"), ("objects", "/objects", "Objects")]
+    links.append(("schedules", "/schedules", "Schedules"))
     items = "".join(
         f'<a href="{href}"{" class=current" if key == nav else ""}>{label}</a>'
         for key, href, label in links

@@ -19,6 +19,7 @@ newest `PREFIX_SCAN_MAX` runs that pass the other filters, and says so.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from importlib import resources
 from urllib.parse import parse_qs
@@ -34,6 +35,7 @@ from fusee_runtime.control.ui import auth, html, views
 from fusee_runtime.control.ui.timeline import fold
 from fusee_runtime.errors import FuseeError, NotFound
 from fusee_runtime.model.run import RunInfo
+from fusee_runtime.objects import OBJECT_PREFIX, registry
 
 PAGE_RUNS = 50
 """Runs on a page of the runs page."""
@@ -41,6 +43,8 @@ PAGES_MAX = 10_000
 """The last page the runs page goes to (500,000 runs); a filter finds older ones."""
 PREFIX_SCAN_MAX = 10_000
 """How many of the newest runs the id prefix filter looks through."""
+OBJECT_KEYS_MAX = 500
+"""The objects page lists the newest this many open keys of each object."""
 LOGIN_BYTES_MAX = 4096
 """The largest login form accepted."""
 STATIC = {
@@ -89,8 +93,12 @@ def routes(
         page = f"<h1>Schedules</h1>{body}"
         return _html(html.page("Schedules", page, "schedules", _logged_in(request)))
 
+    async def objects_page(request: Request) -> Response:
+        return await _objects(control, request)
+
     out = [
         Route("/", runs_page, methods=["GET"]),
+        Route("/objects", objects_page, methods=["GET"]),
         Route("/runs/{id:path}", run_page, methods=["GET"]),
         Route("/schedules", schedules_page, methods=["GET"]),
         Route("/ui/static/{name}", _static, methods=["GET"]),
@@ -194,7 +202,11 @@ async def _run(control: ControlApi, request: Request) -> Response:
             return _html(html.live(f'<p class="error">{html.esc(e)}</p>'), status)
         title = "No such run" if isinstance(e, NotFound) else f"Run {id}"
         return _html(html.error_page(title, str(e), "runs"), status)
-    body = views.run_summary(info, fold(records, info.run_id), log)
+    obj = None
+    if info.workflow.startswith(OBJECT_PREFIX) and info.status.is_open:
+        with contextlib.suppress(FuseeError):  # (the page shows the run all the same)
+            obj = await control.object_describe(id)
+    body = views.run_summary(info, fold(records, info.run_id), log, obj)
     if _live(request):
         return _html(body)
     crumbs = f'<p class="crumbs"><a href="/">Runs</a> / {html.esc(id)}</p>'
@@ -203,6 +215,26 @@ async def _run(control: ControlApi, request: Request) -> Response:
         f"{views.run_actions(info)}{body}"
     )
     return _html(html.page(f"Run {id}", page, "runs", _logged_in(request)))
+
+
+async def _objects(control: ControlApi, request: Request) -> Response:
+    """The open keys of the objects this process knows (`@object`), newest first."""
+    status = 200
+    try:
+        keys = [
+            (name, info)
+            for name in sorted(registry())
+            for info in await control.list("open", OBJECT_PREFIX + name, OBJECT_KEYS_MAX)
+        ]
+        body = views.objects_table(keys)
+    except FuseeError as e:
+        status = status_of(e)
+        body = html.live(f'<p class="error">{html.esc(e)}</p>')
+    if _live(request):
+        return _html(body, status)
+    return _html(
+        html.page("Objects", f"<h1>Objects</h1>{body}", "objects", _logged_in(request)), status
+    )
 
 
 async def _static(request: Request) -> Response:

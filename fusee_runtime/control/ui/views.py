@@ -135,9 +135,12 @@ def _run_row(info: RunInfo) -> str:
 # -- one run ----------------------------------------------------------------------------
 
 
-def run_summary(info: RunInfo, timeline: Timeline, log: list[JsonObject]) -> str:
+def run_summary(
+    info: RunInfo, timeline: Timeline, log: list[JsonObject], obj: JsonObject | None = None
+) -> str:
     """The live part of a run's page: what it is, its input and outcome, its timeline,
-    its events, streams and `ctx.log` lines."""
+    its events, streams and `ctx.log` lines; for a virtual object's key (`obj`, as
+    `object_describe` gives it), its state and queue of calls first."""
     parent = run_link(info.parent[0]) if info.parent else "—"
     attrs = ", ".join(f"{k}={v}" for k, v in sorted(info.attributes.items())) or "—"
     waiting = "; ".join(
@@ -168,9 +171,46 @@ def run_summary(info: RunInfo, timeline: Timeline, log: list[JsonObject]) -> str
     elif info.failure or timeline.failure:
         outcome = f"<section><h2>Failure</h2>{failure(info.failure or timeline.failure)}</section>"
     return live(
-        f"""<dl class="facts">{dl}</dl>
+        f"""<dl class="facts">{dl}</dl>{object_panel(obj) if obj else ""}
 <div class="io"><section><h2>Input</h2>{value(timeline.input)}</section>{outcome}</div>
 {_timeline(timeline, info)}{_events(timeline)}{_streams(timeline)}{_log(log)}"""
+    )
+
+
+def object_panel(obj: JsonObject) -> str:
+    """A key's state and the exclusive calls waiting their turn (the first is being
+    applied unless the run is parked)."""
+    queue = obj["queue"]
+    assert isinstance(queue, list)
+    rows = "".join(
+        f"<tr><td>{'now' if n == 0 else n + 1}</td><td>{esc(call['handler'])}</td>"
+        f"<td>{value(call['arg'])}</td><td><code>{esc(call['call_id'])}</code></td></tr>"
+        for n, call in enumerate(queue)
+        if isinstance(call, dict)
+    )
+    table = (
+        f"""<table class="queue"><thead><tr><th>Turn</th><th>Handler</th><th>Argument</th>
+<th>Call id</th></tr></thead><tbody>{rows}</tbody></table>"""
+        if rows
+        else '<p class="empty">No call waits.</p>'
+    )
+    return f"""<section class="object"><h2>Object {esc(obj["object"])}, key {esc(obj["key"])}</h2>
+<div class="io"><section><h3>State</h3>{value(obj["state"])}</section>
+<section><h3>Queue ({len(queue)}; {obj["applied"]} applied)</h3>{table}</section></div></section>"""
+
+
+def objects_table(keys: list[tuple[str, RunInfo]]) -> str:
+    """The live part of the objects page: each open key, by object."""
+    rows = "".join(
+        f"<tr><td>{esc(name)}</td><td>{run_link(info.id)}</td><td>{status(str(info.status))}</td>"
+        f"<td>{instant(info.started_at)}</td></tr>"
+        for name, info in keys
+    )
+    if not rows:
+        rows = '<tr><td colspan="4" class="empty">No key has been called yet.</td></tr>'
+    return live(
+        f"""<table class="runs"><thead><tr><th>Object</th><th>Key (its run)</th><th>Status</th>
+<th>First called (UTC)</th></tr></thead><tbody>{rows}</tbody></table>"""
     )
 
 
