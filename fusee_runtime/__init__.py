@@ -30,6 +30,7 @@ from fusee_runtime.errors import (
     StoreUnavailable,
     Terminated,
     TimedOut,
+    UpdatePending,
 )
 from fusee_runtime.model.run import RunInfo, Status
 from fusee_runtime.objects import handler, object
@@ -76,6 +77,7 @@ __all__ = [
     "SystemClock",
     "Terminated",
     "TimedOut",
+    "UpdatePending",
     "WorkflowDef",
     "current_ctx",
     "handler",

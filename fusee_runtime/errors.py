@@ -272,6 +272,12 @@ class EngineClosed(Rejected):
     """The engine closed while the caller waited; the run goes on when the home opens again."""
 
 
+class UpdatePending(Rejected):
+    """An update was accepted (recorded), and the engine stopped before its handler was
+    applied: it is applied when the run's code runs again. Sent again with its update id,
+    it is not applied twice, and answers once applied."""
+
+
 class CodecError(FuseeError):
     """A value cannot be encoded as JSON (or is over the size limit)."""
 

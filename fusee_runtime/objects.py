@@ -41,6 +41,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
+from fusee_runtime.errors import NotFound
+
 OBJECT_PREFIX = "fusee.object."
 """The workflow name of an object's runs: `fusee.object.<name>`."""
 STATE = "fusee.state"
@@ -81,7 +83,13 @@ def registry() -> dict[str, ObjectDef]:
 
 
 def object_id(name: str, key: str) -> str:
-    """The id of the run that holds key `key` of object `name`."""
+    """The id of the run that holds key `key` of object `name`.
+
+    Raises:
+        NotFound: `name` has a ':' or '#', as no object's name has.
+    """
+    if ":" in name or "#" in name:
+        raise NotFound(f"no object {name!r}: an object's name has no ':' or '#'")
     return f"object:{name}:{key}"
 
 
@@ -117,7 +125,7 @@ def object(cls: type | None = None, /, *, name: str | None = None) -> Any:
 
     def register(c: type) -> type:
         obj = ObjectDef(name or c.__name__, c)
-        if not obj.name or ":" in obj.name or "#" in obj.name:
+        if ":" in obj.name or "#" in obj.name:
             raise TypeError(f"@object name {obj.name!r}: give one without ':' or '#'")
         for attr, fn in vars(c).items():
             if not callable(fn) or not hasattr(fn, "__fusee_handler__"):

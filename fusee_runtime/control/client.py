@@ -73,6 +73,7 @@ _RAISED: dict[str, type[FuseeError]] = {
         errors.NonDeterminism,
         errors.JournalFailed,
         errors.EngineClosed,
+        errors.UpdatePending,
         errors.StoreUnavailable,
         OutcomeUnknown,
     )

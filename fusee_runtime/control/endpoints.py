@@ -29,6 +29,7 @@ from fusee_runtime.errors import (
     NotFound,
     Rejected,
     StoreUnavailable,
+    UpdatePending,
 )
 from fusee_runtime.model.json import Json, JsonObject
 
@@ -73,8 +74,8 @@ def status_of(error: FuseeError) -> int:
         return 503
     if isinstance(error, OwnerGone | StoreUnavailable):
         return 503  # nothing was asked of the run's driver: try again
-    if isinstance(error, OwnerLost):
-        return 502  # its driver went away during the call: it may have acted
+    if isinstance(error, OwnerLost | UpdatePending):
+        return 502  # its driver went away during the call: it may have acted (or will)
     if isinstance(error, OwnerUnanswered):
         return 504  # its driver did not answer in time: it may have acted
     if isinstance(error, NotFound):

@@ -313,7 +313,9 @@ _ERROR_WHY = {
     500: "A bug in the server: one line here, the traceback in the server's log.",
     502: "The journal failed while the call's record was on its way to it (OutcomeUnknown), "
     "or a worker of a PostgreSQL database passed the call to the run's driver, which "
-    "went away during it (OwnerLost): it may have acted; look before trying again.",
+    "went away during it (OwnerLost): it may have acted; look before trying again. Or an "
+    "update was accepted and the engine stopped before applying it (UpdatePending): it is "
+    "applied when the run goes on; send it again with its update id for its result.",
     503: "The engine had stopped taking work (EngineClosed, JournalFailed), or, in a worker of "
     "a PostgreSQL database, no process drives the run's journal now or the database cannot "
     "be reached (OwnerGone, StoreUnavailable): nothing was done; try again.",

@@ -215,19 +215,22 @@ SCHEMAS: JsonObject = {
             "key": text(),
             "id": text("The id of the key's run (object:<name>:<key>)."),
             "run_id": text(),
-            "status": text("Its run's status: open while the key lives."),
+            "status": text("Its run's status (running, parked, ...; a closed key takes no call)."),
             "state": anything("Its state: the instance's attributes (null once closed)."),
             "queue": {
                 "type": "array",
                 "description": "Exclusive calls accepted and not yet applied, in the order "
-                "of their turn (the first is being applied unless the run is parked).",
+                "of their turn (the first is being applied, or is next); empty once closed.",
                 "items": obj(
                     {"call_id": text(), "handler": text(), "arg": anything("Its argument.")},
                     "call_id",
                     "handler",
                 ),
             },
-            "applied": {"type": "integer", "description": "Exclusive calls applied."},
+            "applied": {
+                "type": "integer",
+                "description": "Calls recorded as applied (those that failed included).",
+            },
         },
         "object",
         "key",

@@ -42,7 +42,14 @@ from fusee_runtime.control.client import Client, OwnerGone, OwnerLost, OwnerUnan
 from fusee_runtime.control.ops import Route
 from fusee_runtime.control.remote import StoreClient
 from fusee_runtime.control.wire import as_json
-from fusee_runtime.errors import EngineClosed, NotFound, Rejected, StoreUnavailable
+from fusee_runtime.errors import (
+    EngineClosed,
+    JournalFailed,
+    NotFound,
+    Rejected,
+    StoreUnavailable,
+    UpdatePending,
+)
 from fusee_runtime.model.json import Json
 from fusee_runtime.store.shards import Layout
 from fusee_runtime.store.shared import open_shared
@@ -336,12 +343,21 @@ async def relay(
     closing: Callable[[], bool],
 ) -> T:
     """What `ask` answers of journal k's driver, asked again while none answers for sure
-    and `closing()` is false: for calls that are applied once however often they are
-    sent (an object's call with its id: `engine/objects.py`)."""
+    (none drives it, it went away or stopped under the call, its journal failed) and
+    `closing()` is false: for calls that are applied once however often they are sent
+    (an object's call with its id: `engine/objects.py`) and for reads."""
     while True:
         try:
             return await ask(await router.client(k))
-        except (OwnerGone, OwnerLost, OwnerUnanswered, EngineClosed, StoreUnavailable):
+        except (
+            OwnerGone,
+            OwnerLost,
+            OwnerUnanswered,
+            EngineClosed,
+            UpdatePending,
+            JournalFailed,
+            StoreUnavailable,
+        ):
             if closing():
                 raise
         await asyncio.sleep(AGAIN_S)

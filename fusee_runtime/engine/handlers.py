@@ -30,7 +30,14 @@ from fusee_runtime.completions import Tokens, read_token
 from fusee_runtime.engine.runs import RunTable
 from fusee_runtime.engine.state import Run, Status, top
 from fusee_runtime.engine.waits import utc
-from fusee_runtime.errors import CodecError, Failure, FuseeError, NotFound, Rejected
+from fusee_runtime.errors import (
+    CodecError,
+    Failure,
+    FuseeError,
+    NotFound,
+    Rejected,
+    UpdatePending,
+)
 from fusee_runtime.model.op_records import CompletionDone
 from fusee_runtime.model.ops import CompletionOp, GroupOp
 from fusee_runtime.model.payload import NULL, Payload
@@ -261,7 +268,7 @@ class Handlers:
             if update_id not in run.updates_done and failed is not None:
                 raise failed  # the journal failed: nothing more is acknowledged
             if update_id not in run.updates_done and run.is_open:
-                raise Rejected(
+                raise UpdatePending(
                     f"update {name!r} of run {id!r} was accepted, and the engine stopped before "
                     "it was applied: its handler runs again when the run's code does; send it "
                     f"again with update id {update_id!r} for its result"

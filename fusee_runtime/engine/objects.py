@@ -4,15 +4,23 @@ queries (`fusee_runtime.objects` says what users write and what they get)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 import inspect
+import logging
+import typing
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
+import orjson
+
 from fusee_runtime.dsl import WorkflowDef
-from fusee_runtime.errors import NotFound, Rejected
+from fusee_runtime.errors import FuseeError, NotFound, Rejected
 from fusee_runtime.objects import OBJECT_PREFIX, STATE, Handler, ObjectDef, object_id, registry
+from fusee_runtime.scope import NAME_CHARS_MAX, step_var
 from fusee_runtime.store.shards import shard_of
+from fusee_runtime.typed import parameter
 
 if TYPE_CHECKING:
     from fusee_runtime.context import Ctx
@@ -22,6 +30,8 @@ if TYPE_CHECKING:
 Peers = Callable[[int, Callable[["Operations"], Awaitable[Any]]], Awaitable[Any]]
 """`peers(k, ask)`: what `ask` answers of journal k's driver, asked again (through the
 database) until it answers for sure (`control.router.relay`)."""
+
+log = logging.getLogger("fusee")
 
 NEVER = "fusee.never"
 """The signal an object's run waits for: none is ever sent, so the run stays open."""
@@ -53,7 +63,20 @@ def _exclusive(instance: object, ctx: Ctx, h: Handler) -> Any:
             result = await result
         return result
 
+    # Its argument typed as the handler's (`fusee_runtime.typed` reads it), so the update
+    # machinery reads it back into that type, as it does for a workflow's handlers.
+    apply.__annotations__ = _argument_hint(h)
     return apply
+
+
+def _argument_hint(h: Handler) -> dict[str, Any]:
+    """`h`'s argument annotation, resolved, as `arg`'s; {} when it has none here."""
+    try:
+        hints = typing.get_type_hints(h.fn)
+    except Exception:  # a name that does not resolve here: plain JSON, as typed does
+        return {}
+    names = list(inspect.signature(h.fn).parameters)
+    return {"arg": hints[names[2]]} if h.takes_arg and names[2] in hints else {}
 
 
 def _shared(instance: object, ctx: Ctx, h: Handler) -> Any:
@@ -114,8 +137,12 @@ class Objects:
         h = self.handler(name, handler)
         id = object_id(name, key)
         if (elsewhere := self._elsewhere(id)) is not None:
-            call_id = update_id or uuid.uuid4().hex
-            return await self._sent(elsewhere, lambda c: c.object_call(id, handler, arg, call_id))
+            call_id = uuid.uuid4().hex if update_id is None else update_id
+            # Sent as JSON, typed as the handler takes it (as a call in this engine is).
+            what = f"the argument of {name}.{handler}"
+            shape = parameter(h.fn, 2) if h.takes_arg else None
+            sent = orjson.loads(self.engine.driver.encode(arg, what, shape))
+            return await self._sent(elsewhere, lambda c: c.object_call(id, handler, sent, call_id))
         wf = self.engine.driver.workflow(OBJECT_PREFIX + name)  # (its def: started by no name)
         await self.engine.start(wf, None, id=id, on_conflict="return")
         if h.shared:
@@ -146,13 +173,18 @@ class Objects:
                 dict[str, Any], await self._sent(elsewhere, lambda c: c.object_describe(id))
             )
         run = self.engine.runs.latest(id)
-        state = await self.engine.query(id, STATE) if run.is_open else None
+        if run.workflow != OBJECT_PREFIX + name:
+            raise NotFound(f"{id!r} is a run of workflow {run.workflow!r}, not a key of {name!r}")
+        state = None
+        if run.is_open:
+            with contextlib.suppress(FuseeError):  # (stuck, say: its status says why)
+                state = await self.engine.query(id, STATE)
         done = run.updates_done
         queue = [
             {"call_id": update_id, "handler": handler, "arg": arg}
             for entries in run.update_log.values()
             for update_id, handler, arg in entries
-            if update_id in run.updates_accepted and update_id not in done
+            if update_id in run.updates_accepted and update_id not in done and run.is_open
         ]
         return {
             "object": name,
@@ -168,6 +200,12 @@ class Objects:
     def here(self, id: str) -> bool:
         """Whether the run of `id` is this engine's (else another journal's)."""
         return self._elsewhere(id) is None
+
+    def reachable(self, id: str) -> bool:
+        """Whether this engine can call the run of `id`: its own, or another journal's
+        through a worker's peers."""
+        k, n = self.engine.driver.shard
+        return n == 1 or shard_of(id, n) == k or self.peers is not None
 
     def _elsewhere(self, id: str) -> int | None:
         """The journal of `id` when it is another than this engine's, else None.
@@ -189,6 +227,14 @@ class Objects:
     async def _sent(self, k: int, ask: Callable[[Operations], Awaitable[Any]]) -> Any:
         assert self.peers is not None
         return await self.peers(k, ask)
+
+
+def _call_id(key: str) -> str:
+    """A caller step's idempotency key as a call id: within the update id's length (a
+    long workflow id makes a longer key), the same each time for the same key."""
+    if len(key) <= NAME_CHARS_MAX:
+        return key
+    return "step-" + hashlib.sha256(key.encode()).hexdigest()
 
 
 class ObjectHandle:
@@ -232,26 +278,41 @@ class ObjectRef:
             raise Rejected(
                 f"a handler of {self.name}:{self.key} calls its own key: it would wait for itself"
             )
+        if step_var.get() is not None:
+            raise Rejected(
+                f"ctx.object({self.name!r}, ...).call inside a step function: call objects "
+                "from the workflow's code (each call is a step of its own)"
+            )
         objects, name, key = self._objects, self.name, self.key
+        id = object_id(name, key)
 
         async def send() -> Any:
             engine = objects.engine
             workers, wake = engine.driver.workers, engine.durability.progressed
-            call_id = current_ctx().key()
+            call_id = _call_id(current_ctx().key())
             try:
-                if not objects.here(object_id(name, key)):
+                if not objects.reachable(id):
+                    # A command's engine on a journal no worker drives: the call is made
+                    # once a worker drives this run (not a failure of the caller's).
+                    log.warning(
+                        "fusee: run %r waits for a worker to call %s",
+                        current_ctx().workflow_id,
+                        id,
+                    )
+                elif not objects.here(id):
                     # Another process answers: a wait worth a close's grace.
                     return await objects.call(name, key, handler, arg, call_id)
-                # The key's run is this engine's: it stops with the engine, and so may
-                # this wait (a close need not give it its grace).
-                with workers.holding_no_grace(wake):
-                    return await objects.call(name, key, handler, arg, call_id)
+                else:
+                    # The key's run is this engine's: it stops with the engine, and so
+                    # may this wait (a close need not give it its grace).
+                    with workers.holding_no_grace(wake):
+                        return await objects.call(name, key, handler, arg, call_id)
             except Exception:
                 if not engine.driver.closing:
                     raise
-            # The engine stops under the call: not an outcome to record. The step is left
-            # to the engine's close to cut off, and runs again in the next life, with the
-            # same key (the object answers what it recorded, if anything).
+            # The engine stops under the call (or cannot make it): not an outcome to
+            # record. The step is left to the engine's close to cut off, and runs again
+            # in the next life, with the same key (the object answers what it recorded).
             with workers.holding_no_grace(wake):
                 await asyncio.Event().wait()
             raise AssertionError("unreachable: the close cancels the wait")

@@ -6,11 +6,22 @@ a crash of the caller."""
 from __future__ import annotations
 
 import asyncio
+from decimal import Decimal
 from typing import Any
 
 import pytest
 
-from fusee_runtime import Ctx, NotFound, Rejected, handler, object, step, workflow
+from fusee_runtime import (
+    Ctx,
+    NotFound,
+    Rejected,
+    RunFailed,
+    UpdatePending,
+    handler,
+    object,
+    step,
+    workflow,
+)
 
 STORES = ("local", "postgresql")
 
@@ -66,6 +77,26 @@ class Napper:
 async def sleepy(ctx: Ctx, _: Any) -> int:
     answer: int = await ctx.object("napper", "n").call("nap")
     return answer
+
+
+@object(name="purse")
+class Purse:
+    def __init__(self) -> None:
+        self.total = "0"
+
+    @handler
+    async def put(self, ctx: Ctx, amount: Decimal) -> str:
+        assert isinstance(amount, Decimal)  # read back into its annotation, live and replayed
+        self.total = str(Decimal(self.total) + amount)
+        return self.total
+
+
+@workflow(name="obj.in_step")
+async def in_step(ctx: Ctx, _: Any) -> Any:
+    async def inside() -> Any:
+        return await ctx.object("cart", "x").call("add", "y")
+
+    return await ctx.step("inside", inside)
 
 
 @workflow(name="obj.shopper")
@@ -164,6 +195,59 @@ async def test_a_close_does_not_spend_its_grace_on_a_call_to_its_own_key(
     async with make_engine() as engine:
         assert await engine.handle("z-1").result(timeout=30) == 1
         assert await engine.object("napper", "n").get() == {"naps": 1}
+
+
+async def test_typed_arguments_long_caller_ids_and_what_describe_shows(
+    make_engine: Any,
+) -> None:
+    """Review findings: a handler's annotated argument is typed as a workflow's update
+    handler's is; a caller whose id is long still makes its call
+    (its call id, its step's key, is hashed to fit); a call from inside a step function
+    is refused (it would share its step's key with any other); `describe` of a closed
+    key lists no queue, and of a run that is not the object's key says so."""
+    SEEN.clear()
+    long_id = "c" * 250
+    async with make_engine() as engine:
+        purse = engine.object("purse", "p")
+        assert await purse.call("put", Decimal("1.10")) == "1.10"
+        assert await purse.call("put", Decimal("2.25")) == "3.35"
+        h = await engine.start(shopper, ["long"], id=long_id)
+        assert await h.result(timeout=30) == [1]
+        failing = await engine.start(in_step, None, id="in-step")
+        with pytest.raises(RunFailed, match="inside a step function"):
+            await failing.result(timeout=30)
+        await engine.handle("object:purse:p").terminate("closed for the test")
+        doc = await purse.describe()
+        assert (doc["status"], doc["queue"], doc["state"]) == ("terminated", [], None)
+        await engine.start(shopper, [], id="object:cart:squatter")
+        with pytest.raises(NotFound, match="not a key of 'cart'"):
+            await engine.object("cart", "squatter").describe()
+    async with make_engine() as engine:  # replayed: the same typed state
+        state = await engine.object("cart", "alice").get()
+        assert state == {"items": ["long"]}
+
+
+async def test_a_caller_outside_is_told_when_its_call_is_accepted_and_not_applied(
+    make_engine: Any,
+) -> None:
+    """An engine closing under an accepted call says `UpdatePending` (not a plain
+    refusal): sent again with its id to the next engine, it is applied once."""
+    SEEN.clear()
+    GATE["pending"], STARTED["pending"] = asyncio.Event(), asyncio.Event()
+    engine = make_engine()
+    await engine.open()
+    call = asyncio.ensure_future(
+        engine.object("cart", "erin").call("add", "pending", update_id="p-1")
+    )
+    await STARTED["pending"].wait()
+    await engine.close()  # (no grace: the handler's step is cut off)
+    with pytest.raises(UpdatePending, match="update id 'p-1'"):
+        await call
+    GATE["pending"].set()
+    async with make_engine() as engine:
+        assert await engine.object("cart", "erin").call("add", "pending", update_id="p-1") == 1
+        assert await engine.object("cart", "erin").get() == {"items": ["pending"]}
+    GATE.clear()
 
 
 async def test_calls_to_what_is_not_there_are_clear(make_engine: Any) -> None:

@@ -2,6 +2,7 @@
 caller in one journal calls a key that lives in another, each driven by its own
 worker process (`fusee serve --store URL --shards 2`). The key's driver is killed
 (SIGKILL) inside a handler, then the caller's driver is killed while its call is in the
+handler, then the key's driver is stopped (SIGTERM, its grace running out) inside a
 handler: each call reaches the key exactly once, in order, and the caller finishes."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 import orjson
 import pytest
-from pg_workers import Worker, merged_events, next_event, until_balanced
+from pg_workers import Worker, merged_events, until_balanced
 
 from fusee_runtime import Client
 from fusee_runtime.objects import object_id
@@ -23,7 +24,7 @@ from fusee_runtime.store.shards import shard_of
 APP_DIR = Path(__file__).resolve().parent / "takeover"
 REPO = Path(__file__).resolve().parents[2]
 SHARDS = 2
-ITEMS = ["a", "hang", "b", "held", "c"]
+ITEMS = ["a", "hang", "b", "held", "term", "c"]
 
 pytestmark = pytest.mark.xdist_group("postgres-takeover")
 
@@ -58,25 +59,43 @@ class _Hints:
         os.close(self._fd)
 
 
-def _kill(held: dict[Worker, set[int]], journal: int, other: int) -> None:
-    """SIGKILLs the driver of `journal`, which is not `other`'s."""
+def _kill(
+    held: dict[Worker, set[int]], journal: int, other: int, how: int = signal.SIGKILL
+) -> None:
+    """Kills (or stops, `how`) the driver of `journal`, which is not `other`'s."""
     (victim,) = [w for w, mine in held.items() if journal in mine]
     assert other not in held[victim]
-    victim.proc.send_signal(signal.SIGKILL)
+    victim.proc.send_signal(how)
     victim.proc.wait()
     del held[victim]
 
 
 def _until_taken(events: Any, held: dict[Worker, set[int]], journal: int) -> None:
     """Follows the workers' takes and gives until a worker takes `journal`."""
-    while True:
-        worker, event = next_event(events)
+    _follow(events, held, lambda: any(journal in mine for mine in held.values()))
+
+
+def _until_apart(events: Any, held: dict[Worker, set[int]]) -> None:
+    """Follows the workers' takes and gives until two workers drive one journal each (a
+    worker that took both gives one back within `worker.KEEP_S`)."""
+    _follow(
+        events,
+        held,
+        lambda: sorted(len(mine) for mine in held.values() if mine) == [1, 1],
+    )
+
+
+def _follow(events: Any, held: dict[Worker, set[int]], done: Any) -> None:
+    while not done():
+        worker, event = events.get()
+        if worker not in held:
+            continue  # (what a worker stopped or killed said last)
+        if event["event"] == "exited":
+            raise AssertionError(event["error"])
         if event["event"] == "shard_given":
             held[worker].discard(event["shard"])
         elif event["event"] == "shard_taken":
             held[worker].add(event["shard"])
-            if event["shard"] == journal:
-                return
 
 
 def test_calls_between_journals_reach_the_key_once_across_kills_of_either_side(
@@ -94,12 +113,12 @@ def test_calls_between_journals_reach_the_key_once_across_kills_of_either_side(
         OBJECTS_RELEASE=str(release),
     )
     ledger.touch()
-    args = ("--app", "objects_app", "--shards", str(SHARDS))
+    args = ("--app", "objects_app", "--shards", str(SHARDS), "--grace", "0.2")
     caller, key = _ids()
     key_journal = shard_of(object_id("ko.tally", key), SHARDS)
     caller_journal = 1 - key_journal
-    # Three workers for two journals: one waits, and takes a journal whose driver dies.
-    workers = [Worker(tmp_path / f"w{i}", pg_url, env, args) for i in range(3)]
+    # Four workers for two journals: two wait, and take a journal whose driver dies.
+    workers = [Worker(tmp_path / f"w{i}", pg_url, env, args) for i in range(4)]
     try:
         events = merged_events(workers)
         held: dict[Worker, set[int]] = {w: set() for w in workers}
@@ -115,6 +134,7 @@ def test_calls_between_journals_reach_the_key_once_across_kills_of_either_side(
         hints.until("hang")
         _kill(held, key_journal, caller_journal)
         _until_taken(events, held, key_journal)
+        _until_apart(events, held)
 
         # The caller's driver dies while its call is in "held", at the key's driver.
         hints.until("held")
@@ -122,6 +142,13 @@ def test_calls_between_journals_reach_the_key_once_across_kills_of_either_side(
         with open(release, "wb") as go:
             go.write(b"go\n")
         _until_taken(events, held, caller_journal)
+        _until_apart(events, held)
+
+        # The key's driver is stopped inside "term": its grace runs out, and the call,
+        # accepted and not applied, is sent again to the next driver with its id.
+        hints.until("term")
+        _kill(held, key_journal, caller_journal, signal.SIGTERM)
+        _until_taken(events, held, key_journal)
 
         async def finish() -> tuple[Any, Any, list[dict[str, Any]]]:
             async with await Client.connect(store=pg_url) as client:
@@ -136,11 +163,12 @@ def test_calls_between_journals_reach_the_key_once_across_kills_of_either_side(
         for worker in workers:
             worker.stop()
 
-    assert result == [1, 2, 3, 4, 5]
+    assert result == [1, 2, 3, 4, 5, 6]
     assert state == {"items": ITEMS}  # each call applied once, in order
     applied = [r for r in history if r["type"] == "UpdateApplied"]
     assert len(applied) == len({r["update_id"] for r in applied}) == len(ITEMS)
     seen = [orjson.loads(line) for line in ledger.read_bytes().splitlines()]
     assert [e["item"] for e in seen if e["what"] == "end"] == ITEMS  # each step once
     pids = {e["item"]: e["pid"] for e in seen if e["what"] == "end"}
-    assert pids["hang"] != next(e["pid"] for e in seen if e["item"] == "hang")  # ran again
+    for item in ("hang", "term"):  # each ran again, elsewhere
+        assert pids[item] != next(e["pid"] for e in seen if e["item"] == item)

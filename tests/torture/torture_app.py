@@ -95,7 +95,8 @@ class FaultStorage(Storage):
     - torn: the `at`-th append write writes about half its batch, cut inside a
       frame, then the process SIGKILLs itself;
     - enospc: the same half, then the write fails with ENOSPC;
-    - eio: the `at`-th data sync fails with EIO;
+    - eio: the `at`-th data sync fails with EIO (its batch: what was written since the
+      last sync that succeeded; none when that sync is a close's, with nothing new);
     - short: every `pwrite` (checkpoint files' too) writes 1 to 7 bytes.
 
     Before a torn write kills the process, and before a failed write or sync
@@ -124,6 +125,9 @@ class FaultStorage(Storage):
         self.rng = random.Random(seed)
         self.writes = self.syncs = self.checkpoint_ops = 0
         self.batch: list[bytes] = []
+        self.unsynced = False
+        """Whether a write of `batch` came after the last data sync that succeeded: a
+        sync with nothing new to sync (an engine's close) fails with nothing in it."""
         self.faulted = False
         """Whether the fault was injected (a life that meets it may fail to go on)."""
         # Per thread: a checkpoint is written on its own thread while the journal
@@ -151,9 +155,10 @@ class FaultStorage(Storage):
         if fmt.starts_batch(data):
             self.batch = []
         self.batch.append(bytes(data))
+        self.unsynced = True
         if self.writes == self.at and self.fault in ("torn", "enospc"):
             super().write(fd, offset, data[: self._inside_a_frame(data)])
-            self._report()
+            self._report(self.batch)
             if self.fault == "torn":
                 os.kill(os.getpid(), signal.SIGKILL)
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "appending (injected)")
@@ -171,13 +176,14 @@ class FaultStorage(Storage):
             return super().sync(fd)
         self.syncs += 1
         if self.syncs == self.at and self.fault == "eio":
-            self._report()
+            self._report(self.batch if self.unsynced else [])
             raise OSError(errno.EIO, os.strerror(errno.EIO), "fdatasync (injected)")
         super().sync(fd)
+        self.unsynced = False
 
-    def _report(self) -> None:
+    def _report(self, batch: list[bytes]) -> None:
         self.faulted = True
-        records = [orjson.loads(p) for data in self.batch for _, p, _ in fmt.frames(data)]
+        records = [orjson.loads(p) for data in batch for _, p, _ in fmt.frames(data)]
         os.write(1, b"FAULT " + orjson.dumps(records) + b"\n")
 
     def write_file(self, path: Path, data: bytes) -> None:

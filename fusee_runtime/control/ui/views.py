@@ -178,12 +178,12 @@ def run_summary(
 
 
 def object_panel(obj: JsonObject) -> str:
-    """A key's state and the exclusive calls waiting their turn (the first is being
-    applied unless the run is parked)."""
+    """A key's state and the exclusive calls accepted and not applied yet, in the order
+    of their turn (the first is being applied, or is next)."""
     queue = obj["queue"]
     assert isinstance(queue, list)
     rows = "".join(
-        f"<tr><td>{'now' if n == 0 else n + 1}</td><td>{esc(call['handler'])}</td>"
+        f"<tr><td>{n + 1}</td><td>{esc(call['handler'])}</td>"
         f"<td>{value(call['arg'])}</td><td><code>{esc(call['call_id'])}</code></td></tr>"
         for n, call in enumerate(queue)
         if isinstance(call, dict)
@@ -207,7 +207,7 @@ def objects_table(keys: list[tuple[str, RunInfo]]) -> str:
         for name, info in keys
     )
     if not rows:
-        rows = '<tr><td colspan="4" class="empty">No key has been called yet.</td></tr>'
+        rows = '<tr><td colspan="4" class="empty">No open key.</td></tr>'
     return live(
         f"""<table class="runs"><thead><tr><th>Object</th><th>Key (its run)</th><th>Status</th>
 <th>First called (UTC)</th></tr></thead><tbody>{rows}</tbody></table>"""

@@ -5,8 +5,9 @@ The handler's step writes a ledger line (`OBJECTS_LEDGER`) as it starts and ends
 a hint line to the FIFO `OBJECTS_PROGRESS` as it starts. On two items it stops, so
 that the test kills a worker there:
 
-- "hang": the first time it runs, it never returns (its process is killed; the next
-  driver of the key runs it again, and it goes on);
+- "hang" and "term": the first time it runs, it never returns (its process is killed,
+  or stopped with a short grace; the next driver of the key runs it again, and it goes
+  on);
 - "held": it waits for a line on the FIFO `OBJECTS_RELEASE` (the test kills the
   caller's driver meanwhile, then writes it).
 """
@@ -41,7 +42,7 @@ def put(item: str) -> str:
     _note("start", item)
     with open(os.environ["OBJECTS_PROGRESS"], "wb", buffering=0) as hint:
         hint.write(f"{item}\n".encode())
-    if item == "hang" and not _started_before(item):
+    if item in ("hang", "term") and not _started_before(item):
         threading.Event().wait()  # (until the process is killed)
     if item == "held":
         with open(os.environ["OBJECTS_RELEASE"], "rb") as release:
