@@ -332,9 +332,8 @@ def plan(seed: int, runs: int, where: tuple[int, int] = (0, 1)) -> list[tuple[st
                     "beats": rng.choice([0, 0, 0, BEAT_ROWS]),
                     "limited": rng.random() < 0.2,
                     "update": rng.random() < 0.25,
-                    # (not drawn: the plans of earlier seeds stay as they were) With
-                    # FUSEE_TORTURE_COUNTER=1, a third of the runs of a home of one
-                    # journal call the counter object.
+                    # (not drawn: the rest of a seed's plan stays as it was) A third
+                    # of the runs of a home of one journal call the counter object.
                     "count": COUNTING and where == (0, 1) and i % 3 == 0,
                 },
             )
@@ -463,10 +462,9 @@ async def beat(name: str, rows: int) -> dict[str, Any]:
 
 COUNTER = "tt.counter"
 """The virtual object the mixed runs call (`inp["count"]`), each once."""
-COUNTING = os.environ.get("FUSEE_TORTURE_COUNTER") == "1"
-"""Whether runs call the counter (off by default until a liveness bug it found is
-fixed: calls accepted by a key's run and cut by a crash can be left unapplied, their
-callers waiting; seed 5107 shows it)."""
+COUNTING = os.environ.get("FUSEE_TORTURE_COUNTER", "1") == "1"
+"""Whether runs call the counter (`FUSEE_TORTURE_COUNTER=0` leaves it out: a trial's
+plan then is what it was before the counter)."""
 
 
 @object(name=COUNTER)
