@@ -113,6 +113,9 @@ def waits_for(w: Waiting, now: datetime | None = None) -> str:
             return f"step {w.name!r} to finish; its last {w.detail}"
         case WaitKind.PERMIT:
             return f"a permit of limit {w.detail!r} for step {w.name!r} (fusee limits)"
+        case WaitKind.RATE:
+            left = (w.until - now).total_seconds() if w.until is not None else 0.0
+            return f"rate {w.detail!r} for step {w.name!r}: next slot in {max(left, 0):.1f} s"
         case WaitKind.CANCEL if w.name == "delivered":
             return f"its code to finish cancelling ({w.detail}): compensations, clean-up"
         case WaitKind.CANCEL:

@@ -5,7 +5,7 @@ from fusee_runtime.client import Client, ClientHandle, ConnectionLost
 from fusee_runtime.clock import Clock, FakeClock, SystemClock
 from fusee_runtime.completions import Completion
 from fusee_runtime.context import Ctx
-from fusee_runtime.dsl import Exhausted, RetryPolicy, StepDef, WorkflowDef, step, workflow
+from fusee_runtime.dsl import Exhausted, Rate, RetryPolicy, StepDef, WorkflowDef, step, workflow
 from fusee_runtime.engine.config import Config
 from fusee_runtime.engine.engine import Engine
 from fusee_runtime.engine.handle import RunHandle
@@ -63,6 +63,7 @@ __all__ = [
     "LimitInfo",
     "NonDeterminism",
     "NotFound",
+    "Rate",
     "Rejected",
     "RetryPolicy",
     "RunFailed",

@@ -30,7 +30,7 @@ from fusee_runtime import attributes as attributes_
 from fusee_runtime import children, groups, versions
 from fusee_runtime.children import ChildHandle
 from fusee_runtime.completions import Completion
-from fusee_runtime.dsl import RetryPolicy, StepDef, StepOptions, WorkflowDef, seconds
+from fusee_runtime.dsl import Rate, RetryPolicy, StepDef, StepOptions, WorkflowDef, seconds
 from fusee_runtime.engine.waits import until, utc, wake_at
 from fusee_runtime.errors import Failure, Rejected, StepFailed
 from fusee_runtime.model.op_records import TimerStarted, WaitStarted
@@ -199,6 +199,7 @@ class Ctx:
         priority: int | None = None,
         fairness: str | None = None,
         fairness_weight: int | None = None,
+        rate: Rate | None = None,
         read_only: bool = False,
     ) -> Any:
         """Runs `fn(*args)` (sync or async) as a durable step named `name`.
@@ -212,7 +213,8 @@ class Ctx:
         With `limit`, each attempt first takes a permit of that named limit (of
         its `limit_key` alone, if given); while it waits, a higher `priority`
         goes first and `fairness` keys take turns of `fairness_weight` (1 to 10)
-        permits, a run's steps waiting under the first key it waits with.
+        permits, a run's steps waiting under the first key it waits with. With
+        `rate` (`Rate`), each attempt then waits for a slot of that rate.
         """
         if step_var.get() is not None:
             # In a step function: not workflow code, so a plain call, as a `@step` is there.
@@ -232,8 +234,11 @@ class Ctx:
             priority=priority,
             fairness=fairness,
             fairness_weight=fairness_weight,
+            rate=rate,
         )
         problem = opts.limit_problem()
+        if problem is None and rate is not None and not isinstance(rate, Rate):
+            problem = f"rate= takes a Rate(n, per=...), not {rate!r}"
         if problem is not None:
             raise Rejected(f"step {name!r}: {problem}")
         return await self._execution.run_step(name, fn, args, {}, opts)

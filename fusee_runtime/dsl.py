@@ -127,6 +127,78 @@ def _matches(kind: str | type[BaseException], chain: Iterable[Failure]) -> bool:
     return not isinstance(kind, str) and any(isinstance(f.exception, kind) for f in chain)
 
 
+RATE_MAX = 1_000_000
+"""The most attempts a `Rate` lets start in its window."""
+
+
+@dataclass(frozen=True)
+class Rate:
+    """At most `n` attempts of a step start in any window of `per`, counted across every
+    run of a journal and across restarts and takeovers (each slot taken is recorded
+    before its attempt runs: `fusee_runtime.engine.rates`).
+
+    The rate is the step's own unless `name` gives one that several steps share (a
+    service's: "stripe"). `key` splits it, each key with `n` slots of its own: a
+    string, or a function of the step's arguments that returns one (the tenant of an
+    order, say).
+
+    Raises:
+        ValueError: `n` not from 1 to `RATE_MAX`, `per` not positive, a name or key
+            that is not one.
+    """
+
+    n: int
+    per: timedelta | float
+    key: str | Callable[..., str] | None = None
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        if type(self.n) is not int or not 1 <= self.n <= RATE_MAX:
+            raise ValueError(f"Rate: n is a whole number from 1 to {RATE_MAX}, not {self.n!r}")
+        try:
+            per = seconds(self.per)
+        except TypeError:
+            per = None
+        if per is None or not 0 < per < float("inf"):
+            raise ValueError(f"Rate: per is a positive duration, not {self.per!r}")
+        try:
+            if self.name is not None:
+                check_limit(self.name)  # (as a limit's name: no "/", which marks its key)
+            if isinstance(self.key, str):
+                check_name("rate key", self.key)
+        except Rejected as e:
+            raise ValueError(f"Rate: {e}") from None
+        if self.key is not None and not isinstance(self.key, str) and not callable(self.key):
+            raise ValueError(f"Rate: key is a string or a function, not {self.key!r}")
+
+    @property
+    def per_s(self) -> float:
+        per = seconds(self.per)
+        assert per is not None
+        return per
+
+    def label(self, step: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        """The window an attempt of step `step` with these arguments takes its slot in:
+        `name` (else the step's), then `/key`.
+
+        Raises:
+            Rejected: a key function that fails or gives no key.
+        """
+        base = self.name or step
+        if self.key is None:
+            return base
+        key = self.key
+        if not isinstance(key, str):
+            try:
+                key = key(*args, **kwargs)
+            except Exception as e:
+                raise Rejected(f"rate {base!r}: its key function raised {e!r}") from e
+            if not isinstance(key, str):
+                raise Rejected(f"rate {base!r}: its key function gave {key!r}, not a string")
+            check_name("rate key", key)
+        return f"{base}/{key}"
+
+
 @dataclass(frozen=True)
 class StepOptions:
     """Options of one step; every field has the engine's default when None."""
@@ -144,6 +216,8 @@ class StepOptions:
     priority: int = 0
     fairness: str = ""
     fairness_weight: int = 1
+    # At most `rate.n` attempts start in any window of `rate.per` (`Rate`).
+    rate: Rate | None = None
 
     def limit_problem(self) -> str | None:
         """What is wrong with the limit options, if anything."""
@@ -313,6 +387,7 @@ def step(
     timeout: float | timedelta | None = None,
     heartbeat_timeout: float | timedelta | None = None,
     limit: str | None = None,
+    rate: Rate | None = None,
     read_only: bool = False,
     inline: bool = False,
 ) -> Callable[[F], StepDef]: ...
@@ -327,6 +402,7 @@ def step(
     timeout: float | timedelta | None = None,
     heartbeat_timeout: float | timedelta | None = None,
     limit: str | None = None,
+    rate: Rate | None = None,
     read_only: bool = False,
     inline: bool = False,
 ) -> Any:
@@ -334,7 +410,8 @@ def step(
 
     With `limit`, each attempt first takes a permit of that named limit (its
     size set by `Engine.limit`); `.options(limit_key=, priority=, fairness=,
-    fairness_weight=)` says whose permits and in what order.
+    fairness_weight=)` says whose permits and in what order. With `rate`, each
+    attempt then waits for a slot of the rate (`Rate`: at most n in any window).
 
     Raises:
         ValueError: at import, a `heartbeat_timeout` that is not positive, or a
@@ -345,6 +422,7 @@ def step(
         timeout=timeout,
         heartbeat_timeout=heartbeat_timeout,
         limit=limit,
+        rate=rate,
         read_only=read_only or None,
         inline=inline or None,
     )
@@ -364,6 +442,8 @@ def _check_step_options(name: str, opts: StepOptions, beat: Any) -> None:
     problem = opts.limit_problem()
     if problem is not None:
         raise ValueError(f"@step {name}: {problem}")
+    if opts.rate is not None and not isinstance(opts.rate, Rate):
+        raise ValueError(f"@step {name}: rate= takes a Rate(n, per=...), not {opts.rate!r}")
 
 
 def check_cron(

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from fusee_runtime.attempts import after_abandoned, any_running_on, run_attempt
 from fusee_runtime.completions import Completion
-from fusee_runtime.dsl import Exhausted, RetryPolicy, StepOptions
+from fusee_runtime.dsl import Exhausted, Rate, RetryPolicy, StepOptions
 from fusee_runtime.engine.limits import Permit
 from fusee_runtime.engine.state import Run
 from fusee_runtime.engine.waits import utc
@@ -245,6 +245,8 @@ async def _gate(
     permit = await _permit(execution, seq, name, opts) if opts.limit else None
     gated = False
     try:
+        if opts.rate is not None:  # a slot of the rate, durable before the attempt runs
+            await _slot(execution, seq, name, opts.rate, args)
         if not opts.read_only:
             await host.wait_durable(run.last_lsn)
             # An update applied meanwhile changed what the function may see:
@@ -372,6 +374,26 @@ async def _permit(execution: Execution, seq: str, name: str, opts: StepOptions) 
         )
     finally:
         del run.live.permit_waits[seq]
+
+
+async def _slot(
+    execution: Execution, seq: str, name: str, rate: Rate, args: tuple[object, ...]
+) -> None:
+    """A slot of the step's rate for its next attempt, waited for in the open."""
+    run = execution.run
+    label = rate.label(name, args, {})
+    clock = execution.host.clock
+
+    def waits(at: float) -> None:
+        run.live.rate_waits[seq] = (name, label, at)
+        wait = at - clock.now()
+        run.live.current = f"{name}: waiting for rate {label!r}: next slot in {wait:.1f} s"
+
+    try:
+        await execution.host.limits.rates.take(label, rate.n, rate.per_s, waits)
+    finally:
+        run.live.rate_waits.pop(seq, None)
+        run.live.current = None
 
 
 def _retry_at(

@@ -142,7 +142,11 @@ class Driver:
         )
         """Running steps' heartbeats."""
         self.limits = Limits(
-            self.clock.now, self.append_record, durability.wait, durability.progressed
+            self.clock.now,
+            self.append_record,
+            durability.wait,
+            durability.progressed,
+            self.clock.sleep_until,
         )
         """The named limits of steps (`limit=`) and their permits."""
         self.opened = False

@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from fusee_runtime.engine.rates import Rates
 from fusee_runtime.errors import Rejected
 from fusee_runtime.model.records import LimitSet, Record
 from fusee_runtime.scope import check_name
@@ -146,9 +147,11 @@ class Limits:
         append: Callable[[Record], int],
         durable: Callable[[int], Awaitable[None]],
         changed: Callable[[], None],
+        sleep_until: Callable[[float], Awaitable[None]] | None = None,
     ) -> None:
         """`append` records a `LimitSet`, `durable(lsn)` waits until it is durable and
-        `changed` wakes whoever follows the engine (`Engine.wait_until`)."""
+        `changed` wakes whoever follows the engine (`Engine.wait_until`); the steps'
+        rates over time (`rates`) wait on `sleep_until`, the engine's clock."""
         self._now = now
         self._append = append
         self._durable = durable
@@ -156,6 +159,8 @@ class Limits:
         self._sizes: dict[str, tuple[int, int]] = {}  # name: (permits, lsn of its LimitSet)
         self._set: list[tuple[int, str, int]] = []  # every (lsn, name, permits), for snapshots
         self._pools: dict[str, _Pool] = {}
+        self.rates = Rates(now, sleep_until or _no_clock, append, durable, changed)
+        """The windows of the steps' rates over time (`rate=`)."""
 
     # -- sizes -------------------------------------------------------------------------
 
@@ -317,3 +322,7 @@ def check_limit(name: str) -> str:
     if "/" in name:
         raise Rejected(f"a limit name may not contain '/': {name!r}")
     return name
+
+
+async def _no_clock(at: float) -> None:
+    raise AssertionError("an engine's limits wait for rates on its clock")

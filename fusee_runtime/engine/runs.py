@@ -62,6 +62,7 @@ from fusee_runtime.model.records import (
     CLOSES,
     SCHEDULES,
     LimitSet,
+    RateTaken,
     Record,
     RunContinuedAsNew,
     RunStarted,
@@ -112,6 +113,8 @@ class RunTable:
                     schedules.replay(lsn, rec)
                 elif isinstance(rec, LimitSet):
                     limits.replay(lsn, rec)
+                elif isinstance(rec, RateTaken):
+                    limits.rates.replay(lsn, rec)
                 else:
                     self.fold(lsn, rec, durable=True)
             except (ValueError, KeyError, IndexError, TypeError) as e:
@@ -128,6 +131,7 @@ class RunTable:
         try:
             schedules.restore(made_inputs(body["schedules"], self.chain.opened_value))
             limits.restore(body.get("limits", {}))  # a checkpoint from before limits: none
+            limits.rates.restore(body.get("rates", {}))  # (from before rates: none)
             for stored, arrays in body["runs"]:
                 creation = opened(stored, self.chain)
                 recs = [(lsn, codec.from_array(array, self.chain)) for lsn, array in arrays]

@@ -86,6 +86,8 @@ def waiting(run: Run) -> tuple[Waiting, ...]:
             out.append(Waiting(WaitKind.STEP, step.name, None, f"heartbeat at {beat}: {shown}"))
     for name, limit in run.live.permit_waits.values():
         out.append(Waiting(WaitKind.PERMIT, name, None, limit))
+    for name, rate, at in run.live.rate_waits.values():
+        out.append(Waiting(WaitKind.RATE, name, utc(at), rate))
     return tuple(out)
 
 

@@ -67,6 +67,7 @@ from fusee_runtime.model.records import (
     Instant,
     LimitSet,
     OfRun,
+    RateTaken,
     Record,
     RunCancelled,
     RunCompleted,
@@ -137,9 +138,15 @@ RunEvent = (
 """A record of a run as a whole: its start, its close, what came to it from outside."""
 
 NotOfARun = (
-    ScheduleArmed | ScheduleFired | SchedulePaused | ScheduleSet | ScheduleDeleted | LimitSet
+    ScheduleArmed
+    | ScheduleFired
+    | SchedulePaused
+    | ScheduleSet
+    | ScheduleDeleted
+    | LimitSet
+    | RateTaken
 )
-"""The records of a cron schedule (by its name) and of a limit's size."""
+"""The records of a cron schedule (by its name), of a limit's size and of a rate's slot."""
 
 Named = (
     StepCompleted
@@ -160,8 +167,10 @@ Named = (
     | UpdateApplied
     | UpdateAccepted
     | LimitSet
+    | RateTaken
 )
-"""A record with a `name`: its step's, timer's, signal's, stream's, update's or limit's."""
+"""A record with a `name`: its step's, timer's, signal's, stream's, update's, limit's or
+rate's."""
 
 
 def run_of(record: Record) -> str | None:

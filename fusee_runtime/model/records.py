@@ -77,6 +77,7 @@ class R(enum.IntEnum):
     UpdateAccepted = 43
     ScheduleSet = 44
     ScheduleDeleted = 45
+    RateTaken = 46
 
 
 _R = TypeVar("_R")
@@ -298,6 +299,20 @@ class LimitSet(Record):
     name: str
     permits: int
     set_at: Instant
+
+
+@record
+class RateTaken(Record):
+    """A slot of rate `name` (`"<rate>"` or `"<rate>/<key>"`) was taken at `taken_at` by a
+    step's attempt, which runs once this is durable; `permits` slots in any window of
+    `per_s` seconds (the `Rate` of the step that took it)."""
+
+    code: ClassVar[R] = R.RateTaken
+
+    name: str
+    permits: int
+    per_s: float
+    taken_at: Instant
 
 
 @record

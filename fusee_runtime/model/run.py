@@ -57,6 +57,7 @@ class WaitKind(enum.StrEnum):
     CHILD = "child"
     STEP = "step"
     PERMIT = "permit"
+    RATE = "rate"
     CANCEL = "cancel"
 
 
@@ -79,6 +80,8 @@ class Waiting:
       and its details (`current_ctx().heartbeat`);
     - `permit`: step `name` waits for a permit of the limit `detail` names
       (`limit=`, with its key after a '/');
+    - `rate`: step `name` waits for a slot of the rate `detail` names (`rate=`, with
+      its key after a '/'), the next one free at `until`;
     - `cancel`: a cancel was recorded (`detail`, its reason) and the run has not
       closed: its code has not acted on it yet (`name` None), or it was delivered
       (`name` "delivered") and the code is cleaning up.

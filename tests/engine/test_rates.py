@@ -1,0 +1,138 @@
+"""Rates over time (issue 40, item 1), on both stores and a fake clock: at most n attempts
+of a step start in any window of `per`, across every run of a journal, a key splitting
+the rate; a waiting step shows what it waits for; the slots taken before a crash count
+after it, whether the journal or a checkpoint holds them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fusee_runtime import Ctx, Rate, step, workflow
+from fusee_runtime.clock import FakeClock
+from fusee_runtime.model.run import WaitKind
+
+STORES = ("local", "postgresql")
+
+CLOCK: list[FakeClock] = []
+STARTED: list[tuple[str, float]] = []  # (label, when) of each attempt, as it starts
+
+
+@step(rate=Rate(3, per=10))
+async def call_api(i: int) -> int:
+    STARTED.append(("call_api", CLOCK[0].now()))
+    return i
+
+
+@step(rate=Rate(2, per=5, name="shared", key=lambda tenant, i: tenant))
+async def per_tenant(tenant: str, i: int) -> int:
+    STARTED.append((f"shared/{tenant}", CLOCK[0].now()))
+    return i
+
+
+@workflow(name="rt.burst")
+async def burst(ctx: Ctx, n: int) -> list[int]:
+    return [await call_api(i) for i in range(n)]
+
+
+@workflow(name="rt.tenant")
+async def tenant(ctx: Ctx, who: str) -> list[int]:
+    return list(await ctx.all([per_tenant(who, i) for i in range(4)]))
+
+
+def _most_in_a_window(times: list[float], per: float) -> int:
+    times = sorted(times)
+    return max(sum(1 for t in times if start <= t < start + per) for start in times)
+
+
+@pytest.fixture(autouse=True)
+def _clock(clock: FakeClock) -> Any:
+    CLOCK[:] = [clock]
+    STARTED.clear()
+    yield
+    CLOCK.clear()
+
+
+async def _until_waiting(engine: Any, ids: list[str], started: int) -> None:
+    """Returns once `started` attempts began and the open ones of `ids` all wait for a
+    slot (or are closed)."""
+
+    def settled() -> bool:
+        runs = [engine.runs.latest(id) for id in ids]
+        waiting = all(
+            not r.is_open or any(w.kind == WaitKind.RATE for w in r.info().waiting) for r in runs
+        )
+        return len(STARTED) >= started and waiting
+
+    await engine.wait_until(settled)
+
+
+async def test_a_rate_holds_across_runs_and_keys_split_it(make_engine: Any) -> None:
+    """The clock moves by hand, a window at a time: each window lets exactly its slots
+    in, whatever runs ask; a key's slots are its own."""
+    async with make_engine() as engine:
+        ids = [f"b-{i}" for i in range(4)]
+        handles = [await engine.start(burst, 3, id=id) for id in ids]
+        for window in range(4):  # 12 attempts, 3 a window of 10 s
+            await _until_waiting(engine, ids, 3 * (window + 1))
+            assert len(STARTED) == 3 * (window + 1)  # no 4th in this window
+            CLOCK[0].advance(10)
+        assert [await h.result() for h in handles] == [[0, 1, 2]] * 4
+        times = [at for _, at in STARTED]
+        assert [times.count(t) for t in sorted(set(times))] == [3, 3, 3, 3]
+        STARTED.clear()
+        keyed = [await engine.start(tenant, who, id=f"t-{who}") for who in ("x", "y")]
+        await _until_waiting(engine, ["t-x", "t-y"], 4)  # 2 slots per 5 s, each key
+        assert sorted(label for label, _ in STARTED) == ["shared/x"] * 2 + ["shared/y"] * 2
+        CLOCK[0].advance(5)
+        assert [await h.result() for h in keyed] == [[0, 1, 2, 3]] * 2
+        assert len(STARTED) == 8
+
+
+async def test_a_waiting_step_says_what_it_waits_for(make_engine: Any) -> None:
+    async with make_engine() as engine:
+        h = await engine.start(burst, 4, id="w-1")
+        await engine.wait_until(
+            lambda: any(w.kind == WaitKind.RATE for w in engine.runs.latest("w-1").info().waiting)
+        )
+        (wait,) = (await h.describe()).waiting
+        assert (wait.kind, wait.name, wait.detail) == (WaitKind.RATE, "call_api", "call_api")
+        assert wait.until is not None and wait.until.timestamp() == CLOCK[0].now() + 10
+        assert len(STARTED) == 3
+
+
+@pytest.mark.parametrize("checkpointed", [False, True])
+async def test_slots_taken_before_a_crash_count_after_it(
+    make_engine: Any, checkpointed: bool
+) -> None:
+    engine = make_engine()
+    await engine.open()
+    first = CLOCK[0].now()
+    assert await (await engine.start(burst, 3, id="before")).result() == [0, 1, 2]
+    if checkpointed:
+        await engine.checkpoint()  # (the slots then come from the checkpoint)
+    await engine.close(crash=True)
+    CLOCK[0].advance(4)
+    async with make_engine() as engine:
+        after = await engine.start(burst, 1, id="after")
+        await _until_waiting(engine, ["after"], 3)  # the 3 slots before the crash count
+        (wait,) = (await after.describe()).waiting
+        assert wait.until is not None and wait.until.timestamp() == first + 10
+        CLOCK[0].advance(6)
+        assert await after.result() == [0]
+    assert STARTED[3][1] == first + 10
+
+
+def test_a_rate_that_is_not_one_is_refused_where_it_is_declared() -> None:
+    for bad, said in [
+        (lambda: Rate(0, per=1), "n is a whole number from 1"),
+        (lambda: Rate(1, per=0), "per is a positive duration"),
+        (lambda: Rate(1, per="1s"), "per is a positive duration"),  # type: ignore[arg-type]
+        (lambda: Rate(1, per=1, name="a/b"), "may not contain '/'"),
+        (lambda: Rate(1, per=1, key=3), "key is a string or a function"),  # type: ignore[arg-type]
+    ]:
+        with pytest.raises(ValueError, match=said):
+            bad()
+    with pytest.raises(ValueError, match="rate= takes a Rate"):
+        step(rate=3)(lambda: None)  # type: ignore[arg-type]
