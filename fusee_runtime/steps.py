@@ -245,14 +245,16 @@ async def _gate(
     permit = await _permit(execution, seq, name, opts) if opts.limit else None
     gated = False
     try:
-        if opts.rate is not None:  # a slot of the rate, durable before the attempt runs
-            await _slot(execution, seq, name, opts.rate, args)
         if not opts.read_only:
             await host.wait_durable(run.last_lsn)
             # An update applied meanwhile changed what the function may see:
             # that too must be durable first.
             while run.update_lsn > host.durable_lsn:
                 await host.wait_durable(run.update_lsn)
+        if opts.rate is not None:
+            # A slot of the rate, durable before the attempt runs: taken last, so the
+            # attempt starts as close to its slot as it can.
+            await _slot(execution, seq, name, opts.rate, args)
         execution.check_live()
         if kind is CompletionOp:
             if _finished(run, seq):

@@ -82,6 +82,10 @@ def _table(rows: list[dict[str, Any]]) -> None:
     for col in ("limit", "permits", "in use", "waiting"):
         table.add_column(col)
     for r in rows:
+        if "per_s" in r:  # a rate over time: its slots per window, those taken lately
+            size = f"{r['permits']} per {r['per_s']:g} s (rate)"
+            table.add_row(r["name"], size, f"{r['taken']} taken", str(r["waiting"]))
+            continue
         size = str(r["permits"]) if r["set"] else f"{r['permits']} (not set)"
         table.add_row(r["name"], size, str(r["in_use"]), str(r["waiting"]))
     console.print(table)

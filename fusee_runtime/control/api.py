@@ -370,8 +370,10 @@ class Control(Operations):
         return await self.engine.prune(older_than)
 
     async def limits(self) -> builtins.list[JsonObject]:
-        """Every limit set or in use (`LimitInfo` as a mapping), by name."""
-        return [dataclasses.asdict(info) for info in self.engine.limits()]
+        """Every limit set or in use (`LimitInfo` as a mapping), by name; then every rate
+        over time in use (`RateInfo`: with `per_s`)."""
+        limits = [dataclasses.asdict(info) for info in self.engine.limits()]
+        return limits + [dataclasses.asdict(info) for info in self.engine.rates()]
 
     async def limit(self, name: str, permits: int) -> JsonObject:
         """Sets limit `name`'s size (durably); returns the limit as `limits` shows it."""

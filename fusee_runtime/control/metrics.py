@@ -64,6 +64,16 @@ LIMITS = (
     ("fusee_limit_waiting", "Step attempts waiting for a permit.", "waiting"),
 )
 """Gauges of each limit (label `limit`): name, help, field of `LimitInfo`."""
+RATES = (
+    ("fusee_rate_permits", "A rate's slots per window.", "permits"),
+    ("fusee_rate_window_seconds", "A rate's window.", "per_s"),
+    ("fusee_rate_taken", "Slots of a rate taken in its last window.", "taken"),
+    ("fusee_rate_waiting", "Step attempts waiting for a slot of a rate.", "waiting"),
+)
+"""Gauges of each rate over time (label `rate`, with its key): name, help, field of
+`RateInfo`."""
+RATES_SHOWN = 1000
+"""The rate windows a scrape shows (by name: a rate with many keys is cut there)."""
 LIMIT_KEYS_SHOWN = 100
 """The keys of one limit shown each in a sample of their own; the rest are added up."""
 OTHER_KEYS = "(other)"
@@ -154,6 +164,10 @@ def _families(engines: list[tuple[int, Engine]]) -> Iterator[_Family]:
     doc = "Keys of a limit with permits held or waited for (`limit_key`)."
     keys = [(k, [limit], n) for k, (_, counted) in shown for limit, n in counted.items()]
     yield GaugeMetricFamily, "fusee_limit_keys", doc, ["limit"], keys
+    rates = [(k, e.rates()[:RATES_SHOWN]) for k, e in engines]
+    for name, doc, field in RATES:
+        samples = [(k, [i.name], getattr(i, field)) for k, infos in rates for i in infos]
+        yield GaugeMetricFamily, name, doc, ["rate"], samples
 
 
 def _shown_limits(infos: list[LimitInfo]) -> tuple[list[LimitInfo], dict[str, int]]:

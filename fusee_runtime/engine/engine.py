@@ -49,6 +49,7 @@ from fusee_runtime.engine.handlers import Handlers
 from fusee_runtime.engine.home import HomeLock
 from fusee_runtime.engine.limits import LimitInfo
 from fusee_runtime.engine.objects import ObjectHandle, Objects
+from fusee_runtime.engine.rates import RateInfo
 from fusee_runtime.engine.registry import load_app
 from fusee_runtime.engine.runlog import RunLog
 from fusee_runtime.engine.runs import RunTable, wanted
@@ -553,6 +554,11 @@ class Engine:
         """
         self.driver.check_accepting()
         await self.driver.limits.set(name, permits)
+
+    def rates(self) -> builtins.list[RateInfo]:
+        """Every rate over time in use (`Rate`): its window by name, slots taken lately,
+        waiting attempts, its next free slot."""
+        return self.driver.limits.rates.list()
 
     def limits(self) -> builtins.list[LimitInfo]:
         """Every limit set or in use (and each key of one in use), by name."""

@@ -102,6 +102,29 @@ async def test_a_waiting_step_says_what_it_waits_for(make_engine: Any) -> None:
         assert len(STARTED) == 3
 
 
+async def test_rates_show_in_limits_and_metrics(make_engine: Any) -> None:
+    from fusee_runtime.control.api import Control
+    from fusee_runtime.control.metrics import registry, render
+
+    async with make_engine() as engine:
+        await engine.start(burst, 4, id="m-1")
+        await _until_waiting(engine, ["m-1"], 3)
+        (info,) = engine.rates()
+        assert (info.name, info.permits, info.per_s, info.taken, info.waiting) == (
+            "call_api",
+            3,
+            10.0,
+            3,
+            1,
+        )
+        assert info.next_at == CLOCK[0].now() + 10
+        rows = await Control(engine).limits()
+        assert [r["name"] for r in rows if "per_s" in r] == ["call_api"]
+        scraped = render(registry(lambda: {0: engine})).decode()
+        assert 'fusee_rate_taken{rate="call_api"} 3.0' in scraped
+        assert 'fusee_rate_waiting{rate="call_api"} 1.0' in scraped
+
+
 @pytest.mark.parametrize("checkpointed", [False, True])
 async def test_slots_taken_before_a_crash_count_after_it(
     make_engine: Any, checkpointed: bool
