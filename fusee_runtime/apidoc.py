@@ -168,9 +168,20 @@ def _member(owner: str, member: str, value: object) -> list[str]:
 
 
 def _members(cls: type) -> Iterator[tuple[str, object]]:
-    """The public properties and methods `cls` itself defines, in source order."""
+    """The public properties and methods `cls` defines, in source order, then those of
+    the fusee classes it is made of that no public name shows (`Engine`'s `FlowControl`)."""
     fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
-    for member, value in vars(cls).items():
+    parts = [
+        base
+        for base in cls.__mro__[1:]
+        if base.__module__.startswith("fusee_runtime.")
+        and not hasattr(fusee_runtime, base.__name__)
+    ]
+    seen: set[str] = set()
+    for member, value in (item for c in (cls, *parts) for item in vars(c).items()):
+        if member in seen:
+            continue
+        seen.add(member)
         if member.startswith("_") or member in fields:
             continue
         if isinstance(value, enum.Enum):

@@ -30,23 +30,36 @@ def limits(
             show_default=False,
         ),
     ] = None,
+    per: Annotated[
+        float | None,
+        typer.Option(
+            "--per",
+            metavar="SECONDS",
+            min=0.001,
+            help="Set rate NAME instead (Rate): PERMITS attempts start in any window of "
+            "SECONDS, whatever its steps say.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: Json = False,
     home: Home = DEFAULT_HOME,
     store: Store = None,
     app: ReadApp = None,
 ) -> None:
-    """List the named limits (size, permits in use, attempts waiting), or set one's size.
+    """List the named limits and rates (size, in use, attempts waiting), or set one.
 
     A step with limit=NAME takes one of its permits for each attempt; a limit
     never set has 1. The size is recorded: it holds after a restart.
 
-    Example: fusee limits stripe 5
+    Example: fusee limits stripe 5; fusee limits stripe 100 --per 60
     """
     import asyncio
 
     with session.reporting():
         if name is not None and permits is None:
             raise CliError(Code.USAGE, f"fusee limits {name} needs PERMITS, the limit's size")
+        if per is not None and permits is None:
+            raise CliError(Code.USAGE, "fusee limits --per SECONDS sets a rate: NAME PERMITS too")
         if name is None and not session.has_journal(home):
             rows: list[dict[str, Any]] = []  # nothing recorded: no home is created to say so
             owner = None
@@ -57,14 +70,17 @@ def limits(
                     if name is None:
                         return await ctl.limits(), ctl.owner
                     assert permits is not None
-                    return [await ctl.limit(name, permits)], ctl.owner
+                    return [await ctl.limit(name, permits, per)], ctl.owner
 
             rows, owner = asyncio.run(main())
         if as_json:
             session.print_json(rows[0] if name is not None else rows)
         elif name is not None:
             by = f" (by its owner, pid {owner})" if owner is not None else ""
-            session.echo_err(f"limit {name}: {rows[0]['permits']} permits{by}")
+            if per is not None:
+                session.echo_err(f"rate {name}: {rows[0]['permits']} per {per:g} s{by}")
+            else:
+                session.echo_err(f"limit {name}: {rows[0]['permits']} permits{by}")
         else:
             _table(rows)
 

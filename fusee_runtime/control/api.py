@@ -375,8 +375,15 @@ class Control(Operations):
         limits = [dataclasses.asdict(info) for info in self.engine.limits()]
         return limits + [dataclasses.asdict(info) for info in self.engine.rates()]
 
-    async def limit(self, name: str, permits: int) -> JsonObject:
-        """Sets limit `name`'s size (durably); returns the limit as `limits` shows it."""
+    async def limit(self, name: str, permits: int, per_s: float | None = None) -> JsonObject:
+        """Sets limit `name`'s size (durably); returns the limit as `limits` shows it.
+        With `per_s`: rate `name`'s (`Engine.rate`), answered as a rate's row."""
+        if per_s is not None:
+            await self._recorded(self.engine.rate(name, permits, per_s))
+            shown = [i for i in self.engine.rates() if i.name == name]
+            if shown:
+                return dataclasses.asdict(shown[0])
+            return {"name": name, "permits": permits, "per_s": float(per_s), "taken": 0}
         await self._recorded(self.engine.limit(name, permits))
         (info,) = [info for info in self.engine.limits() if info.name == name]
         return dataclasses.asdict(info)

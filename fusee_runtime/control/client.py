@@ -368,8 +368,10 @@ class Client(Operations):
     async def limits(self) -> builtins.list[JsonObject]:
         return await self._ask(ops.LIMITS)
 
-    async def limit(self, name: str, permits: int) -> JsonObject:
-        return await self._ask(ops.LIMIT, name=name, permits=permits)
+    async def limit(self, name: str, permits: int, per_s: float | None = None) -> JsonObject:
+        if per_s is None:  # (as an owner of an older version takes it)
+            return await self._ask(ops.LIMIT, name=name, permits=permits)
+        return await self._ask(ops.LIMIT, name=name, permits=permits, per_s=per_s)
 
     def watch(self, id: str, timeout: float | None = None) -> AsyncGenerator[dict[str, Any], None]:
         return self._follow(ops.WATCH, id=id, timeout=timeout)

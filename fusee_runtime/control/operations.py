@@ -245,8 +245,9 @@ class Operations(Protocol):
         """Every limit set or in use (`LimitInfo` as a mapping)."""
         ...
 
-    async def limit(self, name: str, permits: int) -> JsonObject:
-        """Sets limit `name`'s size; returns the limit as `limits` shows it."""
+    async def limit(self, name: str, permits: int, per_s: float | None = None) -> JsonObject:
+        """Sets limit `name`'s size; returns the limit as `limits` shows it. With
+        `per_s`, sets instead rate `name`: `permits` attempts in any `per_s` seconds."""
         ...
 
     def watch(self, id: str, timeout: float | None = None) -> AsyncGenerator[dict[str, Any], None]:

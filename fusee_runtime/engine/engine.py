@@ -44,12 +44,11 @@ from fusee_runtime.engine.commands import Commands
 from fusee_runtime.engine.config import Config
 from fusee_runtime.engine.driver import Driver
 from fusee_runtime.engine.durability import Durability, soon
+from fusee_runtime.engine.flow import FlowControl
 from fusee_runtime.engine.handle import RunHandle
 from fusee_runtime.engine.handlers import Handlers
 from fusee_runtime.engine.home import HomeLock
-from fusee_runtime.engine.limits import LimitInfo
 from fusee_runtime.engine.objects import ObjectHandle, Objects
-from fusee_runtime.engine.rates import RateInfo
 from fusee_runtime.engine.registry import load_app
 from fusee_runtime.engine.runlog import RunLog
 from fusee_runtime.engine.runs import RunTable, wanted
@@ -75,7 +74,7 @@ LIST_LIMIT_MAX = 2**31 - 1
 """The largest `limit` of `Engine.list`; SQLite's 64-bit integers take it with room to spare."""
 
 
-class Engine:
+class Engine(FlowControl):
     """An open home: recovers on open, runs workflows, closes cleanly.
 
     Use it as an async context manager::
@@ -544,25 +543,6 @@ class Engine:
         """Fails the `await_completion` that issued `token`: it raises `StepFailed` in the
         workflow, with `error` (a message, or a `Failure`). Raises as `complete` does."""
         await self.handlers.finish(token, None, error)
-
-    async def limit(self, name: str, permits: int) -> None:
-        """Sets how many attempts of the steps with `limit=name` run at once (of each
-        key, with `limit_key`; 0: none); returns once durable: it holds after a restart.
-
-        Raises:
-            Rejected: not a limit name, or permits not from 0 to `limits.PERMITS_MAX`.
-        """
-        self.driver.check_accepting()
-        await self.driver.limits.set(name, permits)
-
-    def rates(self) -> builtins.list[RateInfo]:
-        """Every rate over time in use (`Rate`): its window by name, slots taken lately,
-        waiting attempts, its next free slot."""
-        return self.driver.limits.rates.list()
-
-    def limits(self) -> builtins.list[LimitInfo]:
-        """Every limit set or in use (and each key of one in use), by name."""
-        return self.driver.limits.list()
 
     # -- storage ---------------------------------------------------------------------
 

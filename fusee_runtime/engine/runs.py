@@ -62,6 +62,7 @@ from fusee_runtime.model.records import (
     CLOSES,
     SCHEDULES,
     LimitSet,
+    RateSet,
     RateTaken,
     Record,
     RunContinuedAsNew,
@@ -113,7 +114,7 @@ class RunTable:
                     schedules.replay(lsn, rec)
                 elif isinstance(rec, LimitSet):
                     limits.replay(lsn, rec)
-                elif isinstance(rec, RateTaken):
+                elif isinstance(rec, RateTaken | RateSet):
                     limits.rates.replay(lsn, rec)
                 else:
                     self.fold(lsn, rec, durable=True)

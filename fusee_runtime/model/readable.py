@@ -67,6 +67,7 @@ from fusee_runtime.model.records import (
     Instant,
     LimitSet,
     OfRun,
+    RateSet,
     RateTaken,
     Record,
     RunCancelled,
@@ -145,8 +146,10 @@ NotOfARun = (
     | ScheduleDeleted
     | LimitSet
     | RateTaken
+    | RateSet
 )
-"""The records of a cron schedule (by its name), of a limit's size and of a rate's slot."""
+"""The records of a cron schedule (by its name), of a limit's size, of a rate's slot and
+size."""
 
 Named = (
     StepCompleted
@@ -168,6 +171,7 @@ Named = (
     | UpdateAccepted
     | LimitSet
     | RateTaken
+    | RateSet
 )
 """A record with a `name`: its step's, timer's, signal's, stream's, update's, limit's or
 rate's."""

@@ -78,6 +78,7 @@ class R(enum.IntEnum):
     ScheduleSet = 44
     ScheduleDeleted = 45
     RateTaken = 46
+    RateSet = 47
 
 
 _R = TypeVar("_R")
@@ -313,6 +314,20 @@ class RateTaken(Record):
     permits: int
     per_s: float
     taken_at: Instant
+
+
+@record
+class RateSet(Record):
+    """`engine.rate(name, permits, per)`: rate `name` (and each of its keys) lets
+    `permits` attempts start in any window of `per_s` seconds from here on, whatever its
+    steps' `Rate` says."""
+
+    code: ClassVar[R] = R.RateSet
+
+    name: str
+    permits: int
+    per_s: float
+    set_at: Instant
 
 
 @record

@@ -38,6 +38,28 @@ def test_a_limit_set_with_no_owner_is_recorded(cli, on, home):
     assert table[1].split() == ["cli.api", "3", "0", "0"]
 
 
+def test_a_rate_set_with_no_owner_is_recorded_and_listed(cli, on, home, journal):
+    r = cli("limits", "cli.stripe", "100", "--per", "60", *on)
+    assert (r.exit_code, r.stderr) == (0, "rate cli.stripe: 100 per 60 s\n"), r.output
+    (row,) = rows(cli, on)
+    assert (row["name"], row["permits"], row["per_s"], row["set"]) == (
+        "cli.stripe",
+        100,
+        60.0,
+        True,
+    )
+    table = cli("limits", *on).stdout.splitlines()
+    assert table[1].split() == ["cli.stripe", "100", "per", "60", "s", "(rate)", "0", "taken", "0"]
+    before = journal(home)
+    for args, said in [
+        (("cli.stripe", "0", "--per", "1"), "permits is a whole number from 1"),
+        (("--per", "1"), "fusee limits --per SECONDS sets a rate: NAME PERMITS too"),
+    ]:
+        r = cli("limits", *args, *on)
+        assert r.exit_code == 2 and said in r.stderr and r.stderr.count("\n") == 1, r.output
+    assert journal(home) == before
+
+
 def test_bad_input_is_one_line_and_records_nothing(cli, on, home, journal):
     assert cli("limits", "cli.api", "1", *on).exit_code == 0
     before = journal(home)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from fusee_runtime import Ctx, Rate, step, workflow
+from fusee_runtime import Ctx, Rate, Rejected, step, workflow
 from fusee_runtime.clock import FakeClock
 from fusee_runtime.model.run import WaitKind
 
@@ -145,6 +145,38 @@ async def test_slots_taken_before_a_crash_count_after_it(
         CLOCK[0].advance(6)
         assert await after.result() == [0]
     assert STARTED[3][1] == first + 10
+
+
+async def test_a_rate_set_at_run_time_lets_waiters_in_and_holds_after_a_restart(
+    make_engine: Any,
+) -> None:
+    async with make_engine() as engine:
+        first = CLOCK[0].now()
+        h = await engine.start(burst, 5, id="s-1")
+        await _until_waiting(engine, ["s-1"], 3)
+        await engine.rate("call_api", 5, per=10)  # grown: the one waiting goes in at once
+        assert await h.result() == [0, 1, 2, 3, 4]
+        assert [at for _, at in STARTED] == [first] * 5
+        with pytest.raises(Rejected, match="may not contain '/'"):
+            await engine.rate("a/b", 1, per=1)
+        with pytest.raises(Rejected, match="permits is a whole number from 1"):
+            await engine.rate("call_api", 0, per=1)
+        with pytest.raises(Rejected, match="per is a positive duration"):
+            await engine.rate("call_api", 1, per=-1)
+    async with make_engine() as engine:  # the size holds, and so do the 5 slots taken
+        (info,) = engine.rates()
+        assert (info.name, info.permits, info.per_s, info.taken, info.set) == (
+            "call_api",
+            5,
+            10.0,
+            5,
+            True,
+        )
+        h = await engine.start(burst, 1, id="s-2")
+        await _until_waiting(engine, ["s-2"], 5)
+        CLOCK[0].advance(10)
+        assert await h.result() == [0]
+        assert STARTED[5][1] == first + 10
 
 
 def test_a_rate_that_is_not_one_is_refused_where_it_is_declared() -> None:

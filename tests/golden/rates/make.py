@@ -1,9 +1,10 @@
 """Writes the golden journal of rates over time (issue 40): `python tests/golden/rates/make.py`.
 
 A fixture beside the first (`tests/golden/README.md`) for the record kind that came
-after it: `RateTaken`. With the code of the checkout, on a `FakeClock`, one run takes
-three steps under `Rate(2, per=10)`: two slots at once, the third once the clock has
-moved 10 s; a second run takes a slot of a keyed rate. It writes `home/journal/` and
+after it: `RateTaken` and `RateSet`. With the code of the checkout, on a `FakeClock`,
+one run takes three steps under `Rate(2, per=10)`: two slots at once, the third once
+the clock has moved 10 s; a second run takes a slot of a keyed rate, whose size is
+then set at run time. It writes `home/journal/` and
 `expected.json` (the runs, the rate windows, the record kinds with their codes, how
 many records). The test plays it again (`--again`) and compares the bytes. Run it
 once; never to make a failing test pass.
@@ -88,6 +89,7 @@ async def play(home: Path) -> dict[str, Any]:
         clock.advance(10)
         assert await calls.result() == [0, 1, 2]
         assert await (await engine.start(grt_tenant, "acme", id="tenant-1")).result() == "acme"
+        await engine.rate("grt.service", 2, per=30)  # set at run time: RateSet
         runs = [run_json(info) for info in await engine.list()]
         rates = [dataclasses.asdict(info) for info in engine.driver.limits.rates.list()]
     return {"runs": runs, "rates": rates}
