@@ -171,6 +171,8 @@ async def _run_attempts(
     attempt = op.attempts_failed + 1 if op else 1
     not_before = op.retry_at if op else None
     first_failed_at = op.first_failed_at if op else None
+    # The rate's window, once (`Rejected` at the call: a key function that fails).
+    rated = (opts.rate, opts.rate.label(name, args, kwargs)) if opts.rate else None
     if op is not None and op.paused:
         await execution.paused(seq, op)
         attempt, not_before, first_failed_at = 1, None, None
@@ -180,7 +182,7 @@ async def _run_attempts(
         if any_running_on():
             # Before the gate, which then covers whatever was appended meanwhile.
             await after_abandoned(execution, seq, name, attempt)
-        gated = await _gate(execution, seq, name, attempt, opts, kind, args)
+        gated = await _gate(execution, seq, name, attempt, opts, kind, args, rated)
         if gated is None:
             return None  # an `await_completion` finished meanwhile: no token goes out
         permit, args = gated
@@ -235,26 +237,31 @@ async def _gate(
     opts: StepOptions,
     kind: type[StepOp],
     args: tuple[object, ...],
+    rated: tuple[Rate, str] | None = None,
 ) -> tuple[Permit | None, tuple[Any, ...]] | None:
-    """Step 2: a permit of the step's limit, then every earlier record durable (and for
+    """Step 2: a permit of the step's limit, then every earlier record durable, then a
+    slot of its rate (`rated`: the rate and its window) durable too (and for
     `await_completion`, this attempt's token). Returns the permit and the attempt's
     arguments (`send`'s: the token), or None if the `await_completion` was finished
     (completed, failed or cancelled) meanwhile."""
     host, run = execution.host, execution.run
+    if rated is not None:
+        # Until the window has a slot, without a permit: a step waiting for its rate
+        # holds none of its limit's from steps whose rate lets them in.
+        await _slot(execution, seq, name, *rated, take=False)
     # The permit first: the gate then covers whatever was appended while it waited.
     permit = await _permit(execution, seq, name, opts) if opts.limit else None
     gated = False
     try:
-        if not opts.read_only:
+        if not opts.read_only:  # (as `_settled`, inline: every attempt passes here)
             await host.wait_durable(run.last_lsn)
-            # An update applied meanwhile changed what the function may see:
-            # that too must be durable first.
             while run.update_lsn > host.durable_lsn:
                 await host.wait_durable(run.update_lsn)
-        if opts.rate is not None:
-            # A slot of the rate, durable before the attempt runs: taken last, so the
-            # attempt starts as close to its slot as it can.
-            await _slot(execution, seq, name, opts.rate, args)
+        if rated is not None:
+            # A slot, durable before the attempt runs: taken last, so the attempt
+            # starts as close to its slot as it can; what came meanwhile settles too.
+            await _slot(execution, seq, name, *rated, take=True)
+            await _settled(execution, opts)
         execution.check_live()
         if kind is CompletionOp:
             if _finished(run, seq):
@@ -268,6 +275,17 @@ async def _gate(
         if permit is not None and not gated:
             permit.release()
     return permit, args
+
+
+async def _settled(execution: Execution, opts: StepOptions) -> None:
+    """Every earlier record of the run durable (not waited for when `read_only`)."""
+    host, run = execution.host, execution.run
+    if not opts.read_only:
+        await host.wait_durable(run.last_lsn)
+        # An update applied meanwhile changed what the function may see: that too must
+        # be durable first.
+        while run.update_lsn > host.durable_lsn:
+            await host.wait_durable(run.update_lsn)
 
 
 async def _issue(execution: Execution, seq: str, name: str, attempt: int) -> Completion:
@@ -379,20 +397,24 @@ async def _permit(execution: Execution, seq: str, name: str, opts: StepOptions) 
 
 
 async def _slot(
-    execution: Execution, seq: str, name: str, rate: Rate, args: tuple[object, ...]
+    execution: Execution, seq: str, name: str, rate: Rate, label: str, take: bool
 ) -> None:
-    """A slot of the step's rate for its next attempt, waited for in the open."""
+    """A slot of the step's rate for its next attempt (`take`), or only the wait until
+    its window has one, waited for in the open."""
     run = execution.run
-    label = rate.label(name, args, {})
     clock = execution.host.clock
+    rates = execution.host.limits.rates
 
     def waits(at: float) -> None:
         run.live.rate_waits[seq] = (name, label, at)
-        wait = at - clock.now()
+        wait = max(at - clock.now(), 0.0)
         run.live.current = f"{name}: waiting for rate {label!r}: next slot in {wait:.1f} s"
 
     try:
-        await execution.host.limits.rates.take(label, rate.n, rate.per_s, waits)
+        if take:
+            await rates.take(label, rate.n, rate.per_s, waits)
+        else:
+            await rates.until_free(label, rate.n, rate.per_s, waits)
     finally:
         run.live.rate_waits.pop(seq, None)
         run.live.current = None

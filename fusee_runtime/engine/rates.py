@@ -37,7 +37,12 @@ class _Window:
 
     permits: int
     per_s: float
+    """The size the last slot was taken under (what `fusee limits` shows)."""
     slots: deque[tuple[float, int]] = field(default_factory=deque)
+    keep: int = 1
+    """How many of the newest slots it keeps: the most any rate of this window counts."""
+    span: float = 0.0
+    """The longest window of any rate of it: slots older than this count for none."""
     turn: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Held by the waiter whose turn it is: the others wait in the order they came."""
     waiting: int = 0
@@ -88,27 +93,54 @@ class Rates:
     async def take(
         self, label: str, permits: int, per_s: float, waits: Callable[[float], None]
     ) -> None:
-        """Returns once a slot of window `label` is taken for an attempt and durable;
+        """Returns once a slot of window `label` is taken for an attempt and durable: at
+        most `permits` in any `per_s` (unless the rate's size was set at run time);
         `waits(at)` is told when the attempt must wait until `at` for it. Cancelled, it
         takes none (or the one it took is used by no attempt: it still counts)."""
-        window = self._window(label, permits, per_s)
+        window = self._window(label)
+        permits, per_s = self._size(label, permits, per_s)
         window.waiting += 1
         try:
-            if window.turn.locked():  # others came first: it waits behind them
-                waits(max(self._free_at(window), self._now()))
+            if window.waiting > 1 or self._free_at(window, permits, per_s) > self._now():
+                # Others came first, or no slot is free: it waits, and says so.
+                waits(max(self._free_at(window, permits, per_s), self._now()))
                 self._changed()
             async with window.turn:
-                while (free_at := self._free_at(window)) > (now := self._now()):
+                while True:
+                    permits, per_s = self._size(label, permits, per_s)
+                    free_at = self._free_at(window, permits, per_s)
+                    if free_at <= (now := self._now()):
+                        break
                     waits(free_at)
                     self._changed()
                     window.resized.clear()
                     await self._until(free_at, window.resized)
                 lsn = self._append(RateTaken(label, permits, per_s, now))
-                self._add(window, now, lsn)
+                self._add(window, now, lsn, permits, per_s)
         finally:
             window.waiting -= 1
         self._changed()
         await self._durable(lsn)
+
+    async def until_free(
+        self, label: str, permits: int, per_s: float, waits: Callable[[float], None]
+    ) -> None:
+        """Returns once window `label` has a free slot, taking none (a step waits so
+        before it takes its limit's permit: the slot itself is taken after)."""
+        window = self._window(label)
+        window.waiting += 1
+        try:
+            while True:
+                permits, per_s = self._size(label, permits, per_s)
+                free_at = self._free_at(window, permits, per_s)
+                if free_at <= self._now():
+                    return
+                waits(free_at)
+                self._changed()
+                window.resized.clear()
+                await self._until(free_at, window.resized)
+        finally:
+            window.waiting -= 1
 
     async def set(self, name: str, permits: int, per_s: float) -> None:
         """Records rate `name`'s size and applies it at once; returns once durable."""
@@ -122,14 +154,15 @@ class Rates:
         if isinstance(rec, RateSet):
             self._resize(lsn, rec.name, rec.permits, rec.per_s)
         else:
-            self._add(self._window(rec.name, rec.permits, rec.per_s), rec.taken_at, lsn)
+            self._add(self._window(rec.name), rec.taken_at, lsn, rec.permits, rec.per_s)
 
     def snapshot(self, lsn: int) -> dict[str, Any]:
         """The windows and the sizes set as of `lsn`, for a checkpoint at `lsn`:
         {"windows": {label: [permits, per_s, [[when, lsn], ...]]}, "sizes": {name:
         [permits, per_s, lsn]}}; what came later is in the segments after it."""
+        self._sweep()
         windows = {
-            label: [w.permits, w.per_s, [[at, n] for at, n in w.slots if n <= lsn]]
+            label: [w.permits, w.per_s, [[at, n] for at, n in w.slots if n <= lsn], w.keep]
             for label, w in self._windows.items()
         }
         sizes = {name: list(size) for name, size in self._sizes.items() if size[2] <= lsn}
@@ -139,39 +172,57 @@ class Rates:
         """The windows and sizes a checkpoint holds (`snapshot`)."""
         for name, (permits, per_s, lsn) in snapshot.get("sizes", {}).items():
             self._resize(int(lsn), name, int(permits), float(per_s))
-        for label, (permits, per_s, slots) in snapshot.get("windows", {}).items():
-            window = self._window(label, int(permits), float(per_s))
+        for label, (permits, per_s, slots, keep) in snapshot.get("windows", {}).items():
+            window = self._window(label)
+            window.keep = max(window.keep, int(keep))
+            window.span = max(window.span, float(per_s))
             for at, lsn in slots:
-                self._add(window, float(at), int(lsn))
+                self._add(window, float(at), int(lsn), int(permits), float(per_s))
 
     def list(self) -> builtins.list[RateInfo]:
         """Every window, and every size set at run time that no window uses yet, by name."""
+        self._sweep()
         now = self._now()
         out = {
             name: RateInfo(name, permits, per_s, 0, 0, None, True)
             for name, (permits, per_s, _) in self._sizes.items()
         }
         for label, w in self._windows.items():
-            taken = sum(1 for at, _ in w.slots if at > now - w.per_s)
-            free_at = self._free_at(w)
+            permits, per_s = self._size(label, w.permits, w.per_s)
+            taken = sum(1 for at, _ in w.slots if at > now - per_s)
+            free_at = self._free_at(w, permits, per_s)
             next_at = free_at if free_at > now else None
             is_set = label.partition("/")[0] in self._sizes
-            out[label] = RateInfo(label, w.permits, w.per_s, taken, w.waiting, next_at, is_set)
+            out[label] = RateInfo(label, permits, per_s, taken, w.waiting, next_at, is_set)
         return [out[name] for name in sorted(out)]
 
-    def _window(self, label: str, permits: int, per_s: float) -> _Window:
-        """Window `label`, made on first use. Its size: the one set at run time for its
-        rate, else the newest `Rate` given for it (a step changed in a deploy: its next
-        attempt's rate holds)."""
-        size = self._sizes.get(label.partition("/")[0])
-        if size is not None:
-            permits, per_s, _ = size
+    def _window(self, label: str) -> _Window:
+        """Window `label`, made on first use."""
         window = self._windows.get(label)
         if window is None:
-            window = self._windows[label] = _Window(permits, per_s)
-        else:
-            window.permits, window.per_s = permits, per_s
+            window = self._windows[label] = _Window(0, 0.0)
         return window
+
+    def _size(self, label: str, permits: int, per_s: float) -> tuple[int, float]:
+        """The size a slot of window `label` is taken under: the one set at run time for
+        its rate, else the step's own `Rate` (steps that share a rate's name with sizes
+        of their own each hold theirs over all of its slots)."""
+        size = self._sizes.get(label.partition("/")[0])
+        return (size[0], size[1]) if size is not None else (permits, per_s)
+
+    def _sweep(self) -> None:
+        """Drops the windows whose every slot is older than their window and that no one
+        waits for: keys come and go (a tenant, an order), and none counts any more."""
+        now = self._now()
+        idle = [
+            label
+            for label, w in self._windows.items()
+            if not w.waiting
+            and not w.turn.locked()
+            and (not w.slots or w.slots[-1][0] <= now - w.span)
+        ]
+        for label in idle:
+            del self._windows[label]
 
     def _resize(self, lsn: int, name: str, permits: int, per_s: float) -> None:
         known = self._sizes.get(name)
@@ -180,7 +231,6 @@ class Rates:
         self._sizes[name] = (permits, per_s, lsn)
         for label, window in self._windows.items():
             if label.partition("/")[0] == name:
-                window.permits, window.per_s = permits, per_s
                 window.resized.set()
 
     async def _until(self, at: float, resized: asyncio.Event) -> None:
@@ -194,17 +244,21 @@ class Rates:
             woken.cancel()
 
     @staticmethod
-    def _free_at(window: _Window) -> float:
-        """When the window has a free slot: when the n-th newest slot is `per` old."""
-        if len(window.slots) < window.permits:
+    def _free_at(window: _Window, permits: int, per_s: float) -> float:
+        """When the window has a free slot for a rate of `permits` per `per_s`: when the
+        `permits`-th newest slot is `per_s` old."""
+        if len(window.slots) < permits:
             return float("-inf")
-        return window.slots[-window.permits][0] + window.per_s
+        return window.slots[-permits][0] + per_s
 
     @staticmethod
-    def _add(window: _Window, at: float, lsn: int) -> None:
+    def _add(window: _Window, at: float, lsn: int, permits: int, per_s: float) -> None:
         if window.slots and lsn <= window.slots[-1][1]:
             return  # (a checkpoint's slot, read again from a segment after it)
         window.slots.append((at, lsn))
-        # The newest `permits` say when the next slot frees; older ones never will again.
-        while len(window.slots) > max(window.permits, 1):
+        window.permits, window.per_s = permits, per_s
+        window.keep = max(window.keep, permits)
+        window.span = max(window.span, per_s)
+        # The newest `keep` say when the next slot frees; older ones never will again.
+        while len(window.slots) > window.keep:
             window.slots.popleft()

@@ -31,6 +31,35 @@ async def per_tenant(tenant: str, i: int) -> int:
     return i
 
 
+@step(rate=Rate(5, per=60, name="svc"))
+async def svc_slow(i: int) -> int:
+    STARTED.append(("slow", CLOCK[0].now()))
+    return i
+
+
+@step(rate=Rate(1, per=1, name="svc"))
+async def svc_fast(i: int) -> int:
+    STARTED.append(("fast", CLOCK[0].now()))
+    return i
+
+
+@step(limit="rt.db", rate=Rate(1, per=60, key=lambda tenant, i=0: tenant))
+async def db_call(tenant: str, i: int = 0) -> str:
+    STARTED.append((tenant, CLOCK[0].now()))
+    return tenant
+
+
+@workflow(name="rt.shared")
+async def shared(ctx: Ctx, which: str) -> list[int]:
+    fn = svc_slow if which == "slow" else svc_fast
+    return [await fn(i) for i in range(5 if which == "slow" else 1)]
+
+
+@workflow(name="rt.db")
+async def db_twice(ctx: Ctx, tenant: str) -> list[str]:
+    return [await db_call(tenant=tenant, i=0), await db_call(tenant=tenant, i=1)]
+
+
 @workflow(name="rt.burst")
 async def burst(ctx: Ctx, n: int) -> list[int]:
     return [await call_api(i) for i in range(n)]
@@ -42,6 +71,7 @@ async def tenant(ctx: Ctx, who: str) -> list[int]:
 
 
 def _most_in_a_window(times: list[float], per: float) -> int:
+    """The most of `times` in any window of `per` seconds."""
     times = sorted(times)
     return max(sum(1 for t in times if start <= t < start + per) for start in times)
 
@@ -177,6 +207,45 @@ async def test_a_rate_set_at_run_time_lets_waiters_in_and_holds_after_a_restart(
         CLOCK[0].advance(10)
         assert await h.result() == [0]
         assert STARTED[5][1] == first + 10
+
+
+async def test_rates_that_share_a_name_each_hold_over_all_its_slots(make_engine: Any) -> None:
+    """Review finding: two steps share a rate's name with sizes of their own (5 a minute,
+    1 a second). Each takes a slot by its own size over every slot of the name: the
+    smaller no longer trims away the slots the bigger counts."""
+    async with make_engine() as engine:
+        first = CLOCK[0].now()
+        assert await (await engine.start(shared, "slow", id="sl-1")).result() == [0, 1, 2, 3, 4]
+        CLOCK[0].advance(1)
+        assert await (await engine.start(shared, "fast", id="fa-1")).result() == [0]
+        again = await engine.start(shared, "slow", id="sl-2")
+        await _until_waiting(engine, ["sl-2"], 6)  # 6 slots in a minute: 5 a minute waits
+        CLOCK[0].advance(59)
+        await _until_waiting(engine, ["sl-2"], 10)  # the 5 of the first second freed: 4
+        CLOCK[0].advance(1)  # and the fast one's
+        assert await again.result() == [0, 1, 2, 3, 4]
+    slow = [at for label, at in STARTED if label == "slow"]
+    assert slow == [first] * 5 + [first + 60] * 4 + [first + 61]
+
+
+async def test_a_step_waiting_for_its_rate_holds_no_permit_and_keys_reach_it(
+    make_engine: Any,
+) -> None:
+    """Review findings: a step waiting for its rate's slot holds none of its limit's
+    permits (another tenant whose rate is free gets in); the key function gets the
+    step's keyword arguments; a key function that fails is `Rejected` at the call."""
+    async with make_engine() as engine:
+        await engine.limit("rt.db", 1)
+        x = await engine.start(db_twice, "x", id="db-x")
+        await _until_waiting(engine, ["db-x"], 1)  # x's second call waits 60 s for x's rate
+        y = await engine.start(db_twice, "y", id="db-y")
+        await _until_waiting(engine, ["db-y"], 2)  # y's first got the permit meanwhile
+        assert [label for label, _ in STARTED] == ["x", "y"]
+        CLOCK[0].advance(60)
+        assert (await x.result(), await y.result()) == (["x", "x"], ["y", "y"])
+        assert {r.name for r in engine.rates()} == {"db_call/x", "db_call/y"}
+        CLOCK[0].advance(61)  # every slot older than its window: the keys are dropped
+        assert engine.rates() == []
 
 
 def test_a_rate_that_is_not_one_is_refused_where_it_is_declared() -> None:
