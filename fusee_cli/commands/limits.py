@@ -37,7 +37,7 @@ def limits(
             metavar="SECONDS",
             min=0.001,
             help="Set rate NAME instead (Rate): PERMITS attempts start in any window of "
-            "SECONDS, whatever its steps say.",
+            "SECONDS, whatever its steps say; default: none (NAME is a limit).",
             show_default=False,
         ),
     ] = None,
