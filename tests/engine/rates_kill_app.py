@@ -2,14 +2,14 @@
 second. Each attempt writes the time it starts to a ledger (`RATES_LEDGER`) and a hint
 line to the FIFO `RATES_PROGRESS` (the test kills the process after some);
 `note_slots()` makes each engine opened after it write the instant of each slot it
-takes to `RATES_SLOTS` as it records it."""
+takes to `RATES_SLOTS` once its record is durable."""
 
 from __future__ import annotations
 
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -40,18 +40,34 @@ async def many(ctx: Ctx, n: int) -> list[int]:
 
 
 def note_slots() -> None:
-    """Each slot a `Rates` records is noted (inside: wraps what it appends with)."""
+    """Each slot a `Rates` takes is noted once its record is durable (inside: wraps what
+    it appends and waits with); a slot whose record a kill lost, used by no attempt, is
+    not."""
     made = rates.Rates.__init__
 
     def init(
-        self: rates.Rates, now: Any, sleep: Any, append: Callable[[Record], int], *a: Any
+        self: rates.Rates,
+        now: Any,
+        sleep: Any,
+        append: Callable[[Record], int],
+        durable: Callable[[int], Awaitable[None]],
+        *rest: Any,
     ) -> None:
-        def noted(rec: Record) -> int:
-            if isinstance(rec, RateTaken):
-                with _lock, open(os.environ["RATES_SLOTS"], "ab") as f:
-                    f.write(orjson.dumps({"t": rec.taken_at}) + b"\n")
-            return append(rec)
+        taken: dict[int, float] = {}
 
-        made(self, now, sleep, noted, *a)
+        def noting(rec: Record) -> int:
+            lsn = append(rec)
+            if isinstance(rec, RateTaken):
+                taken[lsn] = rec.taken_at
+            return lsn
+
+        async def noted(lsn: int) -> None:
+            await durable(lsn)
+            at = taken.pop(lsn, None)
+            if at is not None:
+                with _lock, open(os.environ["RATES_SLOTS"], "ab") as f:
+                    f.write(orjson.dumps({"t": at}) + b"\n")
+
+        made(self, now, sleep, noting, noted, *rest)
 
     rates.Rates.__init__ = init  # type: ignore[method-assign]
