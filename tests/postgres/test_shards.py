@@ -279,18 +279,32 @@ async def test_two_workers_share_the_journals_and_go_on_after_losing_sessions(
             (driving,) = pids(conn, str(LOCK_CLASS), key)
             conn.execute("SELECT pg_terminate_backend(%s)", (driving,))
         while True:
-            event, fields = await said.get()
+            event, fields = await _next_said(said, running)
             # (A "rebalancing" one may come late from the first balancing.)
             if event == "shard_given" and fields["why"] == "failed":
                 assert fields["shard"] == mine, fields
                 break
         while True:
-            event, fields = await said.get()
+            event, fields = await _next_said(said, running)
             if event == "shard_taken" and fields["shard"] == mine:
                 break
     finally:
         stop.set()
         await asyncio.gather(*running)
+
+
+async def _next_said(
+    said: asyncio.Queue[tuple[str, dict[str, Any]]], running: list[asyncio.Task[None]]
+) -> tuple[str, dict[str, Any]]:
+    """The next event a worker says; a worker whose task ended says why, at once (a
+    worker dead of an exception says nothing more: the test would wait for ever)."""
+    while True:
+        for task in running:
+            if task.done():
+                task.result()
+                raise AssertionError("a worker stopped by itself")
+        with contextlib.suppress(TimeoutError):
+            return await asyncio.wait_for(said.get(), 1.0)
 
 
 def test_with_no_worker_a_command_opens_the_journals_itself_and_each_run_lands_in_its_own(
