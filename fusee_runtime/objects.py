@@ -125,8 +125,8 @@ def object(cls: type | None = None, /, *, name: str | None = None) -> Any:
 
     def register(c: type) -> type:
         obj = ObjectDef(name or c.__name__, c)
-        if ":" in obj.name or "#" in obj.name:
-            raise TypeError(f"@object name {obj.name!r}: give one without ':' or '#'")
+        if not obj.name or any(c in obj.name for c in ":#/") or not obj.name.isprintable():
+            raise TypeError(f"@object name {obj.name!r}: give one without ':', '#' or '/'")
         for attr, fn in vars(c).items():
             if not callable(fn) or not hasattr(fn, "__fusee_handler__"):
                 continue

@@ -57,7 +57,8 @@ def limits(
 
     with session.reporting():
         if name is not None and permits is None:
-            raise CliError(Code.USAGE, f"fusee limits {name} needs PERMITS, the limit's size")
+            what = "the rate's slots per window" if per is not None else "the limit's size"
+            raise CliError(Code.USAGE, f"fusee limits {name} needs PERMITS, {what}")
         if per is not None and permits is None:
             raise CliError(Code.USAGE, "fusee limits --per SECONDS sets a rate: NAME PERMITS too")
         if name is None and not session.has_journal(home):

@@ -32,7 +32,7 @@ import dataclasses
 import os
 import socket
 from collections.abc import AsyncGenerator, Awaitable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from fusee_runtime.control.ops import BatchAction, Operations, Pong
@@ -55,6 +55,7 @@ from fusee_runtime.objects import object_key
 if TYPE_CHECKING:
     from fusee_runtime.engine.engine import Engine
     from fusee_runtime.engine.handle import RunHandle
+    from fusee_runtime.engine.rates import RateInfo
     from fusee_runtime.engine.state import Run
 
 POLL_S = 0.1
@@ -373,7 +374,7 @@ class Control(Operations):
         """Every limit set or in use (`LimitInfo` as a mapping), by name; then every rate
         over time in use (`RateInfo`: with `per_s`)."""
         limits = [dataclasses.asdict(info) for info in self.engine.limits()]
-        return limits + [dataclasses.asdict(info) for info in self.engine.rates()]
+        return limits + [_rate_json(info) for info in self.engine.rates()]
 
     async def limit(self, name: str, permits: int, per_s: float | None = None) -> JsonObject:
         """Sets limit `name`'s size (durably); returns the limit as `limits` shows it.
@@ -382,7 +383,7 @@ class Control(Operations):
             await self._recorded(self.engine.rate(name, permits, per_s))
             shown = [i for i in self.engine.rates() if i.name == name]
             if shown:
-                return dataclasses.asdict(shown[0])
+                return _rate_json(shown[0])
             return {"name": name, "permits": permits, "per_s": float(per_s), "taken": 0}
         await self._recorded(self.engine.limit(name, permits))
         (info,) = [info for info in self.engine.limits() if info.name == name]
@@ -496,3 +497,11 @@ def _object_of(id: str) -> tuple[str, str]:
     if found is None:
         raise Rejected(f"{id!r} is not the id of an object's key (object:<name>:<key>)")
     return found
+
+
+def _rate_json(info: RateInfo) -> JsonObject:
+    """A rate's row as the control API answers it: its next free slot in ISO 8601."""
+    doc = dataclasses.asdict(info)
+    if info.next_at is not None:
+        doc["next_at"] = datetime.fromtimestamp(info.next_at, UTC).isoformat()
+    return doc

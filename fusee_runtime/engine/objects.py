@@ -34,7 +34,8 @@ database) until it answers for sure (`control.router.relay`)."""
 log = logging.getLogger("fusee")
 
 NEVER = "fusee.never"
-"""The signal an object's run waits for: none is ever sent, so the run stays open."""
+"""The signal an object's run waits for, for ever: one sent by hand is dropped, and the
+run waits again (a key's run closes only when terminated or cancelled)."""
 
 
 def definition(obj: ObjectDef) -> WorkflowDef:
@@ -51,7 +52,8 @@ def definition(obj: ObjectDef) -> WorkflowDef:
             else:
                 ctx.on_update(h.name, _exclusive(instance, ctx, h))
         ctx.on_query(STATE, lambda _: dict(vars(instance)))
-        await ctx.wait_for(NEVER)
+        while True:  # (a signal sent to it by hand is taken and dropped: the key lives on)
+            await ctx.wait_for(NEVER)
 
     return WorkflowDef(obj.workflow, code)
 

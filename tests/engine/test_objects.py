@@ -227,6 +227,23 @@ async def test_typed_arguments_long_caller_ids_and_what_describe_shows(
         assert state == {"items": ["long"]}
 
 
+async def test_a_signal_sent_to_a_key_by_hand_does_not_close_it(make_engine: Any) -> None:
+    """Found by a new user: `describe` of a key says it waits for signal 'fusee.never';
+    sending it closed the key for good. The key takes it and waits again."""
+    async with make_engine() as engine:
+        cart = engine.object("cart", "frank")
+        assert await cart.call("add", "one") == 1
+        await engine.signal("object:cart:frank", "fusee.never", True)
+        assert await cart.call("add", "two") == 2
+        assert (await cart.describe())["status"] in ("running", "parked")
+    with pytest.raises(TypeError, match="without ':', '#' or '/'"):
+
+        @object(name="a/b")
+        class Slashed:
+            @handler
+            def h(self, ctx: Ctx) -> None: ...
+
+
 async def test_a_caller_outside_is_told_when_its_call_is_accepted_and_not_applied(
     make_engine: Any,
 ) -> None:
