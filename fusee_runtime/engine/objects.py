@@ -201,24 +201,28 @@ class Objects:
 
     def here(self, id: str) -> bool:
         """Whether the run of `id` is this engine's (else another journal's)."""
-        return self._elsewhere(id) is None
+        return self._journal_of(id) is None
 
     def reachable(self, id: str) -> bool:
         """Whether this engine can call the run of `id`: its own, or another journal's
         through a worker's peers."""
+        return self.peers is not None or self._journal_of(id) is None
+
+    def _journal_of(self, id: str) -> int | None:
+        """The journal of `id` when it is another than this engine's, else None."""
         k, n = self.engine.driver.shard
-        return n == 1 or shard_of(id, n) == k or self.peers is not None
+        home = shard_of(id, n)
+        return None if home == k else home
 
     def _elsewhere(self, id: str) -> int | None:
-        """The journal of `id` when it is another than this engine's, else None.
+        """As `_journal_of`, for a call that goes there.
 
         Raises:
             Rejected: it is another, and this engine reaches no other (not a worker's).
         """
-        k, n = self.engine.driver.shard
-        if n == 1 or (home := shard_of(id, n)) == k:
-            return None
-        if self.peers is None:
+        home = self._journal_of(id)
+        if home is not None and self.peers is None:
+            k, n = self.engine.driver.shard
             raise Rejected(
                 f"{id!r} lives in journal {home} of the {n} in this database, and this "
                 f"engine (journal {k}) is not a worker's: calls between journals go "

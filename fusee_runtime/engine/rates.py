@@ -98,25 +98,17 @@ class Rates:
         `waits(at)` is told when the attempt must wait until `at` for it. Cancelled, it
         takes none (or the one it took is used by no attempt: it still counts)."""
         window = self._window(label)
-        permits, per_s = self._size(label, permits, per_s)
         window.waiting += 1
         try:
-            if window.waiting > 1 or self._free_at(window, permits, per_s) > self._now():
+            size = self._size(label, permits, per_s)
+            if window.waiting > 1 or self._free_at(window, *size) > self._now():
                 # Others came first, or no slot is free: it waits, and says so.
-                waits(max(self._free_at(window, permits, per_s), self._now()))
+                waits(max(self._free_at(window, *size), self._now()))
                 self._changed()
             async with window.turn:
-                while True:
-                    permits, per_s = self._size(label, permits, per_s)
-                    free_at = self._free_at(window, permits, per_s)
-                    if free_at <= (now := self._now()):
-                        break
-                    waits(free_at)
-                    self._changed()
-                    window.resized.clear()
-                    await self._until(free_at, window.resized)
-                lsn = self._append(RateTaken(label, permits, per_s, now))
-                self._add(window, now, lsn, permits, per_s)
+                now, size = await self._free(window, label, permits, per_s, waits)
+                lsn = self._append(RateTaken(label, *size, now))
+                self._add(window, now, lsn, *size)
         finally:
             window.waiting -= 1
         self._changed()
@@ -130,17 +122,29 @@ class Rates:
         window = self._window(label)
         window.waiting += 1
         try:
-            while True:
-                permits, per_s = self._size(label, permits, per_s)
-                free_at = self._free_at(window, permits, per_s)
-                if free_at <= self._now():
-                    return
-                waits(free_at)
-                self._changed()
-                window.resized.clear()
-                await self._until(free_at, window.resized)
+            await self._free(window, label, permits, per_s, waits)
         finally:
             window.waiting -= 1
+
+    async def _free(
+        self,
+        window: _Window,
+        label: str,
+        permits: int,
+        per_s: float,
+        waits: Callable[[float], None],
+    ) -> tuple[float, tuple[int, float]]:
+        """Waits until `window` has a free slot under the size that holds (looked at again
+        when it is set at run time); returns the instant and that size."""
+        while True:
+            size = self._size(label, permits, per_s)
+            free_at = self._free_at(window, *size)
+            if free_at <= (now := self._now()):
+                return now, size
+            waits(free_at)
+            self._changed()
+            window.resized.clear()
+            await self._until(free_at, window.resized)
 
     async def set(self, name: str, permits: int, per_s: float) -> None:
         """Records rate `name`'s size and applies it at once; returns once durable."""
