@@ -49,6 +49,7 @@ from fusee_runtime.model.records import (
     CancelRequested,
     Instant,
     Record,
+    RunAdmitted,
     RunCancelled,
     RunCompleted,
     RunContinuedAsNew,
@@ -154,7 +155,7 @@ def _at(rec: Record) -> Instant | None:
             return at
         case CompletionDone(done_at=at) | UpdateAccepted(accepted_at=at):
             return at
-        case UpdateApplied(applied_at=at) | RunUnstuck(at=at):
+        case UpdateApplied(applied_at=at) | RunUnstuck(at=at) | RunAdmitted(at=at):
             return at
         case ScheduleFired(at=at) | SchedulePaused(at=at):
             return at
@@ -216,6 +217,8 @@ def _detail(rec: Record, limit: int | None) -> str:
             return f"patch {rec.patch_id}: this run takes the patched branch"
         case RunUnstuck():
             return "goes on: resumed, or its code now matches its journal"
+        case RunAdmitted():
+            return "let in by its queue: its code runs from here"
     return _any_value(rec, limit)
 
 
@@ -229,6 +232,10 @@ def _started(rec: RunStarted, limit: int | None) -> str:
         hows.append("triggered by hand" if origin.get("manual") else "fired by its cron schedule")
     if "parent" in origin:  # a reset child's too: it stays its parent's child
         hows.append(f"child of {origin['parent']['id']}, operation #{origin['parent']['seq']}")
+    if "queue" in origin:
+        queue = origin["queue"]
+        key = f", key {queue['key']!r}" if queue.get("key") is not None else ""
+        hows.append(f"in queue {queue['name']!r}{key}")
     how = f" ({'; '.join(hows)})" if hows else ""
     return f"id {rec.workflow_id}, input {clip(rec.input.value, limit)}{how}"
 

@@ -10,6 +10,7 @@ from fusee_runtime.engine.config import Config
 from fusee_runtime.engine.engine import Engine
 from fusee_runtime.engine.handle import RunHandle
 from fusee_runtime.engine.limits import LimitInfo
+from fusee_runtime.engine.queues import QueueInfo
 from fusee_runtime.errors import (
     Cancelled,
     ChildFailed,
@@ -63,6 +64,7 @@ __all__ = [
     "LimitInfo",
     "NonDeterminism",
     "NotFound",
+    "QueueInfo",
     "Rate",
     "Rejected",
     "RetryPolicy",

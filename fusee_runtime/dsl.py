@@ -301,6 +301,8 @@ class WorkflowDef:
     catchup: str = "one"
     version: int = 1
     """What `ctx.version()` gives the runs this code starts (recorded at their start)."""
+    queue: str | None = None
+    """The queue its runs wait in when started without one (`engine/queues.py`)."""
 
     def __post_init__(self) -> None:
         functools.update_wrapper(self, self.fn)
@@ -328,6 +330,7 @@ def workflow(
     overlap: str = "skip",
     catchup: str = "one",
     version: int = 1,
+    queue: str | None = None,
 ) -> Callable[[F], WorkflowDef]: ...
 
 
@@ -341,12 +344,16 @@ def workflow(
     overlap: str = "skip",
     catchup: str = "one",
     version: int = 1,
+    queue: str | None = None,
 ) -> Any:
     """Registers an `async def (ctx, input)` as a workflow; the name defaults to the function's.
 
     `version` (a positive int) is recorded at each run's start, where it is not 1, and
     `ctx.version()` gives it back: a deploy that changes what a run does from its
     start raises it, and code branches on the version its run began with.
+
+    `queue` names the queue its runs wait in (`engine.queue`, `engine/queues.py`) when
+    `start` names none: each start, cron firing and child of it waits its turn there.
 
     With `cron` (five fields, in `timezone`, UTC by default) `fusee serve`
     starts a run at each instant, its input the instant as an ISO 8601
@@ -370,7 +377,9 @@ def workflow(
             )
         if isinstance(version, bool) or not isinstance(version, int) or version < 1:
             raise ValueError(f"@workflow {wf_name}: version is a positive int, not {version!r}")
-        d = WorkflowDef(wf_name, f, cron, timezone, overlap, catchup, version)
+        if queue is not None and (not isinstance(queue, str) or not 0 < len(queue) <= 200):
+            raise ValueError(f"@workflow {wf_name}: queue is a name of 1 to 200 characters")
+        d = WorkflowDef(wf_name, f, cron, timezone, overlap, catchup, version, queue)
         _registry[d.name] = d
         return d
 

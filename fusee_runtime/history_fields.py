@@ -107,6 +107,7 @@ FIELD_TYPES: dict[R, tuple[object, ...]] = {
     R.StepHeartbeat: (RunId, Seq, str, Count, Json, Instant, Count),
     R.StepStreamAppended: (RunId, Seq, str, str, Count, Json, bool),
     R.UpdateAccepted: (RunId, str, str, Json, Count, Instant),
+    R.RunAdmitted: (RunId, Instant),
 }
 """The type of each field of the records of a run, in `FIELDS` order."""
 

@@ -61,12 +61,12 @@ def interrupt(driver: Driver, run: Run) -> None:
 def request_cancel(driver: Driver, run: Run, reason: str) -> None:
     """Records a cancel of open `run` (once: a second request changes nothing) and
     delivers it where its code waits; a stuck run, whose code cannot take it, and a
-    run whose delayed start has not come, whose code never ran, close as cancelled at
-    once."""
+    run whose delayed start has not come or that waits in its queue, whose code never
+    ran, close as cancelled at once."""
     if run.cancel_reason is not None or not run.is_open:
         return
     driver.append(run, CancelRequested(run.run_id, reason, driver.clock.now()))
-    if run.status in (Status.STUCK, Status.SCHEDULED):
+    if run.status in (Status.STUCK, Status.SCHEDULED, Status.QUEUED):
         driver.close_run(run, RunCancelled(run.run_id, reason, driver.clock.now()))
     else:
         interrupt(driver, run)

@@ -182,8 +182,15 @@ class Checkpoints:
             runs.append((run.creation, recs, n))
             self._closed += run.close_lsn is not None and run.close_lsn <= lsn
         schedules, limits = self.schedules.snapshot(lsn), self.limits.snapshot(lsn)
-        rates = self.limits.rates.snapshot(lsn)
-        return {"lsn": lsn, "runs": runs, "schedules": schedules, "limits": limits, "rates": rates}
+        rates, queues = self.limits.rates.snapshot(lsn), self.limits.queues.snapshot(lsn)
+        return {
+            "lsn": lsn,
+            "runs": runs,
+            "schedules": schedules,
+            "limits": limits,
+            "rates": rates,
+            "queues": queues,
+        }
 
     def _write(self, lsn: int, body: dict[str, Any]) -> int:
         """On a thread: writes the checkpoint and compacts; returns its size in bytes."""

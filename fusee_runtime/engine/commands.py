@@ -17,6 +17,7 @@ from fusee_runtime.clock import Clock
 from fusee_runtime.dsl import WorkflowDef, seconds
 from fusee_runtime.engine import resets
 from fusee_runtime.engine.durability import Durability
+from fusee_runtime.engine.queues import queue_spec
 from fusee_runtime.engine.runs import RunTable
 from fusee_runtime.engine.state import Status
 from fusee_runtime.engine.waits import INSTANT_MAX, wake_at
@@ -58,6 +59,7 @@ class Commands:
         start_at: datetime | None = None,
         use_open: bool = False,
         update_id: str | None = None,
+        queue: tuple[str | None, str | None, int] = (None, None, 0),
     ) -> tuple[str, str]:
         """Starts a run (`Engine.start`); returns its workflow id and run id once durable.
 
@@ -80,11 +82,9 @@ class Commands:
             check_name("signal", signal[0])
             self.driver.encode(signal[1], f"signal {signal[0]!r}", ANY)
         begin_at = self._begin_at(start_delay, start_at)
-        if use_open and (id is None or begin_at is not None or on_conflict != "return"):
-            raise Rejected(
-                "an update with its start takes an id, no start_delay or start_at, and "
-                "on_conflict 'return'"
-            )
+        queued = queue_spec(wf.queue, *queue)
+        if use_open:
+            _check_update_with_start(id, begin_at, queued, on_conflict)
         if use_open and not self.driver.config.drive:
             # Its update needs the run's code: refused before anything is recorded.
             raise Rejected("an update with its start needs the process that runs the code")
@@ -118,9 +118,9 @@ class Commands:
         now = self.clock.now()
         # A delayed run's deadline counts from when it begins.
         deadline = None if limit is None else wake_at((begin_at or now) + limit)
-        origin = None if begin_at is None else {"begin_at": begin_at}
+        origin = {"begin_at": begin_at, "queue": queued}  # (of these, what is given)
         run = self.driver.new_run(
-            workflow_id, wf.name, encoded, deadline, origin, None, traceparent
+            workflow_id, wf.name, encoded, deadline, _given(origin), None, traceparent
         )
         if signal is not None:
             self.driver.signal(run, *signal)
@@ -206,11 +206,28 @@ class Commands:
         self.driver.check_accepting()
         run = self.runs.get(id, run_id)
         newest = self.runs.latest(id) if run_id is not None else run
-        if run.status == Status.SCHEDULED:
+        if run.status in (Status.SCHEDULED, Status.QUEUED):
             raise Rejected(f"run {id!r} has not begun: nothing of it to reset (cancel it)")
         new = resets.reset(self.driver, run, to, newest, batch)
         await self.durability.wait(new.last_lsn)
         return new.run_id
+
+
+def _given(origin: dict[str, Any]) -> dict[str, Any] | None:
+    """`origin` without its None values (None: nothing left)."""
+    return {k: v for k, v in origin.items() if v is not None} or None
+
+
+def _check_update_with_start(
+    id: str | None, begin_at: float | None, queued: object, on_conflict: str
+) -> None:
+    """Raises `Rejected` for an update-with-start that is not one: its update goes to
+    a run that runs its code now, of the id."""
+    if id is None or begin_at is not None or queued is not None or on_conflict != "return":
+        raise Rejected(
+            "an update with its start takes an id, no start_delay, start_at or queue, "
+            "and on_conflict 'return'"
+        )
 
 
 def _check_builtin(name: str, input: object) -> None:

@@ -34,6 +34,7 @@ from fusee_runtime.engine.config import Config
 from fusee_runtime.engine.durability import Durability
 from fusee_runtime.engine.family import Family
 from fusee_runtime.engine.limits import Limits
+from fusee_runtime.engine.origins import origin_of
 from fusee_runtime.engine.runlog import RunLog
 from fusee_runtime.engine.runs import RunTable
 from fusee_runtime.engine.state import Run
@@ -63,6 +64,7 @@ from fusee_runtime.model.payload import NULL, RESERVED, Payload, reserved
 from fusee_runtime.model.records import (
     OfRun,
     Record,
+    RunAdmitted,
     RunCancelled,
     RunCompleted,
     RunContinuedAsNew,
@@ -75,7 +77,7 @@ from fusee_runtime.model.records import (
 )
 from fusee_runtime.scope import check_name
 from fusee_runtime.steps import StepWorkers
-from fusee_runtime.tracing import Tracing, traceparent_of
+from fusee_runtime.tracing import Tracing
 from fusee_runtime.typed import ANY, Shape, check, dumps, parameter, returns
 
 log = logging.getLogger("fusee")
@@ -148,7 +150,10 @@ class Driver:
             durability.progressed,
             self.clock.sleep_until,
         )
-        """The named limits of steps (`limit=`) and their permits."""
+        """The named limits of steps (`limit=`) and their permits, the rates, the queues."""
+        if config.drive:  # (a passive engine lets no run in: it shows them queued)
+            self.limits.queues.admit = self._admit
+            self.limits.queues.admitting = lambda: not self._closing and durability.failed is None
         self.opened = False
         self._closing = False
         self._on_closed = on_closed
@@ -300,7 +305,7 @@ class Driver:
     ) -> Run:
         run_id = run_id or uuid.uuid4().hex
         now = self.clock.now()
-        origin = self._versioned(self._traced(origin, workflow, workflow_id, traceparent), workflow)
+        origin = origin_of(self, origin, workflow, workflow_id, traceparent)
         input = Payload(encoded_input)
         rec = RunStarted(run_id, workflow_id, workflow, input, now, deadline, origin)
         lsn = self.durability.append(rec)
@@ -308,34 +313,6 @@ class Driver:
         self.arm(run)
         self.spawn(run)
         return run
-
-    def _versioned(self, origin: dict[str, Any] | None, workflow: str) -> dict[str, Any] | None:
-        """`origin` with the version the run records (`ctx.version()`), where not 1: the
-        version of the code loaded now, or a reset's of the run it resets (whose journal
-        it keeps)."""
-        if origin and "reset" in origin:
-            old = self.runs.by_id(origin["reset"])
-            version = (old.origin or {}).get("version", 1) if old is not None else 1
-        else:
-            wf = self.workflows.get(workflow)
-            version = wf.version if wf is not None else 1
-        return origin if version == 1 else {**(origin or {}), "version": version}
-
-    def _traced(
-        self, origin: dict[str, Any] | None, workflow: str, workflow_id: str, given: str | None
-    ) -> dict[str, Any] | None:
-        """`origin` with the traceparent the run records (`fusee_runtime.tracing`), if any."""
-        traceparent = given
-        ref = origin.get("parent") if origin else None
-        parent = self.runs.by_run_id.get(ref["run_id"]) if ref else None
-        if traceparent is None and origin and "reset" in origin:
-            old = self.runs.by_id(origin["reset"])  # in memory, or in the history store
-            traceparent = traceparent_of(old) if old is not None else None
-        if traceparent is None and self.tracing is not None:
-            traceparent = self.tracing.traceparent(workflow, workflow_id, parent)
-        if traceparent is None and parent is not None:
-            traceparent = traceparent_of(parent)  # traced or not here, the parent's trace
-        return origin if traceparent is None else {**(origin or {}), "traceparent": traceparent}
 
     def signal(self, run: Run, name: str, value: Any) -> int:
         """Appends a signal for `run`; returns its lsn."""
@@ -369,8 +346,9 @@ class Driver:
 
     def spawn(self, run: Run) -> None:
         """Runs the run's code (again) from the top as a task; in an engine that runs no
-        code, shows it as it would be there. A run started with a delay waits for it."""
-        if self._waits_to_begin(run):
+        code, shows it as it would be there. A run started with a delay waits for it, one
+        started in a queue until the queue lets it in (`engine/queues.py`)."""
+        if self._waits_to_begin(run) or self.limits.queues.holds(run):
             return
         if not self.config.drive:
             # Its code runs when a driving engine opens the home; meanwhile a run
@@ -401,6 +379,11 @@ class Driver:
             live.scheduled = live.parked = True
             self.timers.add(begin_at, run.run_id, BEGIN)
         return True
+
+    def _admit(self, run: Run) -> None:
+        """Its queue lets `run` in: recorded, then its code runs (`engine/queues.py`)."""
+        self.append(run, RunAdmitted(run.run_id, self.clock.now()))
+        self.spawn(run)
 
     def arm(self, run: Run) -> None:
         """Schedules a run's deadline and pending timers; matches buffered signals."""
@@ -563,6 +546,7 @@ class Driver:
         # Its code is done: no handler answers for it any more (the same after a restart).
         run.live.queries.clear()
         run.live.updates.clear()
+        self.limits.queues.closed(run)
         if run.live.task is not None and run.live.task is not asyncio.current_task():
             run.live.task.cancel()
         closed = self.durability.future(run.close_lsn or 0)

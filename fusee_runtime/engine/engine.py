@@ -293,6 +293,9 @@ class Engine(FlowControl):
         start_delay: float | timedelta | None = None,
         start_at: datetime | None = None,
         update: tuple[str, Any] | tuple[str, Any, str | None] | None = None,
+        queue: str | None = None,
+        queue_key: str | None = None,
+        priority: int = 0,
     ) -> RunHandle:
         """Starts a run of `workflow`; returns once the start is durable.
 
@@ -309,6 +312,11 @@ class Engine(FlowControl):
         and begins it then: until then it shows as `scheduled`, runs no code, and a
         cancel closes it at once; its `timeout` counts from when it begins.
 
+        `queue` (default: the workflow's, `@workflow(queue=...)`) records the run now and
+        begins it when queue `queue` lets it in (`Engine.queue`): until then it shows as
+        `queued`, with its place. Within `queue_key`, runs go in by `priority` (higher
+        first), then in the order they started.
+
         `update=(name, arg)` or `(name, arg, update_id)` is an update with its start: the
         id's open run, or else a new one, gets the update (`RunHandle.update`), and the
         handle returned holds its result as `update_result`. Concurrent calls for one id
@@ -318,8 +326,9 @@ class Engine(FlowControl):
             NotFound: no workflow of that name (the message lists the known ones).
             CodecError: the input cannot be encoded as JSON, is too large, or does
                 not decode into the workflow's input annotation (`fusee_runtime.typed`).
-            Rejected: a bad id, `on_conflict`, `traceparent`, `start_delay` or
-                `start_at`; an `update` without an id or with a delay; what
+            Rejected: a bad id, `on_conflict`, `traceparent`, `start_delay`, `start_at`,
+                queue, key or priority; an `update` without an id or with a delay or a
+                queue; what
                 `RunHandle.update` raises.
             IdConflict: the id has a run and `on_conflict` is `"fail"`, or its run
                 is one of another workflow (and `on_conflict` is not `"new_run"`).
@@ -337,6 +346,7 @@ class Engine(FlowControl):
             start_at=start_at,
             use_open=parts is not None,
             update_id=parts[2] if parts is not None else None,
+            queue=(queue, queue_key, priority),
         )
         handle = RunHandle(self, *ids)
         if parts is not None:

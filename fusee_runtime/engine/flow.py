@@ -1,7 +1,8 @@
 """The engine's flow control, as `Engine` offers it: the sizes of the named limits
-(`limit=`, how many attempts at once) and of the rates over time (`rate=`, how many
-attempts start in a window), and what each is doing now. The work is `Limits`'
-(`engine/limits.py`) and `Rates`' (`engine/rates.py`)."""
+(`limit=`, how many attempts at once), of the rates over time (`rate=`, how many
+attempts start in a window) and of the queues of runs (`start(queue=...)`, how many
+runs at once), and what each is doing now. The work is `Limits`' (`engine/limits.py`),
+`Rates`' (`engine/rates.py`) and `Queues`' (`engine/queues.py`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from fusee_runtime.dsl import Rate
 from fusee_runtime.engine.limits import LimitInfo
+from fusee_runtime.engine.queues import QueueInfo
 from fusee_runtime.engine.rates import RateInfo
 from fusee_runtime.errors import Rejected
 
@@ -52,6 +54,23 @@ class FlowControl:
         """Every rate over time in use (`Rate`): its window by name, slots taken lately,
         waiting attempts, its next free slot."""
         return self.driver.limits.rates.list()
+
+    async def queue(
+        self, name: str, concurrency: int | None = None, per_key: int | None = None
+    ) -> None:
+        """Sets how many runs of queue `name` run at once (`concurrency`), and of each
+        of its keys (`per_key`); None: any number, 0: none (the queue waits). Returns once
+        durable: it holds after a restart. A queue never set runs one at a time.
+
+        Raises:
+            Rejected: not a queue name, or a size not None nor from 0 to `RUNS_MAX`.
+        """
+        self.driver.check_accepting()
+        await self.driver.limits.queues.set(name, concurrency, per_key)
+
+    def queues(self) -> builtins.list[QueueInfo]:
+        """Every queue of runs set or in use: its sizes, its runs in and waiting."""
+        return self.driver.limits.queues.list()
 
     def limits(self) -> builtins.list[LimitInfo]:
         """Every limit set or in use (and each key of one in use), by name."""

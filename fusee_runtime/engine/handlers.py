@@ -390,8 +390,11 @@ class Handlers:
 
 
 def _check_begun(run: Run, id: str, what: str) -> None:
-    """Raises `Rejected` for a run whose delayed start has not come: no code of it has
-    run, so no handler of it is there."""
+    """Raises `Rejected` for a run whose delayed start has not come, or that waits in its
+    queue: no code of it has run, so no handler of it is there."""
     if run.status == Status.SCHEDULED:
         begins = utc(run.begin_at or 0).isoformat()
         raise Rejected(f"run {id!r} is scheduled to begin at {begins}: it takes no {what} before")
+    if run.status == Status.QUEUED:
+        place = run.live.queued() if run.live.queued is not None else ""
+        raise Rejected(f"run {id!r} waits in its queue ({place}): it takes no {what} before")

@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from fusee_runtime.engine.queues import Queues
 from fusee_runtime.engine.rates import Rates
 from fusee_runtime.errors import Rejected
 from fusee_runtime.model.records import LimitSet, Record
@@ -161,6 +162,8 @@ class Limits:
         self._pools: dict[str, _Pool] = {}
         self.rates = Rates(now, sleep_until or _no_clock, append, durable, changed)
         """The windows of the steps' rates over time (`rate=`)."""
+        self.queues = Queues(now, append, durable, changed)
+        """The queues of runs (`start(queue=...)`)."""
 
     # -- sizes -------------------------------------------------------------------------
 

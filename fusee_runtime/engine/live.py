@@ -10,6 +10,7 @@ these facts and the record's; nothing assigns it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,9 @@ class Live:
     shown_parked: bool = False
     # Started with a delay that has not passed (`RunRecord.begin_at`): no code runs yet.
     scheduled: bool = False
+    # Started in a queue that has not let it in (`engine.queues`): no code runs yet.
+    # Says where it stands, for people ("2nd of 5 in key 'acme'").
+    queued: Callable[[], str] | None = None
     # Its close is durable, so it shows as closed (`Status` of its closing record).
     close_durable: bool = False
     # Why its code stopped, when that could not be recorded (the journal failed):

@@ -49,6 +49,7 @@ from fusee_runtime.engine.creation import (
 )
 from fusee_runtime.engine.history import with_failures
 from fusee_runtime.engine.limits import Limits
+from fusee_runtime.engine.origins import KEPT
 from fusee_runtime.engine.schedules import Schedules
 from fusee_runtime.engine.state import Op, Run, RunInfo, Status, top
 from fusee_runtime.engine.waits import utc
@@ -62,6 +63,7 @@ from fusee_runtime.model.records import (
     CLOSES,
     SCHEDULES,
     LimitSet,
+    QueueSet,
     RateSet,
     RateTaken,
     Record,
@@ -116,6 +118,8 @@ class RunTable:
                     limits.replay(lsn, rec)
                 elif isinstance(rec, RateTaken | RateSet):
                     limits.rates.replay(lsn, rec)
+                elif isinstance(rec, QueueSet):
+                    limits.queues.replay(lsn, rec)
                 else:
                     self.fold(lsn, rec, durable=True)
             except (ValueError, KeyError, IndexError, TypeError) as e:
@@ -133,6 +137,7 @@ class RunTable:
             schedules.restore(made_inputs(body["schedules"], self.chain.opened_value))
             limits.restore(body.get("limits", {}))  # a checkpoint from before limits: none
             limits.rates.restore(body.get("rates", {}))  # (from before rates: none)
+            limits.queues.restore(body.get("queues", {}))  # (from before queues: none)
             for stored, arrays in body["runs"]:
                 creation = opened(stored, self.chain)
                 recs = [(lsn, codec.from_array(array, self.chain)) for lsn, array in arrays]
@@ -193,7 +198,7 @@ class RunTable:
                 )
                 # A child that continues as new is still its parent's child.
                 new.origin = {"parent": run.parent} if run.parent else None
-                for kept in ("traceparent", "version"):  # the same trace, the same version
+                for kept in KEPT:  # the same trace, version and queue (it waits there again)
                     if run.origin and kept in run.origin:
                         new.origin = {**(new.origin or {}), kept: run.origin[kept]}
                 new.carried_signals = list(run.signals)

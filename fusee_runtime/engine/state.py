@@ -53,14 +53,16 @@ class Run(RunRecord):
     @property
     def status(self) -> Status:
         """Where the run is, from the facts in this order: its close once durable, a
-        delayed start not begun, a stop (recorded, or not recordable), a paused step, a
-        park, else running."""
+        delayed start not begun, a queue not letting it in, a stop (recorded, or not
+        recordable), a paused step, a park, else running."""
         live = self.live
         closing = self.closing
         if closing is not None and live.close_durable:
             return closing
         if live.scheduled:
             return Status.SCHEDULED
+        if live.queued is not None:
+            return Status.QUEUED
         if self.stuck is not None or live.stuck is not None:
             return Status.STUCK
         for op in self.pending.values():

@@ -46,12 +46,10 @@ def _utc(at: float | None) -> datetime | None:
 
 
 def waiting(run: Run) -> tuple[Waiting, ...]:
-    """What open `run` waits for: the begin of a delayed start, its pending timers,
-    waits, paused steps and completions, its steps between attempts, and a cancel it
-    has not closed on."""
-    out: list[Waiting] = []
-    if run.live.scheduled:
-        out.append(Waiting(WaitKind.BEGIN, None, _utc(run.begin_at)))
+    """What open `run` waits for: the begin of a delayed start, its queue, its pending
+    timers, waits, paused steps and completions, its steps between attempts, and a
+    cancel it has not closed on."""
+    out = _before_begin(run)
     if run.cancel_reason is not None:
         out.append(
             Waiting(
@@ -89,6 +87,15 @@ def waiting(run: Run) -> tuple[Waiting, ...]:
     for name, rate, at in run.live.rate_waits.values():
         out.append(Waiting(WaitKind.RATE, name, utc(at), rate))
     return tuple(out)
+
+
+def _before_begin(run: Run) -> list[Waiting]:
+    """What a run waits for before its code runs: a delayed start's begin, its queue."""
+    if run.live.scheduled:
+        return [Waiting(WaitKind.BEGIN, None, _utc(run.begin_at))]
+    if run.live.queued is not None and run.queue is not None:
+        return [Waiting(WaitKind.QUEUE, run.queue["name"], None, run.live.queued())]
+    return []
 
 
 def _shown(value: Any) -> str:

@@ -66,6 +66,7 @@ from fusee_runtime.model.records import (
     CLOSED_AS,
     CancelRequested,
     Record,
+    RunAdmitted,
     RunCancelled,
     RunCompleted,
     RunContinuedAsNew,
@@ -385,6 +386,10 @@ def _run_unstuck(run: RunRecord, rec: RunUnstuck, lsn: int) -> None:
     run.stuck = None
 
 
+def _run_admitted(run: RunRecord, rec: RunAdmitted, lsn: int) -> None:
+    run.admitted = True
+
+
 def _race_won(run: RunRecord, rec: RaceWon, lsn: int) -> None:
     run.races[rec.seq] = rec.index
 
@@ -434,6 +439,7 @@ RUN_RECORDS: dict[type[Record], Fold] = {
     CancelRequested: _cancel_requested,
     RunStuck: _run_stuck,
     RunUnstuck: _run_unstuck,
+    RunAdmitted: _run_admitted,
     RaceWon: _race_won,
     UpdateApplied: _update_applied,
     UpdateAccepted: _update_accepted,

@@ -67,9 +67,11 @@ from fusee_runtime.model.records import (
     Instant,
     LimitSet,
     OfRun,
+    QueueSet,
     RateSet,
     RateTaken,
     Record,
+    RunAdmitted,
     RunCancelled,
     RunCompleted,
     RunContinuedAsNew,
@@ -135,6 +137,7 @@ RunEvent = (
     | RunStuck
     | RunUnstuck
     | UpdateAccepted
+    | RunAdmitted
 )
 """A record of a run as a whole: its start, its close, what came to it from outside."""
 
@@ -147,9 +150,10 @@ NotOfARun = (
     | LimitSet
     | RateTaken
     | RateSet
+    | QueueSet
 )
 """The records of a cron schedule (by its name), of a limit's size, of a rate's slot and
-size."""
+size, of a queue's size."""
 
 Named = (
     StepCompleted
@@ -172,9 +176,10 @@ Named = (
     | LimitSet
     | RateTaken
     | RateSet
+    | QueueSet
 )
-"""A record with a `name`: its step's, timer's, signal's, stream's, update's, limit's or
-rate's."""
+"""A record with a `name`: its step's, timer's, signal's, stream's, update's, limit's,
+rate's or queue's."""
 
 
 def run_of(record: Record) -> str | None:

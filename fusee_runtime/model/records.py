@@ -79,6 +79,8 @@ class R(enum.IntEnum):
     ScheduleDeleted = 45
     RateTaken = 46
     RateSet = 47
+    RunAdmitted = 48
+    QueueSet = 49
 
 
 _R = TypeVar("_R")
@@ -327,6 +329,29 @@ class RateSet(Record):
     name: str
     permits: int
     per_s: float
+    set_at: Instant
+
+
+@record
+class RunAdmitted(OfRun):
+    """A run started in a queue (`start(queue=...)`) was let in by its queue at `at`: its
+    code runs from here on, and it holds one of the queue's places until it closes."""
+
+    code: ClassVar[R] = R.RunAdmitted
+
+    at: Instant
+
+
+@record
+class QueueSet(Record):
+    """`engine.queue(name, concurrency, per_key)`: how many runs of queue `name` run at
+    once (None: any number), and of each of its keys, from here on."""
+
+    code: ClassVar[R] = R.QueueSet
+
+    name: str
+    concurrency: int | None
+    per_key: int | None
     set_at: Instant
 
 

@@ -58,6 +58,7 @@ class WaitKind(enum.StrEnum):
     STEP = "step"
     PERMIT = "permit"
     RATE = "rate"
+    QUEUE = "queue"
     CANCEL = "cancel"
 
 
@@ -82,6 +83,8 @@ class Waiting:
       (`limit=`, with its key after a '/');
     - `rate`: step `name` waits for a slot of the rate `detail` names (`rate=`, with
       its key after a '/'), the next one free at `until`;
+    - `queue`: the run waits in queue `name` to be let in (`start(queue=...)`);
+      `detail` says its place ("2nd of 5 in key 'acme'");
     - `cancel`: a cancel was recorded (`detail`, its reason) and the run has not
       closed: its code has not acted on it yet (`name` None), or it was delivered
       (`name` "delivered") and the code is cleaning up.
@@ -145,6 +148,8 @@ class RunRecord:
     cancel_delivered: bool = False
     # Why the run's code stopped, as recorded (`RunStuck`), until it went on (`RunUnstuck`).
     stuck: str | None = None
+    # Let in by its queue (`RunAdmitted`): a run started in a queue runs no code before.
+    admitted: bool = False
     records: list[tuple[int, Record]] = field(default_factory=list)
     # The latest `StepHeartbeat` of each step, by seq: the only one `records` keeps.
     beat_records: dict[str, StepHeartbeat] = field(default_factory=dict)
@@ -221,6 +226,12 @@ class RunRecord:
         from then on. None: at once."""
         origin = self.origin
         return origin.get("begin_at") if origin else None
+
+    @property
+    def queue(self) -> dict[str, Any] | None:
+        """The queue the run was started in: {"name", "key", "priority"} (None: none)."""
+        origin = self.origin
+        return origin.get("queue") if origin else None
 
     @property
     def parent(self) -> dict[str, Any] | None:

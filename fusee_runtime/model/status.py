@@ -13,6 +13,7 @@ class Status(enum.StrEnum):
     """A run's status; the values are the lowercase names."""
 
     SCHEDULED = "scheduled"
+    QUEUED = "queued"
     RUNNING = "running"
     PARKED = "parked"
     PAUSED = "paused"
@@ -29,6 +30,7 @@ class Status(enum.StrEnum):
     def is_open(self) -> bool:
         return self in (
             Status.SCHEDULED,
+            Status.QUEUED,
             Status.RUNNING,
             Status.PARKED,
             Status.PAUSED,

@@ -62,6 +62,6 @@ async def test_open_lists_every_run_not_closed_without_the_history_store(
 async def test_an_unknown_status_names_open(make_engine) -> None:
     async with make_engine() as engine:
         with pytest.raises(
-            Rejected, match=r"unknown status 'opened'; statuses: open, scheduled, running"
+            Rejected, match=r"unknown status 'opened'; statuses: open, scheduled, queued, running"
         ):
             await engine.list(status="opened")

@@ -36,7 +36,7 @@ from fusee_runtime.replayer import replay_document
 
 GOLDEN = Path(__file__).resolve().parent
 EXPECTED: dict[str, Any] = orjson.loads((GOLDEN / "expected.json").read_bytes())
-FIXTURES = (GOLDEN, GOLDEN / "made_schedules", GOLDEN / "rates")
+FIXTURES = (GOLDEN, GOLDEN / "made_schedules", GOLDEN / "rates", GOLDEN / "queues")
 """Every golden fixture: this one (a change of the format adds one beside it)."""
 
 

@@ -1,6 +1,6 @@
 """The golden journals of the record kinds that came after the first fixture, each in a
 folder of its own with its `make.py` (`made_schedules/`: `ScheduleSet`,
-`ScheduleDeleted`; `rates/`: `RateTaken`, `RateSet`): each played again by today's
+`ScheduleDeleted`; `rates/`: `RateTaken`, `RateSet`; `queues/`: `QueueSet`, `RunAdmitted`): each played again by today's
 code to the same bytes, and each record encoded again to its bytes. What each home
 opens to is in its own test file (`test_golden_<name>.py`)."""
 
@@ -16,7 +16,7 @@ import pytest
 from fusee_runtime.model import codec
 
 GOLDEN = Path(__file__).resolve().parent
-LATER = ("made_schedules", "rates")
+LATER = ("made_schedules", "rates", "queues")
 
 
 def payloads(fixture: Path, journal: Path) -> list[bytes]:

@@ -45,6 +45,7 @@ PUBLIC = [
     "LimitInfo",
     "NonDeterminism",
     "NotFound",
+    "QueueInfo",
     "Rate",
     "Rejected",
     "RetryPolicy",

@@ -55,6 +55,7 @@ from fusee_runtime.model.records import (
     FailureJson,
     Instant,
     Record,
+    RunAdmitted,
     RunCancelled,
     RunCompleted,
     RunContinuedAsNew,
@@ -210,6 +211,8 @@ def _run_event(out: Timeline, rec: RunEvent) -> None:
 def _event_at(rec: RunEvent) -> Instant:
     match rec:
         case RunStarted(started_at=at) | SignalReceived(received_at=at) | RunUnstuck(at=at):
+            return at
+        case RunAdmitted(at=at):
             return at
         case CancelRequested(requested_at=at) | RunStuck(stuck_at=at):
             return at

@@ -1,0 +1,201 @@
+"""Queues of runs (issue 40, item 2), on both stores: a run started in a queue shows as
+queued, with its place, until its queue lets it in; never more runs of a queue (and of
+a key) in at once than its sizes say; within a key by priority then start order, keys
+taking turns; the sizes and the runs let in hold across a crash and a checkpoint; a
+queued run is cancelled at once, and a continued or reset run waits in its queue again."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from fusee_runtime import Ctx, Rejected, Status, workflow
+from fusee_runtime.model.run import WaitKind
+
+STORES = ("local", "postgresql")
+
+IN: dict[str, int] = {}  # key: runs of it whose code is between its begin and its end
+MOST: dict[str, int] = {}  # key: the most of them at once
+ORDER: list[str] = []  # the ids, in the order their code began (first life)
+GATE: dict[str, asyncio.Event] = {}
+
+
+def _gate(id: str) -> asyncio.Event:
+    return GATE.setdefault(id, asyncio.Event())
+
+
+@workflow(name="q.job")
+async def job(ctx: Ctx, arg: dict[str, Any]) -> str:
+    key, id = arg["key"], ctx.workflow_id
+    if id not in ORDER:
+        ORDER.append(id)
+    IN[key] = IN.get(key, 0) + 1
+    MOST[key] = max(MOST.get(key, 0), IN[key])
+    try:
+        if arg.get("wait"):
+            await _gate(id).wait()
+        return id
+    finally:
+        IN[key] -= 1
+
+
+@workflow(name="q.declared", queue="declared")
+async def declared(ctx: Ctx, arg: None) -> str:
+    return ctx.workflow_id
+
+
+@workflow(name="q.continues", queue="loop")
+async def continues(ctx: Ctx, n: int) -> int:
+    if n > 0:
+        await ctx.continue_as_new(n - 1)
+    return n
+
+
+@pytest.fixture(autouse=True)
+def _clean() -> Any:
+    IN.clear()
+    MOST.clear()
+    ORDER.clear()
+    GATE.clear()
+    yield
+
+
+def _status(engine: Any, id: str) -> Status:
+    return engine.runs.latest(id).status
+
+
+async def test_a_queue_lets_in_its_concurrency_and_the_rest_wait_in_order(
+    make_engine: Any,
+) -> None:
+    async with make_engine() as engine:
+        await engine.queue("sync", concurrency=2)
+        ids = [f"r{i}" for i in range(5)]
+        handles = [
+            await engine.start(job, {"key": "all", "wait": True}, id=id, queue="sync") for id in ids
+        ]
+        await engine.wait_until(lambda: len(ORDER) == 2)
+        assert ORDER == ["r0", "r1"]
+        assert [_status(engine, id) for id in ids[2:]] == [Status.QUEUED] * 3
+        (wait,) = (await handles[3].describe()).waiting
+        assert (wait.kind, wait.name, wait.detail) == (WaitKind.QUEUE, "sync", "2nd of 3")
+        (info,) = engine.queues()
+        assert (info.name, info.concurrency, info.per_key, info.running, info.queued) == (
+            "sync",
+            2,
+            None,
+            2,
+            3,
+        )
+        for id in ids:
+            _gate(id).set()
+        assert [await h.result() for h in handles] == ids
+        assert ids == ORDER and MOST["all"] == 2
+
+
+async def test_per_key_one_at_a_time_keys_take_turns_and_priority_goes_first(
+    make_engine: Any,
+) -> None:
+    async with make_engine() as engine:
+        await engine.queue("tenants", concurrency=None, per_key=1)
+        handles = []
+        for i in range(3):
+            for key in ("a", "b"):
+                id = f"{key}{i}"
+                arg = {"key": key, "wait": True}
+                handles.append(await engine.start(job, arg, id=id, queue="tenants", queue_key=key))
+        urgent = await engine.start(
+            job,
+            {"key": "a", "wait": True},
+            id="a-urgent",
+            queue="tenants",
+            queue_key="a",
+            priority=5,
+        )
+        await engine.wait_until(lambda: len(ORDER) == 2)
+        assert sorted(ORDER) == ["a0", "b0"]
+        (wait,) = (await urgent.describe()).waiting
+        assert wait.detail == "1st of 3 in key 'a'"
+        for id in ["a0", "a-urgent", "a1", "a2", "b0", "b1", "b2"]:
+            _gate(id).set()
+            await engine.wait_until(lambda id=id: not engine.runs.latest(id).is_open)
+        await asyncio.gather(*(h.result() for h in [*handles, urgent]))
+        assert [id for id in ORDER if id.startswith("a")] == ["a0", "a-urgent", "a1", "a2"]
+        assert [id for id in ORDER if id.startswith("b")] == ["b0", "b1", "b2"]
+        assert MOST == {"a": 1, "b": 1}
+
+
+async def test_a_queue_never_set_runs_one_at_a_time_and_a_workflow_declares_its_queue(
+    make_engine: Any,
+) -> None:
+    async with make_engine() as engine:
+        first = await engine.start(job, {"key": "k", "wait": True}, id="one", queue="unset")
+        second = await engine.start(job, {"key": "k"}, id="two", queue="unset")
+        await engine.wait_until(lambda: ORDER == ["one"])
+        assert _status(engine, "two") == Status.QUEUED
+        _gate("one").set()
+        assert [await first.result(), await second.result()] == ["one", "two"]
+        assert MOST["k"] == 1
+        await engine.queue("declared", concurrency=0)  # 0: none goes in
+        held = await engine.start(declared, None, id="d1")
+        assert engine.runs.latest("d1").queue == {"name": "declared", "key": None, "priority": 0}
+        assert _status(engine, "d1") == Status.QUEUED
+        await engine.queue("declared", concurrency=1)
+        assert await held.result() == "d1"
+
+
+async def test_queued_runs_and_sizes_hold_across_a_crash_and_a_checkpoint(
+    make_engine: Any,
+) -> None:
+    engine = make_engine()
+    await engine.open()
+    await engine.queue("crash", concurrency=1)
+    for i in range(3):
+        await engine.start(job, {"key": "c", "wait": True}, id=f"c{i}", queue="crash")
+    await engine.wait_until(lambda: ORDER == ["c0"])
+    await engine.checkpoint()
+    await engine.start(job, {"key": "c", "wait": True}, id="c3", queue="crash")
+    await engine.close(crash=True)
+    ORDER.clear()
+    IN.clear()
+    async with make_engine() as engine:
+        await engine.wait_until(lambda: ORDER == ["c0"])  # the run let in before, again
+        assert [_status(engine, f"c{i}") for i in (1, 2, 3)] == [Status.QUEUED] * 3
+        (info,) = engine.queues()
+        assert (info.concurrency, info.running, info.queued, info.set) == (1, 1, 3, True)
+        for i in range(4):
+            _gate(f"c{i}").set()
+        await engine.wait_until(lambda: all(not r.is_open for r in engine.runs.open_runs()))
+        assert ORDER == ["c0", "c1", "c2", "c3"] and MOST["c"] == 1
+
+
+async def test_a_queued_run_cancels_at_once_and_takes_no_handler_call(make_engine: Any) -> None:
+    async with make_engine() as engine:
+        await engine.start(job, {"key": "x", "wait": True}, id="x0", queue="x")
+        queued = await engine.start(job, {"key": "x"}, id="x1", queue="x")
+        await engine.wait_until(lambda: ORDER == ["x0"])
+        with pytest.raises(Rejected, match="waits in its queue"):
+            await engine.query("x1", "anything")
+        await queued.cancel()
+        assert (await queued.describe()).status == Status.CANCELLED
+        assert ORDER == ["x0"] and engine.queues()[0].queued == 0
+        with pytest.raises(Rejected, match="go with a queue"):
+            await engine.start(job, {"key": "x"}, queue_key="k")
+        with pytest.raises(Rejected, match="priority is a whole number"):
+            await engine.start(job, {"key": "x"}, queue="x", priority=2**40)
+        with pytest.raises(Rejected, match="no start_delay, start_at or queue"):
+            await engine.start(job, {"key": "x"}, id="x9", queue="x", update=("u", 1))
+        with pytest.raises(Rejected, match="per_key is None or a whole number"):
+            await engine.queue("x", per_key=-1)
+        _gate("x0").set()
+
+
+async def test_a_run_continued_as_new_waits_in_its_queue_again(make_engine: Any) -> None:
+    async with make_engine() as engine:
+        h = await engine.start(continues, 2, id="loop-1")
+        assert await h.result() == 0
+        run = engine.runs.latest("loop-1")
+        assert run.queue == {"name": "loop", "key": None, "priority": 0} and run.admitted
+        history = await engine.history("loop-1")
+        assert [e["type"] for e in history].count("RunAdmitted") == 3  # one a run: 2, 1, 0
