@@ -64,6 +64,7 @@ from fusee_runtime.model.records import (
     ScheduleFired,
     SchedulePaused,
     SignalReceived,
+    StartDebounced,
     UpdateAccepted,
     UpdateApplied,
 )
@@ -157,6 +158,8 @@ def _at(rec: Record) -> Instant | None:
             return at
         case UpdateApplied(applied_at=at) | RunUnstuck(at=at) | RunAdmitted(at=at):
             return at
+        case StartDebounced(at=at):
+            return at
         case ScheduleFired(at=at) | SchedulePaused(at=at):
             return at
         case RunCompleted(closed_at=at) | RunFailed(closed_at=at) | RunTerminated(closed_at=at):
@@ -219,6 +222,9 @@ def _detail(rec: Record, limit: int | None) -> str:
             return "goes on: resumed, or its code now matches its journal"
         case RunAdmitted():
             return "let in by its queue: its code runs from here"
+        case StartDebounced():
+            shown = clip(rec.input.value, limit)
+            return f"a later start of its burst: begins at {when(rec.begin_at)}, input {shown}"
     return _any_value(rec, limit)
 
 

@@ -108,6 +108,7 @@ FIELD_TYPES: dict[R, tuple[object, ...]] = {
     R.StepStreamAppended: (RunId, Seq, str, str, Count, Json, bool),
     R.UpdateAccepted: (RunId, str, str, Json, Count, Instant),
     R.RunAdmitted: (RunId, Instant),
+    R.StartDebounced: (RunId, Json, Instant, Instant | None, Instant),
 }
 """The type of each field of the records of a run, in `FIELDS` order."""
 

@@ -14,12 +14,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from fusee_runtime.clock import Clock
-from fusee_runtime.dsl import WorkflowDef, seconds
+from fusee_runtime.dsl import Rate, WorkflowDef, seconds
 from fusee_runtime.engine import resets
+from fusee_runtime.engine.bursts import debounce_spec, throttle_slot
 from fusee_runtime.engine.durability import Durability
 from fusee_runtime.engine.queues import queue_spec
 from fusee_runtime.engine.runs import RunTable
-from fusee_runtime.engine.state import Status
+from fusee_runtime.engine.state import Run, Status
 from fusee_runtime.engine.waits import INSTANT_MAX, wake_at
 from fusee_runtime.errors import IdConflict, Rejected
 from fusee_runtime.model.op_records import StepResumed
@@ -60,6 +61,8 @@ class Commands:
         use_open: bool = False,
         update_id: str | None = None,
         queue: tuple[str | None, str | None, int] = (None, None, 0),
+        debounce: tuple[float | Any | None, str | None, float | Any | None] = (None, None, None),
+        throttle: Rate | None = None,
     ) -> tuple[str, str]:
         """Starts a run (`Engine.start`); returns its workflow id and run id once durable.
 
@@ -83,42 +86,33 @@ class Commands:
             self.driver.encode(signal[1], f"signal {signal[0]!r}", ANY)
         begin_at = self._begin_at(start_delay, start_at)
         queued = queue_spec(wf.queue, *queue)
-        if use_open:
-            _check_update_with_start(id, begin_at, queued, on_conflict)
+        burst = debounce_spec(*debounce, self.clock.now())
+        _check_together(id, on_conflict, begin_at, queued, burst, throttle, use_open)
         if use_open and not self.driver.config.drive:
             # Its update needs the run's code: refused before anything is recorded.
             raise Rejected("an update with its start needs the process that runs the code")
         workflow_id = owned_id(id, self.driver.shard)
         traceparent = check_traceparent(traceparent) if traceparent is not None else None
+        if burst is not None:
+            joined = await self._joined(wf.name, burst, encoded, signal)
+            if joined is not None:
+                return joined
         existing = self.runs.find_latest(workflow_id) if id is not None else None
         if use_open and existing is not None and not existing.is_open:
             sent_before = update_id is not None and update_id in existing.updates_done
             existing = existing if sent_before else None  # else a new run gets the update
-        if existing is not None:
-            if existing.workflow != wf.name and on_conflict != "new_run":
-                raise IdConflict(
-                    f"id {workflow_id!r} belongs to a run of workflow {existing.workflow!r}, "
-                    f"not {wf.name!r}: choose another id"
-                )
-            if on_conflict == "return":
-                if signal is not None:
-                    # Refused when the run is closed, rather than dropped silently.
-                    await self.signal(workflow_id, *signal)
-                if existing.run_id in self.runs.by_run_id:  # a stored run is durable
-                    await self.durability.wait(existing.start_lsn)
-                return workflow_id, existing.run_id
-            if on_conflict == "fail":
-                raise IdConflict(
-                    f"a run of id {workflow_id!r} already exists (status {existing.status})"
-                )
-            if existing.is_open:
-                why = "replaced by a new run (on_conflict='new_run')"
-                closed = RunTerminated(existing.run_id, why, self.clock.now())
-                self.driver.close_run(existing, closed)
+        if existing is not None and await self._existing(existing, wf, on_conflict, signal):
+            return workflow_id, existing.run_id
         now = self.clock.now()
+        if burst is not None:
+            begin_at = now + burst[0]
+        elif throttle is not None:
+            slot = throttle_slot(self.driver, wf.name, throttle, begin_at or now)
+            begin_at = slot if slot > now else begin_at
         # A delayed run's deadline counts from when it begins.
         deadline = None if limit is None else wake_at((begin_at or now) + limit)
-        origin = {"begin_at": begin_at, "queue": queued}  # (of these, what is given)
+        debounced = None if burst is None else burst[1]
+        origin = {"begin_at": begin_at, "queue": queued, "debounce": debounced}  # (those given)
         run = self.driver.new_run(
             workflow_id, wf.name, encoded, deadline, _given(origin), None, traceparent
         )
@@ -126,6 +120,63 @@ class Commands:
             self.driver.signal(run, *signal)
         await self.durability.wait(run.last_lsn)
         return workflow_id, run.run_id
+
+    async def _existing(
+        self,
+        existing: Run,
+        wf: WorkflowDef,
+        on_conflict: str,
+        signal: tuple[str, Any] | None,
+    ) -> bool:
+        """What a start does to the run its id has: True, it returns that run (with
+        `on_conflict` "return", once its start is durable); False, a new run is made
+        (with "new_run": the open one is terminated first).
+
+        Raises:
+            IdConflict: "fail", or a run of another workflow unless "new_run".
+        """
+        workflow_id = existing.workflow_id
+        if existing.workflow != wf.name and on_conflict != "new_run":
+            raise IdConflict(
+                f"id {workflow_id!r} belongs to a run of workflow {existing.workflow!r}, "
+                f"not {wf.name!r}: choose another id"
+            )
+        if on_conflict == "return":
+            if signal is not None:
+                # Refused when the run is closed, rather than dropped silently.
+                await self.signal(workflow_id, *signal)
+            if existing.run_id in self.runs.by_run_id:  # a stored run is durable
+                await self.durability.wait(existing.start_lsn)
+            return True
+        if on_conflict == "fail":
+            raise IdConflict(
+                f"a run of id {workflow_id!r} already exists (status {existing.status})"
+            )
+        if existing.is_open:
+            why = "replaced by a new run (on_conflict='new_run')"
+            closed = RunTerminated(existing.run_id, why, self.clock.now())
+            self.driver.close_run(existing, closed)
+        return False
+
+    async def _joined(
+        self,
+        workflow: str,
+        burst: tuple[float, dict[str, Any]],
+        encoded: bytes,
+        signal: tuple[str, Any] | None,
+    ) -> tuple[str, str] | None:
+        """A debounced start that joins its burst's run (`engine/bursts.py`): the run's id
+        and run id once durable; None: the start makes a new burst."""
+        period, spec = burst
+        run = self.driver.bursts.pending(workflow, spec["key"])
+        if run is None or not self.driver.bursts.join(
+            self.driver, run, encoded, period, self.clock.now()
+        ):
+            return None
+        if signal is not None:
+            self.driver.signal(run, *signal)
+        await self.durability.wait(run.last_lsn)
+        return run.workflow_id, run.run_id
 
     def _begin_at(self, start_delay: float | Any | None, start_at: datetime | None) -> float | None:
         """When a run started now with `start_delay` or `start_at` begins (None: at once).
@@ -218,16 +269,29 @@ def _given(origin: dict[str, Any]) -> dict[str, Any] | None:
     return {k: v for k, v in origin.items() if v is not None} or None
 
 
-def _check_update_with_start(
-    id: str | None, begin_at: float | None, queued: object, on_conflict: str
+def _check_together(
+    id: str | None,
+    on_conflict: str,
+    begin_at: float | None,
+    queued: object,
+    burst: object,
+    throttle: object,
+    use_open: bool,
 ) -> None:
-    """Raises `Rejected` for an update-with-start that is not one: its update goes to
-    a run that runs its code now, of the id."""
-    if id is None or begin_at is not None or queued is not None or on_conflict != "return":
+    """Raises `Rejected` for what a start may not ask together: an update-with-start goes
+    to a run of the id that runs its code now; a debounced start begins when its burst
+    ends, whatever else would say when."""
+    if use_open and (
+        id is None or begin_at is not None or queued is not None or on_conflict != "return"
+    ):
         raise Rejected(
             "an update with its start takes an id, no start_delay, start_at or queue, "
             "and on_conflict 'return'"
         )
+    if burst is not None and (use_open or begin_at is not None or throttle is not None):
+        raise Rejected("debounce goes with no update, start_delay, start_at or throttle")
+    if throttle is not None and not isinstance(throttle, Rate):
+        raise Rejected(f"throttle is a Rate, not {throttle!r}")
 
 
 def _check_builtin(name: str, input: object) -> None:

@@ -30,6 +30,7 @@ from fusee_runtime.completions import Completion, Tokens
 from fusee_runtime.dsl import WorkflowDef, registry
 from fusee_runtime.engine import cancels, objects
 from fusee_runtime.engine.beats import Beats
+from fusee_runtime.engine.bursts import Bursts
 from fusee_runtime.engine.config import Config
 from fusee_runtime.engine.durability import Durability
 from fusee_runtime.engine.family import Family
@@ -154,6 +155,8 @@ class Driver:
         if config.drive:  # (a passive engine lets no run in: it shows them queued)
             self.limits.queues.admit = self._admit
             self.limits.queues.admitting = lambda: not self._closing and durability.failed is None
+        self.bursts = Bursts()
+        """The debounced starts whose run has not begun (`engine/bursts.py`)."""
         self.opened = False
         self._closing = False
         self._on_closed = on_closed
@@ -378,6 +381,7 @@ class Driver:
         if not live.scheduled:
             live.scheduled = live.parked = True
             self.timers.add(begin_at, run.run_id, BEGIN)
+            self.bursts.note(run)
         return True
 
     def _admit(self, run: Run) -> None:

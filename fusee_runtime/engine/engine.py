@@ -36,9 +36,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from fusee_runtime import search
 from fusee_runtime.codecs import chain_of
 from fusee_runtime.completions import Tokens
-from fusee_runtime.dsl import WorkflowDef
+from fusee_runtime.dsl import Rate, WorkflowDef
 from fusee_runtime.engine.batches import BATCH, Action, Batches
 from fusee_runtime.engine.batches import check as batch_spec
+from fusee_runtime.engine.calls import Calls
 from fusee_runtime.engine.checkpoints import Checkpoints
 from fusee_runtime.engine.commands import Commands
 from fusee_runtime.engine.config import Config
@@ -48,14 +49,14 @@ from fusee_runtime.engine.flow import FlowControl
 from fusee_runtime.engine.handle import RunHandle
 from fusee_runtime.engine.handlers import Handlers
 from fusee_runtime.engine.home import HomeLock
-from fusee_runtime.engine.objects import ObjectHandle, Objects
+from fusee_runtime.engine.objects import Objects
 from fusee_runtime.engine.registry import load_app
 from fusee_runtime.engine.runlog import RunLog
 from fusee_runtime.engine.runs import RunTable, wanted
 from fusee_runtime.engine.schedules import Schedules
 from fusee_runtime.engine.state import Run, RunInfo, Status
 from fusee_runtime.engine.stopping import cancel_run_tasks, let_steps_finish
-from fusee_runtime.errors import EngineClosed, Failure, Rejected
+from fusee_runtime.errors import EngineClosed, Rejected
 from fusee_runtime.journal import records
 from fusee_runtime.journal.safefiles import private_dir
 from fusee_runtime.model.sealing import Chain
@@ -74,7 +75,7 @@ LIST_LIMIT_MAX = 2**31 - 1
 """The largest `limit` of `Engine.list`; SQLite's 64-bit integers take it with room to spare."""
 
 
-class Engine(FlowControl):
+class Engine(FlowControl, Calls):
     """An open home: recovers on open, runs workflows, closes cleanly.
 
     Use it as an async context manager::
@@ -296,6 +297,10 @@ class Engine(FlowControl):
         queue: str | None = None,
         queue_key: str | None = None,
         priority: int = 0,
+        debounce: float | timedelta | None = None,
+        debounce_key: str | None = None,
+        debounce_max: float | timedelta | None = None,
+        throttle: Rate | None = None,
     ) -> RunHandle:
         """Starts a run of `workflow`; returns once the start is durable.
 
@@ -317,6 +322,13 @@ class Engine(FlowControl):
         `queued`, with its place. Within `queue_key`, runs go in by `priority` (higher
         first), then in the order they started.
 
+        `debounce` (a duration): a burst of starts of the workflow (and `debounce_key`),
+        each less than `debounce` after the last, makes one run, which begins `debounce`
+        after the last with the last input (or `debounce_max` after the first); each
+        start returns its handle. `throttle=Rate(n, per, key=...)`: at most n runs of
+        the workflow (of the key) begin in any window of `per`; one beyond waits, as
+        `scheduled`, for the next slot (never dropped). See `fusee_runtime.engine.bursts`.
+
         `update=(name, arg)` or `(name, arg, update_id)` is an update with its start: the
         id's open run, or else a new one, gets the update (`RunHandle.update`), and the
         handle returned holds its result as `update_result`. Concurrent calls for one id
@@ -327,8 +339,8 @@ class Engine(FlowControl):
             CodecError: the input cannot be encoded as JSON, is too large, or does
                 not decode into the workflow's input annotation (`fusee_runtime.typed`).
             Rejected: a bad id, `on_conflict`, `traceparent`, `start_delay`, `start_at`,
-                queue, key or priority; an `update` without an id or with a delay or a
-                queue; what
+                queue, key, priority, debounce or throttle; an `update` without an id
+                or with a delay or a queue; a debounce with a delay or a throttle; what
                 `RunHandle.update` raises.
             IdConflict: the id has a run and `on_conflict` is `"fail"`, or its run
                 is one of another workflow (and `on_conflict` is not `"new_run"`).
@@ -347,6 +359,8 @@ class Engine(FlowControl):
             use_open=parts is not None,
             update_id=parts[2] if parts is not None else None,
             queue=(queue, queue_key, priority),
+            debounce=(debounce, debounce_key, debounce_max),
+            throttle=throttle,
         )
         handle = RunHandle(self, *ids)
         if parts is not None:
@@ -494,72 +508,7 @@ class Engine(FlowControl):
             c["history_rows_written"] = self.runs.store.rows_written
         return c
 
-    # -- handlers and completions ----------------------------------------------------
-
-    async def query(
-        self, id: str, name: str, arg: object = None, *, run_id: str | None = None
-    ) -> Any:
-        """The answer of the newest run of `id` to query `name` (its `ctx.on_query`).
-
-        Raises:
-            NotFound: no run of that id.
-            Rejected: no handler of that name (the message lists the run's
-                handlers), no code running here to answer, or the handler
-                raised (its message).
-            CodecError: the answer cannot be encoded as JSON.
-        """
-        return await self.handlers.query(id, name, arg, run_id)
-
-    async def update(
-        self,
-        id: str,
-        name: str,
-        arg: object = None,
-        update_id: str | None = None,
-        *,
-        run_id: str | None = None,
-    ) -> Any:
-        """Applies update `name` to the newest run of `id` (its `ctx.on_update` handler);
-        returns the handler's result once the update is durable.
-
-        An update sent again with the same `update_id` is not applied again:
-        the caller gets the first one's result.
-
-        Raises:
-            NotFound: no run of that id.
-            Rejected: the run is closed, has no such handler, no code runs here
-                to apply it, its code is inside `ctx.all`/`ctx.race` or still
-                replaying, the validator refused it, or the handler raised
-                (with its message).
-            CodecError: the argument or the result cannot be encoded as JSON, or the
-                argument does not decode into the handler's annotation.
-            JournalFailed: the journal failed before the update was applied and durable.
-        """
-        return await self.handlers.update(id, name, arg, update_id, run_id)
-
-    async def complete(self, token: str, value: object = None) -> None:
-        """Finishes the `await_completion` that issued `token` with `value`; returns once
-        that is durable.
-
-        Raises:
-            NotFound: not a token of this home, or its run is gone.
-            Rejected: the run is closed, the step already finished, or a later
-                attempt superseded the token.
-            CodecError: the value cannot be encoded as JSON.
-        """
-        await self.handlers.finish(token, value, None)
-
-    async def fail(self, token: str, error: str | Failure) -> None:
-        """Fails the `await_completion` that issued `token`: it raises `StepFailed` in the
-        workflow, with `error` (a message, or a `Failure`). Raises as `complete` does."""
-        await self.handlers.finish(token, None, error)
-
     # -- storage ---------------------------------------------------------------------
-
-    def object(self, name: str, key: str) -> ObjectHandle:
-        """Key `key` of virtual object `name` (`@object`): `call(handler, arg)`, `get()`.
-        See `fusee_runtime.objects`."""
-        return ObjectHandle(self.objects, name, key)
 
     async def checkpoint(self) -> int:
         """Writes a checkpoint of what is durable now, then compacts; returns its lsn.

@@ -146,6 +146,19 @@ class Rates:
             window.resized.clear()
             await self._until(free_at, window.resized)
 
+    def reserve(self, label: str, permits: int, per_s: float, not_before: float) -> float:
+        """Takes window `label`'s next free slot at `not_before` or later, in the future if
+        it must be (a throttled start begins then), and returns its instant. Its record is
+        appended, not yet durable: the start that took it waits for what it appends after."""
+        window = self._window(label)
+        size = self._size(label, permits, per_s)
+        last = window.slots[-1][0] if window.slots else not_before
+        at = max(self._free_at(window, *size), not_before, last)  # (slots stay in order)
+        lsn = self._append(RateTaken(label, *size, at))
+        self._add(window, at, lsn, *size)
+        self._changed()
+        return at
+
     async def set(self, name: str, permits: int, per_s: float) -> None:
         """Records rate `name`'s size and applies it at once; returns once durable."""
         lsn = self._append(RateSet(name, permits, per_s, self._now()))

@@ -78,6 +78,7 @@ from fusee_runtime.model.records import (
     RunTimedOut,
     RunUnstuck,
     SignalReceived,
+    StartDebounced,
     UpdateAccepted,
     UpdateApplied,
 )
@@ -390,6 +391,12 @@ def _run_admitted(run: RunRecord, rec: RunAdmitted, lsn: int) -> None:
     run.admitted = True
 
 
+def _start_debounced(run: RunRecord, rec: StartDebounced, lsn: int) -> None:
+    run.input = rec.input.value
+    run.origin = {**(run.origin or {}), "begin_at": rec.begin_at}
+    run.deadline = rec.deadline
+
+
 def _race_won(run: RunRecord, rec: RaceWon, lsn: int) -> None:
     run.races[rec.seq] = rec.index
 
@@ -440,6 +447,7 @@ RUN_RECORDS: dict[type[Record], Fold] = {
     RunStuck: _run_stuck,
     RunUnstuck: _run_unstuck,
     RunAdmitted: _run_admitted,
+    StartDebounced: _start_debounced,
     RaceWon: _race_won,
     UpdateApplied: _update_applied,
     UpdateAccepted: _update_accepted,

@@ -88,6 +88,7 @@ from fusee_runtime.model.records import (
     SchedulePaused,
     ScheduleSet,
     SignalReceived,
+    StartDebounced,
     UpdateAccepted,
     UpdateApplied,
 )
@@ -138,6 +139,7 @@ RunEvent = (
     | RunUnstuck
     | UpdateAccepted
     | RunAdmitted
+    | StartDebounced
 )
 """A record of a run as a whole: its start, its close, what came to it from outside."""
 

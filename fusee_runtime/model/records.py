@@ -81,6 +81,7 @@ class R(enum.IntEnum):
     RateSet = 47
     RunAdmitted = 48
     QueueSet = 49
+    StartDebounced = 50
 
 
 _R = TypeVar("_R")
@@ -339,6 +340,20 @@ class RunAdmitted(OfRun):
 
     code: ClassVar[R] = R.RunAdmitted
 
+    at: Instant
+
+
+@record
+class StartDebounced(OfRun):
+    """A start with `debounce` came while this run of its burst waited to begin: the run
+    now begins at `begin_at` with `input`, the newest start's (and its deadline, if it
+    has one, moved with its begin)."""
+
+    code: ClassVar[R] = R.StartDebounced
+
+    input: Payload
+    begin_at: Instant
+    deadline: Instant | None
     at: Instant
 
 

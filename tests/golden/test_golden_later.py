@@ -1,9 +1,9 @@
 """The golden journals of the record kinds that came after the first fixture, each in a
 folder of its own with its `make.py` (`made_schedules/`: `ScheduleSet`,
 `ScheduleDeleted`; `rates/`: `RateTaken`, `RateSet`; `queues/`: `QueueSet`,
-`RunAdmitted`): each played again by today's code to the same bytes, and each record
-encoded again to its bytes. What each home opens to is in its own test file
-(`test_golden_<name>.py`)."""
+`RunAdmitted`, `StartDebounced`): each played again by today's code to the same bytes,
+and each record encoded again to its bytes. What each home opens to is in its own test
+file (`test_golden_<name>.py`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The golden journal of queues of runs (`queues/`: `QueueSet`, `RunAdmitted`) opens to
+"""The golden journal of queues of runs (`queues/`: `QueueSet`, `RunAdmitted`,
+`StartDebounced`) opens to
 the same runs and the same queues (played again and encoded again: see
 `test_golden_later.py`)."""
 

@@ -67,6 +67,7 @@ from fusee_runtime.model.records import (
     RunTimedOut,
     RunUnstuck,
     SignalReceived,
+    StartDebounced,
     UpdateAccepted,
     UpdateApplied,
 )
@@ -212,7 +213,7 @@ def _event_at(rec: RunEvent) -> Instant:
     match rec:
         case RunStarted(started_at=at) | SignalReceived(received_at=at) | RunUnstuck(at=at):
             return at
-        case RunAdmitted(at=at):
+        case RunAdmitted(at=at) | StartDebounced(at=at):
             return at
         case CancelRequested(requested_at=at) | RunStuck(stuck_at=at):
             return at

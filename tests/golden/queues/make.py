@@ -1,10 +1,11 @@
 """Writes the golden journal of queues of runs (issue 40): `python tests/golden/queues/make.py`.
 
 A fixture beside the first (`tests/golden/README.md`) for the record kinds that came
-after it: `QueueSet` and `RunAdmitted`. With the code of the checkout, on a `FakeClock`,
-queue "gq.sync" is set to one run at a time per key; three runs start in it under two
-keys (the second of key "a" waits for the first), one with a priority; a fourth run
-waits in a queue set to 0 and is cancelled there. It writes `home/journal/` and
+after it: `QueueSet`, `RunAdmitted` and `StartDebounced`. With the code of the
+checkout, on a `FakeClock`, queue "gq.sync" is set to one run at a time per key; three
+runs start in it under two keys (the second of key "a" waits for the first), one with
+a priority; a fourth run waits in a queue set to 0 and is cancelled there; two
+debounced starts make one run, with the second's input. It writes `home/journal/` and
 `expected.json` (the runs, the queues, the record kinds with their codes, how many
 records). The test plays it again (`--again`) and compares the bytes. Run it once;
 never to make a failing test pass.
@@ -76,6 +77,12 @@ async def play(home: Path) -> dict[str, Any]:
         await engine.queue("gq.held", concurrency=0)
         held = await engine.start(gq_job, "held", id="held-1", queue="gq.held")
         await held.cancel()
+        burst = [
+            await engine.start(gq_job, who, id=f"d-{who}", debounce=5, debounce_key="k")
+            for who in ("d1", "d2")
+        ]
+        clock.advance(5)
+        assert [await h.result() for h in burst] == ["d2", "d2"]
         runs = [run_json(info) for info in await engine.list()]
         queues = [dataclasses.asdict(info) for info in engine.queues()]
     return {"runs": runs, "queues": queues}
