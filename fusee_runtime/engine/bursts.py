@@ -20,8 +20,8 @@ so a restart or a takeover does not open the window again, and `engine.rate`
 resizes it.
 
 Both are the journal's: on PostgreSQL with several journals, the starts of one
-burst or window must be made in one journal (give them ids of one journal, or one
-worker) to count together.
+burst or window count together when made in one journal (ids with one part before
+their first `#`: docs/flow.md).
 """
 
 from __future__ import annotations

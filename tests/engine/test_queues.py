@@ -199,3 +199,44 @@ async def test_a_run_continued_as_new_waits_in_its_queue_again(make_engine: Any)
         assert run.queue == {"name": "loop", "key": None, "priority": 0} and run.admitted
         history = await engine.history("loop-1")
         assert [e["type"] for e in history].count("RunAdmitted") == 3  # one a run: 2, 1, 0
+
+
+async def test_a_debounced_or_delayed_run_waits_in_its_queue_once_it_begins(
+    make_engine: Any, clock: Any
+) -> None:
+    async with make_engine() as engine:
+        await engine.queue("declared", concurrency=0)
+        burst = [await engine.start(declared, None, debounce=2, debounce_key="k") for _ in "ab"]
+        later = await engine.start(declared, None, id="later", start_delay=5)
+        assert {h.run_id for h in burst} == {burst[0].run_id}
+        assert (await burst[0].describe()).status == Status.SCHEDULED
+        clock.advance(5)
+        await engine.wait_until(lambda: _status(engine, "later") == Status.QUEUED)
+        assert (await burst[0].describe()).status == Status.QUEUED
+        await engine.queue("declared", concurrency=1)
+        assert [await burst[0].result(), await later.result()] == [burst[0].id, "later"]
+
+
+async def test_a_run_let_in_keeps_its_place_when_another_engine_takes_the_home_over(
+    make_engine: Any,
+) -> None:
+    """A graceful close, then another engine's open (on PostgreSQL, a takeover of the
+    journal): the run let in goes on first; the ones waiting stay queued, in order."""
+    engine = make_engine()
+    await engine.open()
+    await engine.queue("handover", per_key=1, concurrency=None)
+    for i in range(3):
+        arg = {"key": "h", "wait": True}
+        await engine.start(job, arg, id=f"h{i}", queue="handover", queue_key="h")
+    await engine.wait_until(lambda: ORDER == ["h0"])
+    await engine.close()
+    ORDER.clear()
+    IN.clear()
+    async with make_engine() as engine:
+        await engine.wait_until(lambda: ORDER == ["h0"])
+        run = engine.runs.latest("h0")
+        assert run.admitted and (await engine.handle("h1").describe()).status == Status.QUEUED
+        for i in range(3):
+            _gate(f"h{i}").set()
+        assert [await engine.handle(f"h{i}").result() for i in range(3)] == ["h0", "h1", "h2"]
+        assert ORDER == ["h0", "h1", "h2"] and MOST["h"] == 1
