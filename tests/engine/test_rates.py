@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from fusee_runtime import Ctx, Rate, Rejected, step, workflow
+from fusee_runtime import Ctx, Rate, Rejected, RetryPolicy, Status, step, workflow
 from fusee_runtime.clock import FakeClock
 from fusee_runtime.model.run import WaitKind
 
@@ -260,3 +260,62 @@ def test_a_rate_that_is_not_one_is_refused_where_it_is_declared() -> None:
             bad()
     with pytest.raises(ValueError, match="rate= takes a Rate"):
         step(rate=3)(lambda: None)  # type: ignore[arg-type]
+
+
+FAILS: list[int] = []  # attempts of `flaky` left to fail
+
+
+@step(rate=Rate(1, per=10), retry=RetryPolicy(attempts=3, initial=1, factor=1.0, jitter=False))
+async def flaky(i: int) -> int:
+    STARTED.append(("flaky", CLOCK[0].now()))
+    if FAILS and FAILS[0] > 0:
+        FAILS[0] -= 1
+        raise RuntimeError("not yet")
+    return i
+
+
+@workflow(name="rt.retried")
+async def retried(ctx: Ctx, n: int) -> int:
+    return await flaky(n)
+
+
+@workflow(name="rt.parks")
+async def parks(ctx: Ctx, n: int) -> list[int]:
+    first = await call_api(0)
+    await ctx.sleep("nap", 1)  # parks: its code is dropped and replayed when woken
+    return [first, *[await call_api(i) for i in range(1, n)]]
+
+
+async def test_each_attempt_of_a_retried_step_takes_a_slot_of_its_own(make_engine: Any) -> None:
+    """A retry is an attempt: it waits for a slot as the first did (1 in 10 s here), its
+    retry delay (1 s) being the shorter wait."""
+    FAILS[:] = [1]
+    async with make_engine() as engine:
+        first = CLOCK[0].now()
+        h = await engine.start(retried, 7, id="re-1")
+        await engine.wait_until(
+            lambda: any(w.kind == WaitKind.RETRY for w in engine.runs.latest("re-1").info().waiting)
+        )
+        CLOCK[0].advance(1)  # the retry is due: its slot is not
+        await _until_waiting(engine, ["re-1"], 1)
+        assert len(STARTED) == 1
+        CLOCK[0].advance(9)
+        assert await h.result() == 7
+    assert [at - first for _, at in STARTED] == [0, 10]
+    FAILS.clear()
+
+
+async def test_a_run_that_parks_finds_its_rate_as_it_left_it(make_engine: Any) -> None:
+    """A run parks on a timer between two rated steps (its code dropped, then replayed
+    when the timer fires): the slot its first step took still counts, and the replay
+    takes none again."""
+    async with make_engine() as engine:
+        first = CLOCK[0].now()
+        h = await engine.start(parks, 4, id="pk-1")
+        await engine.wait_until(lambda: engine.runs.latest("pk-1").status == Status.PARKED)
+        CLOCK[0].advance(1)  # the timer fires: 2 slots left in this window, 1 waits
+        await _until_waiting(engine, ["pk-1"], 3)
+        assert [at - first for _, at in STARTED] == [0, 1, 1]
+        CLOCK[0].advance(9)
+        assert await h.result() == [0, 1, 2, 3]
+    assert [at - first for _, at in STARTED] == [0, 1, 1, 10]
