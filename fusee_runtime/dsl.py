@@ -14,7 +14,7 @@ import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, cast, overload
 
 from fusee_runtime.engine.limits import FAIRNESS_WEIGHT_MAX, check_limit
 from fusee_runtime.errors import Failure, Rejected
@@ -218,6 +218,8 @@ class StepOptions:
     fairness_weight: int = 1
     # At most `rate.n` attempts start in any window of `rate.per` (`Rate`).
     rate: Rate | None = None
+    # Runs only on a worker that has every one of these labels (`fusee serve --labels`).
+    labels: frozenset[str] | None = None
 
     def limit_problem(self) -> str | None:
         """What is wrong with the limit options, if anything."""
@@ -303,6 +305,8 @@ class WorkflowDef:
     """What `ctx.version()` gives the runs this code starts (recorded at their start)."""
     queue: str | None = None
     """The queue its runs wait in when started without one (`engine/queues.py`)."""
+    labels: frozenset[str] | None = None
+    """The labels a worker needs to run any step of its runs (`engine/routing.py`)."""
 
     def __post_init__(self) -> None:
         functools.update_wrapper(self, self.fn)
@@ -331,6 +335,7 @@ def workflow(
     catchup: str = "one",
     version: int = 1,
     queue: str | None = None,
+    labels: Iterable[str] | None = None,
 ) -> Callable[[F], WorkflowDef]: ...
 
 
@@ -345,6 +350,7 @@ def workflow(
     catchup: str = "one",
     version: int = 1,
     queue: str | None = None,
+    labels: Iterable[str] | None = None,
 ) -> Any:
     """Registers an `async def (ctx, input)` as a workflow; the name defaults to the function's.
 
@@ -354,6 +360,7 @@ def workflow(
 
     `queue` names the queue its runs wait in (`engine.queue`, `engine/queues.py`) when
     `start` names none: each start, cron firing and child of it waits its turn there.
+    `labels`: every step of its runs runs on a worker with them (`@step(labels=...)`).
 
     With `cron` (five fields, in `timezone`, UTC by default) `fusee serve`
     starts a run at each instant, its input the instant as an ISO 8601
@@ -379,7 +386,13 @@ def workflow(
             raise ValueError(f"@workflow {wf_name}: version is a positive int, not {version!r}")
         if queue is not None and (not isinstance(queue, str) or not 0 < len(queue) <= 200):
             raise ValueError(f"@workflow {wf_name}: queue is a name of 1 to 200 characters")
-        d = WorkflowDef(wf_name, f, cron, timezone, overlap, catchup, version, queue)
+        needs = labels if labels is None or isinstance(labels, str) else frozenset(labels)
+        problem = labels_problem(needs)
+        if problem is not None:
+            raise ValueError(f"@workflow {wf_name}: {problem}")
+        d = WorkflowDef(
+            wf_name, f, cron, timezone, overlap, catchup, version, queue, cast(Any, needs)
+        )
         _registry[d.name] = d
         return d
 
@@ -399,6 +412,7 @@ def step(
     rate: Rate | None = None,
     read_only: bool = False,
     inline: bool = False,
+    labels: Iterable[str] | None = None,
 ) -> Callable[[F], StepDef]: ...
 
 
@@ -414,6 +428,7 @@ def step(
     rate: Rate | None = None,
     read_only: bool = False,
     inline: bool = False,
+    labels: Iterable[str] | None = None,
 ) -> Any:
     """Declares a step: journaled when called from workflow code, a plain call elsewhere.
 
@@ -421,6 +436,9 @@ def step(
     size set by `Engine.limit`); `.options(limit_key=, priority=, fairness=,
     fairness_weight=)` says whose permits and in what order. With `rate`, each
     attempt then waits for a slot of the rate (`Rate`: at most n in any window).
+    With `labels`, on PostgreSQL, each attempt runs on a worker that has every one
+    of them (`fusee serve --labels`): its arguments and result go through the
+    database as JSON (`fusee_runtime.engine.routing`).
 
     Raises:
         ValueError: at import, a `heartbeat_timeout` that is not positive, or a
@@ -434,12 +452,14 @@ def step(
         rate=rate,
         read_only=read_only or None,
         inline=inline or None,
+        labels=labels if labels is None or isinstance(labels, str) else frozenset(labels),
     )
 
     def declare(f: Callable[..., Any]) -> StepDef:
         step_name = name or f.__name__
         _check_step_options(step_name, opts, heartbeat_timeout)
-        return StepDef(step_name, f, opts)
+        d = _steps[step_name] = StepDef(step_name, f, opts)
+        return d
 
     return declare(fn) if fn is not None else declare
 
@@ -453,6 +473,36 @@ def _check_step_options(name: str, opts: StepOptions, beat: Any) -> None:
         raise ValueError(f"@step {name}: {problem}")
     if opts.rate is not None and not isinstance(opts.rate, Rate):
         raise ValueError(f"@step {name}: rate= takes a Rate(n, per=...), not {opts.rate!r}")
+    problem = labels_problem(opts.labels)
+    if problem is not None:
+        raise ValueError(f"@step {name}: {problem}")
+
+
+def labels_problem(labels: object) -> str | None:
+    """What is wrong with a set of worker labels, if anything."""
+    if labels is None:
+        return None
+    if (
+        not isinstance(labels, frozenset)
+        or not labels
+        or not all(
+            isinstance(label, str)
+            and 0 < len(label) <= 64
+            and label.replace("-", "").replace("_", "").isalnum()
+            for label in labels
+        )
+    ):
+        return "labels= is a set of names (letters, digits, '-', '_'; 1 to 64 characters)"
+    return None
+
+
+_steps: dict[str, StepDef] = {}
+
+
+def step_named(name: str) -> StepDef | None:
+    """The `@step` declared last with `name` in this process (a worker runs a labelled
+    step for another by its name)."""
+    return _steps.get(name)
 
 
 def check_cron(

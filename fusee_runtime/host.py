@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from fusee_runtime.engine.config import Config
     from fusee_runtime.engine.family import Family
     from fusee_runtime.engine.limits import Limits
+    from fusee_runtime.engine.routing import Routing
     from fusee_runtime.engine.runlog import RunLog
     from fusee_runtime.engine.state import Run
     from fusee_runtime.errors import Failure, JournalFailed
@@ -54,6 +55,8 @@ class RunHost(Protocol):
     """Running steps' heartbeats (`current_ctx().heartbeat`, `progress()`)."""
     limits: Limits
     """The named limits of steps (`limit=`) and their permits."""
+    routing: Routing
+    """Where labelled steps run (`fusee_runtime.engine.routing`)."""
     tracing: Tracing | None
     objects: Any
     """The engine's virtual objects (`engine/objects.Objects`): what `ctx.object` calls."""

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from fusee_runtime.engine.beats import Beats
     from fusee_runtime.engine.family import Family
     from fusee_runtime.engine.limits import Limits
+    from fusee_runtime.engine.routing import Routing
     from fusee_runtime.errors import Failure
     from fusee_runtime.tracing import Tracing
     from fusee_runtime.typed import Shape
@@ -333,6 +334,7 @@ class ReplayHost:
     family: Family
     beats: Beats
     limits: Limits
+    routing: Routing
     """Never reached: a child is started, a signal sent or a step run only live."""
 
     def __init__(self, workflows: dict[str, WorkflowDef], journal_closed: bool) -> None:

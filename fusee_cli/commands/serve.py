@@ -118,6 +118,17 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    labels: Annotated[
+        str | None,
+        typer.Option(
+            "--labels",
+            metavar="A,B",
+            help="With --store: this worker's labels; a step declared with labels "
+            "(@step(labels={...})) runs on a worker that has them all, this one included "
+            "while it stands by. Default: none.",
+            show_default=False,
+        ),
+    ] = None,
     stats_every: Annotated[
         float,
         typer.Option(
@@ -156,6 +167,7 @@ def serve(
                 retention_s,
                 shards,
                 lease,
+                _labels(labels),
             )
         )
 
@@ -225,6 +237,7 @@ async def _serve_shards(
     hurry: list[Callable[[], None]],
     http: Http,
     leased: dict[str, Any],
+    labels: frozenset[str] | None = None,
 ) -> None:
     """Serves as one worker of a sharded database (`control/worker.py`), and HTTP for
     every journal when asked (`control/router.py`'s `WorkerRouter`)."""
@@ -243,6 +256,7 @@ async def _serve_shards(
             schedules=k == 0,
             retention=retention_s,
             http_url=http.public_url,
+            labels=labels,
             **leased,
         )
 
@@ -279,6 +293,45 @@ async def _serve_shards(
         _exit_now(0)
 
 
+def _labels(given: str | None) -> frozenset[str] | None:
+    """The labels `--labels a,b` gives (None: none given).
+
+    Raises:
+        CliError: a label that is not a name (usage).
+    """
+    if given is None:
+        return None
+    from fusee_runtime.dsl import labels_problem
+
+    labels = frozenset(label.strip() for label in given.split(",") if label.strip())
+    problem = labels_problem(labels)
+    if problem is not None:
+        raise CliError(Code.USAGE, "--labels " + problem.removeprefix("labels= "))
+    return labels
+
+
+def _taking_steps(store: str | None, labels: frozenset[str] | None, stop: Any, app: str) -> None:
+    """Runs the labelled steps of `app` offered for `labels` (`engine/routing.py`) until
+    `stop`, whether this process drives journals or stands by."""
+    if store is None or not labels:
+        return
+    import asyncio
+
+    from fusee_runtime.engine.registry import load_app
+    from fusee_runtime.engine.routing import StepTaker
+    from fusee_runtime.store.shared import open_shared
+
+    with _for_people(Path(".")):
+        load_app(app)  # (a standby opens no engine: its steps are found by their name)
+
+    task = asyncio.create_task(StepTaker(labels, open_shared(store).tasks()).run(stop))
+    _TAKERS.add(task)  # (held: the loop keeps a weak reference alone)
+    task.add_done_callback(_TAKERS.discard)
+
+
+_TAKERS: set[Any] = set()
+
+
 def _address(http: str, token: str | None) -> tuple[str, int]:
     """HOST and PORT of `--http`, checked before anything opens.
 
@@ -313,6 +366,7 @@ async def _serve(
     retention_s: float | None = None,
     shards: int | None = None,
     lease: float | None = None,
+    labels: frozenset[str] | None = None,
 ) -> None:
     import asyncio
     import functools
@@ -327,6 +381,11 @@ async def _serve(
     if lease is not None and store is None:
         raise CliError(Code.USAGE, "--lease needs --store: a home's journal has no lease")
     leased: dict[str, Any] = {"lease": lease} if lease is not None else {}
+    if labels is not None and store is None:
+        raise CliError(
+            Code.USAGE, "--labels needs --store: a home's one process runs every step itself"
+        )
+    _taking_steps(store, labels, stop, app)  # (a task until the loop ends)
     layout = await _layout(store, shards)
     if layout is not None and layout.shards > 1 and reload:
         raise CliError(
@@ -337,7 +396,7 @@ async def _serve(
     http = _bind_http(address, token, public_url)
     if layout is not None and layout.shards > 1:
         await _serve_shards(
-            home, app, layout, grace, retention_s, out, stop, got, hurry, http, leased
+            home, app, layout, grace, retention_s, out, stop, got, hurry, http, leased, labels
         )
         return
     opening = functools.partial(
@@ -348,6 +407,7 @@ async def _serve(
         grace=grace,
         http_url=http.public_url,
         retention=retention_s,
+        labels=labels,
         **leased,
     )
     driving: dict[int, Engine] = {}  # with a store: the engine, once this process drives it

@@ -87,6 +87,9 @@ class Config:
     (`[Compress(...), Encrypt(...)]`) to every payload where it is stored. The default:
     `Encrypt` with the keys of `FUSEE_KEYS` (or the file `FUSEE_KEYS_FILE`) when set,
     else none. See docs/codecs.md."""
+    labels: frozenset[str] | None = None
+    """This worker's labels (`fusee serve --labels`): a step that needs others is run
+    by a worker that has them (`fusee_runtime.engine.routing`; PostgreSQL only)."""
     step_mock: StepMock | None = None
     """For the test kit (`fusee_runtime.testing`): called before each attempt of a
     step's function with (workflow, workflow id, step name, attempt); a function it

@@ -36,6 +36,7 @@ from fusee_runtime.engine.durability import Durability
 from fusee_runtime.engine.family import Family
 from fusee_runtime.engine.limits import Limits
 from fusee_runtime.engine.origins import origin_of
+from fusee_runtime.engine.routing import Routing
 from fusee_runtime.engine.runlog import RunLog
 from fusee_runtime.engine.runs import RunTable
 from fusee_runtime.engine.state import Run
@@ -155,6 +156,8 @@ class Driver:
         if config.drive:  # (a passive engine lets no run in: it shows them queued)
             self.limits.queues.admit = self._admit
             self.limits.queues.admitting = lambda: not self._closing and durability.failed is None
+        self.routing = Routing(config.labels, None, durability.progressed)
+        """Where labelled steps run: here, or on a worker (`engine/routing.py`)."""
         self.bursts = Bursts()
         """The debounced starts whose run has not begun (`engine/bursts.py`)."""
         self.opened = False

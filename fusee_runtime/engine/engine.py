@@ -207,6 +207,7 @@ class Engine(FlowControl, Calls):
         self.driver.opened = True
         if self.config.drive:
             self.driver.run_log = RunLog(journal.run_log(self.home))
+            self.driver.routing.tasks = journal.tasks()
             self.driver.timers.start()
             if self.config.control:
                 # Only an engine that drives its runs serves: a passive one (a command
@@ -252,6 +253,8 @@ class Engine(FlowControl, Calls):
         await self.durability.close()
         await self.checkpoints.close(crash)
         self.driver.workers.shutdown()
+        if self.driver.routing.tasks is not None:
+            await self.driver.routing.tasks.close()
         if self.driver.run_log is not None:  # (in PostgreSQL: its queued lines inserted)
             await off_loop(self.journal, self.driver.run_log.close)
         self.durability.reject_waiters()

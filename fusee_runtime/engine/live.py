@@ -53,6 +53,9 @@ class Live:
     # Its steps waiting for a slot of a rate now: by seq, the step's name, the rate's
     # (with its key) and when its next slot frees.
     rate_waits: dict[str, tuple[str, str, float]] = field(default_factory=dict)
+    # Its steps offered to a worker with their labels that no worker holds now: by seq,
+    # the step's name and the labels ("gpu,eu").
+    worker_waits: dict[str, tuple[str, str]] = field(default_factory=dict)
     # `ctx.on_query` and `ctx.on_update` handlers ((handle, validate) for updates),
     # as the code registered them last (kept while parked).
     queries: dict[str, Any] = field(default_factory=dict)

@@ -86,6 +86,8 @@ def waiting(run: Run) -> tuple[Waiting, ...]:
         out.append(Waiting(WaitKind.PERMIT, name, None, limit))
     for name, rate, at in run.live.rate_waits.values():
         out.append(Waiting(WaitKind.RATE, name, utc(at), rate))
+    for name, labels in run.live.worker_waits.values():
+        out.append(Waiting(WaitKind.WORKER, name, None, labels))
     return tuple(out)
 
 

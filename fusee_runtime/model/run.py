@@ -59,6 +59,7 @@ class WaitKind(enum.StrEnum):
     PERMIT = "permit"
     RATE = "rate"
     QUEUE = "queue"
+    WORKER = "worker"
     CANCEL = "cancel"
 
 
@@ -85,6 +86,8 @@ class Waiting:
       its key after a '/'), the next one free at `until`;
     - `queue`: the run waits in queue `name` to be let in (`start(queue=...)`);
       `detail` says its place ("2nd of 5 in key 'acme'");
+    - `worker`: step `name` waits for a worker with the labels `detail` ("gpu,eu") to
+      take its attempt (`@step(labels=...)`, `fusee serve --labels`);
     - `cancel`: a cancel was recorded (`detail`, its reason) and the run has not
       closed: its code has not acted on it yet (`name` None), or it was delivered
       (`name` "delivered") and the code is cleaning up.

@@ -93,6 +93,9 @@ class LocalJournal:
     def run_log(self, home: Path) -> FileRunLog:
         return FileRunLog(home / "logs")
 
+    def tasks(self) -> None:
+        return None  # one process: it has every label (docs/postgresql.md, routing)
+
     def relay(self, answer: Answer) -> None:
         return None  # commands reach its owner on the home's socket alone
 

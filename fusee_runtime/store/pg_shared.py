@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     import psycopg
     from psycopg.rows import TupleRow
 
+    from fusee_runtime.store.pg_tasks import PgTasks
+
 log = logging.getLogger("fusee")
 
 STANDBY_POLL_S = 0.1
@@ -117,6 +119,11 @@ class PgShared:
 
     def seat(self, layout: Layout) -> PgSeat:
         return PgSeat(self._journal, layout)
+
+    def tasks(self) -> PgTasks:
+        from fusee_runtime.store.pg_tasks import PgTasks
+
+        return PgTasks(PgJournal(self.url, self._journal.lease))
 
     def log_lines(self, id: str) -> LogLines:
         return LogLines(self._journal, id)

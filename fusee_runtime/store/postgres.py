@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from fusee_runtime.store.pg_history import PgHistory
     from fusee_runtime.store.pg_log import PgRunLog
     from fusee_runtime.store.pg_requests import PgRelay
+    from fusee_runtime.store.pg_tasks import PgTasks
     from fusee_runtime.store.seam import Answer
 
 log = logging.getLogger("fusee")
@@ -421,6 +422,12 @@ class PgJournal:
         from fusee_runtime.store.pg_log import PgRunLog
 
         return PgRunLog(self)
+
+    def tasks(self) -> PgTasks:
+        """Labelled steps' attempts go to the workers through `fusee_tasks` (`pg_tasks`)."""
+        from fusee_runtime.store.pg_tasks import PgTasks
+
+        return PgTasks(PgJournal(self.url, self.lease))
 
     def relay(self, answer: Answer) -> PgRelay:
         """Commands on other hosts ask the driver through the database: their requests

@@ -173,6 +173,18 @@ class RunLogStore(Protocol):
         ...
 
 
+class Tasks(Protocol):
+    """Step attempts handed to the workers that have their labels, through the store
+    (`store/pg_tasks.py` says how). Each call may raise `StoreUnavailable`."""
+
+    async def offer(self, labels: list[str], body: bytes) -> int: ...
+    async def look(self, task: int) -> tuple[int | None, bytes | None]: ...
+    async def take(self, labels: list[str]) -> tuple[int, bytes] | None: ...
+    async def answer(self, task: int, answer: bytes) -> None: ...
+    async def withdraw(self, task: int) -> None: ...
+    async def close(self) -> None: ...
+
+
 class Relay(Protocol):
     """The driver's side of the control requests that commands on other hosts make in
     the store (`control/remote.py`)."""
@@ -231,6 +243,12 @@ class JournalStore(Protocol):
     def run_log(self, home: Path) -> RunLogStore:
         """Where `ctx.log` lines go: `<home>/logs`, or beside the journal when another
         host may read them."""
+        ...
+
+    def tasks(self) -> Tasks | None:
+        """Where a labelled step's attempt is offered to the workers that have its labels
+        (a connection of its own, made on first use); None: a store of one process,
+        where every step runs in the engine's."""
         ...
 
     def relay(self, answer: Answer) -> Relay | None:

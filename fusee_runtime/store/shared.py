@@ -19,6 +19,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Protocol
 
+from fusee_runtime.store.seam import Tasks
 from fusee_runtime.store.shards import Layout
 
 
@@ -127,6 +128,10 @@ class SharedStore(Protocol):
         ...
 
     def log_lines(self, id: str) -> LogLines: ...
+
+    def tasks(self) -> Tasks:
+        """The labelled steps' attempts offered to the workers (`store/pg_tasks.py`)."""
+        ...
 
     async def wait_for_journal(self, stop: asyncio.Event, waiting: Callable[[str], None]) -> bool:
         """Waits, as a standby, until no process holds the journal: True then, False if
