@@ -26,6 +26,7 @@ their first `#`: docs/flow.md).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from fusee_runtime.dsl import Rate, seconds
@@ -56,13 +57,22 @@ class Bursts:
         if spec is not None:
             self._pending[(run.workflow, spec.get("key"))] = run
 
-    def pending(self, workflow: str, key: str | None) -> Run | None:
-        """The run of the burst of `workflow` and `key` that has not begun, if any."""
+    def pending(self, workflow: str, key: str | None, now: float) -> Run | None:
+        """The run of the burst of `workflow` and `key` that has not begun, if any (one
+        whose begin has come has begun, even if its timer has not fired yet)."""
         run = self._pending.get((workflow, key))
-        if run is not None and (not run.is_open or not run.live.scheduled):
+        if run is not None and (
+            not run.is_open or not run.live.scheduled or (run.begin_at or 0) <= now
+        ):
             del self._pending[(workflow, key)]
             return None
         return run
+
+    def forget(self, run: Run) -> None:
+        """`run` began or closed: its burst is over."""
+        spec = (run.origin or {}).get("debounce")
+        if spec is not None and self._pending.get((run.workflow, spec.get("key"))) is run:
+            del self._pending[(run.workflow, spec.get("key"))]
 
     def join(self, driver: Driver, run: Run, encoded: bytes, period: float, now: float) -> bool:
         """A later start of `run`'s burst, with input `encoded`: the run begins `period`
@@ -78,9 +88,9 @@ class Bursts:
         deadline = run.deadline
         if deadline is not None and run.begin_at is not None:
             deadline = wake_at(deadline + (begin_at - run.begin_at))  # (it counts from the begin)
+        # Its timers are not moved: each, come due, finds the instant moved later and is
+        # set again for it (`Driver._fire`), so a burst of 10,000 starts adds no timer.
         driver.append(run, StartDebounced(run.run_id, Payload(encoded), begin_at, deadline, now))
-        driver.arm(run)  # its deadline, moved
-        driver.timers.add(begin_at, run.run_id, "begin")
         return True
 
 
@@ -102,18 +112,27 @@ def debounce_spec(
     if key is not None:
         check_name("debounce key", key)
     cap = None if most is None else now + _duration("debounce_max", most)
+    if cap is not None and cap < now + period:
+        raise Rejected("debounce_max is at least debounce: a burst waits debounce at least")
     return period, {"key": key, "max_at": cap}
 
 
-def throttle_slot(driver: Driver, workflow: str, throttle: Rate, not_before: float) -> float:
-    """Takes the next slot of a throttled start of `workflow` (`throttle`, with a string
-    key or none) at `not_before` or later; returns when the run begins."""
+def throttle_window(driver: Driver, workflow: str, throttle: Rate) -> Callable[[], float]:
+    """The window of a throttled start of `workflow`, checked before anything is
+    recorded: a function that takes its next slot and returns when the run begins.
+
+    Raises:
+        Rejected: a key that is not a string, or a next slot past the year 9999.
+    """
     if throttle.key is not None and not isinstance(throttle.key, str):
         raise Rejected("a start's throttle takes a string key (a function is a step's)")
     label = throttle.name or f"start:{workflow}"
     if throttle.key is not None:
         label = f"{label}/{throttle.key}"
-    return driver.limits.rates.reserve(label, throttle.n, throttle.per_s, not_before)
+    rates = driver.limits.rates
+    if wake_at(rates.next_free(label, throttle.n, throttle.per_s)) is None:
+        raise Rejected(f"throttle {label!r}: its next slot is past the year 9999")
+    return lambda: rates.reserve(label, throttle.n, throttle.per_s, driver.clock.now())
 
 
 def _duration(what: str, value: float | Any) -> float:

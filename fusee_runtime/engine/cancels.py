@@ -62,11 +62,16 @@ def request_cancel(driver: Driver, run: Run, reason: str) -> None:
     """Records a cancel of open `run` (once: a second request changes nothing) and
     delivers it where its code waits; a stuck run, whose code cannot take it, and a
     run whose delayed start has not come or that waits in its queue, whose code never
-    ran, close as cancelled at once."""
+    ran, close as cancelled at once (a reset run waiting in its queue, whose journal
+    holds work, is let in to take the cancel and run its compensations)."""
     if run.cancel_reason is not None or not run.is_open:
         return
     driver.append(run, CancelRequested(run.run_id, reason, driver.clock.now()))
-    if run.status in (Status.STUCK, Status.SCHEDULED, Status.QUEUED):
+    if run.status == Status.QUEUED and run.ops:
+        # A reset run waiting in its queue: its journal holds work whose compensations
+        # its code must run. It goes in now, whatever its queue's size, to take the cancel.
+        driver.limits.queues.let_in_now(run)
+    elif run.status in (Status.STUCK, Status.SCHEDULED, Status.QUEUED):
         driver.close_run(run, RunCancelled(run.run_id, reason, driver.clock.now()))
     else:
         interrupt(driver, run)

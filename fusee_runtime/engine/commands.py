@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from fusee_runtime.clock import Clock
 from fusee_runtime.dsl import Rate, WorkflowDef, seconds
 from fusee_runtime.engine import resets
-from fusee_runtime.engine.bursts import debounce_spec, throttle_slot
+from fusee_runtime.engine.bursts import debounce_spec, throttle_window
 from fusee_runtime.engine.durability import Durability
 from fusee_runtime.engine.queues import queue_spec
 from fusee_runtime.engine.runs import RunTable
@@ -87,7 +87,8 @@ class Commands:
         begin_at = self._begin_at(start_delay, start_at)
         queued = queue_spec(wf.queue, *queue)
         burst = debounce_spec(*debounce, self.clock.now())
-        _check_together(id, on_conflict, begin_at, queued, burst, throttle, use_open)
+        _check_together(id, on_conflict, begin_at, queue[0], burst, throttle, use_open)
+        throttled = None if throttle is None else throttle_window(self.driver, wf.name, throttle)
         if use_open and not self.driver.config.drive:
             # Its update needs the run's code: refused before anything is recorded.
             raise Rejected("an update with its start needs the process that runs the code")
@@ -106,9 +107,9 @@ class Commands:
         now = self.clock.now()
         if burst is not None:
             begin_at = now + burst[0]
-        elif throttle is not None:
-            slot = throttle_slot(self.driver, wf.name, throttle, begin_at or now)
-            begin_at = slot if slot > now else begin_at
+        elif throttled is not None:
+            slot = throttled()
+            begin_at = slot if slot > now else None
         # A delayed run's deadline counts from when it begins.
         deadline = None if limit is None else wake_at((begin_at or now) + limit)
         debounced = None if burst is None else burst[1]
@@ -168,7 +169,7 @@ class Commands:
         """A debounced start that joins its burst's run (`engine/bursts.py`): the run's id
         and run id once durable; None: the start makes a new burst."""
         period, spec = burst
-        run = self.driver.bursts.pending(workflow, spec["key"])
+        run = self.driver.bursts.pending(workflow, spec["key"], self.clock.now())
         if run is None or not self.driver.bursts.join(
             self.driver, run, encoded, period, self.clock.now()
         ):
@@ -257,7 +258,7 @@ class Commands:
         self.driver.check_accepting()
         run = self.runs.get(id, run_id)
         newest = self.runs.latest(id) if run_id is not None else run
-        if run.status in (Status.SCHEDULED, Status.QUEUED):
+        if run.status in (Status.SCHEDULED, Status.QUEUED) and not run.ops:
             raise Rejected(f"run {id!r} has not begun: nothing of it to reset (cancel it)")
         new = resets.reset(self.driver, run, to, newest, batch)
         await self.durability.wait(new.last_lsn)
@@ -279,19 +280,27 @@ def _check_together(
     use_open: bool,
 ) -> None:
     """Raises `Rejected` for what a start may not ask together: an update-with-start goes
-    to a run of the id that runs its code now; a debounced start begins when its burst
-    ends, whatever else would say when."""
+    to a run of the id that runs its code now (so it names no queue: the workflow's own,
+    if a new run is made, refuses the update until the run is let in); a debounced or
+    throttled start begins when its burst ends or its slot comes, whatever else would
+    say when."""
     if use_open and (
-        id is None or begin_at is not None or queued is not None or on_conflict != "return"
+        id is None
+        or begin_at is not None
+        or queued is not None
+        or throttle is not None
+        or on_conflict != "return"
     ):
         raise Rejected(
-            "an update with its start takes an id, no start_delay, start_at or queue, "
-            "and on_conflict 'return'"
+            "an update with its start takes an id, no start_delay, start_at, queue or "
+            "throttle, and on_conflict 'return'"
         )
     if burst is not None and (use_open or begin_at is not None or throttle is not None):
         raise Rejected("debounce goes with no update, start_delay, start_at or throttle")
     if throttle is not None and not isinstance(throttle, Rate):
         raise Rejected(f"throttle is a Rate, not {throttle!r}")
+    if throttle is not None and begin_at is not None:
+        raise Rejected("a throttle says when a run begins: it goes with no start_delay or start_at")
 
 
 def _check_builtin(name: str, input: object) -> None:

@@ -408,12 +408,17 @@ class Driver:
             return
         if seq == BEGIN:
             if run.live.scheduled and run.begin_at == at:
+                self.bursts.forget(run)
                 self.spawn(run)
+            elif run.live.scheduled and (run.begin_at or 0) > at:  # (moved by a debounce)
+                self.timers.add(cast(float, run.begin_at), run.run_id, BEGIN)
             return
         if seq is None:
             if run.deadline == at:
                 now = self.clock.now()
                 self.close_run(run, RunTimedOut(run.run_id, "the run passed its deadline", now))
+            elif run.deadline is not None and run.deadline > at:  # (moved with its begin)
+                self.timers.add(run.deadline, run.run_id, None)
             return
         op = run.pending.get(seq)
         if isinstance(op, TimerOp) and op.fire_at == at:
@@ -554,6 +559,7 @@ class Driver:
         run.live.queries.clear()
         run.live.updates.clear()
         self.limits.queues.closed(run)
+        self.bursts.forget(run)
         if run.live.task is not None and run.live.task is not asyncio.current_task():
             run.live.task.cancel()
         closed = self.durability.future(run.close_lsn or 0)

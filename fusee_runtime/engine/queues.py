@@ -98,6 +98,8 @@ class Queues:
         self._set: builtins.list[tuple[int, str, int | None, int | None]] = []
         self._queues: dict[str, _Queue] = {}
         self._waiting: dict[str, Run] = {}
+        self._urgent: set[str] = set()
+        """Waiting runs to let in whatever the size: cancelled, with compensations to run."""
         self._soon = False
         self.admit: Callable[[Run], None] | None = None
         self.admitting: Callable[[], bool] = lambda: True
@@ -124,10 +126,38 @@ class Queues:
             self._waiting[run.run_id] = run
             if not key.waiting:
                 queue.ring.append(name)
-            bisect.insort(key.waiting, (-int(spec.get("priority") or 0), run.start_lsn, run.run_id))
-            run.live.queued = lambda: _place(key, run.run_id, name)
+            entry = _entry(run)
+            bisect.insort(key.waiting, entry)
+            run.live.queued = lambda: _place(key, entry, name)
+            if run.cancel_reason is not None and run.ops:
+                self._urgent.add(run.run_id)  # (see `let_in_now`: after a reopen)
         self._look()
         return True
+
+    def let_in_now(self, run: Run) -> None:
+        """Lets waiting `run` in at once, whatever its queue's size (a cancelled run whose
+        code must run its compensations)."""
+        spec = run.queue
+        if spec is None or run.run_id not in self._waiting or self.admit is None:
+            return
+        queue = self._queues[spec["name"]]
+        name = spec.get("key") or ""
+        key = queue.keys[name]
+        self._unwait(queue, key, name, run)
+        key.running.add(run.run_id)
+        queue.running += 1
+        run.live.queued = None
+        self.admit(run)
+
+    def _unwait(self, queue: _Queue, key: _Key, name: str, run: Run) -> None:
+        """Takes waiting `run` out of its key's line (found by its place, not searched)."""
+        del self._waiting[run.run_id]
+        entry = _entry(run)
+        at = bisect.bisect_left(key.waiting, entry)
+        if at < len(key.waiting) and key.waiting[at] == entry:
+            del key.waiting[at]
+        if not key.waiting:
+            queue.ring.remove(name)
 
     def closed(self, run: Run) -> None:
         """Open `run` closed (its close appended): the place it held, or waited for, is
@@ -144,10 +174,8 @@ class Queues:
         if run.run_id in key.running:
             key.running.discard(run.run_id)
             queue.running -= 1
-        elif self._waiting.pop(run.run_id, None) is not None:
-            key.waiting = [w for w in key.waiting if w[2] != run.run_id]
-            if not key.waiting:
-                queue.ring.remove(name)
+        elif run.run_id in self._waiting:
+            self._unwait(queue, key, name, run)
         if not key.running and not key.waiting:
             del queue.keys[name]
         self._look()
@@ -164,6 +192,10 @@ class Queues:
         admit = self.admit
         if admit is None or not self.admitting():
             return
+        for run_id in sorted(self._urgent):
+            if run_id in self._waiting:
+                self.let_in_now(self._waiting[run_id])
+        self._urgent.clear()
         for name, queue in builtins.list(self._queues.items()):
             concurrency, per_key = self.size(name)
             while queue.ring and (concurrency is None or queue.running < concurrency):
@@ -224,6 +256,10 @@ class Queues:
                     f"queue {name!r}: {what} is None or a whole number from 0 to "
                     f"{RUNS_MAX}, not {shown}"
                 )
+        if name in self._sizes and self._sizes[name][:2] == (concurrency, per_key):
+            # As it is: an app that sets its queues at each start records nothing more.
+            await self._durable(self._sizes[name][2])
+            return
         lsn = self._append(QueueSet(name, concurrency, per_key, self._now()))
         self._apply(lsn, name, concurrency, per_key)
         self._look()
@@ -274,10 +310,15 @@ class Queues:
         return out
 
 
-def _place(key: _Key, run_id: str, name: str) -> str:
+def _entry(run: Run) -> tuple[int, int, str]:
+    """A waiting run's place in its key's line: higher priorities first, then starts."""
+    spec = run.queue or {}
+    return -int(spec.get("priority") or 0), run.start_lsn, run.run_id
+
+
+def _place(key: _Key, entry: tuple[int, int, str], name: str) -> str:
     """Where a waiting run stands in its key, for people: "2nd of 5 in key 'acme'"."""
-    ahead = next((i for i, w in enumerate(key.waiting) if w[2] == run_id), 0)
-    n = ahead + 1
+    n = bisect.bisect_left(key.waiting, entry) + 1
     nth = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     where = f" in key {name!r}" if name else ""
     return f"{n}{nth} of {len(key.waiting)}{where}"

@@ -146,6 +146,17 @@ class Rates:
             window.resized.clear()
             await self._until(free_at, window.resized)
 
+    def next_free(self, label: str, permits: int, per_s: float) -> float:
+        """When window `label`'s next slot is free (now, or in the future): the slot
+        `reserve` would take now."""
+        window = self._windows.get(label)
+        now = self._now()
+        if window is None:
+            return now
+        size = self._size(label, permits, per_s)
+        last = window.slots[-1][0] if window.slots else now
+        return max(self._free_at(window, *size), now, last)  # (slots stay in order)
+
     def reserve(self, label: str, permits: int, per_s: float, not_before: float) -> float:
         """Takes window `label`'s next free slot at `not_before` or later, in the future if
         it must be (a throttled start begins then), and returns its instant. Its record is

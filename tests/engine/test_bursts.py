@@ -146,3 +146,40 @@ async def test_what_a_start_may_not_ask_together(make_engine: Any) -> None:
             await engine.start(sync, 1, throttle=5)  # type: ignore[arg-type]
         with pytest.raises(Rejected, match="takes a string key"):
             await engine.start(sync, 1, throttle=Rate(1, per=1, key=lambda x: x))
+
+
+async def test_review_findings_what_is_refused_and_what_is_forgotten(
+    make_engine: Any, clock: FakeClock
+) -> None:
+    """Review findings: a start refused records nothing (the id's open run is not
+    terminated first); a throttle goes with no delay, no update, and no slot past the
+    year 9999; `debounce_max` is at least `debounce`; a start after its burst's run
+    was due opens a new burst; a burst whose run began is forgotten."""
+    async with make_engine() as engine:
+        await engine.start(sync, "x", id="X", start_delay=100)
+        with pytest.raises(Rejected, match="takes a string key"):
+            await engine.start(
+                sync, 2, id="X", on_conflict="new_run", throttle=Rate(1, per=60, key=lambda: "k")
+            )
+        assert (await engine.handle("X").describe()).status == Status.SCHEDULED
+        with pytest.raises(Rejected, match="goes with no start_delay"):
+            await engine.start(sync, 1, start_delay=5, throttle=Rate(1, per=1))
+        with pytest.raises(Rejected, match="no start_delay, start_at, queue or throttle"):
+            await engine.start(sync, 1, id="U", update=("u", 1), throttle=Rate(1, per=1))
+        assert engine.runs.find_latest("U") is None
+        far = Rate(1, per=1e12, key="far")
+        await engine.start(sync, 1, throttle=far)
+        with pytest.raises(Rejected, match="past the year 9999"):
+            await engine.start(sync, 2, throttle=far)
+        assert len(await engine.list()) == 2
+        with pytest.raises(Rejected, match="debounce_max is at least debounce"):
+            await engine.start(sync, 1, debounce=10, debounce_max=2)
+        first = await engine.start(sync, "a", debounce=2, debounce_key="late")
+        clock.advance(100)  # (its timer fires; a start now finds it begun either way)
+        later = await engine.start(sync, "b", debounce=2, debounce_key="late")
+        assert later.run_id != first.run_id
+        many = [await engine.start(sync, i, debounce=1, debounce_key=f"doc-{i}") for i in range(20)]
+        clock.advance(2)
+        assert [await h.result() for h in many] == list(range(20))
+        assert await later.result() == "b"
+        assert engine.driver.bursts._pending == {}

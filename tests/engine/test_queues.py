@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from fusee_runtime import Ctx, Rejected, Status, workflow
+from fusee_runtime import Ctx, Rejected, Status, step, workflow
 from fusee_runtime.model.run import WaitKind
 
 STORES = ("local", "postgresql")
@@ -184,7 +184,7 @@ async def test_a_queued_run_cancels_at_once_and_takes_no_handler_call(make_engin
             await engine.start(job, {"key": "x"}, queue_key="k")
         with pytest.raises(Rejected, match="priority is a whole number"):
             await engine.start(job, {"key": "x"}, queue="x", priority=2**40)
-        with pytest.raises(Rejected, match="no start_delay, start_at or queue"):
+        with pytest.raises(Rejected, match="no start_delay, start_at, queue or throttle"):
             await engine.start(job, {"key": "x"}, id="x9", queue="x", update=("u", 1))
         with pytest.raises(Rejected, match="per_key is None or a whole number"):
             await engine.queue("x", per_key=-1)
@@ -240,3 +240,47 @@ async def test_a_run_let_in_keeps_its_place_when_another_engine_takes_the_home_o
             _gate(f"h{i}").set()
         assert [await engine.handle(f"h{i}").result() for i in range(3)] == ["h0", "h1", "h2"]
         assert ORDER == ["h0", "h1", "h2"] and MOST["h"] == 1
+
+
+EFFECTS: list[tuple[str, int]] = []
+
+
+@step(name="q.charge")
+async def charge(x: int) -> str:
+    EFFECTS.append(("charge", x))
+    return "c"
+
+
+@step(name="q.refund")
+async def refund(x: int) -> None:
+    EFFECTS.append(("refund", x))
+
+
+@workflow(name="q.order")
+async def order(ctx: Ctx, x: int) -> str:
+    await charge(x)
+    ctx.compensate("refund", refund, x)
+    await ctx.wait_for("go")
+    return "done"
+
+
+async def test_a_reset_run_cancelled_in_its_queue_runs_its_compensations(
+    make_engine: Any,
+) -> None:
+    """Review finding: a reset run keeps the journal before its point, then waits in its
+    queue again; cancelled there, it is let in to take the cancel (its charge has a
+    refund to run), rather than closed at once as a run whose code never ran is."""
+    EFFECTS.clear()
+    async with make_engine() as engine:
+        await engine.queue("orders", concurrency=1)
+        h = await engine.start(order, 1, id="R", queue="orders")
+        await engine.wait_until(lambda: ("charge", 1) in EFFECTS)
+        await engine.start(job, {"key": "o", "wait": True}, id="H", queue="orders")
+        again = await h.reset(to=2)  # keeps the charge (#1); waits behind H
+        assert (await again.describe()).status == Status.QUEUED
+        await engine.reset("R", to=2)  # its journal holds work: it may be reset again
+        await engine.handle("R").cancel("the customer gave up")
+        await engine.wait_until(lambda: _status(engine, "R") == Status.CANCELLED)
+        assert EFFECTS == [("charge", 1), ("refund", 1)]
+        _gate("H").set()
+        assert await engine.handle("H").result() == "H"
