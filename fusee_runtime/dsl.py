@@ -476,6 +476,11 @@ def _check_step_options(name: str, opts: StepOptions, beat: Any) -> None:
     problem = labels_problem(opts.labels)
     if problem is not None:
         raise ValueError(f"@step {name}: {problem}")
+    if opts.labels and opts.heartbeat_timeout is not None:
+        raise ValueError(
+            f"@step {name}: heartbeat_timeout= goes with no labels= (a worker that runs a "
+            "labelled step sends no heartbeat: give it a timeout=)"
+        )
 
 
 def labels_problem(labels: object) -> str | None:

@@ -151,3 +151,5 @@ def test_labels_that_are_not_names_are_refused_where_declared() -> None:
         step(labels={"g p u"})(lambda: None)
     with pytest.raises(ValueError, match="labels= is a set of names"):
         workflow(name="rt.bad", labels=set())(pipeline.fn)
+    with pytest.raises(ValueError, match="heartbeat_timeout= goes with no labels="):
+        step(labels={"gpu"}, heartbeat_timeout=5)(lambda: None)
