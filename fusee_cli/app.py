@@ -42,6 +42,7 @@ COMMANDS: dict[str, str] = {
     "batch": "batch:batch",
     "schedules": "schedules:schedules",
     "limits": "limits:limits",
+    "queues": "queues:queues",
     "objects": "objects:objects",
     "bench": "bench:bench",
     "workflows": "workflows:workflows",

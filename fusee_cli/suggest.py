@@ -21,6 +21,7 @@ import typer
 STATUSES = (
     "open",
     "scheduled",
+    "queued",
     "running",
     "parked",
     "paused",

@@ -116,6 +116,11 @@ def waits_for(w: Waiting, now: datetime | None = None) -> str:
         case WaitKind.RATE:
             left = (w.until - now).total_seconds() if w.until is not None else 0.0
             return f"rate {w.detail!r} for step {w.name!r}: next slot in {max(left, 0):.1f} s"
+        case WaitKind.QUEUE:
+            place = f", {w.detail}" if w.detail else ""
+            return f"its turn in queue {w.name!r}{place} (fusee queues)"
+        case WaitKind.WORKER:
+            return f"a worker with {w.detail} for step {w.name!r} (fusee serve --labels)"
         case WaitKind.CANCEL if w.name == "delivered":
             return f"its code to finish cancelling ({w.detail}): compensations, clean-up"
         case WaitKind.CANCEL:

@@ -43,7 +43,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from fusee_runtime.control.operations import BatchAction
-from fusee_runtime.dsl import WorkflowDef, seconds
+from fusee_runtime.dsl import Rate, WorkflowDef, seconds
 from fusee_runtime.errors import Rejected
 from fusee_runtime.model.json import Json, JsonObject
 from fusee_runtime.model.run import RunInfo
@@ -173,16 +173,34 @@ class Client:
         start_delay: float | timedelta | None = None,
         start_at: datetime | None = None,
         update: tuple[str, Any] | tuple[str, Any, str | None] | None = None,
+        *,
+        queue: str | None = None,
+        queue_key: str | None = None,
+        priority: int = 0,
+        debounce: float | timedelta | None = None,
+        debounce_key: str | None = None,
+        debounce_max: float | timedelta | None = None,
+        throttle: Rate | None = None,
     ) -> ClientHandle:
         """Starts a run of `workflow` (its name, or its function); returns once the start is
         durable, with a handle pinned to the run. `start_delay` or `start_at` begins it
         later; `update=(name, arg[, update_id])` applies an update to the id's open run,
         started first if it has none, and the handle holds its result as
-        `update_result`: `Engine.start` says the rest."""
+        `update_result`. `queue`, `queue_key` and `priority` make it wait its turn in a
+        queue; `debounce`, `debounce_key` and `debounce_max` make a burst of starts one
+        run (a start that joins a burst gets the handle of the burst's run, whatever id
+        it gave); `throttle` (a `Rate` with a string key, or none) delays it to a free
+        slot of its window: `Engine.start` says the rest."""
         name = workflow.name if isinstance(workflow, WorkflowDef) else workflow
+        flow: dict[str, object] = {"queue": queue, "queue_key": queue_key, "debounce": debounce}
+        flow.update(debounce_key=debounce_key, debounce_max=debounce_max, throttle=throttle)
         if update is not None:
             if id is None or start_delay is not None or start_at is not None:
                 raise Rejected("an update with its start takes an id, and no delay")
+            if priority != 0 or any(value is not None for value in flow.values()):
+                raise Rejected(
+                    "an update with its start runs its code now: no queue, debounce or throttle"
+                )
             if on_conflict != "return":
                 raise Rejected(
                     "an update with its start uses the id's open run: on_conflict 'return'"
@@ -197,6 +215,8 @@ class Client:
             return handle
         if start_at is not None and (not isinstance(start_at, datetime) or not start_at.tzinfo):
             raise Rejected(f"start_at is an aware datetime, not {start_at!r}")
+        from fusee_runtime.control.wire import duration_s, throttle_json
+
         async with _lost():
             info, _ = await self._transport.start(
                 name,
@@ -206,6 +226,13 @@ class Client:
                 traceparent=traceparent,
                 start_delay=seconds(start_delay),
                 start_at=None if start_at is None else start_at.isoformat(),
+                queue=queue,
+                queue_key=queue_key,
+                priority=priority,
+                debounce=duration_s("debounce", debounce),
+                debounce_key=debounce_key,
+                debounce_max=duration_s("debounce_max", debounce_max),
+                throttle=None if throttle is None else throttle_json(throttle),
             )
         return ClientHandle(self._transport, info.id, info.run_id)
 

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from fusee_runtime import client as aio
 from fusee_runtime.control.operations import BatchAction
-from fusee_runtime.dsl import WorkflowDef
+from fusee_runtime.dsl import Rate, WorkflowDef
 from fusee_runtime.model.json import Json, JsonObject
 from fusee_runtime.model.run import RunInfo
 
@@ -122,9 +122,31 @@ class Client:
         start_delay: float | timedelta | None = None,
         start_at: datetime | None = None,
         update: tuple[str, Any] | tuple[str, Any, str | None] | None = None,
+        *,
+        queue: str | None = None,
+        queue_key: str | None = None,
+        priority: int = 0,
+        debounce: float | timedelta | None = None,
+        debounce_key: str | None = None,
+        debounce_max: float | timedelta | None = None,
+        throttle: Rate | None = None,
     ) -> ClientHandle:
         started = self._client.start(
-            workflow, input, id, on_conflict, traceparent, start_delay, start_at, update
+            workflow,
+            input,
+            id,
+            on_conflict,
+            traceparent,
+            start_delay,
+            start_at,
+            update,
+            queue=queue,
+            queue_key=queue_key,
+            priority=priority,
+            debounce=debounce,
+            debounce_key=debounce_key,
+            debounce_max=debounce_max,
+            throttle=throttle,
         )
         return ClientHandle(self._loop.run(started), self._loop)
 

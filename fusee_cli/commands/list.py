@@ -22,8 +22,9 @@ def list_runs(
         str | None,
         typer.Option(
             "--status",
-            help="Only runs in this status, e.g. running, or open for every run not closed "
-            "(running, parked, paused, stuck); default: every status.",
+            help="Only runs in this status, e.g. running or queued, or open for every run "
+            "not closed (scheduled, queued, running, parked, paused, stuck); default: every "
+            "status.",
             autocompletion=suggest.statuses,
         ),
     ] = None,

@@ -35,9 +35,9 @@ from collections.abc import AsyncGenerator, Awaitable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from fusee_runtime.control.ops import BatchAction, Operations, Pong
+from fusee_runtime.control.ops import BatchAction, Operations, Pong, Throttle
+from fusee_runtime.control.wire import rate_of, run_json
 from fusee_runtime.control.wire import run_info as run_info  # (re-exported: its old home)
-from fusee_runtime.control.wire import run_json
 from fusee_runtime.errors import (
     Cancelled,
     JournalFailed,
@@ -109,9 +109,19 @@ class Control(Operations):
         traceparent: str | None = None,
         start_delay: float | None = None,
         start_at: str | None = None,
+        queue: str | None = None,
+        queue_key: str | None = None,
+        priority: int = 0,
+        debounce: float | None = None,
+        debounce_key: str | None = None,
+        debounce_max: float | None = None,
+        throttle: Throttle | None = None,
     ) -> tuple[RunInfo, bool]:
-        """Starts a run (once durable); returns it and whether the id already had a run."""
+        """Starts a run (once durable); returns it and whether the id already had a run,
+        or (a debounced start that joined its burst) the run returned began before."""
         existed = id is not None and self.engine.runs.find_latest(id) is not None
+        writer = self.engine.durability.writer
+        taken_before = writer.next_lsn if writer is not None else None
         begin = None
         if start_at is not None:
             try:
@@ -127,8 +137,19 @@ class Control(Operations):
                 traceparent=traceparent,
                 start_delay=start_delay,
                 start_at=begin,
+                queue=queue,
+                queue_key=queue_key,
+                priority=priority,
+                debounce=debounce,
+                debounce_key=debounce_key,
+                debounce_max=debounce_max,
+                throttle=None if throttle is None else rate_of(throttle),
             )
         )
+        if debounce is not None and not existed and taken_before is not None:
+            # Joined: the burst's run, whatever id this start gave, began before it.
+            began = self.engine.runs.start_lsn(handle.run_id)
+            existed = began is not None and began < taken_before
         return await handle.describe(), existed
 
     async def update_with_start(
@@ -387,6 +408,19 @@ class Control(Operations):
             return {"name": name, "permits": permits, "per_s": float(per_s), "taken": 0}
         await self._recorded(self.engine.limit(name, permits))
         (info,) = [info for info in self.engine.limits() if info.name == name]
+        return dataclasses.asdict(info)
+
+    async def queues(self) -> builtins.list[JsonObject]:
+        """Every queue of runs set or in use (`QueueInfo` as a mapping), by name."""
+        return [dataclasses.asdict(info) for info in self.engine.queues()]
+
+    async def queue(
+        self, name: str, concurrency: int | None = None, per_key: int | None = None
+    ) -> JsonObject:
+        """Sets queue `name`'s sizes (durably; `Engine.queue`); returns the queue as
+        `queues` shows it."""
+        await self._recorded(self.engine.queue(name, concurrency, per_key))
+        (info,) = [info for info in self.engine.queues() if info.name == name]
         return dataclasses.asdict(info)
 
     async def _recorded(self, act: Awaitable[T]) -> T:

@@ -162,13 +162,22 @@ class Client(Operations):
         traceparent: str | None = None,
         start_delay: float | None = None,
         start_at: str | None = None,
+        queue: str | None = None,
+        queue_key: str | None = None,
+        priority: int = 0,
+        debounce: float | None = None,
+        debounce_key: str | None = None,
+        debounce_max: float | None = None,
+        throttle: ops.Throttle | None = None,
     ) -> tuple[RunInfo, bool]:
         # Sent only when given: an owner of an older version takes none of these.
         args: dict[str, Any] = {"traceparent": traceparent} if traceparent else {}
-        if start_delay is not None:
-            args["start_delay"] = start_delay
-        if start_at is not None:
-            args["start_at"] = start_at
+        given: dict[str, Any] = {"start_delay": start_delay, "start_at": start_at}
+        given.update(queue=queue, queue_key=queue_key, debounce=debounce)
+        given.update(debounce_key=debounce_key, debounce_max=debounce_max, throttle=throttle)
+        args.update((name, value) for name, value in given.items() if value is not None)
+        if priority != 0:
+            args["priority"] = priority
         return await self._ask(
             ops.START, workflow=workflow, input=input, id=id, on_conflict=on_conflict, **args
         )
@@ -372,6 +381,14 @@ class Client(Operations):
         if per_s is None:  # (as an owner of an older version takes it)
             return await self._ask(ops.LIMIT, name=name, permits=permits)
         return await self._ask(ops.LIMIT, name=name, permits=permits, per_s=per_s)
+
+    async def queues(self) -> builtins.list[JsonObject]:
+        return await self._ask(ops.QUEUES)
+
+    async def queue(
+        self, name: str, concurrency: int | None = None, per_key: int | None = None
+    ) -> JsonObject:
+        return await self._ask(ops.QUEUE, name=name, concurrency=concurrency, per_key=per_key)
 
     def watch(self, id: str, timeout: float | None = None) -> AsyncGenerator[dict[str, Any], None]:
         return self._follow(ops.WATCH, id=id, timeout=timeout)

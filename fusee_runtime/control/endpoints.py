@@ -179,13 +179,57 @@ async def fields(
     return doc
 
 
-def text(doc: JsonObject, name: str, default: str | None = None) -> str | None:
-    """Field `name` of the body, a string (or null, or absent: `default`)."""
+def text(doc: JsonObject, name: str, default: str | None = None, of: str = "") -> str | None:
+    """Field `name` of the body (of its field `of`), a string (or null, or absent:
+    `default`)."""
     value = doc.get(name)
     if value is None:
         return default
     if not isinstance(value, str):
-        raise bad(f"the field {name!r} is a string, not {kind(value)}")
+        raise bad(f"the field {_label(name, of)!r} is a string, not {kind(value)}")
+    return value
+
+
+def number(doc: JsonObject, name: str, of: str = "") -> float | None:
+    """Field `name` of the body (of its field `of`, when given), a number of seconds (or
+    null, or absent: None)."""
+    value = doc.get(name)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+        raise bad(f"the field {_label(name, of)!r} is a number of seconds, not {kind(value)}")
+    return value
+
+
+def whole(doc: JsonObject, name: str, of: str = "") -> int | None:
+    """Field `name` of the body (of its field `of`), a whole number (or null, or absent)."""
+    value = doc.get(name)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        said = repr(value) if isinstance(value, float) else kind(value)
+        raise bad(f"the field {_label(name, of)!r} is a whole number, not {said}")
+    return value
+
+
+def _label(name: str, of: str) -> str:
+    """A field's name in a message: `name`, or `of.name` for a field of field `of`."""
+    return f"{of}.{name}" if of else name
+
+
+def member(
+    doc: JsonObject, name: str, allowed: tuple[str, ...], required: tuple[str, ...] = ()
+) -> JsonObject | None:
+    """Field `name` of the body, a JSON object of the `allowed` fields (or null, or absent:
+    None), as `fields` reads a body."""
+    value = doc.get(name)
+    if value is None:
+        return None
+    names = ", ".join(allowed)
+    if not isinstance(value, dict):
+        raise bad(f"the field {name!r} is an object ({names}), not {kind(value)}")
+    unknown = sorted(set(value) - set(allowed))
+    if unknown:
+        raise bad(f"the field {name!r} has an unknown field {unknown[0]!r}; fields: {names}")
+    missing = [field for field in required if field not in value]
+    if missing:
+        raise bad(f"the field {name!r} has no {missing[0]!r} field")
     return value
 
 

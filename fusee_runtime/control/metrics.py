@@ -2,7 +2,7 @@
 
 Read when scraped, from what the engine counts anyway (the journal writer's
 counters and histograms, the step workers', the table of runs, the checkpoints
-and the history store, the limits), so serving metrics costs the hot path
+and the history store, the limits, rates and queues), so serving metrics costs the hot path
 nothing. prometheus-client writes the format (and its parser reads it back in
 the tests); it is imported by this module only, which only `fusee serve
 --http` imports.
@@ -40,7 +40,14 @@ if TYPE_CHECKING:
     from fusee_runtime.journal.writer import Buckets
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
-OPEN_STATUSES = (Status.SCHEDULED, Status.RUNNING, Status.PARKED, Status.PAUSED, Status.STUCK)
+OPEN_STATUSES = (
+    Status.SCHEDULED,
+    Status.QUEUED,
+    Status.RUNNING,
+    Status.PARKED,
+    Status.PAUSED,
+    Status.STUCK,
+)
 STEPS = (
     ("fusee_steps", "Steps finished (completed or failed for good).", "steps_done"),
     ("fusee_steps_failed", "Steps that failed for good.", "steps_failed"),
@@ -72,6 +79,13 @@ RATES = (
 )
 """Gauges of each rate over time (label `rate`, with its key): name, help, field of
 `RateInfo`."""
+QUEUES = (
+    ("fusee_queue_running", "Runs a queue let in that are open.", "running"),
+    ("fusee_queue_queued", "Runs waiting their turn in a queue.", "queued"),
+)
+"""Gauges of each queue of runs (label `queue`): name, help, field of `QueueInfo`."""
+QUEUES_SHOWN = 1000
+"""The queues a scrape shows (by name)."""
 RATES_SHOWN = 1000
 """The rate windows a scrape shows (by name: a rate with many keys is cut there)."""
 LIMIT_KEYS_SHOWN = 100
@@ -168,6 +182,12 @@ def _families(engines: list[tuple[int, Engine]]) -> Iterator[_Family]:
     for name, doc, field in RATES:
         samples = [(k, [i.name], getattr(i, field)) for k, infos in rates for i in infos]
         yield GaugeMetricFamily, name, doc, ["rate"], samples
+    queues = [(k, e.queues()[:QUEUES_SHOWN]) for k, e in engines]
+    for name, doc, field in QUEUES:
+        by_queue: list[_Sample] = [
+            (k, [i.name], getattr(i, field)) for k, infos in queues for i in infos
+        ]
+        yield GaugeMetricFamily, name, doc, ["queue"], by_queue
 
 
 def _shown_limits(infos: list[LimitInfo]) -> tuple[list[LimitInfo], dict[str, int]]:

@@ -268,6 +268,18 @@ _OPERATIONS: dict[tuple[str, str], JsonObject] = {
         {200: _answer("The batch.", ref("Batch"))},
         (400, 404, 503),
     ),
+    ("GET", "/v1/queues"): _op(
+        "Every queue of runs set or in use: its sizes, its runs in and waiting",
+        {200: _answer("The queues, by name.", array("Queue"))},
+        (400, 503),
+    ),
+    ("PUT", "/v1/queues/{name}"): _op(
+        "Set a queue's sizes, both (fusee queues NAME): recorded, they hold after a restart; "
+        "runs waiting go in at once if they grew",
+        {200: _answer("The queue now, as GET /v1/queues lists it.", ref("Queue"))},
+        (503,),
+        (ref("QueueRequest"), "Its sizes (null: any number; 0: none goes in).", True),
+    ),
     ("GET", "/v1/openapi.json"): _op(
         "This document", {200: _answer("OpenAPI 3.1.", {"type": "object"})}, ()
     ),
@@ -295,7 +307,7 @@ _OPERATIONS: dict[tuple[str, str], JsonObject] = {
 
 _PATH_PARAMETERS = {
     "id": "The workflow id; the call acts on its newest run (a batch: its id).",
-    "name": "The signal's, handler's or schedule's name, as the path says.",
+    "name": "The signal's, handler's, schedule's or queue's name, as the path says.",
     "token": "The completion token that ctx.await_completion handed out.",
     "object": "The virtual object's name (@object).",
     "key": "The object's key.",

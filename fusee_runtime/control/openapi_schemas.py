@@ -93,12 +93,16 @@ SCHEMAS: JsonObject = {
                 "a signal (until its timeout), a timer (firing at `until`), "
                 "a step's next attempt (at `until`), a paused step's resume, a completion "
                 "from outside, a child workflow that has not closed (its deadline at "
-                "`until`, its workflow in `detail`), or a cancel the code has not acted on yet.",
+                "`until`, its workflow in `detail`), a limit's permit or a rate's slot, "
+                "its turn in queue `name` (its place in `detail`), "
+                "or a cancel the code has not acted on yet.",
             },
             "name": text("The signal's, timer's or step's name, or the child's id.", nullable=True),
             "until": {"type": ["string", "null"], "format": "date-time"},
             "detail": text(
-                "The last failure (retry, resume), or the cancel's reason.", nullable=True
+                "The last failure (retry, resume), the run's place in its queue, or the "
+                "cancel's reason.",
+                nullable=True,
             ),
         },
         *("kind", "name", "until", "detail"),
@@ -129,8 +133,77 @@ SCHEMAS: JsonObject = {
                 "description": "Seconds from now the run begins (scheduled till then).",
             },
             "start_at": text("When the run begins: ISO 8601, with its offset.", nullable=True),
+            "queue": text(
+                "The queue the run waits in, queued, until it lets it in (GET /v1/queues); "
+                "default: the workflow's (@workflow(queue=...)).",
+                nullable=True,
+            ),
+            "queue_key": text("Its key in the queue (a tenant, an account).", nullable=True),
+            "priority": {
+                "type": ["integer", "null"],
+                "description": "Higher goes in first, within its key (default 0).",
+            },
+            "debounce": {
+                "type": ["number", "null"],
+                "description": "Seconds: a burst of starts of the workflow (and debounce_key), "
+                "each less than this after the last, makes one run, which begins this long "
+                "after the last with the last input; each start answers with that run.",
+            },
+            "debounce_key": text("Starts of one key make a burst together.", nullable=True),
+            "debounce_max": {
+                "type": ["number", "null"],
+                "description": "Seconds from a burst's first start after which its run "
+                "begins, however the starts go on.",
+            },
+            "throttle": {"oneOf": [ref("Throttle"), {"type": "null"}]},
         },
         "workflow",
+        closed=True,
+    ),
+    "Throttle": {
+        **obj(
+            {
+                "n": {"type": "integer", "minimum": 1},
+                "per": {"type": "number", "exclusiveMinimum": 0, "description": "Seconds."},
+                "key": text("Each key has a window of its own.", nullable=True),
+                "name": text("The window's rate; default start:WORKFLOW.", nullable=True),
+            },
+            "n",
+            "per",
+            closed=True,
+        ),
+        "description": "At most n runs of the workflow (of the key) begin in any window of "
+        "per seconds; a start beyond that is recorded, scheduled, and begins at the next "
+        "free slot (never dropped).",
+    },
+    "Queue": obj(
+        {
+            "name": text(),
+            "concurrency": {
+                "type": ["integer", "null"],
+                "description": "Its runs that run at once (null: any number; 0: none).",
+            },
+            "per_key": {
+                "type": ["integer", "null"],
+                "description": "The runs of each key that run at once (null: any number).",
+            },
+            "running": {"type": "integer", "description": "Runs let in, open."},
+            "queued": {"type": "integer", "description": "Runs waiting their turn."},
+            "keys": {"type": "integer", "description": "Keys with runs in or waiting."},
+            "set": {
+                "type": "boolean",
+                "description": "Its sizes were set (else: the default, one run at a time).",
+            },
+        },
+        *("name", "concurrency", "per_key", "running", "queued", "keys", "set"),
+    ),
+    "QueueRequest": obj(
+        {
+            "concurrency": {"type": ["integer", "null"], "minimum": 0},
+            "per_key": {"type": ["integer", "null"], "minimum": 0},
+        },
+        "concurrency",
+        "per_key",
         closed=True,
     ),
     "Outcome": obj(

@@ -31,6 +31,17 @@ class Pong(TypedDict):
     """A worker of a database of several journals: the journals it drives now."""
 
 
+class Throttle(TypedDict):
+    """A start's throttle as the control API carries it (`Engine.start(throttle=Rate(...))`):
+    at most `n` runs of the workflow (of `key`) begin in any window of `per` seconds; the
+    window is the rate `name` (default: "start:<workflow>")."""
+
+    n: int
+    per: float
+    key: NotRequired[str | None]
+    name: NotRequired[str | None]
+
+
 class Operations(Protocol):
     """The operations of the control API, whoever answers them.
 
@@ -51,9 +62,19 @@ class Operations(Protocol):
         traceparent: str | None = None,
         start_delay: float | None = None,
         start_at: str | None = None,
+        queue: str | None = None,
+        queue_key: str | None = None,
+        priority: int = 0,
+        debounce: float | None = None,
+        debounce_key: str | None = None,
+        debounce_max: float | None = None,
+        throttle: Throttle | None = None,
     ) -> tuple[RunInfo, bool]:
         """Starts a run (once durable); returns it and whether the id already had a run.
-        `start_delay` (seconds) or `start_at` (ISO 8601, with its offset) begins it later."""
+        `start_delay` (seconds) or `start_at` (ISO 8601, with its offset) begins it later;
+        `queue`, `queue_key` and `priority` make it wait its turn in a queue; `debounce`
+        (seconds), `debounce_key` and `debounce_max` (seconds) make a burst of starts one
+        run; `throttle` delays it to a free slot of a window (`Engine.start`)."""
         ...
 
     async def update_with_start(
@@ -248,6 +269,17 @@ class Operations(Protocol):
     async def limit(self, name: str, permits: int, per_s: float | None = None) -> JsonObject:
         """Sets limit `name`'s size; returns the limit as `limits` shows it. With
         `per_s`, sets instead rate `name`: `permits` attempts in any `per_s` seconds."""
+        ...
+
+    async def queues(self) -> builtins.list[JsonObject]:
+        """Every queue of runs set or in use (`QueueInfo` as a mapping), by name."""
+        ...
+
+    async def queue(
+        self, name: str, concurrency: int | None = None, per_key: int | None = None
+    ) -> JsonObject:
+        """Sets queue `name`'s sizes (None: any number; 0: none goes in), both at once;
+        returns the queue as `queues` shows it."""
         ...
 
     def watch(self, id: str, timeout: float | None = None) -> AsyncGenerator[dict[str, Any], None]:

@@ -58,6 +58,7 @@ from fusee_runtime.control.operations import OnConflict as OnConflict
 from fusee_runtime.control.operations import Operations as Operations
 from fusee_runtime.control.operations import Pong as Pong
 from fusee_runtime.control.operations import ScheduleAction as ScheduleAction
+from fusee_runtime.control.operations import Throttle as Throttle
 from fusee_runtime.control.wire import RunJson, run_info
 from fusee_runtime.model.json import Json, JsonObject
 from fusee_runtime.model.run import RunInfo
@@ -247,6 +248,35 @@ def _first(answers: builtins.list[Json], args: Args) -> Json:
     return answers[0]
 
 
+_QUEUE_COUNTS = ("running", "queued", "keys")
+"""The fields of a queue's row that count its runs: each journal's, added up."""
+
+
+def _queues_added(answers: builtins.list[Json], args: Args) -> Json:
+    """Each journal's queues (a queue is a journal's, set on every one alike): one row a
+    name, its runs in, runs waiting and keys added up; its sizes as a journal that set
+    them has them."""
+    rows = cast(builtins.list[builtins.list[JsonObject]], answers)  # each journal's queues
+    merged: dict[str, JsonObject] = {}
+    for row in (row for answer in rows for row in answer):
+        name = cast(str, row["name"])
+        seen = merged.get(name)
+        if seen is None:
+            merged[name] = dict(row)
+            continue
+        for field in _QUEUE_COUNTS:
+            seen[field] = cast(int, seen[field]) + cast(int, row[field])
+        if row["set"] and not seen["set"]:
+            seen.update(concurrency=row["concurrency"], per_key=row["per_key"], set=True)
+    return [merged[name] for name in sorted(merged)]
+
+
+def _queue_added(answers: builtins.list[Json], args: Args) -> Json:
+    """The queue set on every journal alike: one row, its counts added up."""
+    (row,) = cast(builtins.list[Json], _queues_added([[answer] for answer in answers], args))
+    return row
+
+
 # -- the operations -------------------------------------------------------------------
 
 PING = _call(
@@ -431,6 +461,24 @@ LIMIT = _call(
     http=False,
     merge=_first,
 )
+QUEUES = _call(
+    Operations.queues,
+    lambda o, a: o.queues(**a),
+    _objects,
+    acts=False,
+    route=Route.EVERY,
+    http=True,
+    merge=_queues_added,
+)
+QUEUE = _call(
+    Operations.queue,
+    lambda o, a: o.queue(**a),
+    _object,
+    acts=True,
+    route=Route.EVERY,
+    http=True,
+    merge=_queue_added,
+)
 WATCH = _stream(Operations.watch, lambda o, a: o.watch(**a), route=Route.ID, http=True)
 STREAM = _stream(Operations.stream, lambda o, a: o.stream(**a), route=Route.ID, http=False)
 
@@ -441,7 +489,7 @@ OPS: dict[str, Op] = {
         *(SIGNAL, CANCEL, TERMINATE, RESUME, RESET, COMPLETE, FAIL, QUERY, UPDATE, RESULT),
         *(OBJECT_CALL, OBJECT_DESCRIBE, BATCH, BATCH_DESCRIBE),
         *(SCHEDULES, SCHEDULE, SCHEDULE_SET, SCHEDULE_DELETE, SCHEDULE_BACKFILL),
-        *(PRUNE, LIMITS, LIMIT, WATCH, STREAM),
+        *(PRUNE, LIMITS, LIMIT, QUEUES, QUEUE, WATCH, STREAM),
     )
 }
 """Every operation, by its name on the wire."""

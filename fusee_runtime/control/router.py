@@ -11,6 +11,8 @@ descriptor's `route`):
 - `list`, `run_ids` and `prune` ask every journal and merge the answers
   (newest first, cut to the limit); `limit` sets a concurrency limit in each
   (`EVERY`, merged by the descriptor's `merge`; `limits` shows journal 0's);
+  `queue` sets a queue's sizes in each alike (a queue is its journal's), and
+  `queues` adds up each journal's runs of a queue;
 - a completion token is tried on each journal until one knows it (`TOKEN`);
 - schedules live in journal 0 (they fire there alone: `FIRST`).
 

@@ -26,7 +26,7 @@ from starlette.responses import Response
 
 from fusee_runtime import search
 from fusee_runtime.control import endpoints as ep
-from fusee_runtime.control import ops
+from fusee_runtime.control import ops, wire
 from fusee_runtime.control.client import Client, ControlApi, OwnerGone, OwnerLost, OwnerUnanswered
 from fusee_runtime.control.endpoints import Api as Api
 from fusee_runtime.control.endpoints import Endpoint as Endpoint
@@ -62,12 +62,17 @@ STUCK_RETRY_S = 1.0
 # -- endpoints ----------------------------------------------------------------------
 
 
+_FLOW_FIELDS = ("queue", "queue_key", "priority", "debounce", "debounce_key", "debounce_max")
+"""A start's flow control (docs/flow.md) but its `throttle`: its queue, its burst."""
+
+
 async def _start(request: Request, api: Api) -> Response:
-    allowed = ("workflow", "input", "id", "on_conflict", "start_delay", "start_at")
+    begins = ("start_delay", "start_at", *_FLOW_FIELDS, "throttle")
+    allowed = ("workflow", "input", "id", "on_conflict", *begins)
     doc = await ep.fields(request, allowed, ("workflow",))
-    delay = doc.get("start_delay")
-    if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int | float)):
-        raise ep.bad(f"the field 'start_delay' is a number of seconds, not {ep.kind(delay)}")
+    delay, priority = ep.number(doc, "start_delay"), ep.whole(doc, "priority")
+    debounce, most = ep.number(doc, "debounce"), ep.number(doc, "debounce_max")
+    throttle = _throttle(doc)
     workflow = ep.text(doc, "workflow")
     if workflow is None:
         raise ep.bad("the field 'workflow' is a string, not null")
@@ -87,6 +92,13 @@ async def _start(request: Request, api: Api) -> Response:
             traceparent=request.headers.get("traceparent"),
             start_delay=delay,
             start_at=ep.text(doc, "start_at"),
+            queue=ep.text(doc, "queue"),
+            queue_key=ep.text(doc, "queue_key"),
+            priority=priority or 0,
+            debounce=debounce,
+            debounce_key=ep.text(doc, "debounce_key"),
+            debounce_max=most,
+            throttle=throttle,
         )
     except Rejected as e:
         if conflict and not isinstance(e, EngineClosed):
@@ -94,6 +106,19 @@ async def _start(request: Request, api: Api) -> Response:
         raise
     created = not existed or on_conflict == "new_run"
     return ep.json_response({**run_json(info), "existed": existed}, 201 if created else 200)
+
+
+def _throttle(doc: JsonObject) -> ops.Throttle | None:
+    """The start's `throttle` field: `{"n", "per", "key"?, "name"?}` (the engine says
+    whether its values make a rate)."""
+    given = ep.member(doc, "throttle", wire.THROTTLE_FIELDS, ("n", "per"))
+    if given is None:
+        return None
+    n, per = ep.whole(given, "n", "throttle"), ep.number(given, "per", "throttle")
+    if n is None or per is None:
+        raise ep.bad("the fields 'throttle.n' and 'throttle.per' are numbers, not null")
+    key, name = ep.text(given, "key", of="throttle"), ep.text(given, "name", of="throttle")
+    return {"n": n, "per": per, "key": key, "name": name}
 
 
 async def _exists(control: ControlApi, id: str) -> bool:
@@ -431,6 +456,19 @@ async def _schedule_backfill(request: Request, api: Api) -> Response:
     return ep.json_response([{"id": id, "outcome": outcome} for id, outcome in pairs])
 
 
+async def _queues(request: Request, api: Api) -> Response:
+    ep.params(request, ())
+    return ep.json_response(await api.control.queues())
+
+
+async def _queue_set(request: Request, api: Api) -> Response:
+    # Both sizes, as the queue is to be (null: any number): a size left out is not kept.
+    doc = await ep.fields(request, ("concurrency", "per_key"), ("concurrency", "per_key"))
+    concurrency, per_key = ep.whole(doc, "concurrency"), ep.whole(doc, "per_key")
+    name = request.path_params["name"]
+    return ep.json_response(await api.control.queue(name, concurrency, per_key))
+
+
 async def _health(request: Request, api: Api) -> Response:
     return ep.json_response({"ok": True, **await api.control.ping()})
 
@@ -466,6 +504,8 @@ ROUTES: list[tuple[str, str, ops.Op | None, Endpoint]] = [
     ("POST", "/v1/schedules/{name}/backfill", ops.SCHEDULE_BACKFILL, _schedule_backfill),
     ("POST", "/v1/batches", ops.BATCH, _batch),
     ("GET", "/v1/batches/{id}", ops.BATCH_DESCRIBE, _batch_describe),
+    ("GET", "/v1/queues", ops.QUEUES, _queues),
+    ("PUT", "/v1/queues/{name}", ops.QUEUE, _queue_set),
     ("GET", "/v1/openapi.json", None, _openapi),
     ("GET", "/v1/health", ops.PING, _health),
 ]

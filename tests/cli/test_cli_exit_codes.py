@@ -107,7 +107,9 @@ CASES = [
     case("list", 0, "no runs", home="none"),
     case("list --limit 0", 0, "st-1"),  # 0: every run
     case("list --status open", 0, "h-1"),
-    case("list --status done", 2, "unknown status 'done'; statuses: open, scheduled, running"),
+    case(
+        "list --status done", 2, "unknown status 'done'; statuses: open, scheduled, queued, running"
+    ),
     case("list --where team=core", 0, "no runs"),
     case("list --where team", 2, "a where condition is KEY=VALUE"),
     case("describe a/b", 2, BAD_ID),

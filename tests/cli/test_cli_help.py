@@ -26,6 +26,7 @@ def test_the_commands_of_this_version():
         "objects",
         "prune",
         "query",
+        "queues",
         "replay",
         "reset",
         "result",

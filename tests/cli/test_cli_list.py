@@ -58,7 +58,9 @@ def test_status_open_lists_every_run_not_closed(cli, on, make_stuck):
 
 def test_an_unknown_status_names_open_among_the_statuses(cli, on, bad_input):
     bad_input(
-        cli("list", "--status", "opened", *on), 2, "statuses: open, scheduled, running, parked"
+        cli("list", "--status", "opened", *on),
+        2,
+        "statuses: open, scheduled, queued, running, parked",
     )
 
 

@@ -120,7 +120,7 @@ async def test_a_scrape_stays_bounded_however_many_keys_the_limits_have(
         "fusee_fdatasync_seconds_sum",
         "fusee_fdatasync_seconds_count",
     }
-    assert len(_samples(ui.text)) == 9  # runs open by its 5 statuses, and 4 numbers
+    assert len(_samples(ui.text)) == 10  # runs open by its 6 statuses, and 4 numbers
     print(f"/metrics: {len(scraped.content)} bytes; the UI's: {len(ui.content)} bytes")
 
     HOLD["go"].set()

@@ -47,7 +47,8 @@ async def test_a_body_that_is_not_json_is_400_with_where(
     [
         (
             [],
-            "a JSON object (workflow, input, id, on_conflict, start_delay, start_at), not an array",
+            "a JSON object (workflow, input, id, on_conflict, start_delay, start_at, queue, "
+            "queue_key, priority, debounce, debounce_key, debounce_max, throttle), not an array",
         ),
         ("http_err_gate", "not a string"),
         ({}, "no 'workflow' field"),

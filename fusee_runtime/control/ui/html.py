@@ -30,6 +30,7 @@ VALUE_CHARS_MAX = 4000
 
 STATUS_CLASSES = {
     "scheduled": "muted",
+    "queued": "muted",
     "running": "run",
     "parked": "park",
     "paused": "warn",

@@ -25,7 +25,7 @@ from fusee_runtime.control.ui.html import (
 )
 from fusee_runtime.control.ui.timeline import Attempt, Operation, Timeline
 from fusee_runtime.model.json import JsonObject
-from fusee_runtime.model.run import RunInfo, Status
+from fusee_runtime.model.run import RunInfo, Status, Waiting, WaitKind
 
 STATUS_CHOICES = ("", "open", *(s.value for s in Status))
 """What the status filter offers: any, every open status, each status."""
@@ -120,7 +120,7 @@ def runs_table(runs: list[RunInfo], q: RunsQuery, more: bool, note: str = "") ->
 
 
 def _run_row(info: RunInfo) -> str:
-    why = info.error or ", ".join(f"{w.kind} {w.name}".strip() for w in info.waiting)
+    why = info.error or ", ".join(_waits_for(w) for w in info.waiting)
     attrs = " ".join(f"{k}={v}" for k, v in sorted(info.attributes.items()))
     shown_attrs = f'<div class="attrs">{esc(attrs)}</div>' if attrs else ""
     took = duration(info.started_at, info.closed_at) if info.closed_at else ""
@@ -130,6 +130,12 @@ def _run_row(info: RunInfo) -> str:
         f"<td>{instant(info.started_at)}</td><td>{took}</td>"
         f'<td class="why">{esc(why)}</td></tr>'
     )
+
+
+def _waits_for(w: Waiting) -> str:
+    """What a run waits for, in a few words: its kind and name; in a queue, its place."""
+    said = " ".join(str(part) for part in (w.kind, w.name) if part is not None)
+    return f"{said}: {w.detail}" if w.kind == WaitKind.QUEUE and w.detail else said
 
 
 # -- one run ----------------------------------------------------------------------------
@@ -144,8 +150,7 @@ def run_summary(
     parent = run_link(info.parent[0]) if info.parent else "—"
     attrs = ", ".join(f"{k}={v}" for k, v in sorted(info.attributes.items())) or "—"
     waiting = "; ".join(
-        " ".join(str(part) for part in (w.kind, w.name) if part is not None)
-        + (f" until {w.until:%Y-%m-%d %H:%M:%S} UTC" if w.until else "")
+        _waits_for(w) + (f" until {w.until:%Y-%m-%d %H:%M:%S} UTC" if w.until else "")
         for w in info.waiting
     )
     facts = [
