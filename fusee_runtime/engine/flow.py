@@ -20,6 +20,16 @@ if TYPE_CHECKING:
     from fusee_runtime.engine.driver import Driver
 
 
+class Keep:
+    """A size not given to `Engine.queue`: it keeps its value."""
+
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+KEEP = Keep()
+
+
 class FlowControl:
     """What `Engine` offers of its limits and rates."""
 
@@ -56,17 +66,24 @@ class FlowControl:
         return self.driver.limits.rates.list()
 
     async def queue(
-        self, name: str, concurrency: int | None = None, per_key: int | None = None
+        self, name: str, concurrency: int | Keep | None = KEEP, per_key: int | Keep | None = KEEP
     ) -> None:
         """Sets how many runs of queue `name` run at once (`concurrency`), and of each
-        of its keys (`per_key`); None: any number, 0: none (the queue waits). Returns once
-        durable: it holds after a restart. A queue never set runs one at a time.
+        of its keys (`per_key`); None: any number, 0: none (the queue waits); a size not
+        given keeps its value (a queue never set runs one at a time, any number a key).
+        Returns once durable: it holds after a restart.
 
         Raises:
             Rejected: not a queue name, or a size not None nor from 0 to `RUNS_MAX`.
         """
         self.driver.check_accepting()
-        await self.driver.limits.queues.set(name, concurrency, per_key)
+        queues = self.driver.limits.queues
+        now = queues.size(name)
+        given = (
+            now[0] if isinstance(concurrency, Keep) else concurrency,
+            now[1] if isinstance(per_key, Keep) else per_key,
+        )
+        await queues.set(name, *given)
 
     def queues(self) -> builtins.list[QueueInfo]:
         """Every queue of runs set or in use: its sizes, its runs in and waiting."""

@@ -236,7 +236,7 @@ class Queues:
     # -- sizes -------------------------------------------------------------------------
 
     def size(self, name: str) -> tuple[int | None, int | None]:
-        """Queue `name`'s (concurrency, per_key)."""
+        """Queue `name`'s (concurrency, per_key), set or the default."""
         if name in self._sizes:
             return self._sizes[name][:2]
         return DEFAULT_CONCURRENCY, None

@@ -284,3 +284,14 @@ async def test_a_reset_run_cancelled_in_its_queue_runs_its_compensations(
         assert EFFECTS == [("charge", 1), ("refund", 1)]
         _gate("H").set()
         assert await engine.handle("H").result() == "H"
+
+
+async def test_a_size_not_given_keeps_its_value(make_engine: Any) -> None:
+    """Review (faces): `queue("q", per_key=1)` does not lift the queue's concurrency to
+    any number; each size given changes that one alone."""
+    async with make_engine() as engine:
+        await engine.queue("kept", per_key=1)
+        assert engine.driver.limits.queues.size("kept") == (1, 1)  # (never set: 1 at once)
+        await engine.queue("kept", concurrency=5)
+        await engine.queue("kept", concurrency=None)
+        assert engine.driver.limits.queues.size("kept") == (None, 1)
