@@ -48,7 +48,7 @@ def main() -> int:
     base = args.dir or Path(tempfile.mkdtemp(prefix="fusee-torture-"))
     counted = (
         "trials mid cut runs steps signals children heartbeats limited entered crowded updates "
-        "counted boxes box_updates box_unanswered reopened after_reopen "
+        "counted queued waited boxes box_updates box_unanswered reopened after_reopen "
         "violations "
         "checkpoints compacted "
         "history "
@@ -82,6 +82,8 @@ def main() -> int:
         totals["crowded"] += report.crowded
         totals["updates"] += report.updates
         totals["counted"] += report.counted
+        totals["queued"] += report.queued
+        totals["waited"] += report.waited
         totals["boxes"] += report.boxes
         totals["box_updates"] += report.box_updates
         totals["box_unanswered"] += report.box_unanswered
@@ -115,6 +117,8 @@ def main() -> int:
         f"({totals['entered']} attempts entering; {totals['crowded']} lives with "
         f"{torture_app.LIMIT_PERMITS} inside at once) and {totals['updates']} updates checked; "
         f"{totals['counted']} calls to the counter object checked once each; "
+        f"{totals['queued']} queued runs checked one at a time per key, in start order "
+        f"({totals['waited']} waited for their turn); "
         f"{totals['reopened']} first lives closed and opened their engine again; "
         f"{totals['box_updates']} acknowledged box updates checked in {totals['boxes']} box "
         f"runs ({totals['after_reopen']} answered after that reopen, and "

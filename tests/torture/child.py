@@ -3,7 +3,8 @@
 Usage: child.py HOME LEDGER SEED RUNS FAULT AT (see `torture_app.FaultStorage`).
 Prints, one line per write(2):
 `READY`, `LIMIT <name> <permits>` once the size of the limited steps' limit,
-which it sets before it starts any run, is durable, `STARTED <id>` once a
+which it sets before it starts any run, is durable, `QUEUE <name> <per key>` once
+the sizes of the queued runs' queue (set then too) are, `STARTED <id>` once a
 start is durable, `SIGNALED <id> <value>` once a signal the parent sent
 (`<id> <value>` lines on stdin) is durable,
 `UPDATED <id> <json>` once the result of the run's update (`send_update`, a
@@ -13,7 +14,8 @@ injects a fault in the journal's appends, `INJECTED <operation> <file>` when it
 injects one in a checkpoint, a compaction or the history store, `CHECKPOINT
 <file>`, `REMOVED <file>` and `HISTORY <n>` as checkpoints are written, files
 compacted and closed runs committed to the history store, and `DONE`, after
-`LIMITS <json>` (`engine.limits()`, each as a dict) if every run closed.
+`LIMITS <json>` (`engine.limits()`, each as a dict) and `QUEUES <json>`
+(`engine.queues()`) if every run closed.
 
 The box runs (`torture_app.boxes`) are sent their updates of phase 0 (`SENDING
 <id> <update id>` before the first try, `ANSWERED <id> <update id> <json>` once
@@ -163,6 +165,13 @@ async def main(home: str, seed: int, runs: int, fault: str, at: int) -> None:
         emit("LIMIT", torture_app.LIMIT, torture_app.LIMIT_PERMITS)
     except JournalFailed:
         pass  # after an injected fault: no run will start either
+    try:
+        if torture_app.QUEUEING:  # (its runs start in it, from now on)
+            per_key = torture_app.QUEUE_PER_KEY
+            await lives.engine.queue(torture_app.QUEUE, concurrency=None, per_key=per_key)
+            emit("QUEUE", torture_app.QUEUE, per_key)
+    except JournalFailed:
+        pass
     loop = asyncio.get_running_loop()
     signals: list[asyncio.Task[None]] = []
 
@@ -195,7 +204,11 @@ async def main(home: str, seed: int, runs: int, fault: str, at: int) -> None:
 
     async def one(workflow_id: str, inp: dict[str, Any]) -> bool:
         try:
-            await lives.call(lambda e: e.start("tt_mixed", inp, id=workflow_id))
+            key = inp["queue_key"]  # (None: no queue)
+            queue = torture_app.QUEUE if key else None
+            await lives.call(
+                lambda e: e.start("tt_mixed", inp, id=workflow_id, queue=queue, queue_key=key)
+            )
             emit("STARTED", workflow_id)
             if inp["update"]:
                 await asyncio.sleep(random.Random(f"{seed} {workflow_id}").uniform(0, 0.3))
@@ -265,6 +278,8 @@ async def main(home: str, seed: int, runs: int, fault: str, at: int) -> None:
     if all(closed) and lives.failed is None:  # every run of the plan closed: every permit back
         limits = [dataclasses.asdict(info) for info in lives.engine.limits()]
         emit("LIMITS", orjson.dumps(limits).decode())
+        queues = [dataclasses.asdict(info) for info in lives.engine.queues()]
+        emit("QUEUES", orjson.dumps(queues).decode())
     emit("DONE")
     await asyncio.gather(*signals, return_exceptions=True)
     await lives.engine.close()

@@ -47,7 +47,14 @@ The invariants (each violation is reported in words, with the run it concerns):
   run's result once, after every update answered before it was sent, where its
   answer says; one never answered is there at most once; the result lists what
   the journal applied, in its order; an async update's step completed once, and
-  no execution of it came after the one recorded (the ledger).
+  no execution of it came after the one recorded (the ledger);
+- the queued runs (`torture_app.QUEUE`, one run at a time per key) are never two of
+  a key inside at once, as the ledger's `begin` and `end` lines show across both
+  lives (a run is inside from its first begin to its last end: either may run again
+  after a crash), first begin in the order they started, are each let in once
+  (`RunAdmitted`, in the journal the crash left for every run that began in the
+  first life), run no code before, and complete; no place is left held
+  (`_check_queues`).
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import itertools
 import os
 import queue
 import random
@@ -110,6 +118,10 @@ BoxEvent = tuple[str, str, str, Any]
 SILENCE_S = 120.0
 """A child that prints nothing for this long has hung: a violation, not a wait."""
 
+FINISH_S = 300.0
+"""A last life whose runs have not all closed after this long has hung (a run left
+waiting in its queue, say): the trial fails, naming the runs still open."""
+
 
 @dataclass
 class Report:
@@ -144,6 +156,12 @@ class Report:
     """Runs that took an update (each checked applied once)."""
     counted: int = 0
     """Runs that called the counter object (each checked to reach it once)."""
+    queued: int = 0
+    """Queued runs checked (`torture_app.QUEUE`): let in once, alone in their key, in
+    the order they started."""
+    waited: int = 0
+    """Of those, the runs started while another run of their key was inside (which
+    had to wait for their turn)."""
     boxes: int = 0
     """Box runs checked (`torture_app.boxes`)."""
     box_updates: int = 0
@@ -190,6 +208,10 @@ class Seen:
     """Whether the child said the limit's size was durable (`LIMIT`)."""
     limits: list[dict[str, Any]] | None = None
     """`engine.limits()` once every run had closed, if the life got there."""
+    queue_set: bool = False
+    """Whether the child said the queue's sizes were durable (`QUEUE`)."""
+    queues: list[dict[str, Any]] | None = None
+    """`engine.queues()` once every run had closed, if the life got there."""
 
 
 @dataclass
@@ -216,6 +238,8 @@ class Evidence:
     """The box runs planned (`torture_app.boxes`), by id; their results are in `finals`."""
     box_after: list[BoxEvent] = field(default_factory=list)
     """The box updates the last life sent and answered, as `Seen.box` (after it)."""
+    queues: list[dict[str, Any]] = field(default_factory=list)
+    """`engine.queues()` at the end of the last life, every run closed."""
 
 
 def trial(
@@ -248,7 +272,7 @@ def trial(
     report.cut, report.compacted_records = crashed.cut, crashed.compacted
     torture_app.LEDGER = str(ledger)
     finished = asyncio.run(_finish(home, planned, boxes, seen, crashed.records, store))
-    finals, limits, updated, box_after = finished
+    finals, limits, updated, box_after, queues = finished
     final = read_home(home, store)
     evidence = Evidence(
         planned,
@@ -264,6 +288,7 @@ def trial(
         updated,
         boxes,
         box_after,
+        queues,
     )
     check(report, evidence)
     return report, evidence
@@ -426,6 +451,10 @@ def _take(line: str, seen: Seen) -> None:
         seen.limit_set = True
     elif word == "LIMITS":
         seen.limits = orjson.loads(rest)
+    elif word == "QUEUE":
+        seen.queue_set = True
+    elif word == "QUEUES":
+        seen.queues = orjson.loads(rest)
 
 
 async def _finish(
@@ -435,14 +464,21 @@ async def _finish(
     seen: Seen,
     journal: list[list[Any]],
     store: str | None = None,
-) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any], list[BoxEvent]]:
+) -> tuple[
+    dict[str, Any], list[dict[str, Any]], dict[str, Any], list[BoxEvent], list[dict[str, Any]]
+]:
     """Reopens the home, sends the signals its `journal` does not hold and the update
     of each run still open (again, with its id, if the journal holds it: it must not
     be applied twice), and to each box the updates the child did not send, and those
     it sent without an answer that are to be sent `again` (with their ids), each
-    once the one before answered, then `FINISH`; runs every run to its end. Their
-    results, the limits once all closed, the updates' results, and what the boxes
-    were sent and answered (as `Seen.box`)."""
+    once the one before answered, then `FINISH`; runs every run to its end (the
+    queued runs' queue as the first life set it: it is not set again). Their
+    results, the limits once all closed, the updates' results, what the boxes were
+    sent and answered (as `Seen.box`), and the queues once all closed.
+
+    Raises:
+        AssertionError: runs still open after `FINISH_S` (it names them).
+    """
     wids = _wids(journal)
     received = {(wids[r[1]], r[3]) for r in journal if r[0] == R.SignalReceived}
     closed = {wids[r[1]] for r in journal if r[0] in CLOSES}
@@ -484,9 +520,18 @@ async def _finish(
             *(finish_box(w) for w in sorted(listed & set(boxes))),
         )
         ids |= listed & set(boxes)
-        results = await asyncio.gather(*(engine.handle(w).result() for w in sorted(ids)))
+        waiting = asyncio.gather(*(engine.handle(w).result() for w in sorted(ids)))
+        try:
+            results = await asyncio.wait_for(waiting, FINISH_S)
+        except TimeoutError:
+            still = [f"{i.id} ({i.status})" for i in await engine.list("open") if i.id in ids]
+            raise AssertionError(
+                f"the last life: {len(still)} runs still open after {FINISH_S:.0f} s: "
+                + ", ".join(sorted(still)[:20])
+            ) from None
         limits = [dataclasses.asdict(info) for info in engine.limits()]
-    return dict(zip(sorted(ids), results, strict=True)), limits, updated, box_after
+        queues = [dataclasses.asdict(info) for info in engine.queues()]
+    return dict(zip(sorted(ids), results, strict=True)), limits, updated, box_after, queues
 
 
 def _wids(*journals: list[list[Any]]) -> dict[str, str]:
@@ -520,7 +565,9 @@ def read_home(home: Path, store: str | None = None) -> Read:
     store (each closed run's whole record) and the segments after the
     checkpoint. A `LimitSet` belongs to no run: the checkpoint holds the latest
     of each limit as its name, its size and its lsn (`[R.LimitSet, name,
-    permits]` here, without `set_at`, until a segment gives the whole record).
+    permits]` here, without `set_at`, until a segment gives the whole record);
+    a `QueueSet` neither, held so as its queue's sizes (`[R.QueueSet, name,
+    concurrency, per_key]`).
     The same lsn may be in two of them (a run closed before the
     checkpoint and stored since); it must be the same record. Segments compaction
     has not deleted yet may also hold records up to the checkpoint's lsn: each of
@@ -538,8 +585,8 @@ def read_home(home: Path, store: str | None = None) -> Read:
 
     def hold(lsn: int, rec: list[Any], where: str) -> None:
         had, there = held.setdefault(lsn, (rec, where))
-        size = rec[0] == had[0] == R.LimitSet  # the checkpoint's has no set_at
-        if (had[:3] != rec[:3]) if size else (had != rec):
+        size = SIZES.get(rec[0]) if rec[0] == had[0] else None  # the checkpoint's: no set_at
+        if (had[:size] != rec[:size]) if size else (had != rec):
             disagreements.append(
                 f"record {lsn}: {there} holds {_short(had)}, {where} {_short(rec)}"
             )
@@ -548,19 +595,27 @@ def read_home(home: Path, store: str | None = None) -> Read:
 
     base = newest_checkpoint(directory) if store is None else _pg_checkpoint(store)
     after = base.lsn if base is not None else 0
-    sizes: dict[str, int] = {}  # the lsn of each limit's size the checkpoint holds
+    # The lsn of each size the checkpoint holds, by (R.LimitSet or R.QueueSet, name).
+    sizes: dict[tuple[Any, Any], int] = {}
     if base is not None:
         for _, recs in base.body["runs"]:
             for lsn, rec in recs:
                 hold(lsn, rec, f"checkpoint {base.path.name}")
-        for name, (permits, lsn) in base.body["limits"].items():
+        held_sizes = [
+            (R.LimitSet, "limit", name, [permits], lsn)
+            for name, (permits, lsn) in base.body["limits"].items()
+        ] + [
+            (R.QueueSet, "queue", name, [concurrency, per_key], lsn)
+            for name, (concurrency, per_key, lsn) in base.body.get("queues", {}).items()
+        ]
+        for kind, what, name, size, lsn in held_sizes:
             if lsn > after:
                 disagreements.append(
-                    f"record {lsn}: checkpoint {base.path.name} holds it as limit {name}'s "
+                    f"record {lsn}: checkpoint {base.path.name} holds it as {what} {name}'s "
                     f"size, though it comes after the checkpoint ({after})"
                 )
-            sizes[name] = lsn
-            hold(lsn, [R.LimitSet, name, permits], f"checkpoint {base.path.name}")
+            sizes[(kind, name)] = lsn
+            hold(lsn, [kind, name, *size], f"checkpoint {base.path.name}")
     stored: dict[str, int] = defaultdict(int)
     for workflow_id, recs in _stored(home) if store is None else _pg_stored(store):
         stored[workflow_id] += 1
@@ -589,7 +644,7 @@ def read_home(home: Path, store: str | None = None) -> Read:
             hold(lsn, rec, "the segments")
         elif lsn in held:
             hold(lsn, rec, "a segment before the checkpoint")
-        elif rec[0] == R.LimitSet and sizes.get(rec[1], 0) > lsn:
+        elif rec[0] in SIZES and sizes.get((rec[0], rec[1]), 0) > lsn:
             hold(lsn, rec, "a segment before the checkpoint")  # a later size replaced it
         elif rec[0] == R.StepHeartbeat:
             superseded.append((lsn, rec))  # if a later heartbeat of its step is held
@@ -612,10 +667,10 @@ def read_home(home: Path, store: str | None = None) -> Read:
                 f"nor {history.NAME}, though no later heartbeat supersedes it: {_short(rec)}"
             )
     gone = sum(max(numbers) - len(set(numbers)) for numbers in beats.values())
-    # Every record belongs to a run or is a LimitSet the checkpoint holds (the workload
-    # has no schedules, and sets its limit once, so no size replaced another), so
-    # every lsn up to the last is in one place or another, but for superseded
-    # heartbeats.
+    # Every record belongs to a run or is a LimitSet or QueueSet the checkpoint holds
+    # (the workload has no schedules, and sets its limit and queue once, so no size
+    # replaced another), so every lsn up to the last is in one place or another, but
+    # for superseded heartbeats.
     missing = sorted(set(range(1, max(held, default=0) + 1)) - held.keys())
     if len(missing) != gone:
         disagreements.append(
@@ -631,6 +686,11 @@ def read_home(home: Path, store: str | None = None) -> Read:
     ]
     elsewhere = sum(1 for lsn in held if not heads or lsn < heads[0])
     return Read(records, cut, disagreements, elsewhere, dict(stored))
+
+
+SIZES = {R.LimitSet: 3, R.QueueSet: 4}
+"""The records of no run that a checkpoint holds as sizes: how much of each it holds
+(its kind, name and size, without `set_at`)."""
 
 
 def _spans(lsns: list[int]) -> str:
@@ -772,6 +832,7 @@ def check(report: Report, evidence: Evidence) -> None:
     _check_limits(report, evidence)
     _check_updates(report, evidence, wids)
     _check_counter(report, evidence)
+    _check_queues(report, evidence, wids)
     _check_boxes(report, evidence, wids)
     # A step's progress only goes up: each attempt goes on after the last row it finds.
     rows: dict[tuple[str, str], int] = {}
@@ -797,6 +858,8 @@ def check(report: Report, evidence: Evidence) -> None:
             v.append(f"{wids[rec[1]]}: its result was read, though its write failed")
         elif rec[0] == R.LimitSet and seen.limit_set:
             v.append(f"limit {rec[1]}: its size was acknowledged, though its write failed")
+        elif rec[0] == R.QueueSet and seen.queue_set:
+            v.append(f"queue {rec[1]}: its sizes were acknowledged, though their write failed")
         elif rec[0] == R.UpdateApplied and wids.get(rec[1]) in seen.updated:
             v.append(f"{wids[rec[1]]}: its update's result was read, though its write failed")
     # What the child acknowledged was in the journal the crash left.
@@ -828,6 +891,11 @@ def check(report: Report, evidence: Evidence) -> None:
         v.append(
             f"limit {torture_app.LIMIT}: its size was acknowledged, the journal after the "
             "crash lacks it"
+        )
+    if seen.queue_set and not any(r[0] == R.QueueSet for r in crash):
+        v.append(
+            f"queue {torture_app.QUEUE}: its sizes were acknowledged, the journal after the "
+            "crash lacks them"
         )
     # The ledger against the journal.
     by_key: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -943,6 +1011,166 @@ def _check_counter(report: Report, evidence: Evidence) -> None:
         if len(applied) != len(accepted):
             v.append(f"the counter object: {len(accepted)} calls accepted, {len(applied)} applied")
         report.counted = len(calls)
+
+
+BEFORE_ADMITTED = {R.RunStarted, R.SignalReceived}
+"""What a queued run's journal may hold before its queue lets it in: its start, and
+signals (kept for it: no code of it runs to wait for them yet)."""
+
+
+def _check_queues(report: Report, evidence: Evidence, wids: dict[str, str]) -> None:
+    """The queued runs (`torture_app.QUEUE`: one run at a time per key), after the crash
+    and at the end.
+
+    In the journal: each queued run started in its queue, under its key, and let in
+    (`RunAdmitted`) at most once (once at the end), no other run ever; nothing of its
+    code recorded before it was let in; the runs of a key let in in the order they
+    started, none while another of its key was let in and not closed.
+
+    In the ledger (both lives): a run is inside from its first `begin` line to its
+    last `end` line: a step run again after a crash may write either twice (its side
+    effect happened, its record was lost), and no other run of its key may begin in
+    between, as the run holds its place until its close. No two runs of a key are
+    inside at once; the runs of each key first began in the order they started; a
+    run that began in the first life had its `RunAdmitted` in the journal the crash
+    left (it is durable before the code's first step runs). At the end each queued
+    run completed (its result is checked as every run's) and wrote both lines.
+
+    The queue as a life found it once every run had closed: no place held, no run
+    waiting; its sizes as the first life set them (once, durably, before it started
+    any run)."""
+    v, seen = report.violations, evidence.seen
+    queue, per_key = torture_app.QUEUE, torture_app.QUEUE_PER_KEY
+    keyed = {w: inp["queue_key"] for w, inp in evidence.planned.items() if inp.get("queue_key")}
+    started: dict[str, list[str]] = {}  # by key, at the end: in the order they started
+    admitted_in_crash: set[str] = set()
+    for when, journal in (
+        ("after the crash", evidence.after_crash),
+        ("at the end", evidence.journal),
+    ):
+        of_run = _wids(journal)
+        order: dict[str, list[str]] = defaultdict(list)  # by key: in the order started
+        let_in: dict[str, list[str]] = defaultdict(list)  # by key: in the order let in
+        admits: Counter[str] = Counter()
+        inside: dict[str, str] = {}  # by key: the run let in and not closed yet
+        at: dict[str, tuple[int, int]] = {}  # by run: where it started, and closed
+        early: set[str] = set()  # runs with code recorded before they were let in
+        for i, rec in enumerate(journal):
+            kind = rec[0]
+            wid = of_run.get(rec[1]) if len(rec) > 1 and isinstance(rec[1], str) else None
+            if wid is None:
+                continue
+            key = keyed.get(wid)
+            if kind == R.RunStarted:
+                origin = rec[7] if len(rec) > 7 and isinstance(rec[7], dict) else {}
+                spec = origin.get("queue")
+                want = {"name": queue, "key": key, "priority": 0} if key else None
+                if spec != want:
+                    v.append(f"{wid}: started in queue {spec}, {want} expected ({when})")
+                if key:
+                    order[key].append(wid)
+                    at[wid] = (i, len(journal))
+            elif kind == R.RunAdmitted:
+                admits[wid] += 1
+                if key is None:
+                    v.append(f"{wid}: let in by a queue, though started in none ({when})")
+                    continue
+                if admits[wid] > 1:
+                    continue  # (said below)
+                other = inside.setdefault(key, wid)
+                if other != wid:
+                    v.append(f"{wid}: let in while {other} of key {key} was inside ({when})")
+                let_in[key].append(wid)
+            elif key is None:
+                continue
+            elif kind in CLOSES:
+                if inside.get(key) == wid:
+                    del inside[key]
+                at[wid] = (at.get(wid, (i, i))[0], i)
+            elif not admits[wid] and kind not in BEFORE_ADMITTED and wid not in early:
+                early.add(wid)  # (said once: what follows is its code's too)
+                v.append(f"{wid}: {R(kind).name} recorded before its queue let it in ({when})")
+        for key, ids in sorted(let_in.items()):
+            if ids != order[key][: len(ids)]:
+                v.append(f"key {key}: runs let in as {ids}, started as {order[key]} ({when})")
+        for wid, n in sorted(admits.items()):
+            if n > 1:
+                v.append(f"{wid}: let in by its queue {n} times ({when})")
+        if when == "after the crash":
+            admitted_in_crash = set(admits)
+            continue
+        started = order
+        for wid in sorted(keyed.keys() & evidence.finals.keys()):
+            report.queued += 1
+            if admits[wid] != 1:
+                v.append(f"{wid}: completed, let in by its queue {admits[wid]} times")
+        for ids in let_in.values():  # those started while the one before them was inside
+            report.waited += sum(at[b][0] < at[a][1] for a, b in itertools.pairwise(ids))
+    # The ledger: each run's first begin and last end line, in both lives.
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    began: dict[str, list[str]] = defaultdict(list)  # by key: in the order they first began
+    for n, line in enumerate(evidence.ledger):
+        if "queued" not in line:
+            continue
+        wid, key = wids.get(line["run"], line["key"].split("/")[0]), line["queue_key"]
+        if keyed.get(wid) != key:
+            v.append(f"ledger line {n}: {wid} wrote {line['queued']} under key {key}")
+        if line["queued"] == "begin":
+            if wid in last:
+                v.append(f"ledger line {n}: {wid} began again after it ended (line {last[wid]})")
+            if wid not in first:
+                first[wid] = n
+                began[key].append(wid)
+            if line["pid"] == seen.pid and wid not in admitted_in_crash:
+                v.append(
+                    f"{wid}: began in the first life (ledger line {n}), the journal after the "
+                    "crash does not hold it let in"
+                )
+        elif wid not in first:
+            v.append(f"ledger line {n}: {wid} ended without beginning")
+        else:
+            last[wid] = n
+    for key, ids in sorted(began.items()):
+        holder, until = "", -1
+        for wid in ids:  # in the order they first began
+            if first[wid] < until:
+                v.append(
+                    f"key {key}: {wid} began (ledger line {first[wid]}) while {holder} was "
+                    f"inside (lines {first[holder]} to {until})"
+                )
+            end = last.get(wid, len(evidence.ledger))  # (no end: inside till the last line)
+            if end > until:
+                holder, until = wid, end
+        in_order = [w for w in started.get(key, []) if w in first]
+        if ids != in_order:
+            v.append(f"key {key}: runs first began as {ids}, started as {in_order}")
+    for wid in sorted(keyed.keys() & evidence.finals.keys()):
+        if wid not in first or wid not in last:
+            v.append(f"{wid}: completed, its ledger has no begin or no end line")
+    if not torture_app.QUEUEING:
+        return
+    sets = [r for r in evidence.journal if r[0] == R.QueueSet]
+    if len(sets) > 1:
+        v.append(f"queue {queue}: set {len(sets)} times, once expected")
+    lives = [("the first life", seen.queues), ("the last life", evidence.queues)]
+    for life, queues in lives:
+        for info in queues or []:
+            if info["running"] or info["queued"]:
+                v.append(
+                    f"{life}, every run closed, queue {info['name']}: {info['running']} run(s) "
+                    f"in, {info['queued']} waiting (a place leaked)"
+                )
+    # The first life started runs only once the sizes were durable.
+    due = [("the first life", seen.queues)] if seen.queues is not None else []
+    if seen.queue_set or evidence.finals:
+        due.append(("the last life", evidence.queues))
+    for life, queues in due:
+        found = [
+            (i["concurrency"], i["per_key"], i["set"]) for i in queues or [] if i["name"] == queue
+        ]
+        if found != [(None, per_key, True)]:
+            v.append(f"{life}, queue {queue}: found as {found}, [(None, {per_key}, True)] expected")
 
 
 def _check_updates(report: Report, evidence: Evidence, wids: dict[str, str]) -> None:

@@ -13,7 +13,9 @@ that nothing was lost; or, for the limit's size a checkpoint holds, that it was
 lost or changed. The box runs' updates too: an acknowledged update missing from
 its run's result or in it twice, one never acknowledged in it twice, two out of
 the order acknowledged, an async update's step run again after its result was
-recorded.
+recorded. The queued runs too: two runs of a key inside at once, a key's runs
+begun out of their start order, a run let in twice or before its turn, its code
+recorded before it was let in, a place in the queue leaked.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from fusee_runtime.journal.storage import Storage
 from fusee_runtime.store import history_db as history
 
 from .harness import Evidence, Report, Seen, check, newest_checkpoint, read_home, trial
-from .torture_app import FAULTS, LIMIT, LIMIT_PERMITS, FaultStorage
+from .torture_app import FAULTS, LIMIT, LIMIT_PERMITS, QUEUE, QUEUE_PER_KEY, FaultStorage
 
 # The trials take minutes: they run on their own, after the rest of the suite
 # (`pytest -m slow`, the last step of .ci/run and of the README's test command).
@@ -81,6 +83,9 @@ def test_crash_trials_break_no_promise(tmp_path: Path) -> None:
     assert sum(r.box_updates for r in reports) > 500
     assert sum(r.after_reopen for r in reports) > 50
     assert sum(r.box_unanswered for r in reports) >= 1, "every box update sent was answered"
+    # Queued runs, one at a time per key: most waited for their turn.
+    assert sum(r.queued for r in reports) > 500
+    assert sum(r.waited for r in reports) > 300
 
 
 def test_crash_trials_with_every_payload_encrypted_break_no_promise(
@@ -493,9 +498,116 @@ def _answer_a_box_update_whose_write_failed(ev: Evidence) -> str:
     return f"{wid}: update {uid} was answered, though its write failed"
 
 
+def _queued(ev: Evidence) -> dict[str, list[dict[str, Any]]]:
+    """The queued runs' ledger lines, by the run's workflow id."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for line in ev.ledger:
+        if "queued" in line:
+            out.setdefault(line["key"].split("/")[0], []).append(line)
+    return out
+
+
+def _two_of_a_key(ev: Evidence) -> tuple[str, str, str]:
+    """A queue key and two of its runs, the second let in after the first."""
+    started = [r[2] for r in ev.journal if r[0] == R.RunStarted]
+    by_key: dict[str, list[str]] = {}
+    for wid in started:
+        key = ev.planned.get(wid, {}).get("queue_key")
+        if key:
+            by_key.setdefault(key, []).append(wid)
+    key, (a, b, *_) = next((k, w) for k, w in sorted(by_key.items()) if len(w) > 1)
+    return key, a, b
+
+
+def _begin_while_another_of_the_key_is_inside(ev: Evidence) -> str:
+    key, a, b = _two_of_a_key(ev)
+    begin = next(x for x in _queued(ev)[b] if x["queued"] == "begin")
+    at = ev.ledger.index(next(x for x in _queued(ev)[a] if x["queued"] == "begin")) + 1
+    ev.ledger.insert(at, {**begin, "pid": -1})
+    return f"key {key}: {b} began (ledger line {at}) while {a} was inside"
+
+
+def _begin_a_key_out_of_start_order(ev: Evidence) -> str:
+    key, a, b = _two_of_a_key(ev)
+    at = [i for i, r in enumerate(ev.journal) if r[0] == R.RunStarted and r[2] in (a, b)]
+    ev.journal[at[0]], ev.journal[at[1]] = ev.journal[at[1]], ev.journal[at[0]]
+    return f"key {key}: runs first began as [{a!r}, {b!r}"
+
+
+def _let_a_run_in_twice(ev: Evidence) -> str:
+    rec = _twice(ev, lambda r: r[0] == R.RunAdmitted)
+    return f"{_started(ev)[rec[1]]}: let in by its queue 2 times (at the end)"
+
+
+def _let_a_run_in_while_another_of_its_key_is(ev: Evidence) -> str:
+    key, a, b = _two_of_a_key(ev)
+    admitted = next(r for r in ev.journal if r[0] == R.RunAdmitted and r[1] == _run_of(ev, b))
+    ev.journal.remove(admitted)
+    at = next(
+        i for i, r in enumerate(ev.journal) if r[0] == R.RunAdmitted and r[1] == _run_of(ev, a)
+    )
+    ev.journal.insert(at + 1, admitted)
+    return f"{b}: let in while {a} of key {key} was inside (at the end)"
+
+
+def _run_queued_code_before_it_was_let_in(ev: Evidence) -> str:
+    _, a, _ = _two_of_a_key(ev)
+    run_id = _run_of(ev, a)
+    admitted = next(r for r in ev.journal if r[0] == R.RunAdmitted and r[1] == run_id)
+    ev.journal.remove(admitted)
+    ev.journal.append(admitted)
+    return f"{a}: StepCompleted recorded before its queue let it in (at the end)"
+
+
+def _begin_in_the_first_life_before_being_let_in(ev: Evidence) -> str:
+    wid, lines = next((w, x) for w, x in sorted(_queued(ev).items()) if x[0]["pid"] == ev.seen.pid)
+    ev.after_crash = _without(ev.after_crash, R.RunAdmitted, _run_of(ev, wid))
+    return f"{wid}: began in the first life (ledger line {ev.ledger.index(lines[0])}), the journal"
+
+
+def _lose_a_queued_runs_end(ev: Evidence) -> str:
+    _, a, _ = _two_of_a_key(ev)
+    run_id = _run_of(ev, a)
+    ev.ledger = [x for x in ev.ledger if x.get("queued") != "end" or x["run"] != run_id]
+    return f"{a}: completed, its ledger has no begin or no end line"
+
+
+def _leak_a_place_in_the_queue(ev: Evidence) -> str:
+    info = next(i for i in ev.queues if i["name"] == QUEUE)
+    info["running"] = 1
+    return f"the last life, every run closed, queue {QUEUE}: 1 run(s) in, 0 waiting"
+
+
+def _lose_the_queues_sizes(ev: Evidence) -> str:
+    ev.queues = [i for i in ev.queues if i["name"] != QUEUE]
+    return f"the last life, queue {QUEUE}: found as [], [(None, {QUEUE_PER_KEY}, True)] expected"
+
+
+def _acknowledge_a_queue_whose_write_failed(ev: Evidence) -> str:
+    assert ev.seen.queue_set
+    ev.seen.fault_records = [next(r for r in ev.journal if r[0] == R.QueueSet)]
+    return f"queue {QUEUE}: its sizes were acknowledged, though their write failed"
+
+
+def _lose_the_queue_in_the_crash(ev: Evidence) -> str:
+    ev.after_crash = [r for r in ev.after_crash if r[0] != R.QueueSet]
+    return f"queue {QUEUE}: its sizes were acknowledged, the journal after the crash lacks them"
+
+
 @pytest.mark.parametrize(
     "damage",
     [
+        _begin_while_another_of_the_key_is_inside,
+        _begin_a_key_out_of_start_order,
+        _let_a_run_in_twice,
+        _let_a_run_in_while_another_of_its_key_is,
+        _run_queued_code_before_it_was_let_in,
+        _begin_in_the_first_life_before_being_let_in,
+        _lose_a_queued_runs_end,
+        _leak_a_place_in_the_queue,
+        _lose_the_queues_sizes,
+        _acknowledge_a_queue_whose_write_failed,
+        _lose_the_queue_in_the_crash,
         _lose_an_acknowledged_update_from_a_result,
         _apply_an_acknowledged_update_twice,
         _apply_an_unacknowledged_update_twice,

@@ -47,6 +47,9 @@ def test_trials_on_postgresql_break_no_promise(tmp_path: Path, pg_server: Any) -
     assert sum(r.reopened for r in reports) >= 1
     assert sum(r.after_reopen for r in reports) > 0
     assert sum(r.box_updates for r in reports) > 100
+    # Queued runs, one at a time per key, their queue's state in PostgreSQL.
+    assert sum(r.queued for r in reports) > 200
+    assert sum(r.waited for r in reports) > 100
     # Checkpoints compacted fusee_journal, so the check read records that only a
     # checkpoint or the history store still held.
     assert sum(r.compacted_records for r in reports) >= 1
@@ -77,6 +80,7 @@ def test_trials_on_a_journal_of_a_sharded_database_break_no_promise(
             assert conn.execute("SELECT to_regclass('fusee_journal') IS NULL").fetchone() == (True,)
     assert sum(r.killed for r in reports) >= 1
     assert sum(r.children for r in reports) > 0
+    assert sum(r.queued for r in reports) > 0  # (the journal's own queue)
 
 
 def test_an_acknowledged_record_lost_from_the_database_is_caught(

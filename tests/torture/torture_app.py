@@ -18,6 +18,14 @@ begins and a `leave` line just before it returns (`_edge`), both inside the
 permit its attempt holds: so, in one process life, the steps between their two
 lines are never more than the permits held at once, which may never exceed
 the limit's size.
+
+A queued run (`inp["queue_key"]`: a quarter of the runs that take no update, as
+an update is refused while a run waits in its queue) is started in queue `QUEUE`,
+under one of `QUEUE_KEYS` keys, which the child sizes to one run at a time per key
+before it starts any run. Its first step writes a `begin` line, then it naps
+(parked, holding its place) and does what its plan says, and its last step writes
+an `end` line (`queued_edge`): so two runs of a key the queue let in at once would
+show in the ledger as one beginning while the other is inside.
 """
 
 from __future__ import annotations
@@ -314,7 +322,7 @@ def plan(seed: int, runs: int, where: tuple[int, int] = (0, 1)) -> list[tuple[st
     to belong to journal `where` (k of n: children are named after their parent and
     `#`, so theirs belong with it)."""
     rng = random.Random(seed)
-    out = []
+    out: list[tuple[str, dict[str, Any]]] = []
     for i in range(runs):
         out.append(
             (
@@ -338,6 +346,10 @@ def plan(seed: int, runs: int, where: tuple[int, int] = (0, 1)) -> list[tuple[st
                 },
             )
         )
+        # (not drawn either) A quarter of the runs that take no update are queued, the
+        # keys in turn.
+        queued = QUEUEING and i % QUEUE_SHARE == 1 and not out[-1][1]["update"]
+        out[-1][1]["queue_key"] = f"k{i // QUEUE_SHARE % QUEUE_KEYS}" if queued else None
     return out
 
 
@@ -480,9 +492,38 @@ class Counter:
         return len(self.callers)
 
 
+QUEUE = "tt.q"
+"""The queue of the queued runs (`inp["queue_key"]`): the child sets its sizes, no
+limit on the whole and `QUEUE_PER_KEY` per key, before it starts any run; later
+lives only find them."""
+QUEUE_PER_KEY = 1
+QUEUE_KEYS = 8
+"""Its keys: four or five runs each in a trial of 200, all started at once (so a run
+waits for those before it; more a key, and the trial's tail, where each key's runs
+go in one by one, grows longer)."""
+QUEUE_SHARE = 4
+"""One run in this many of the plan (of those that take no update) is queued."""
+QUEUE_NAP_S = 0.01
+"""How long a queued run parks after its `begin`, holding its place."""
+QUEUEING = os.environ.get("FUSEE_TORTURE_QUEUES", "1") == "1"
+"""Whether some runs are queued (`FUSEE_TORTURE_QUEUES=0` leaves them out: a trial's
+plan then is what it was before the queue)."""
+
+
+async def queued_edge(name: str, queue_key: str) -> dict[str, Any]:
+    """A queued run's first or last step (`qbegin`, `qend`): its ledger line says which
+    (`queued`: `begin` or `end`) and the run's queue key; checked as every step's is."""
+    edge = name.removeprefix("q")
+    return {"v": 0, "nonce": _ledger(name, ok=True, queued=edge, queue_key=queue_key)}
+
+
 @workflow(name="tt_mixed")
 async def mixed(ctx: Ctx, inp: dict[str, Any]) -> int:
     base = inp["base"]
+    queue_key = inp.get("queue_key")
+    if queue_key:  # inside from here to `qend`: no other run of its key may be
+        await ctx.step("qbegin", queued_edge, "qbegin", queue_key)
+        await ctx.sleep("qnap", QUEUE_NAP_S)
     bumped: list[int] = []
     if inp["update"]:  # applied wherever the run is when it comes; then "close" comes
 
@@ -525,6 +566,8 @@ async def mixed(ctx: Ctx, inp: dict[str, Any]) -> int:
     if inp.get("count"):  # once per run, whatever crashes: the harness checks it
         await ctx.object(COUNTER, "c").call("incr", ctx.workflow_id)
     total += (await ctx.step("last", work, "last", base + 999))["v"]
+    if queue_key:
+        await ctx.step("qend", queued_edge, "qend", queue_key)
     return total
 
 
