@@ -40,14 +40,7 @@ if TYPE_CHECKING:
     from fusee_runtime.journal.writer import Buckets
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
-OPEN_STATUSES = (
-    Status.SCHEDULED,
-    Status.QUEUED,
-    Status.RUNNING,
-    Status.PARKED,
-    Status.PAUSED,
-    Status.STUCK,
-)
+OPEN_STATUSES = tuple(status for status in Status if status.is_open)
 STEPS = (
     ("fusee_steps", "Steps finished (completed or failed for good).", "steps_done"),
     ("fusee_steps_failed", "Steps that failed for good.", "steps_failed"),
