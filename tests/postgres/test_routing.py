@@ -153,3 +153,23 @@ def test_labels_that_are_not_names_are_refused_where_declared() -> None:
         workflow(name="rt.bad", labels=set())(pipeline.fn)
     with pytest.raises(ValueError, match="heartbeat_timeout= goes with no labels="):
         step(labels={"gpu"}, heartbeat_timeout=5)(lambda: None)
+
+
+async def test_a_journal_of_several_offers_its_steps_in_the_base_schema(
+    make_engine: Any, pg_url: str
+) -> None:
+    """On a database of two journals the engine of journal 1 (its schema `<base>_shard1`)
+    offers its labelled steps where a worker of the database looks: the base schema."""
+    shared = open_shared(pg_url)
+    layout = await asyncio.to_thread(shared.layout, 2)
+    await asyncio.to_thread(shared.prepare, layout, 1)
+    id = next(f"s-{i}" for i in range(100) if layout.shard_of(f"s-{i}") == 1)
+    stop, taker = await _taker(pg_url, {"gpu"})
+    try:
+        async with make_engine(store=layout.url_of(1), clock=SystemClock()) as engine:
+            h = await engine.start(pipeline, 5, id=id)
+            assert (await h.result(timeout=60))["epochs"] == 5
+    finally:
+        stop.set()
+        await taker
+    assert WHERE == ["taker"]
