@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from fusee_runtime.dsl import StepOptions, registry
+from fusee_runtime.dsl import StepOptions
 from fusee_runtime.engine.limits import Permit
 from fusee_runtime.engine.state import Run
 from fusee_runtime.errors import CodecError, Failure
@@ -86,7 +86,7 @@ async def run_attempt(
         if host.config.step_mock is not None:
             run = execution.run
             fn = host.config.step_mock(run.workflow, run.workflow_id, name, attempt) or fn
-        needs = host.routing.needs(opts.labels, _labels_of(execution.run.workflow))
+        needs = host.routing.needs(opts.labels, execution.run.workflow)
         if needs:  # (run by a worker with them: `engine/routing.py`)
             fn = host.routing.remote(execution.run, seq, name, needs, fn)
         is_async = _is_async(fn)
@@ -324,12 +324,6 @@ async def after_abandoned(execution: Execution, seq: str, name: str, attempt: in
         given_up,
         attempt,
     )
-
-
-def _labels_of(workflow: str) -> frozenset[str] | None:
-    """The labels every step of a run of `workflow` needs (`@workflow(labels=...)`)."""
-    wf = registry().get(workflow)
-    return wf.labels if wf is not None else None
 
 
 def _set_none(fut: asyncio.Future[None]) -> None:

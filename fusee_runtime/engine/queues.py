@@ -110,17 +110,13 @@ class Queues:
     def holds(self, run: Run) -> bool:
         """Whether open `run` waits in its queue (then its code does not run now: it
         runs when `admit` lets it in). A run let in counts against its queue."""
-        spec = run.queue
-        if spec is None:
+        line = self._line(run, make=True)
+        if line is None:
             return False
-        queue = self._queues.setdefault(spec["name"], _Queue())
-        name = spec.get("key") or ""
-        key = queue.keys.setdefault(name, _Key())
+        queue, name, key = line
         if run.admitted:
             if run.run_id not in key.running:
-                key.running.add(run.run_id)
-                queue.running += 1
-            run.live.queued = None
+                _count_in(queue, key, run)
             return False
         if run.run_id not in self._waiting:
             self._waiting[run.run_id] = run
@@ -137,17 +133,27 @@ class Queues:
     def let_in_now(self, run: Run) -> None:
         """Lets waiting `run` in at once, whatever its queue's size (a cancelled run whose
         code must run its compensations)."""
-        spec = run.queue
-        if spec is None or run.run_id not in self._waiting or self.admit is None:
+        line = self._line(run, make=False)
+        if line is None or run.run_id not in self._waiting or self.admit is None:
             return
-        queue = self._queues[spec["name"]]
-        name = spec.get("key") or ""
-        key = queue.keys[name]
+        queue, name, key = line
         self._unwait(queue, key, name, run)
-        key.running.add(run.run_id)
-        queue.running += 1
-        run.live.queued = None
+        _count_in(queue, key, run)
         self.admit(run)
+
+    def _line(self, run: Run, make: bool) -> tuple[_Queue, str, _Key] | None:
+        """`run`'s queue, the name of its key ("" for none) and the key (None: it is in no
+        queue, or, unless `make`, in none this engine has seen)."""
+        spec = run.queue
+        if spec is None:
+            return None
+        name = spec.get("key") or ""
+        if make:
+            queue = self._queues.setdefault(spec["name"], _Queue())
+            return queue, name, queue.keys.setdefault(name, _Key())
+        found = self._queues.get(spec["name"])
+        key = found.keys.get(name) if found is not None else None
+        return None if found is None or key is None else (found, name, key)
 
     def _unwait(self, queue: _Queue, key: _Key, name: str, run: Run) -> None:
         """Takes waiting `run` out of its key's line (found by its place, not searched)."""
@@ -162,14 +168,10 @@ class Queues:
     def closed(self, run: Run) -> None:
         """Open `run` closed (its close appended): the place it held, or waited for, is
         free."""
-        spec = run.queue
-        queue = self._queues.get(spec["name"]) if spec is not None else None
-        if spec is None or queue is None:
+        line = self._line(run, make=False)
+        if line is None:
             return
-        name = spec.get("key") or ""
-        key = queue.keys.get(name)
-        if key is None:
-            return
+        queue, name, key = line
         run.live.queued = None
         if run.run_id in key.running:
             key.running.discard(run.run_id)
@@ -227,10 +229,8 @@ class Queues:
         key.waiting.pop(0)
         if key.waiting:
             queue.ring.append(name)
-        key.running.add(run_id)
-        queue.running += 1
         run = self._waiting.pop(run_id)
-        run.live.queued = None
+        _count_in(queue, key, run)
         return run
 
     # -- sizes -------------------------------------------------------------------------
@@ -308,6 +308,13 @@ class Queues:
                 )
             )
         return out
+
+
+def _count_in(queue: _Queue, key: _Key, run: Run) -> None:
+    """`run` is let in: it holds a place of its queue and its key, and waits no more."""
+    key.running.add(run.run_id)
+    queue.running += 1
+    run.live.queued = None
 
 
 def _entry(run: Run) -> tuple[int, int, str]:

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from fusee_runtime.dsl import step_named
+from fusee_runtime.dsl import registry, step_named
 from fusee_runtime.errors import CodecError, Failure, StoreUnavailable
 from fusee_runtime.typed import decode, dumps, returns
 
@@ -68,12 +68,14 @@ class Routing:
         self.tasks = tasks
         self._changed = changed
 
-    def needs(self, step: frozenset[str] | None, workflow: frozenset[str] | None) -> list[str]:
-        """The labels a step of a run of the workflow needs that this engine lacks (none:
-        it runs here)."""
-        if self.tasks is None or (not step and not workflow):
+    def needs(self, step: frozenset[str] | None, workflow: str) -> list[str]:
+        """The labels a step (`step`, its own) of a run of `workflow` needs that this
+        engine lacks (none: it runs here). Nothing is looked up on a store of one process."""
+        if self.tasks is None:
             return []
-        return sorted(((step or frozenset()) | (workflow or frozenset())) - self.labels)
+        wf = registry().get(workflow)
+        every = (step or frozenset()) | ((wf.labels if wf is not None else None) or frozenset())
+        return sorted(every - self.labels)
 
     def remote(
         self, run: Run, seq: str, name: str, labels: list[str], fn: Callable[..., object]
