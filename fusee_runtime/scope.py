@@ -21,7 +21,9 @@ it without importing each other.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import threading
 from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, NamedTuple
@@ -145,3 +147,32 @@ def check_id(id: str, *, existing: bool = False) -> str:
     if id in _ID_DOTS and not existing:
         raise Rejected(f"a workflow id may not be '.' or '..' (URLs resolve them as paths): {id!r}")
     return id
+
+
+_RANDOM = threading.Lock()
+_random_pool = b""
+_random_at = 0
+
+
+def fresh_id() -> str:
+    """A new random id, as `uuid.uuid4().hex` gives (32 hex digits, version 4), drawn
+    from the OS's randomness 256 ids at a time: one `getrandom` call per id was a few
+    microseconds of every start. A forked child draws afresh (`os.register_at_fork`)."""
+    global _random_pool, _random_at
+    with _RANDOM:
+        at = _random_at
+        if at + 16 > len(_random_pool):
+            _random_pool, at = os.urandom(4096), 0
+        _random_at = at + 16
+        b = bytearray(_random_pool[at : at + 16])
+    b[6] = b[6] & 0x0F | 0x40  # version 4
+    b[8] = b[8] & 0x3F | 0x80  # RFC 4122 variant
+    return b.hex()
+
+
+def _forked() -> None:
+    global _random_pool, _random_at
+    _random_pool, _random_at = b"", 0
+
+
+os.register_at_fork(after_in_child=_forked)

@@ -128,7 +128,7 @@ async def run_live(
     host, run = execution.host, execution.run
     if host.replay_only:
         execution.journal_ends(seq, kind.kind, name)  # a step in flight: it would run now
-    task = asyncio.current_task()
+    task = asyncio.current_task(host.loop)  # (given the loop: no `getpid` a step)
     execution.busy += 1
     if task is not None:
         execution.step_tasks[seq] = task

@@ -20,7 +20,6 @@ import contextlib
 import contextvars
 import logging
 import os
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
@@ -77,7 +76,7 @@ from fusee_runtime.model.records import (
     RunUnstuck,
     SignalReceived,
 )
-from fusee_runtime.scope import check_name
+from fusee_runtime.scope import check_name, fresh_id
 from fusee_runtime.steps import StepWorkers
 from fusee_runtime.tracing import Tracing
 from fusee_runtime.typed import ANY, Shape, check, dumps, parameter, returns
@@ -309,7 +308,7 @@ class Driver:
         run_id: str | None = None,
         traceparent: str | None = None,
     ) -> Run:
-        run_id = run_id or uuid.uuid4().hex
+        run_id = run_id or fresh_id()
         now = self.clock.now()
         origin = origin_of(self, origin, workflow, workflow_id, traceparent)
         input = Payload(encoded_input)
@@ -338,7 +337,7 @@ class Driver:
         wf = self.defined(run.workflow)
         shape = None if wf is None else parameter(wf.fn, 1)
         encoded = self.encode(input, f"the input of workflow {run.workflow!r}", shape)
-        new_run_id = uuid.uuid4().hex
+        new_run_id = fresh_id()
         now = self.clock.now()
         rec = RunContinuedAsNew(run.run_id, new_run_id, Payload(encoded), now)
         lsn = self.durability.append(rec)
@@ -367,7 +366,7 @@ class Driver:
         live.stuck = None  # if it stops again, its code says so again
         # In a context of its own: a run started from another run's code (a child)
         # must not inherit that code's operation numbering or execution.
-        live.task = asyncio.get_running_loop().create_task(
+        live.task = (self.durability.loop or asyncio.get_running_loop()).create_task(
             self._drive(run), name=f"fusee:{run.workflow_id}", context=contextvars.Context()
         )
 
@@ -560,8 +559,9 @@ class Driver:
         run.live.updates.clear()
         self.limits.queues.closed(run)
         self.bursts.forget(run)
-        if run.live.task is not None and run.live.task is not asyncio.current_task():
-            run.live.task.cancel()
+        task = run.live.task
+        if task is not None and task is not asyncio.current_task(self.durability.loop):
+            task.cancel()
         closed = self.durability.future(run.close_lsn or 0)
         closed.add_done_callback(lambda f: self._closed_durable(run, f))
         self.family.closed(run)

@@ -39,6 +39,7 @@ import asyncio
 import heapq
 import itertools
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,9 @@ log = logging.getLogger("fusee")
 COMMIT_HERE_SYNC_S_MAX = 0.002
 """Above this `fdatasync` time (a moving average), commits stay on the writer thread
 even when the loop is idle, so a slow disk never holds up the loop for long."""
+YIELD_EVERY_S = 0.0005
+"""A run whose commits all happen on the loop (alone, on a fast disk) still lets the
+loop poll for I/O and timers at least this often."""
 KICK_WAITS_FOR_READY = 4
 """A commit waits for this many callbacks ready on the loop (a few rounds at most) to
 run first and then commits on the loop; with more ready it goes to the writer thread."""
@@ -102,6 +106,7 @@ class Durability:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._kick_handle: asyncio.Handle | None = None  # `_kick` scheduled for the batch
         self._kick_rounds = 0  # times it waited for the loop's last few ready callbacks
+        self._yielded_at = 0.0  # (monotonic) when `wait` last gave the loop a round
         self._progress: asyncio.Event | None = None
         self.chain: Chain = PLAIN
         """The engine's payload codecs, applied to what is appended from `start` on."""
@@ -216,8 +221,9 @@ class Durability:
             or not all(h is handle or h.cancelled() for h in tuple(ready))
         ):
             return False
-        handle.cancel()
-        self._kick_handle = None
+        # The kick stays scheduled: the records appended until it runs join its batch
+        # without scheduling another (it finds nothing to commit if none came); the
+        # rounds it waited were for the batch committed here.
         self._kick_rounds = 0
         if self.writer is not None and self.failed is None:
             self._commit_on_loop()
@@ -266,7 +272,7 @@ class Durability:
 
     def future(self, lsn: int) -> asyncio.Future[None]:
         """A future done once every record up to `lsn` is durable."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[None] = (self._loop or asyncio.get_running_loop()).create_future()
         if lsn <= self.durable_lsn:
             fut.set_result(None)
         elif self.failed is not None:
@@ -285,9 +291,15 @@ class Durability:
         if lsn <= self.durable_lsn:
             return
         if self._commit_if_alone() and lsn <= self.durable_lsn:
-            # Still one round of the loop, so it polls for I/O and a run that
-            # never waits otherwise cannot keep every other run from going on.
-            await asyncio.sleep(0)
+            # Still a round of the loop now and then, so it polls for I/O and a run
+            # that never waits otherwise cannot keep every other run from going on:
+            # at once when a callback is ready (a waiter this commit woke), else once
+            # `YIELD_EVERY_S` has passed (a round each step is a tenth of its CPU).
+            ready = getattr(self._loop, "_ready", ())  # (the kick, at least)
+            now = time.monotonic()
+            if len(ready) > 1 or now - self._yielded_at >= YIELD_EVERY_S:
+                self._yielded_at = now
+                await asyncio.sleep(0)
             return
         await self.future(lsn)
 

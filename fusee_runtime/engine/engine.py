@@ -37,6 +37,7 @@ from fusee_runtime import search
 from fusee_runtime.codecs import chain_of
 from fusee_runtime.completions import Tokens
 from fusee_runtime.dsl import Rate, WorkflowDef
+from fusee_runtime.engine import collector
 from fusee_runtime.engine.batches import BATCH, Action, Batches
 from fusee_runtime.engine.batches import check as batch_spec
 from fusee_runtime.engine.calls import Calls
@@ -205,6 +206,7 @@ class Engine(FlowControl, Calls):
         self.checkpoints.requeue_closed()
         self.driver.tracing = open_tracing(self.config.tracing, self.config.tracer_provider)
         self.driver.opened = True
+        collector.engine_opened(self.config.gc_threshold)
         if self.config.drive:
             self.driver.run_log = RunLog(journal.run_log(self.home))
             self.driver.routing.tasks = journal.tasks()
@@ -241,6 +243,7 @@ class Engine(FlowControl, Calls):
         if not self.driver.opened or self.driver.closing:
             return
         self.driver.stop()
+        collector.engine_closed()
         self.checkpoints.stop()
         await self.schedules.stop()
         await self.driver.timers.stop()

@@ -36,7 +36,6 @@ open, no cancel recorded yet), so applying them again does nothing.
 
 from __future__ import annotations
 
-import uuid
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +47,7 @@ from fusee_runtime.model.op_records import CancelSent, ChildClosed, ChildStarted
 from fusee_runtime.model.ops import CancelSentOp, ChildOp, Peer, SignalSentOp
 from fusee_runtime.model.payload import NULL, Payload
 from fusee_runtime.model.records import RunTerminated
+from fusee_runtime.scope import fresh_id
 from fusee_runtime.store.shards import shard_of
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ class Family:
             )
             self.driver.append(parent, refused)
             return
-        child_run_id = uuid.uuid4().hex
+        child_run_id = fresh_id()
         input = Payload(encoded)
         self.driver.append(
             parent,

@@ -153,16 +153,19 @@ class RunHandle:
                     )
                 if run.live.closed is None:
                     run.live.closed = loop.create_future()
-                left = None if deadline is None else max(deadline - loop.time(), 0)
-                try:
-                    # Not asyncio.wait_for: on 3.11 it swallows a cancel that
-                    # lands as the future completes, and the caller runs on.
-                    async with asyncio.timeout(left):
-                        await asyncio.shield(run.live.closed)
-                except TimeoutError:
-                    raise TimedOut(
-                        f"run {self.id!r} did not finish within {limit:g} s (status {run.status})"
-                    ) from None
+                if deadline is None:  # (no `asyncio.timeout` to make and look up)
+                    await asyncio.shield(run.live.closed)
+                else:
+                    try:
+                        # Not asyncio.wait_for: on 3.11 it swallows a cancel that
+                        # lands as the future completes, and the caller runs on.
+                        async with asyncio.timeout(max(deadline - loop.time(), 0)):
+                            await asyncio.shield(run.live.closed)
+                    except TimeoutError:
+                        raise TimedOut(
+                            f"run {self.id!r} did not finish within {limit:g} s "
+                            f"(status {run.status})"
+                        ) from None
             if self._pinned is not None:
                 successor = self._successor(run)
                 if successor is not None:

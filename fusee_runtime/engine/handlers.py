@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import uuid
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -42,7 +41,7 @@ from fusee_runtime.model.op_records import CompletionDone
 from fusee_runtime.model.ops import CompletionOp, GroupOp
 from fusee_runtime.model.payload import NULL, Payload
 from fusee_runtime.model.records import UpdateAccepted, UpdateApplied
-from fusee_runtime.scope import NAME_CHARS_MAX, Halt, handling
+from fusee_runtime.scope import NAME_CHARS_MAX, Halt, fresh_id, handling
 from fusee_runtime.typed import decode, parameter
 from fusee_runtime.updates import outcome
 
@@ -128,7 +127,7 @@ class Handlers:
         self._check_not_applying(run, id, name)
         result, failure = self._call_plain(name, handle, arg, encoded_arg)
         at = self.driver.clock.now()
-        uid = update_id or uuid.uuid4().hex
+        uid = update_id or fresh_id()
         wire_failure = self._update_failure(failure, len(encoded_arg))
         applied = UpdateApplied(
             run.run_id,
@@ -240,7 +239,7 @@ class Handlers:
         """Records an async handler's update as accepted where the code waits, starts its
         handler once that is durable (a parked run's code runs again for it), and
         returns its result once applied and durable."""
-        uid, position = update_id or uuid.uuid4().hex, run.live.position
+        uid, position = update_id or fresh_id(), run.live.position
         now = self.driver.clock.now()
         lsn = self.driver.append(run, UpdateAccepted(run.run_id, uid, name, arg, position, now))
         # At once, where the code waits (its steps wait for the record to be durable).

@@ -9,7 +9,6 @@ import hashlib
 import inspect
 import logging
 import typing
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -18,7 +17,7 @@ import orjson
 from fusee_runtime.dsl import WorkflowDef
 from fusee_runtime.errors import FuseeError, NotFound, Rejected
 from fusee_runtime.objects import OBJECT_PREFIX, STATE, Handler, ObjectDef, object_id, registry
-from fusee_runtime.scope import NAME_CHARS_MAX, step_var
+from fusee_runtime.scope import NAME_CHARS_MAX, fresh_id, step_var
 from fusee_runtime.store.shards import shard_of
 from fusee_runtime.typed import parameter
 
@@ -139,7 +138,7 @@ class Objects:
         h = self.handler(name, handler)
         id = object_id(name, key)
         if (elsewhere := self._elsewhere(id)) is not None:
-            call_id = uuid.uuid4().hex if update_id is None else update_id
+            call_id = fresh_id() if update_id is None else update_id
             # Sent as JSON, typed as the handler takes it (as a call in this engine is).
             what = f"the argument of {name}.{handler}"
             shape = parameter(h.fn, 2) if h.takes_arg else None

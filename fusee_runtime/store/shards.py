@@ -23,11 +23,10 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import urllib.parse
-import uuid
 import zlib
 
 from fusee_runtime.errors import Rejected
-from fusee_runtime.scope import check_id
+from fusee_runtime.scope import check_id, fresh_id
 
 SHARDS_MAX = 256
 
@@ -59,7 +58,7 @@ def owned_id(id: str | None, shard: tuple[int, int]) -> str:
     k, n = shard
     if id is None:
         while True:  # n tries on average
-            fresh = uuid.uuid4().hex
+            fresh = fresh_id()
             if shard_of(fresh, n) == k:
                 return fresh
     check_id(id)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -284,6 +285,52 @@ async def test_an_idle_loop_commits_itself_without_the_writer_thread(
         d = await sequential(engine, 3)
     assert d["batches"] == d["syncs"] == 4
     assert d["batches_here"] == d["batches"] - 1
+
+
+async def test_a_lone_run_committing_on_the_loop_still_lets_it_poll_for_io(
+    home: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A lone run's commits happen on the loop, and its task goes on without a round
+    # of the loop after each (a round a step was a tenth of a step's CPU); but one
+    # comes at least every `YIELD_EVERY_S`, so I/O that becomes ready meanwhile (a
+    # control socket's request) is served while the run goes on, not after it.
+    monkeypatch.setattr(durability, "COMMIT_HERE_SYNC_S_MAX", float("inf"))
+    loop = asyncio.get_running_loop()
+    reader, writer = socket.socketpair()
+    served_at: list[int] = []
+
+    def served() -> None:
+        served_at.append(steps)
+        reader.recv(1)
+        loop.remove_reader(reader)
+
+    steps = 0
+
+    async def counted(i: int) -> int:
+        nonlocal steps
+        steps += 1
+        if i == 100:  # well into the run: from here on every commit is the loop's
+            writer.send(b"x")
+            loop.add_reader(reader, served)
+        return i
+
+    @workflow(name="jgc_long_lone")
+    async def long_lone(ctx: Ctx, n: int) -> int:
+        for i in range(n):
+            await ctx.step("s", counted, i)
+        return n
+
+    # One segment for the whole run: a new one is made by the thread, a round anyway.
+    config = Config(clock=clock, storage=FaultyStorage(), segment_bytes=16 << 20)
+    try:
+        async with Engine(home, app=None, config=config) as engine:
+            assert await (await engine.start("jgc_long_lone", 3000)).result() == 3000
+            here, batches = engine.counters()["batches_here"], engine.counters()["batches"]
+    finally:
+        reader.close()
+        writer.close()
+    assert served_at and served_at[0] < 3000, served_at
+    assert here >= batches - 2  # the run's commits did happen on the loop
 
 
 @pytest.mark.parametrize("storage", [Unsafe, SlowSync], ids=["not-loop-safe", "slow-disk"])
