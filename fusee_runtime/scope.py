@@ -24,6 +24,7 @@ import contextlib
 import os
 import re
 import threading
+import uuid
 from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, NamedTuple
@@ -150,6 +151,7 @@ def check_id(id: str, *, existing: bool = False) -> str:
 
 
 _RANDOM = threading.Lock()
+_UUID4 = uuid.uuid4
 _random_pool = b""
 _random_at = 0
 
@@ -157,8 +159,12 @@ _random_at = 0
 def fresh_id() -> str:
     """A new random id, as `uuid.uuid4().hex` gives (32 hex digits, version 4), drawn
     from the OS's randomness 256 ids at a time: one `getrandom` call per id was a few
-    microseconds of every start. A forked child draws afresh (`os.register_at_fork`)."""
+    microseconds of every start. A forked child draws afresh (`os.register_at_fork`).
+    Where `uuid.uuid4` was replaced (the golden journals' plays seed it, so that each
+    play writes the same bytes), the id is its."""
     global _random_pool, _random_at
+    if uuid.uuid4 is not _UUID4:
+        return uuid.uuid4().hex
     with _RANDOM:
         at = _random_at
         if at + 16 > len(_random_pool):

@@ -53,11 +53,12 @@ class Config:
     process's session ends at once, whatever the lease)."""
     segment_bytes: int = 16 << 20
     payload_bytes_max: int = 4 << 20
-    checkpoint_bytes: int | None = 4 << 20
+    checkpoint_bytes: int | None = 1 << 20
     """A checkpoint is written once the journal has grown this much since the last
     one (or by the last checkpoint's own size, if larger), and on a clean close.
-    None writes none: the journal is kept whole and replayed whole on open (for
-    looking at a home's full past, and for tests of the journal alone)."""
+    A crash leaves at most about this much journal to replay on open (1 MiB: some
+    8,000 records). None writes none: the journal is kept whole and replayed whole on
+    open (for looking at a home's full past, and for tests of the journal alone)."""
     retention: float | timedelta | None = None
     """Closed runs older than this (by when they closed) are deleted from the history
     store, checked on open and then hourly; None keeps them. Open runs are never pruned."""

@@ -51,6 +51,7 @@ from fusee_runtime.engine.handle import RunHandle
 from fusee_runtime.engine.handlers import Handlers
 from fusee_runtime.engine.home import HomeLock
 from fusee_runtime.engine.objects import Objects
+from fusee_runtime.engine.opening import rebuild
 from fusee_runtime.engine.registry import load_app
 from fusee_runtime.engine.runlog import RunLog
 from fusee_runtime.engine.runs import RunTable, wanted
@@ -190,11 +191,14 @@ class Engine(FlowControl, Calls):
         try:
             private_dir(self.home / "journal")
             await off_loop(journal, journal.open)
-            read = await off_loop(journal, journal.read)
-            self.handlers.tokens.shared = journal.token_secret()
-            self.runs.store = journal.history(self.home, lambda ids: soon(loop, self._stored, ids))
-            self.runs.store.open()
-            self.runs.rebuild(read, journal.locate, self.schedules, self.driver.limits)
+            with collector.held_off():  # (all it reads and rebuilds stays)
+                read = await off_loop(journal, journal.read)
+                self.handlers.tokens.shared = journal.token_secret()
+                self.runs.store = journal.history(
+                    self.home, lambda ids: soon(loop, self._stored, ids)
+                )
+                self.runs.store.open()
+                rebuild(self.runs, read, journal.locate, self.schedules, self.driver.limits)
             self.checkpoints.opened(read)
             self.durability.start(journal, read.scan.tail)
         except BaseException:

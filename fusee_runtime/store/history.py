@@ -33,7 +33,7 @@ import functools
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, cast
 
@@ -54,6 +54,8 @@ BATCH_DELAY_S = 0.05
 BATCH_ROWS_MAX = 5000
 RETRY_S = 1.0
 """How long the thread waits before writing again after a failed batch (a full disk)."""
+IDS_PER_QUERY = 500
+"""Run ids bound in one query of `closes` (SQLite takes 32,766 values, PostgreSQL 65,535)."""
 
 ResetSource = Callable[[JsonObject, Callable[[], list[list[Json]]]], "str | None"]
 """`prune`'s question to the engine: the run that a stored run of this `creation` was
@@ -362,6 +364,28 @@ class HistoryBase(Generic[Db]):
             made, recs = cast("tuple[JsonText | None, JsonText]", got)  # (the schemas')
             creation = orjson.loads(made) if made is not None else None
             return creation, orjson.loads(recs)
+
+        return self._read(read)
+
+    def closes(
+        self, after: int | None, run_ids: Collection[str] = ()
+    ) -> list[tuple[str, int, int]]:
+        """(run_id, start_lsn, close_lsn) of the stored runs begun after record `after`
+        (None: none of them) and of those of `run_ids`: what opening asks before it
+        replays the journal (`engine/opening.py`)."""
+        p = self.dialect.p
+        head = f"SELECT run_id, start_lsn, close_lsn FROM {self.dialect.runs} "
+        ids = list(run_ids)
+
+        def read(db: Any) -> list[tuple[str, int, int]]:
+            got: list[tuple[str, int, int]] = []
+            if after is not None:  # (by the index on start_lsn)
+                got += db.execute(head + f"WHERE start_lsn > {p}", (after,)).fetchall()
+            for i in range(0, len(ids), IDS_PER_QUERY):
+                part = ids[i : i + IDS_PER_QUERY]
+                where = f"WHERE run_id IN ({', '.join([p] * len(part))})"
+                got += db.execute(head + where, part).fetchall()
+            return got
 
         return self._read(read)
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -128,6 +128,13 @@ class HistoryStore(Protocol):
         ...
 
     def records_of(self, workflow_id: str) -> list[tuple[str, list[list[Any]]]]: ...
+    def closes(
+        self, after: int | None, run_ids: Collection[str] = ()
+    ) -> list[tuple[str, int, int]]:
+        """(run_id, start_lsn, close_lsn) of the stored runs begun after record `after`
+        (None: none) and of those of `run_ids` (`engine/opening.py`)."""
+        ...
+
     def list(
         self,
         status: str | None,

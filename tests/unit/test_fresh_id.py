@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import uuid
 
+import pytest
+
 from fusee_runtime.scope import fresh_id
 
 
@@ -31,3 +33,11 @@ def test_a_forked_child_does_not_draw_the_ids_its_parent_draws_next() -> None:
     os.waitpid(pid, 0)
     assert len(child) == 32
     assert child != fresh_id()  # a shared pool would hand both the same id
+
+
+def test_a_replaced_uuid4_gives_the_ids_as_the_golden_plays_seed_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made = iter([uuid.UUID(int=n, version=4) for n in (1, 2)])
+    monkeypatch.setattr(uuid, "uuid4", lambda: next(made))
+    assert [fresh_id(), fresh_id()] == [uuid.UUID(int=n, version=4).hex for n in (1, 2)]
