@@ -49,6 +49,7 @@ def bench(checkout: Path, args: list[str], scratch: Path) -> dict[str, float]:
         done = subprocess.run(
             [sys.executable, "-m", "fusee_cli", "bench", "--json", "--home", str(home), *args],
             env=env,
+            cwd=checkout,  # (`-m` puts the working directory first on the path)
             capture_output=True,
             text=True,
             check=False,
