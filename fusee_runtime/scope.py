@@ -177,7 +177,8 @@ def fresh_id() -> str:
 
 
 def _forked() -> None:
-    global _random_pool, _random_at
+    global _RANDOM, _random_pool, _random_at
+    _RANDOM = threading.Lock()  # (a thread of the parent may have held it at the fork)
     _random_pool, _random_at = b"", 0
 
 

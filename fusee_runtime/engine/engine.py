@@ -141,6 +141,7 @@ class Engine(FlowControl, Calls):
         self._lock: HomeLock | None = None
         self._control: ControlServer | None = None
         self._hurry = asyncio.Event()
+        self._collecting = False  # counted open by `collector`
 
     @property
     def closing(self) -> bool:
@@ -210,7 +211,6 @@ class Engine(FlowControl, Calls):
         self.checkpoints.requeue_closed()
         self.driver.tracing = open_tracing(self.config.tracing, self.config.tracer_provider)
         self.driver.opened = True
-        collector.engine_opened(self.config.gc_threshold)
         if self.config.drive:
             self.driver.run_log = RunLog(journal.run_log(self.home))
             self.driver.routing.tasks = journal.tasks()
@@ -232,6 +232,8 @@ class Engine(FlowControl, Calls):
             self.schedules.start()
         if self.config.drive and self.config.retention is not None:
             self.checkpoints.start_retention(self.prune, self.durability.progressed)
+        collector.engine_opened(self.config.gc_threshold)  # (last: an open that fails counts not)
+        self._collecting = True
 
     async def close(self, grace: float = 0.0, *, crash: bool = False) -> None:
         """Stops running code (open runs resume on the next open) and syncs the journal.
@@ -247,7 +249,9 @@ class Engine(FlowControl, Calls):
         if not self.driver.opened or self.driver.closing:
             return
         self.driver.stop()
-        collector.engine_closed()
+        if self._collecting:
+            collector.engine_closed()
+            self._collecting = False
         self.checkpoints.stop()
         await self.schedules.stop()
         await self.driver.timers.stop()

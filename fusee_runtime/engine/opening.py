@@ -49,13 +49,18 @@ from fusee_runtime.engine.schedules import Schedules
 from fusee_runtime.errors import HistoryDamaged, StoreUnavailable
 from fusee_runtime.journal.reader import JournalRead
 from fusee_runtime.model.codec import RECORDS
+from fusee_runtime.model.payload import MARK
 from fusee_runtime.model.records import CLOSES, OfRun, RunContinuedAsNew, RunStarted
+from fusee_runtime.model.sealing import is_envelope
 from fusee_runtime.store.seam import HistoryStore
 
 _OF_RUN = frozenset(int(code) for code, cls in RECORDS.items() if issubclass(cls, OfRun))
 """The type codes of the records of one run (their `run_id` is the array's second item)."""
 _CLOSING = frozenset(int(cls.code) for cls in CLOSES if cls is not RunContinuedAsNew)
 _STARTED = int(RunStarted.code)
+_SEALED = orjson.dumps(MARK)[1:-1]
+"""How an envelope's mark reads inside a record's JSON (a record holding none has no
+payload to open)."""
 
 _WIDTHS = {int(code): 1 + len(fields(cls)) for code, cls in RECORDS.items()}
 """The length of each record type's array: its code, then its fields."""
@@ -72,6 +77,11 @@ class Left:
     """(workflow_id, start_lsn) by run id."""
     records: int = 0
     """Their records taken out of the journal's replay (those of the checkpoint not counted)."""
+    envelopes: dict[tuple[str, ...], Any] = field(default_factory=dict)
+    """One encoded payload of theirs (`model/sealing.py`) for each list of codec labels
+    their records hold: opened after the fold, as the fold would have opened them, so
+    that a key missing or wrong is still found at open (and kept for the checkpoint's
+    checks) when no payload it encrypted is left to replay."""
 
 
 def rebuild(
@@ -89,6 +99,8 @@ def rebuild(
     """
     left = leave_stored(read, runs.store)
     runs.rebuild(read, locate, schedules, limits)
+    for envelope in left.envelopes.values():
+        runs.chain.opened(envelope)  # (CodecError: a key missing or wrong, as in the fold)
     forget_newest(runs, left)
     return left
 
@@ -124,16 +136,30 @@ def leave_stored(read: JournalRead, store: HistoryStore | None) -> Left:
             continue
         if seen[0] == _STARTED and seen[3] in _CLOSING:
             left.runs[run_id] = (seen[4], start)
-    if not left.runs:
-        return left
+    if left.runs:
+        _take_out(read, owners, left)
+    return left
+
+
+def _take_out(read: JournalRead, owners: list[str | None], left: Left) -> None:
+    """Takes the records of `left.runs` out of `read` (`owners`: the run of each record
+    after the checkpoint), and their envelopes into `left.envelopes`."""
     gone = left.runs
-    kept = [rec for rec, run_id in zip(records, owners, strict=True) if run_id not in gone]
+    records = read.scan.records
+    kept: list[tuple[int, bytes]] = []
+    for rec, run_id in zip(records, owners, strict=True):
+        if run_id not in gone:
+            kept.append(rec)
+        elif _SEALED in rec[1]:
+            _envelopes(orjson.loads(rec[1]), left.envelopes)
     left.records = len(records) - len(kept)
     read.scan.records = kept
-    if before:
-        assert read.base is not None
+    if read.base is not None:
+        entries = read.base.body["runs"]
         read.base.body["runs"] = [e for e in entries if _run_of(e) not in gone]
-    return left
+        for entry in entries:
+            if _run_of(entry) in gone:
+                _envelopes([entry[0], *(array for _, array in entry[1])], left.envelopes)
 
 
 def forget_newest(runs: RunTable, left: Left) -> None:
@@ -143,6 +169,19 @@ def forget_newest(runs: RunTable, left: Left) -> None:
         newest = runs.newest.get(workflow_id)
         if newest is not None and newest.start_lsn < start_lsn:
             del runs.newest[workflow_id]
+
+
+def _envelopes(values: list[Any], found: dict[tuple[str, ...], Any]) -> None:
+    """Adds to `found` each envelope among `values` and the values of those that are
+    arrays or objects (a record's fields, a run's creation), one per list of labels."""
+    for value in values:
+        for v in value if isinstance(value, list) else [value]:
+            inner = v.values() if isinstance(v, dict) and not is_envelope(v) else [v]
+            for w in inner:
+                if is_envelope(w):
+                    labels = w.get(MARK)
+                    key = tuple(str(x) for x in labels) if isinstance(labels, list) else ()
+                    found.setdefault(key, w)
 
 
 def _spans(

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from fusee_runtime import Config, Ctx, Engine, FakeClock, step, workflow
+from fusee_runtime import CodecError, Config, Ctx, Engine, FakeClock, step, workflow
+from fusee_runtime.codecs import Encrypt
 from fusee_runtime.engine import checkpoints as checkpoints_module
 from fusee_runtime.journal import checkpoint as ckpt
 from fusee_runtime.journal.storage import Storage
@@ -297,3 +298,39 @@ async def test_on_postgresql_the_closed_runs_fusee_runs_took_stay_there(
         assert engine.runs.store is not None and engine.runs.store.rows_written == 0
         await engine.signal("open", "go", "v")
         assert await engine.handle("open").result() == [14, "v"]
+
+
+K1, K2 = bytes(range(32)), bytes(range(100, 132))
+
+
+@pytest.mark.parametrize("codec", ["none", "missing", "wrong"])
+@pytest.mark.parametrize("checkpointed", [False, True], ids=["no-checkpoint", "checkpoint"])
+async def test_a_key_missing_or_wrong_is_found_though_the_stored_runs_stay_out(
+    make_engine, home, tmp_path, clock, codec: str, checkpointed: bool
+) -> None:
+    """The runs left in the store are not replayed, but each key their payloads were
+    encrypted with is still tried on open: a home whose only k1 payloads are in runs
+    the store took (a crash before the first checkpoint, or after one made before any
+    run) is refused with no key, another key or a wrong one, and nothing is written."""
+    k1 = Encrypt(keys={"k1": K1}, current="k1")
+    async with make_engine(codec=k1, checkpoint_bytes=1 << 30) as engine:
+        if checkpointed:
+            await engine.checkpoint()  # made before any run: it holds no k1 check
+        done = [await engine.start("co_short", i, id=f"e{i}") for i in range(3)]
+        for h in done:
+            await h.result()
+        await engine.checkpoints.flush_history()
+        assert set(engine.runs.by_run_id) == set()
+        image = crash_image(home, tmp_path / "image")
+    journal = sorted((image / "journal").iterdir())
+    before = {p.name: p.read_bytes() for p in journal}
+    other = {"none": None, "missing": Encrypt(keys={"k2": K2}), "wrong": Encrypt(keys={"k1": K2})}
+    engine = Engine(image, app=None, config=Config(clock=clock, codec=other[codec]))
+    with pytest.raises(CodecError) as raised:
+        await engine.open()
+    assert "key k1" in str(raised.value)
+    assert ("wrong" in str(raised.value)) == (codec == "wrong")
+    assert {p.name: p.read_bytes() for p in sorted((image / "journal").iterdir())} == before
+    async with Engine(image, app=None, config=Config(clock=clock, codec=k1)) as engine:
+        assert set(engine.runs.by_run_id) == set()  # (with the key: left in the store)
+        assert await engine.handle("e2").result() == 4
