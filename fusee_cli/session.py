@@ -91,8 +91,24 @@ def reporting() -> Iterator[None]:
         code = _code_of(e)
         if code is None:
             raise
-        error(str(e))
+        error(said(e))
         raise typer.Exit(code) from None
+
+
+APP_HINT = (
+    "; the app is the module that registers the workflows: --app MODULE, FUSEE_APP, "
+    'or app = "MODULE" under [tool.fusee] in ./pyproject.toml (default: workflows, '
+    "from the current directory)"
+)
+
+
+def said(e: Exception) -> str:
+    """An engine error's line: its message, and for an app module that is not there at
+    all, where the app is named (the default one is looked for in the current
+    directory only, so outside a project that is the usual cause)."""
+    if getattr(e, "missing", False) and type(e).__name__ == "AppImportError":
+        return f"{e}{APP_HINT}"
+    return str(e)
 
 
 def _code_of(e: Exception) -> Code | None:
@@ -318,7 +334,7 @@ def check_workflow(app: str, name: str) -> None:
     try:
         load_app(app)
     except AppImportError as e:
-        raise CliError(Code.USAGE, str(e)) from None
+        raise CliError(Code.USAGE, said(e)) from None
     try:
         # Building an Engine touches no file; only open() does.
         Engine(app=None).workflow(name)
@@ -389,7 +405,7 @@ def opening_error(home: Path, e: Exception) -> CliError | None:
     if isinstance(e, HomeLocked):
         return Locked(Code.USAGE, f"{e}; stop it or wait for it to finish")
     if isinstance(e, AppImportError | JournalCorrupt | OwnerUnanswered | StoreUnavailable):
-        return CliError(Code.USAGE, str(e))
+        return CliError(Code.USAGE, said(e))
     if isinstance(e, ValueError) and "Config.store" in str(e):
         return CliError(Code.USAGE, str(e))
     return None

@@ -91,6 +91,9 @@ def list_runs(
             from fusee_runtime.control.api import run_json
 
             session.print_json([run_json(info) for info in infos])
+        elif not infos and session.store() is None and not home.exists():
+            # (a typo in --home, or FUSEE_HOME: not an empty home)
+            session.echo_err(f"no runs: there is no home at {home} (--home or FUSEE_HOME)")
         elif not infos:
             session.echo_err("no runs")
         else:

@@ -151,7 +151,7 @@ def schedules(
                 try:
                     load_app(module)
                 except AppImportError as e:
-                    raise CliError(Code.USAGE, str(e)) from None
+                    raise CliError(Code.USAGE, session.said(e)) from None
                 return Engine(app=None).schedules.list(), None
             async with session.control(home, module, drive=False) as ctl:
                 if action == Action.LIST:

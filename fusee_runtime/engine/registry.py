@@ -17,6 +17,9 @@ class AppImportError(FuseeError, ImportError):
     Also an `ImportError`, as it always was, so code catching that still does.
     """
 
+    missing: bool = False
+    """The module itself was not found (not one it imports, nor its code failing)."""
+
 
 def load_app(app: str | ModuleType | Iterable[str] | None) -> list[ModuleType]:
     """Imports the app module(s), which registers their workflows.
@@ -40,7 +43,10 @@ def load_app(app: str | ModuleType | Iterable[str] | None) -> list[ModuleType]:
         try:
             modules.append(importlib.import_module(name))
         except Exception as e:
-            raise AppImportError(
-                f"cannot import app module {name!r}: {type(e).__name__}: {e}"
-            ) from e
+            error = AppImportError(f"cannot import app module {name!r}: {type(e).__name__}: {e}")
+            # Whether the module itself is missing (not one it imports, nor its code failing).
+            error.missing = isinstance(e, ModuleNotFoundError) and (
+                e.name == name or name.startswith(f"{e.name}.")
+            )
+            raise error from e
     return modules

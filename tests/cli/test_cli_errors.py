@@ -91,8 +91,23 @@ def test_an_app_that_fails_to_import_shows_the_import_error(
 
 def test_a_missing_app_module(cli, home, bad_input):
     r = cli("start", "order", "--home", str(home), "--app", "no_such_module_here")
-    bad_input(r, 2, "cannot import app module 'no_such_module_here'", "ModuleNotFoundError")
+    line = bad_input(r, 2, "cannot import app module 'no_such_module_here'", "ModuleNotFoundError")
+    # Where the app is named, for a module that is not there at all (outside a project,
+    # the default `workflows` is not).
+    assert '--app MODULE, FUSEE_APP, or app = "MODULE" under [tool.fusee]' in line
+    r = cli("workflows", "--app", "no_such_package.app")
+    assert "--app MODULE" in bad_input(r, 2, "cannot import app module 'no_such_package.app'")
     assert not home.exists()
+
+
+def test_an_app_whose_own_import_is_missing_gets_no_hint_of_where_the_app_is_named(
+    cli, home, bad_input, tmp_path, monkeypatch
+):
+    (tmp_path / "app_needing_a_lib.py").write_text("import no_such_lib_of_theirs\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    r = cli("workflows", "--app", "app_needing_a_lib")
+    line = bad_input(r, 2, "No module named 'no_such_lib_of_theirs'")
+    assert "--app MODULE" not in line
 
 
 def test_a_locked_home_names_the_owner(cli, on, home, journal, used_home, bad_input, monkeypatch):

@@ -104,7 +104,8 @@ CASES = [
     case("describe nope", 3, NO_RUN, home="none"),
     case("describe e-1", 2, "journal corrupt in", home="damaged"),
     case("list", 0, "st-1"),
-    case("list", 0, "no runs", home="none"),
+    case("list", 0, "no runs: there is no home at", home="none"),
+    case("list", 0, "no runs", home="bare"),
     case("list --limit 0", 0, "st-1"),  # 0: every run
     case("list --status open", 0, "h-1"),
     case(

@@ -138,8 +138,13 @@ def test_list_of_an_empty_home_is_empty_and_creates_nothing(cli, on, home):
     r = cli("list", "--json", *on)
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout) == []
-    assert cli("list", *on).stderr == "no runs\n"
+    # A home that does not exist is said so (a typo in --home is no empty home).
+    assert (
+        cli("list", *on).stderr == f"no runs: there is no home at {home} (--home or FUSEE_HOME)\n"
+    )
     assert not home.exists()
+    home.mkdir()
+    assert cli("list", *on).stderr == "no runs\n"
 
 
 def test_history_json_lists_the_records(cli, runs):
