@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -156,9 +157,12 @@ def _report(found: list[Any], as_json: bool) -> None:
     if as_json:
         session.print_json([r.as_json() for r in found])
     else:
+        ids = Counter(r.id for r in found)
         for r in found:
             verdict = "ok" if r.ok else "MISMATCH"
-            typer.echo(f"{verdict:8} {r.id} ({r.workflow}, {r.status}): {r.message}")
+            # An id with several runs replayed (a reset, a new run): each line names its run.
+            which = r.id if ids[r.id] == 1 else f"{r.id} run {r.run_id}"
+            typer.echo(f"{verdict:8} {which} ({r.workflow}, {r.status}): {r.message}")
     if not found:
         session.echo_err("no runs to replay")
     else:

@@ -255,3 +255,32 @@ def test_the_json_of_replay_is_documented() -> None:
     section = text[text.index("## `fusee replay --json`") :]
     for name in FIELDS:
         assert f"| `{name}` |" in section, name
+
+
+def test_replay_names_each_run_of_an_id_that_has_several(
+    cli, on, make_engine, testapp, monkeypatch
+) -> None:
+    # Two runs of m-1 (the second a new run of the id), both recorded step "a": with the
+    # code's first step now "b", both fail to replay, and each line says which run.
+    async def two_runs() -> list[str]:
+        run_ids = []
+        async with make_engine() as engine:
+            for n in range(2):
+                h = await engine.start("cli_mend", None, id="m-1", on_conflict="new_run")
+                await h.signal("go", n)
+                await h.result()
+                run_ids.append(engine.runs.latest("m-1").run_id)
+        return run_ids
+
+    first, second = asyncio.run(two_runs())
+    monkeypatch.setattr(testapp, "SHAPE", "b")
+    r = cli("replay", "--all", *on)
+    assert r.exit_code == 1, r.output
+    lines = sorted(r.stdout.splitlines())
+    assert lines == sorted(
+        f"MISMATCH m-1 run {run_id} (cli_mend, completed): replay mismatch at operation #1: "
+        "the journal holds step 'a', the code asks for step 'b'"
+        for run_id in (first, second)
+    )
+    one = cli("replay", "m-1", *on)  # the newest alone: the id is enough
+    assert one.stdout.startswith("MISMATCH m-1 (cli_mend, completed)"), one.stdout
