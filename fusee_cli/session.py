@@ -517,8 +517,19 @@ async def find_run(ctl: ControlApi, workflow_id: str) -> RunInfo:
         raise no_run(workflow_id) from None
 
 
+def owner_named(owner: int | None) -> str:
+    """The process that drives the runs, as a status line names it: the one that owns
+    the home, or with a PostgreSQL store (`--store`, FUSEE_STORE) the worker that
+    drives the journal (its pid is on the machine it runs on); None: this one."""
+    if owner is None:
+        return "this process"
+    if os.environ.get("FUSEE_STORE"):
+        return f"the worker that drives the journal (pid {owner})"
+    return f"the process that owns the home (pid {owner})"
+
+
 def goes_on(workflow_id: str, owner: int | None) -> str:
     """When a run acted on by a command goes on: the end of a status line."""
     if owner is not None:
-        return f"now, in the process that owns the home (pid {owner})"
+        return f"now, in {owner_named(owner)}"
     return f"when a process next drives the home: `fusee result {workflow_id} --wait`"

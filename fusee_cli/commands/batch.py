@@ -215,7 +215,7 @@ async def _run(
         if not follow:
             if not dry_run:
                 who = (
-                    f"now, in the process that owns the home (pid {ctl.owner})"
+                    f"now, in {session.owner_named(ctl.owner)}"
                     if ctl.owner is not None
                     else "when a process next drives the home (fusee serve)"
                 )

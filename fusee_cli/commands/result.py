@@ -57,7 +57,7 @@ def result(
             session.run(_result(home, module, workflow_id, timeout if wait else 0, as_json, waited))
         except KeyboardInterrupt:
             where = (
-                f"goes on in the process that owns the home (pid {waited.owner})"
+                f"goes on in {session.owner_named(waited.owner)}"
                 if waited.owner is not None
                 else "resumes when the home is next opened"
             )

@@ -169,7 +169,7 @@ def start(
                 echo_err(f"interrupted before the start of {wid} was durable")
                 raise typer.Exit(130) from None
             where = (
-                f"goes on in the process that owns the home (pid {started.owner})"
+                f"goes on in {session.owner_named(started.owner)}"
                 if started.owner is not None
                 else "resumes when the home is next opened"
             )
@@ -229,9 +229,7 @@ async def _start(
             info, existed = await ctl.start(workflow, value, id=asked, **flow)
         except NotFound as e:
             # The owner's app does not know the workflow this command's app knows.
-            raise CliError(
-                Code.USAGE, f"the process that owns the home (pid {ctl.owner}): {e}"
-            ) from None
+            raise CliError(Code.USAGE, f"{session.owner_named(ctl.owner)}: {e}") from None
         started.durable = True
         started.owner = ctl.owner  # the driver of the run's journal, with several
         # A debounced start that joins its burst answers with the burst's run.
