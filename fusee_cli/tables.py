@@ -179,6 +179,14 @@ def run_details(
         rows.append(("child", f"{more} more: fusee list --parent {info.id} --limit 0"))
     if info.error:
         rows.append(("error", info.error))
+    if str(info.status) == "stuck":  # (a paused run's wait says `fusee resume`)
+        rows.append(
+            (
+                "next",
+                f"fix the code, check it with `fusee replay {info.id}`, "
+                f"then `fusee resume {info.id}`",
+            )
+        )
     failure = getattr(info, "failure", None)
     tb = failure_lines(failure, verbose)
     if tb:

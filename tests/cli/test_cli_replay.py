@@ -284,3 +284,24 @@ def test_replay_names_each_run_of_an_id_that_has_several(
     )
     one = cli("replay", "m-1", *on)  # the newest alone: the id is enough
     assert one.stdout.startswith("MISMATCH m-1 (cli_mend, completed)"), one.stdout
+
+
+def test_describe_of_a_stuck_run_gives_its_next_step_and_resume_carries_it_on(
+    cli, on, make_stuck, testapp, bad_input
+) -> None:
+    make_stuck()  # s-1 recorded step "a"; the code now asks for "b"
+    assert cli("result", "s-1", "--wait", *on).exit_code == 1  # now stuck
+    described = cli("describe", "s-1", *on)
+    assert described.exit_code == 0, described.output
+    assert "stuck" in described.stdout
+    assert "fix the code, check it with `fusee replay s-1`, then `fusee resume s-1`" in (
+        " ".join(described.stdout.split())
+    )
+    testapp.SHAPE = "a"  # the fix
+    resumed = cli("resume", "s-1", *on)
+    assert resumed.exit_code == 0, resumed.output  # as the README's exit codes say
+    assert "resumed s-1 (stuck" in resumed.stderr
+    # A run neither paused nor stuck: exit 2.
+    r = cli("start", "cli_echo", "--input", "-", "--id", "e-9", *on, input='"x"')
+    assert r.exit_code == 0, r.output
+    bad_input(cli("resume", "e-9", *on), 2)
