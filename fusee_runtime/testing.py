@@ -240,6 +240,17 @@ class Env:
         await self.engine.signal(id, name, value)
         await self.idle()
 
+    async def resume(self, id: str) -> None:
+        """Resumes the newest run of `id` (a paused step runs again with a fresh retry
+        budget; a stuck run replays with the code loaded now), as `fusee resume` does,
+        then waits until it has acted.
+
+        Raises:
+            Rejected: the run is neither paused nor stuck.
+        """
+        await self.engine.resume(id)
+        await self.idle()
+
     async def complete(self, id: str, name: str, value: object = None) -> None:
         """Finishes the pending `ctx.await_completion(name, ...)` of the newest run of
         `id` with `value`, as `fusee complete TOKEN` would, then waits until it has acted.

@@ -82,7 +82,8 @@ async def test_a_flaky_service_pauses_the_run_until_it_is_resumed(fusee_env: Env
     await fusee_env.skip(seconds=1)  # its two attempts
     assert (await run.describe()).status == Status.PAUSED
     fusee_env.mock(fetch_rate, 1.25)  # the service is back
-    await fusee_env.engine.resume("fx-1")
+    await fusee_env.resume("fx-1")  # returns once the run has acted on it
+    assert (await run.describe()).status == Status.COMPLETED
     assert await run.result() == {"rate": 1.25, "cents": 1250}
 
 
