@@ -106,7 +106,9 @@ def said(e: Exception) -> str:
     """An engine error's line: its message, and for an app module that is not there at
     all, where the app is named (the default one is looked for in the current
     directory only, so outside a project that is the usual cause)."""
-    if getattr(e, "missing", False) and type(e).__name__ == "AppImportError":
+    from fusee_runtime.engine.registry import AppImportError  # (imported: `e` is its)
+
+    if isinstance(e, AppImportError) and e.missing:
         return f"{e}{APP_HINT}"
     return str(e)
 

@@ -23,6 +23,7 @@ from rich.text import Text
 
 from fusee_cli.render import status_text, stdout, when
 from fusee_runtime.model.run import Waiting, WaitKind
+from fusee_runtime.model.status import Status
 
 GAP = 2
 """Cells between two columns of a table."""
@@ -179,7 +180,7 @@ def run_details(
         rows.append(("child", f"{more} more: fusee list --parent {info.id} --limit 0"))
     if info.error:
         rows.append(("error", info.error))
-    if str(info.status) == "stuck":  # (a paused run's wait says `fusee resume`)
+    if info.status == Status.STUCK:  # (a paused run's wait says `fusee resume`)
         rows.append(
             (
                 "next",

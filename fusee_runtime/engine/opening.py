@@ -155,11 +155,13 @@ def _take_out(read: JournalRead, owners: list[str | None], left: Left) -> None:
     left.records = len(records) - len(kept)
     read.scan.records = kept
     if read.base is not None:
-        entries = read.base.body["runs"]
-        read.base.body["runs"] = [e for e in entries if _run_of(e) not in gone]
-        for entry in entries:
-            if _run_of(entry) in gone:
+        staying = []
+        for entry in read.base.body["runs"]:
+            if _run_of(entry) not in gone:
+                staying.append(entry)
+            else:
                 _envelopes([entry[0], *(array for _, array in entry[1])], left.envelopes)
+        read.base.body["runs"] = staying
 
 
 def forget_newest(runs: RunTable, left: Left) -> None:
