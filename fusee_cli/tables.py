@@ -146,9 +146,12 @@ def run_details(
     verbose: bool = False,
     children: list[Any] | None = None,
     driver: str | None = None,
+    completions: list[dict[str, Any]] | None = None,
 ) -> None:
-    """One run's state, as `fusee describe` shows it, with its children's statuses and
-    the process driving it (`driver`, when another one: shown while the run is open)."""
+    """One run's state, as `fusee describe` shows it, with its children's statuses, the
+    process driving it (`driver`, when another one: shown while the run is open), and
+    under each completion it waits for, its token and URL (`completions`, as the
+    control API's `completions` answers)."""
     grid = Table.grid(padding=(0, GAP))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column(overflow="fold")
@@ -167,7 +170,11 @@ def run_details(
         ("attribute", f"{k} = {orjson.dumps(v).decode()}")
         for k, v in sorted(info.attributes.items())
     ]
-    rows += [("waits for", waits_for(w)) for w in info.waiting]
+    tokens = list(completions or [])
+    for w in info.waiting:
+        rows.append(("waits for", waits_for(w)))
+        if w.kind is WaitKind.COMPLETION:
+            rows += _token_rows(w.name, tokens)
     if driver is not None and info.closed_at is None:
         rows.append(("driven by", driver))
     kids = list(reversed(children or []))  # in the order they started
@@ -195,6 +202,17 @@ def run_details(
     for name, value in rows:
         grid.add_row(name, value if isinstance(value, Text) else Text(value))
     stdout().print(grid)
+
+
+def _token_rows(step: str | None, tokens: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The token (and URL) of the first completion of `step` in `tokens`, taken from
+    it: a run may wait for two of one name (in `ctx.all`), in the same order."""
+    for k, awaited in enumerate(tokens):
+        if awaited["step"] == step:
+            del tokens[k]
+            rows = [("token", awaited["token"])]
+            return rows + ([("url", awaited["url"])] if awaited["url"] else [])
+    return []
 
 
 # -- workflows ---------------------------------------------------------------------------

@@ -5,7 +5,9 @@ carries a MAC under the home's secret (`<home>/secret`, created 0600 when
 the first token is issued), so only a token this home issued is taken, and
 a token that a later one replaced (`send` retried, or run again after a
 resume) is refused. Tokens are recomputed, never stored: the journal
-records only that an attempt issued one.
+records only that an attempt issued one. So is the token a run waits on now
+(`Tokens.awaited`, what `fusee describe` and `GET /v1/runs/{id}/completions`
+show): the current one of each `await_completion`, never one it replaced.
 
 The secret is written under a name no other account can guess and linked
 in place, and read only if it is no symbolic link and this account's
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING
 from fusee_runtime.errors import NotFound, Rejected
 from fusee_runtime.journal.safefiles import create_new, nofollow, temp_name
 from fusee_runtime.journal.storage import Storage
+from fusee_runtime.model.ops import CompletionOp
 
 if TYPE_CHECKING:
     from fusee_runtime.engine.state import Run
@@ -46,6 +49,19 @@ class Completion:
 
     token: str
     url: str | None = None
+
+
+@dataclass(frozen=True)
+class Awaited:
+    """An `await_completion` that an open run waits for, with the token that finishes it
+    now (`Engine.completions`)."""
+
+    step: str
+    """The step's name (`ctx.await_completion(name, send)`)."""
+    op: str
+    """Its operation's position in the run: "3", or "3.0.1" inside `ctx.all`."""
+    completion: Completion
+    """Its current token, and the URL that completes it when the HTTP API serves."""
 
 
 def home_secret(home: Path, storage: Storage) -> bytes:
@@ -146,6 +162,30 @@ class Tokens:
         """What `send` gets for the `issued`-th token of an `await_completion`."""
         secret = self.secret(create=True)
         assert secret is not None
-        token = make_token(secret, run.run_id, seq, issued)
+        return self._completion(secret, run.run_id, seq, issued)
+
+    def awaited(self, run: Run) -> list[Awaited]:
+        """The `await_completion`s open `run` waits for (a `completion` in its `waiting`),
+        in the order they began, each with its current token: the one `complete` takes
+        now. A token a later one replaced is not there, nor is the token of a paused
+        step (it waits for `resume`, which issues a new one). The secret is read, never
+        made: with none (moved aside), no token is good, and the list is empty."""
+        if not run.is_open:
+            return []
+        waiting = [
+            (seq, op)
+            for seq, op in run.pending.items()
+            if isinstance(op, CompletionOp) and not op.done and not op.paused and op.issued
+        ]
+        secret = self.secret(create=False) if waiting else None
+        if secret is None:
+            return []
+        return [
+            Awaited(op.name, seq, self._completion(secret, run.run_id, seq, op.issued))
+            for seq, op in waiting
+        ]
+
+    def _completion(self, secret: bytes, run_id: str, seq: str, issued: int) -> Completion:
+        token = make_token(secret, run_id, seq, issued)
         url = f"{self.http_url}/v1/complete/{token}" if self.http_url else None
         return Completion(token, url)

@@ -49,7 +49,7 @@ from fusee_runtime.errors import (
 )
 from fusee_runtime.journal import records
 from fusee_runtime.model.json import Json, JsonObject
-from fusee_runtime.model.run import RunInfo, Status
+from fusee_runtime.model.run import RunInfo, Status, top
 from fusee_runtime.objects import object_key
 
 if TYPE_CHECKING:
@@ -268,6 +268,21 @@ class Control(Operations):
         """Fails the `await_completion` step that issued `token`; returns as `complete`."""
         finished = self.engine.handlers.finish(token, None, message)
         return self._finished(*await self._recorded(finished))
+
+    async def completions(self, id: str, run_id: str | None = None) -> builtins.list[JsonObject]:
+        """The completions the run waits for (`Engine.completions`), as JSON: the step, its
+        operation (`seq` the top-level number, `op` its position, as `history` gives
+        them), its token and the URL that completes it (null without the HTTP API)."""
+        return [
+            {
+                "step": awaited.step,
+                "seq": top(awaited.op),
+                "op": awaited.op,
+                "token": awaited.completion.token,
+                "url": awaited.completion.url,
+            }
+            for awaited in await self.engine.completions(id, run_id=run_id)
+        ]
 
     @staticmethod
     def _finished(run: Run, seq: str) -> dict[str, str]:

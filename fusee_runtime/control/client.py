@@ -281,6 +281,9 @@ class Client(Operations):
     async def fail(self, token: str, message: str) -> dict[str, Any]:
         return await self._ask(ops.FAIL, token=token, message=message)
 
+    async def completions(self, id: str, run_id: str | None = None) -> builtins.list[JsonObject]:
+        return await self._ask(ops.COMPLETIONS, id=id, **_pinned(run_id))
+
     async def query(
         self, id: str, name: str, arg: object = None, run_id: str | None = None
     ) -> Json:

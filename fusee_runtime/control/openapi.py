@@ -129,6 +129,13 @@ _OPERATIONS: dict[tuple[str, str], JsonObject] = {
         {200: _answer("The records.", array("Record"))},
         (400, 404, 503),
     ),
+    ("GET", "/v1/runs/{id}/completions"): _op(
+        "The await_completion steps the newest run of an id waits for, with their current "
+        "tokens (fusee describe shows them): a token finishes its step, so it is in no "
+        "other answer",
+        {200: _answer("The completions, oldest first; empty when none.", array("Awaited"))},
+        (400, 404, 503),
+    ),
     ("GET", "/v1/runs/{id}/result"): _op(
         "The run's durable result, waiting up to `wait` seconds for it",
         {

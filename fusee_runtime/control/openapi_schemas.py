@@ -107,6 +107,23 @@ SCHEMAS: JsonObject = {
         },
         *("kind", "name", "until", "detail"),
     ),
+    "Awaited": obj(
+        {
+            "step": text("The step's name (ctx.await_completion)."),
+            "seq": {"type": "integer", "description": "Its top-level operation number."},
+            "op": text('Its position: "3", or "3.0.1" inside ctx.all.'),
+            "token": text(
+                "Its current token (a retry or a resume replaces it): fusee complete TOKEN, "
+                "or POST /v1/complete/{token}."
+            ),
+            "url": text(
+                "Where to POST the value: the complete route of this server, as "
+                "Completion.url has it (null when the engine has no HTTP URL).",
+                nullable=True,
+            ),
+        },
+        *("step", "seq", "op", "token", "url"),
+    ),
     "StartedRun": {
         "allOf": [
             ref("Run"),

@@ -162,6 +162,13 @@ class Operations(Protocol):
         """Fails the `await_completion` that issued `token`; returns as `complete`."""
         ...
 
+    async def completions(self, id: str, run_id: str | None = None) -> builtins.list[JsonObject]:
+        """The `await_completion`s the newest run of `id` (or its run `run_id`) waits for,
+        with their current tokens: `[{"step", "seq", "op", "token", "url"}]` (`url` null
+        unless the HTTP API serves). Not in `describe` or `list`: a token finishes the
+        step, so it is shown only to who asks for it."""
+        ...
+
     async def query(
         self, id: str, name: str, arg: object = None, run_id: str | None = None
     ) -> object:

@@ -187,7 +187,7 @@ def _object(answer: Json, args: Args) -> JsonObject:
 
 
 def _objects(answer: Json, args: Args) -> builtins.list[JsonObject]:
-    return cast(builtins.list[JsonObject], answer)  # records, log lines, limits, schedules
+    return cast(builtins.list[JsonObject], answer)  # records, log lines, tokens, limits, ...
 
 
 def _pairs(answer: Json, args: Args) -> builtins.list[builtins.list[str]]:
@@ -359,6 +359,14 @@ COMPLETE = _call(
 FAIL = _call(
     Operations.fail, lambda o, a: o.fail(**a), _object, acts=True, route=Route.TOKEN, http=True
 )
+COMPLETIONS = _call(
+    Operations.completions,
+    lambda o, a: o.completions(**a),
+    _objects,
+    acts=False,
+    route=Route.ID,
+    http=True,
+)
 QUERY = _call(
     Operations.query, lambda o, a: o.query(**a), _as_sent, acts=False, route=Route.ID, http=True
 )
@@ -486,7 +494,8 @@ OPS: dict[str, Op] = {
     op.name: op
     for op in (
         *(PING, START, UPDATE_WITH_START, DESCRIBE, LIST, HISTORY, LOG, JOURNAL, RUN_IDS),
-        *(SIGNAL, CANCEL, TERMINATE, RESUME, RESET, COMPLETE, FAIL, QUERY, UPDATE, RESULT),
+        *(SIGNAL, CANCEL, TERMINATE, RESUME, RESET, COMPLETE, FAIL, COMPLETIONS),
+        *(QUERY, UPDATE, RESULT),
         *(OBJECT_CALL, OBJECT_DESCRIBE, BATCH, BATCH_DESCRIBE),
         *(SCHEDULES, SCHEDULE, SCHEDULE_SET, SCHEDULE_DELETE, SCHEDULE_BACKFILL),
         *(PRUNE, LIMITS, LIMIT, QUEUES, QUEUE, WATCH, STREAM),

@@ -164,6 +164,11 @@ async def _history(request: Request, api: Api) -> Response:
     return ep.json_response(await api.control.history(request.path_params["id"]))
 
 
+async def _completions(request: Request, api: Api) -> Response:
+    ep.params(request, ())
+    return ep.json_response(await api.control.completions(request.path_params["id"]))
+
+
 async def _result(request: Request, api: Api) -> Response:
     params = ep.params(request, ("wait",))
     text = params.get("wait", "0")
@@ -482,6 +487,7 @@ ROUTES: list[tuple[str, str, ops.Op | None, Endpoint]] = [
     ("GET", "/v1/runs", ops.LIST, _list),
     ("GET", "/v1/runs/{id}", ops.DESCRIBE, _describe),
     ("GET", "/v1/runs/{id}/history", ops.HISTORY, _history),
+    ("GET", "/v1/runs/{id}/completions", ops.COMPLETIONS, _completions),
     ("GET", "/v1/runs/{id}/result", ops.WATCH, _result),
     ("POST", "/v1/runs/{id}/signals/{name}", ops.SIGNAL, _signal),
     ("POST", "/v1/runs/{id}/cancel", ops.CANCEL, _cancel),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fusee_runtime.completions import Awaited
 from fusee_runtime.engine.handlers import Handlers
 from fusee_runtime.engine.objects import ObjectHandle, Objects
 from fusee_runtime.errors import Failure
@@ -75,6 +76,21 @@ class Calls:
         """Fails the `await_completion` that issued `token`: it raises `StepFailed` in the
         workflow, with `error` (a message, or a `Failure`). Raises as `complete` does."""
         await self.handlers.finish(token, None, error)
+
+    async def completions(self, id: str, *, run_id: str | None = None) -> list[Awaited]:
+        """The `await_completion`s the newest run of `id` (or its run `run_id`) waits for,
+        in the order they began, each an `Awaited` (`fusee_runtime.completions`): the
+        step's name (`step`), its operation (`op`, "3" or "3.0.1"), and its current token
+        as a `Completion` (with the URL that completes it, when `http_url` is set), the
+        one `complete` takes now; a token a retry or a resume replaced is not there.
+        Empty for a run that waits for none (a paused step waits for `resume`), or is
+        closed. Tokens are computed from the home's secret, never stored: whoever may
+        call this may finish the run's steps.
+
+        Raises:
+            NotFound: no such run.
+        """
+        return self.handlers.awaited(id, run_id)
 
     def object(self, name: str, key: str) -> ObjectHandle:
         """Key `key` of virtual object `name` (`@object`): `call(handler, arg)`, `get()`.

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from fusee_runtime.completions import Tokens, read_token
+from fusee_runtime.completions import Awaited, Tokens, read_token
 from fusee_runtime.engine.runs import RunTable
 from fusee_runtime.engine.state import Run, Status, top
 from fusee_runtime.engine.waits import utc
@@ -365,6 +365,12 @@ class Handlers:
         lsn = self.driver.append(run, done)
         await self.driver.wait_durable(lsn)
         return run, seq
+
+    def awaited(self, id: str, run_id: str | None) -> list[Awaited]:
+        """The completions the newest run of `id` (or its run `run_id`) waits for, with
+        their current tokens (`Tokens.awaited`). A read: it answers while the engine
+        stops, and in an engine that runs no code."""
+        return self.tokens.awaited(self.runs.get(id, run_id))
 
     def _completing(self, token: str) -> tuple[Run, str]:
         secret = self.tokens.secret(create=False)
