@@ -24,13 +24,13 @@ async def test_the_older_link_goes_on_from_the_last_run_shown(engine: Engine) ->
     transport = httpx.ASGITransport(app=build_app(Control(engine)))
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
         first = (await c.get("/")).text
-        shown = re.findall(r'href="/runs/(r-\d+)"', first)
+        shown = re.findall(r'href="/runs/(r-\d+)\?run=', first)
         assert shown == [f"r-{i:03}" for i in range(PAGE_RUNS + 4, 4, -1)]
         (older,) = re.findall(r'href="([^"]+)" rel="next"', first)
         last = (await engine.handle(shown[-1]).describe()).run_id
         assert f"before={last}" in older and "page=2" in older
         second = (await c.get(older.replace("&amp;", "&"))).text
-        assert re.findall(r'href="/runs/(r-\d+)"', second) == [
+        assert re.findall(r'href="/runs/(r-\d+)\?run=', second) == [
             f"r-{i:03}" for i in range(4, -1, -1)
         ]
         assert 'rel="next"' not in second and 'rel="first"' in second

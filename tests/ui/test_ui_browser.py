@@ -85,7 +85,7 @@ def test_a_run_shows_a_step_appear_live_and_the_signal_button_completes_it(
 ) -> None:
     start(served, "ui_gated", 5, "gated-2")
     page.goto(served.url + "/")
-    page.click('a[href="/runs/gated-2"]')
+    row(page, "gated-2").locator("a").click()
     expect(page.locator("h1.run-id")).to_have_text("gated-2")
     first = page.locator('table.timeline tr.op-step:has-text("ui_first")')
     expect(first).to_be_visible()

@@ -27,7 +27,7 @@ APP = "fusee_ui_testapp"
 APP_SOURCE = '''
 """Workflows for the web UI's browser tests (tests/ui)."""
 
-from fusee_runtime import Ctx, step, workflow
+from fusee_runtime import Ctx, Exhausted, RetryPolicy, step, workflow
 
 
 @step
@@ -59,6 +59,52 @@ async def ui_gated(ctx: Ctx, x: int) -> dict:
 @workflow(cron="0 4 * * *")
 async def ui_nightly(ctx: Ctx, at: str) -> str:
     return at
+
+
+@step
+async def ui_charge(x: int) -> int:
+    return x * 2
+
+
+@workflow
+async def ui_kept(ctx: Ctx, x: int) -> int:
+    """Streams an item before and after each step, then waits for `go`."""
+    progress = ctx.stream("progress")
+    progress.append("queued")
+    a = await ui_first(x)
+    progress.append("first")
+    b = await ui_charge(a)
+    progress.append("charged")
+    await ctx.wait_for("go")
+    return b
+
+
+@step(retry=RetryPolicy(attempts=2, initial=0.01, jitter=False, on_exhausted=Exhausted.PAUSE))
+async def ui_flaky(x: int) -> int:
+    raise ValueError(f"not yet {x}")
+
+
+@workflow
+async def ui_paused(ctx: Ctx, x: int) -> int:
+    """Takes the gift-wrap patch, then pauses on a step that always fails."""
+    if ctx.patched("gift-wrap"):
+        x += 1
+    return await ui_flaky(x)
+
+
+@workflow
+async def ui_looping(ctx: Ctx, n: int) -> int:
+    """Continues as new once, then waits for `go`."""
+    if n < 1:
+        await ctx.continue_as_new(n + 1)
+    await ctx.wait_for("go")
+    return n
+
+
+@workflow
+async def ui_parent(ctx: Ctx, x: int) -> int:
+    """Starts one child and returns its result."""
+    return await ctx.child(ui_quick, f"{ctx.workflow_id}-kid", x)
 '''
 
 BROWSER_WAIT_MS = 120_000

@@ -6,7 +6,9 @@ read as markup. No template engine: the pages are few and small.
 
 `page` wraps a view in the layout every page shares: the navigation and
 the status header (runs open, steps and fdatasyncs per second, time per
-fdatasync), which `ui.js` fills from `/metrics`. The part of a view that
+fdatasync), which `ui.js` fills from `/metrics`: each figure is hidden until
+it has a number (a rate needs two readings; a store that never fdatasyncs,
+PostgreSQL, has no time per fdatasync), never a dash. The part of a view that
 follows the run live is wrapped by `live`: `ui.js` fetches the same URL with
 `part=live` every `POLL_MS` and swaps that part in when it changed, so the
 forms outside it keep what the user typed.
@@ -72,13 +74,15 @@ def status(name: str) -> str:
     return f'<span class="status {STATUS_CLASSES.get(name, "muted")}">{esc(name)}</span>'
 
 
-def run_url(id: str) -> str:
-    """The page of the newest run of workflow id `id`."""
-    return "/runs/" + quote(id, safe="")
+def run_url(id: str, run_id: str | None = None) -> str:
+    """The page of the newest run of workflow id `id`, or of its run `run_id`: every
+    run has an address of its own, the newest one too."""
+    return "/runs/" + quote(id, safe="") + query(run=run_id)
 
 
-def run_link(id: str) -> str:
-    return f'<a href="{esc(run_url(id))}">{esc(id)}</a>'
+def run_link(id: str, run_id: str | None = None, text: str | None = None) -> str:
+    """A link to the page of run `run_id` of `id` (None: its newest), saying `text`."""
+    return f'<a href="{esc(run_url(id, run_id))}">{esc(id if text is None else text)}</a>'
 
 
 def query(**params: object) -> str:
@@ -167,10 +171,10 @@ def page(title: str, body: str, nav: str, logout: bool = False) -> str:
   <a class="brand" href="/">fusee</a>
   <nav>{items}</nav>
   <div id="stats" class="stats" aria-live="off">
-    <span><b data-stat="runs_open">–</b> runs open</span>
-    <span><b data-stat="steps_s">–</b> steps/s</span>
-    <span><b data-stat="syncs_s">–</b> fdatasyncs/s</span>
-    <span><b data-stat="sync_ms">–</b> per fdatasync</span>
+    <span hidden><b data-stat="runs_open"></b> runs open</span>
+    <span hidden><b data-stat="steps_s"></b> steps/s</span>
+    <span hidden><b data-stat="syncs_s"></b> fdatasyncs/s</span>
+    <span hidden><b data-stat="sync_ms"></b> per fdatasync</span>
   </div>
   {out}
 </header>

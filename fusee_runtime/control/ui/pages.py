@@ -3,8 +3,12 @@
 - `/`: the runs, newest first, `PAGE_RUNS` a page, filtered by status,
   workflow, id prefix, search attributes (`where`, as `--where` reads it)
   and parent;
-- `/runs/{id}`: the newest run of an id, its timeline (`timeline.fold` of
-  its history), its buttons;
+- `/runs/{id}`: the newest run of an id, `?run=RUN_ID` any run of it (each
+  run has an address of its own); its timeline (`timeline.fold` of its
+  history) or, with `?view=history`, every record (`records`); the buttons
+  that apply to it (`run_view`);
+- `/history/{id}?run=RUN_ID`: that run's journal to download, as
+  `fusee history --export` writes it;
 - `/schedules`: the cron schedules and their buttons;
 - `/login`, `/logout`: the token, asked once when the server has one (`auth`);
 - `/ui/static/{name}`: `ui.css` and `ui.js`, shipped in the package.
@@ -20,10 +24,13 @@ newest `PREFIX_SCAN_MAX` runs that pass the other filters, and says so.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable
+from datetime import UTC, datetime
 from importlib import resources
 from urllib.parse import parse_qs
 
+import orjson
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -32,6 +39,8 @@ from fusee_runtime import search
 from fusee_runtime.control.client import ControlApi
 from fusee_runtime.control.routes import status_of
 from fusee_runtime.control.ui import auth, html, views
+from fusee_runtime.control.ui.records import entries
+from fusee_runtime.control.ui.run_view import VIEWS, RunView, run_heading, run_live
 from fusee_runtime.control.ui.timeline import fold
 from fusee_runtime.errors import FuseeError, NotFound
 from fusee_runtime.model.run import RunInfo
@@ -96,10 +105,14 @@ def routes(
     async def objects_page(request: Request) -> Response:
         return await _objects(control, request)
 
+    async def export(request: Request) -> Response:
+        return await _export(control, request)
+
     out = [
         Route("/", runs_page, methods=["GET"]),
         Route("/objects", objects_page, methods=["GET"]),
         Route("/runs/{id:path}", run_page, methods=["GET"]),
+        Route("/history/{id:path}", export, methods=["GET"]),
         Route("/schedules", schedules_page, methods=["GET"]),
         Route("/ui/static/{name}", _static, methods=["GET"]),
     ]
@@ -137,15 +150,14 @@ def _cookie_header(request: Request) -> str:
 def runs_query(request: Request) -> views.RunsQuery:
     """The filters and page the runs page's URL asks for."""
     params = request.query_params
-    page = params.get("page", "1")
-    number = int(page) if page.isascii() and page.isdigit() and len(page) < 8 else 1
+    number = _number(params.get("page", "1"))
     return views.RunsQuery(
         status=params.get("status", ""),
         workflow=params.get("workflow", ""),
         prefix=params.get("id", ""),
         where=[w for w in params.getlist("where") if w.strip()],
         parent=params.get("parent", ""),
-        page=min(max(number, 1), PAGES_MAX),
+        page=min(number, PAGES_MAX),
         before=params.get("before", ""),
     )
 
@@ -192,8 +204,11 @@ async def list_runs(control: ControlApi, q: views.RunsQuery) -> tuple[list[RunIn
 
 async def _run(control: ControlApi, request: Request) -> Response:
     id = request.path_params["id"]
+    run_id = request.query_params.get("run") or None
+    view = request.query_params.get("view", "timeline")
     try:
-        info = await control.describe(id)
+        info = await control.describe(id, run_id)
+        newest = info.run_id if run_id is None else (await control.describe(id)).run_id
         records = await control.history(id)
         log = await control.log(id)
     except FuseeError as e:  # no such run; or its driver cannot be asked now, say
@@ -206,15 +221,43 @@ async def _run(control: ControlApi, request: Request) -> Response:
     if info.workflow.startswith(OBJECT_PREFIX) and info.status.is_open:
         with contextlib.suppress(FuseeError):  # (the page shows the run all the same)
             obj = await control.object_describe(id)
-    body = views.run_summary(info, fold(records, info.run_id), log, obj)
+    v = RunView(
+        info,
+        fold(records, info.run_id),
+        newest,
+        datetime.now(UTC),
+        log=[line for line in log if line.get("run_id") in (None, info.run_id)],
+        obj=obj,
+        pinned=run_id is not None,
+        view=view if view in VIEWS else "timeline",
+        entries=entries(records) if view == "history" else [],
+        page=_number(request.query_params.get("page", "1")),
+    )
+    body = run_live(v)
     if _live(request):
         return _html(body)
-    crumbs = f'<p class="crumbs"><a href="/">Runs</a> / {html.esc(id)}</p>'
-    page = (
-        f'{crumbs}<h1 class="run-id" data-run-id="{html.esc(id)}">{html.esc(id)}</h1>'
-        f"{views.run_actions(info)}{body}"
-    )
+    page = run_heading(v) + body
     return _html(html.page(f"Run {id}", page, "runs", _logged_in(request)))
+
+
+async def _export(control: ControlApi, request: Request) -> Response:
+    """A run's journal as `fusee history --export` writes it (`Control.journal`), to save:
+    what `fusee replay --history FILE` and `replay()` in tests read."""
+    id = request.path_params["id"]
+    run_id = request.query_params.get("run") or None
+    try:
+        doc = await control.journal(id, run_id)
+    except FuseeError as e:
+        return _html(html.error_page("No such run", str(e), "runs"), status_of(e))
+    body = orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{id}-{doc['run_id']}") + ".json"
+    headers = {**HEADERS, "Content-Disposition": f'attachment; filename="{name}"'}
+    return Response(body, 200, headers, media_type="application/json")
+
+
+def _number(text: str) -> int:
+    """A page number from a URL: 1 for anything that is not one."""
+    return int(text) if text.isascii() and text.isdigit() and 0 < len(text) < 8 else 1
 
 
 async def _objects(control: ControlApi, request: Request) -> Response:

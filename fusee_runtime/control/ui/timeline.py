@@ -13,6 +13,12 @@ keeps the records of one run and groups them:
   a signal received, a cancel asked, the close;
 - *streams*: the items of each `ctx.stream`, by name.
 
+A run made by a reset keeps the operations before its reset point from the
+run it was reset from (`chain.kept_records`): their records are that run's,
+so `fold` takes them from there, first, and marks each operation and stream
+item it got so (`Operation.kept_from`, `Timeline.kept_items`). The chain of
+the id's runs (`chain.chain_of`) comes with the timeline, for the page's links.
+
 Pure: no I/O, no engine. A step running now has no record yet (the journal
 records a step once it returns), so it is not here; `RunInfo.waiting` says
 what an open run waits for.
@@ -25,17 +31,23 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import assert_never
 
+from fusee_runtime.control.ui.chain import Chain, chain_of, kept_records
+from fusee_runtime.control.ui.records import at_of, patch_said
 from fusee_runtime.model import readable
 from fusee_runtime.model.json import Json, JsonObject
 from fusee_runtime.model.op_records import (
     AttemptFailed,
     AttributesSet,
+    CancelSent,
     ChildClosed,
     ChildStarted,
     CompletionDone,
     CompletionIssued,
     CompletionSent,
     OpCancelled,
+    PatchMarked,
+    RaceWon,
+    SignalSent,
     StepCompleted,
     StepFailed,
     StepHeartbeat,
@@ -46,6 +58,7 @@ from fusee_runtime.model.op_records import (
     StreamClosed,
     TimerFired,
     TimerStarted,
+    ValueRecorded,
     WaitCompleted,
     WaitStarted,
 )
@@ -89,8 +102,7 @@ CLOSES: dict[type[Record], str] = {
 
 
 class OpKind(enum.StrEnum):
-    """What the page calls an operation: what it is, or (for the few with no word of
-    their own) the type of its first record."""
+    """What the page calls an operation: what it is, in a word or two."""
 
     STEP = "step"
     SLEEP = "sleep"
@@ -100,13 +112,14 @@ class OpKind(enum.StrEnum):
     COMPLETION = "completion"
     STREAM = "stream"
     ATTRIBUTES = "attributes"
-    VALUE = "ValueRecorded"
-    RACE = "RaceWon"
-    CANCELLED = "OpCancelled"
+    VALUE = "value"
+    """A value recorded: `ctx.now()`, `ctx.random()`, `ctx.uuid()`."""
+    RACE = "race"
+    CANCELLED = "cancelled"
     """An operation cancelled before it recorded anything."""
-    SIGNAL_SENT = "SignalSent"
-    CANCEL_SENT = "CancelSent"
-    PATCH = "PatchMarked"
+    SIGNAL_SENT = "signal sent"
+    CANCEL_SENT = "cancel sent"
+    PATCH = "patch"
 
 
 @dataclass
@@ -117,6 +130,12 @@ class Attempt:
     started_at: datetime | None
     ended_at: datetime | None
     failure: FailureJson | None = None
+    paused: bool = False
+    """It failed the last attempt its policy allowed, and the step paused (`StepPaused`)."""
+    resumed_at: datetime | None = None
+    """When the paused step was resumed (its next attempt is numbered 1 again)."""
+    retry_at: datetime | None = None
+    """When the next attempt was due, after this one failed (its backoff)."""
 
 
 @dataclass
@@ -136,6 +155,11 @@ class Operation:
     failure: FailureJson | None = None
     child: str | None = None
     """The workflow id of the child it started."""
+    reached_at: datetime | None = None
+    """When the run's code got to it, at the latest: the instant of the record before its
+    first (a sleep's or a wait's records say when it ends, not when it began)."""
+    kept_from: str | None = None
+    """The run a reset run kept it from (None: this run recorded it)."""
 
     @property
     def top(self) -> bool:
@@ -172,24 +196,42 @@ class Timeline:
     operations: list[Operation] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     streams: dict[str, list[Json]] = field(default_factory=dict)
-    other_runs: int = 0
-    """Runs of the same id other than this one (before a reset, a continue-as-new)."""
+    stream_counts: dict[str, int] = field(default_factory=dict)
+    """How many items each stream has (`streams` keeps the newest `STREAM_ITEMS_MAX`)."""
+    kept_items: dict[str, int] = field(default_factory=dict)
+    """Of each stream's items, how many a reset run kept from the runs before it."""
+    chain: Chain = field(default_factory=Chain)
+    """The runs of the id, and how they follow each other."""
+    kept_missing: str | None = None
+    """A run this reset run kept operations from whose records the history no longer
+    holds (pruned): those operations are not shown."""
+
+    @property
+    def other_runs(self) -> int:
+        """Runs of the same id other than this one (before a reset, a continue-as-new)."""
+        return max(len(self.chain.runs) - 1, 0)
 
 
 def fold(records: list[JsonObject], run_id: str) -> Timeline:
     """The timeline of run `run_id` from the history of its id (`model.readable` reads
-    each record back)."""
-    out = Timeline()
+    each record back), with the operations a reset run kept from the runs before it."""
+    read = [rec for _, rec in map(readable.read, records)]
+    out = Timeline(chain=chain_of(read))
+    ops_of: dict[str, list[OpRecord]] = {}
+    for rec in read:
+        if isinstance(rec, OpRecord):
+            ops_of.setdefault(rec.run_id, []).append(rec)
+    kept, out.kept_missing = kept_records(out.chain, ops_of, run_id)
     ops: dict[str, Operation] = {}
-    others: set[str] = set()
-    for _, rec in map(readable.read, records):
-        if not isinstance(rec, OpRecord | RunEvent) or rec.run_id != run_id:
-            others.add(str(readable.run_of(rec)))
-        elif isinstance(rec, OpRecord):
-            _operation(out, ops, rec)
-        else:
+    reached: list[datetime | None] = [None]  # the latest instant a record told of
+    for rec in kept:
+        _operation(out, ops, rec, reached, rec.run_id)
+    for rec in read:
+        if isinstance(rec, OpRecord) and rec.run_id == run_id:
+            _operation(out, ops, rec, reached, None)
+        elif isinstance(rec, RunEvent) and rec.run_id == run_id:
             _run_event(out, rec)
-    out.other_runs = len(others)
+            reached[0] = _instant(_event_at(rec)) or reached[0]
     return out
 
 
@@ -241,16 +283,27 @@ def _event_text(rec: RunEvent) -> str:
     return ""
 
 
-def _operation(out: Timeline, ops: dict[str, Operation], rec: OpRecord) -> None:
+def _operation(
+    out: Timeline,
+    ops: dict[str, Operation],
+    rec: OpRecord,
+    reached: list[datetime | None],
+    kept_from: str | None,
+) -> None:
     if isinstance(rec, StreamAppended | StepStreamAppended):
         items = out.streams.setdefault(rec.name, [])
         items.append(rec.item.value)
         del items[:-STREAM_ITEMS_MAX]
+        out.stream_counts[rec.name] = out.stream_counts.get(rec.name, 0) + 1
+        if kept_from is not None:
+            out.kept_items[rec.name] = out.kept_items.get(rec.name, 0) + 1
     found = ops.get(rec.seq)
     if found is None:
         found = ops[rec.seq] = Operation(rec.seq, _kind(rec), _name(rec))
+        found.reached_at, found.kept_from = reached[0], kept_from
         out.operations.append(found)
     _apply(found, rec)
+    reached[0] = _instant(at_of(rec)) or reached[0]
 
 
 def _kind(rec: OpRecord) -> OpKind:
@@ -271,7 +324,19 @@ def _kind(rec: OpRecord) -> OpKind:
             return OpKind.STREAM
         case AttributesSet():
             return OpKind.ATTRIBUTES
-    return OpKind(rec.code.name)
+        case ValueRecorded():
+            return OpKind.VALUE
+        case RaceWon():
+            return OpKind.RACE
+        case OpCancelled():
+            return OpKind.CANCELLED
+        case SignalSent():
+            return OpKind.SIGNAL_SENT
+        case CancelSent():
+            return OpKind.CANCEL_SENT
+        case PatchMarked():
+            return OpKind.PATCH
+    raise AssertionError(f"no kind for {rec.code.name}")  # every OpRecord has one above
 
 
 def _name(rec: OpRecord) -> str:
@@ -279,6 +344,10 @@ def _name(rec: OpRecord) -> str:
     items, else the record's name ("" for the records that have none)."""
     if isinstance(rec, StepStreamAppended):
         return rec.step or rec.name
+    if isinstance(rec, PatchMarked):
+        return rec.patch_id
+    if isinstance(rec, SignalSent | CancelSent):
+        return rec.workflow_id
     return rec.name if isinstance(rec, Named) else ""
 
 
@@ -288,9 +357,11 @@ def _apply(o: Operation, rec: OpRecord) -> None:
         case StepCompleted() | StepFailed() | AttemptFailed():
             _attempt_ended(o, rec)
         case StepPaused():
-            o.state = "paused"
+            _attempt_paused(o, rec)
         case StepResumed():
             o.state = "resumed"
+            if o.attempts and o.attempts[-1].paused:
+                o.attempts[-1].resumed_at = _instant(rec.resumed_at)
         case TimerStarted():
             o.state = f"until {_clock(_instant(rec.fire_at))}"
         case TimerFired():
@@ -329,6 +400,14 @@ def _apply_other(o: Operation, rec: OpRecord) -> None:
             o.name = ", ".join(f"{k}={v}" for k, v in sorted((rec.attributes or {}).items()))
         case OpCancelled():
             o.state = "cancelled"
+        case PatchMarked():
+            o.state = patch_said(rec.patch_id)
+        case RaceWon():
+            o.state = f"branch {rec.index} won"
+        case SignalSent() | CancelSent():
+            o.state, o.started_at = ("refused" if rec.error else "sent"), _instant(rec.sent_at)
+        case ValueRecorded():
+            o.state, o.value, o.has_value = "recorded", rec.value.value, True
         case _:
             o.state = o.state or rec.code.name
 
@@ -336,19 +415,39 @@ def _apply_other(o: Operation, rec: OpRecord) -> None:
 def _attempt_ended(o: Operation, rec: StepCompleted | StepFailed | AttemptFailed) -> None:
     """An attempt of step `o` ended: it completed, it failed for good, or it retries."""
     started = _instant(rec.started_at)
+    retry_at = None
     if isinstance(rec, AttemptFailed):
-        ended, number = _instant(rec.failed_at), rec.attempt or len(o.attempts) + 1
-        o.state = f"retrying at {_clock(_instant(rec.retry_at))}"
+        ended, number = _instant(rec.failed_at), rec.attempt or _next_number(o)
+        retry_at = _instant(rec.retry_at)
+        o.state = f"retrying at {_clock(retry_at)}"
     else:
-        ended, number = _instant(rec.ended_at), len(o.attempts) + 1
+        ended, number = _instant(rec.ended_at), _next_number(o)
     failure = None if isinstance(rec, StepCompleted) else rec.failure
-    o.attempts.append(Attempt(number, started, ended, failure))
+    o.attempts.append(Attempt(number, started, ended, failure, retry_at=retry_at))
     o.started_at = o.started_at or started
     o.ended_at = ended
     if isinstance(rec, StepCompleted):
         o.state, o.value, o.has_value = "completed", rec.value.value, True
     elif isinstance(rec, StepFailed):
         o.state, o.failure = "failed", rec.failure
+
+
+def _attempt_paused(o: Operation, rec: StepPaused) -> None:
+    """The step's last allowed attempt failed, and the step paused until a resume."""
+    started = _instant(rec.started_at)
+    ended = _instant(rec.paused_at)
+    o.attempts.append(Attempt(rec.attempt, started, ended, rec.failure, paused=True))
+    o.started_at = o.started_at or started
+    o.ended_at, o.state = ended, "paused"
+
+
+def _next_number(o: Operation) -> int:
+    """The number of a step's next attempt where its record does not say: one past the
+    last, or 1 again after a resume (a resumed step gets a fresh budget)."""
+    if not o.attempts:
+        return 1
+    last = o.attempts[-1]
+    return 1 if last.paused else last.number + 1
 
 
 def _instant(at: Instant | None) -> datetime | None:

@@ -1,4 +1,5 @@
-"""The web UI's views: the runs table, a run, the schedules, the login form.
+"""The web UI's views: the runs table, the objects, the schedules, the login form (a
+run's page is `run_view`'s).
 
 Each function takes what `pages` read through `Control` and returns HTML
 (`html.page` adds the layout). The buttons carry `data-action` and what the
@@ -9,13 +10,11 @@ action needs; `ui.js` asks for a confirmation and posts it to the JSON API
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from fusee_runtime.control.ui.html import (
     duration,
     esc,
-    failure,
     instant,
     live,
     query,
@@ -23,7 +22,6 @@ from fusee_runtime.control.ui.html import (
     status,
     value,
 )
-from fusee_runtime.control.ui.timeline import Attempt, Operation, Timeline
 from fusee_runtime.model.json import JsonObject
 from fusee_runtime.model.run import RunInfo, Status, Waiting, WaitKind
 
@@ -120,66 +118,26 @@ def runs_table(runs: list[RunInfo], q: RunsQuery, more: bool, note: str = "") ->
 
 
 def _run_row(info: RunInfo) -> str:
-    why = info.error or ", ".join(_waits_for(w) for w in info.waiting)
+    why = info.error or ", ".join(waits_for(w) for w in info.waiting)
     attrs = " ".join(f"{k}={v}" for k, v in sorted(info.attributes.items()))
     shown_attrs = f'<div class="attrs">{esc(attrs)}</div>' if attrs else ""
     took = duration(info.started_at, info.closed_at) if info.closed_at else ""
     return (
-        f'<tr data-id="{esc(info.id)}"><td class="id">{run_link(info.id)}{shown_attrs}</td>'
+        f'<tr data-id="{esc(info.id)}" data-run="{esc(info.run_id)}"><td class="id">'
+        f"{run_link(info.id, info.run_id)}{shown_attrs}</td>"
         f"<td>{esc(info.workflow)}</td><td>{status(str(info.status))}</td>"
         f"<td>{instant(info.started_at)}</td><td>{took}</td>"
         f'<td class="why">{esc(why)}</td></tr>'
     )
 
 
-def _waits_for(w: Waiting) -> str:
+def waits_for(w: Waiting) -> str:
     """What a run waits for, in a few words: its kind and name; in a queue, its place."""
     said = " ".join(str(part) for part in (w.kind, w.name) if part is not None)
     return f"{said}: {w.detail}" if w.kind == WaitKind.QUEUE and w.detail else said
 
 
-# -- one run ----------------------------------------------------------------------------
-
-
-def run_summary(
-    info: RunInfo, timeline: Timeline, log: list[JsonObject], obj: JsonObject | None = None
-) -> str:
-    """The live part of a run's page: what it is, its input and outcome, its timeline,
-    its events, streams and `ctx.log` lines; for a virtual object's key (`obj`, as
-    `object_describe` gives it), its state and queue of calls first."""
-    parent = run_link(info.parent[0]) if info.parent else "—"
-    attrs = ", ".join(f"{k}={v}" for k, v in sorted(info.attributes.items())) or "—"
-    waiting = "; ".join(
-        _waits_for(w) + (f" until {w.until:%Y-%m-%d %H:%M:%S} UTC" if w.until else "")
-        for w in info.waiting
-    )
-    facts = [
-        ("Status", status(str(info.status))),
-        ("Workflow", esc(info.workflow)),
-        ("Run id", f"<code>{esc(info.run_id)}</code>"),
-        ("Started", instant(info.started_at)),
-        ("Closed", instant(info.closed_at) or "—"),
-        ("Took", duration(info.started_at, info.closed_at) or "—"),
-        ("Parent", parent),
-        ("Attributes", esc(attrs)),
-    ]
-    if waiting:
-        facts.append(("Waiting for", esc(waiting)))
-    if info.error:
-        facts.append(("Why", esc(info.error)))
-    if timeline.other_runs:
-        facts.append(("Other runs", f"{timeline.other_runs} earlier run(s) of this id"))
-    dl = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts)
-    outcome = ""
-    if info.status == Status.COMPLETED:
-        outcome = f"<section><h2>Result</h2>{value(timeline.result)}</section>"
-    elif info.failure or timeline.failure:
-        outcome = f"<section><h2>Failure</h2>{failure(info.failure or timeline.failure)}</section>"
-    return live(
-        f"""<dl class="facts">{dl}</dl>{object_panel(obj) if obj else ""}
-<div class="io"><section><h2>Input</h2>{value(timeline.input)}</section>{outcome}</div>
-{_timeline(timeline, info)}{_events(timeline)}{_streams(timeline)}{_log(log)}"""
-    )
+# -- objects ----------------------------------------------------------------------------
 
 
 def object_panel(obj: JsonObject) -> str:
@@ -217,127 +175,6 @@ def objects_table(keys: list[tuple[str, RunInfo]]) -> str:
         f"""<table class="runs"><thead><tr><th>Object</th><th>Key (its run)</th><th>Status</th>
 <th>First called (UTC)</th></tr></thead><tbody>{rows}</tbody></table>"""
     )
-
-
-def _timeline(timeline: Timeline, info: RunInfo) -> str:
-    ops = timeline.operations
-    if not ops:
-        return '<section><h2>Timeline</h2><p class="empty">No operation recorded yet.</p></section>'
-    start = info.started_at
-    rows = "".join(_operation_row(o, start, info) for o in ops)
-    return f"""<section><h2>Timeline</h2>
-<table class="timeline"><thead><tr><th>#</th><th>Kind</th><th>Name</th><th>State</th>
-<th>At</th><th>Took</th><th>Details</th><th></th></tr></thead><tbody>{rows}</tbody></table>
-</section>"""
-
-
-def _operation_row(o: Operation, start: datetime, info: RunInfo) -> str:
-    offset = ""
-    if o.started_at is not None:
-        offset = f"+{(o.started_at - start).total_seconds():.3f} s"
-    details = []
-    if o.child:
-        details.append(f"child {run_link(o.child)}")
-    failed = [a for a in o.attempts if a.failure]
-    if len(o.attempts) > 1 or failed:
-        items = "".join(_attempt(a) for a in o.attempts)
-        details.append(f'<ol class="attempts">{items}</ol>')
-    if o.failure and not failed:
-        details.append(failure(o.failure))
-    if o.has_value:
-        details.append(f"<details><summary>value</summary>{value(o.value)}</details>")
-    reset = ""
-    if o.resettable and info.status != Status.RESET:
-        reset = (
-            f'<button class="small" data-action="reset" data-to="{esc(o.op)}" '
-            f'data-confirm="Reset run {esc(info.id)} to operation {esc(o.op)} ({esc(o.name)})? '
-            f'A new run replays it up to there.">Reset here</button>'
-        )
-    state = esc(o.state)
-    if o.state in ("completed", "failed", "cancelled", "terminated", "timed_out"):
-        state = status(o.state)
-    return (
-        f'<tr class="op op-{esc(o.kind)}" data-op="{esc(o.op)}"><td>{esc(o.op)}</td>'
-        f"<td>{esc(o.kind)}</td><td>{esc(o.name)}</td><td>{state}</td><td>{offset}</td>"
-        f"<td>{duration(o.started_at, o.ended_at)}</td><td>{''.join(details)}</td>"
-        f"<td>{reset}</td></tr>"
-    )
-
-
-def _attempt(a: Attempt) -> str:
-    took = duration(a.started_at, a.ended_at) or "?"
-    why = f" — {esc(a.failure.get('kind'))}: {esc(a.failure.get('message'))}" if a.failure else ""
-    return f"<li>attempt {a.number}: {took}{why}</li>"
-
-
-def _events(timeline: Timeline) -> str:
-    rows = "".join(
-        f"<tr><td>{esc(e.type)}</td><td>{instant(e.at)}</td><td>{esc(e.text)}</td>"
-        f"<td>{value(e.value) if e.has_value else ''}</td></tr>"
-        for e in timeline.events
-    )
-    return f"""<section><h2>Events</h2><table class="events"><thead><tr><th>Event</th>
-<th>At (UTC)</th><th>What</th><th>Value</th></tr></thead><tbody>{rows}</tbody></table></section>"""
-
-
-def _log(lines: list[JsonObject]) -> str:
-    """The run's `ctx.log` lines (the last ones: `Control.log`)."""
-    if not lines:
-        return ""
-    rows = "".join(
-        f"<tr><td>{instant(_at(line))}</td><td>{esc(str(line.get('level', '')))}</td>"
-        f"<td>{esc(_where(line))}</td><td>{esc(str(line.get('msg', '')))}</td></tr>"
-        for line in lines
-    )
-    return f"""<section><h2>Log</h2><table class="log"><thead><tr><th>At</th><th>Level</th>
-<th>Step</th><th>Message</th></tr></thead><tbody>{rows}</tbody></table></section>"""
-
-
-def _at(line: JsonObject) -> datetime | None:
-    ts = line.get("ts")
-    return datetime.fromtimestamp(ts, UTC) if isinstance(ts, int | float) else None
-
-
-def _where(line: JsonObject) -> str:
-    """`step#attempt` of a log line written in a step, else empty."""
-    step = line.get("step")
-    return f"{step}#{line.get('attempt')}" if step else ""
-
-
-def _streams(timeline: Timeline) -> str:
-    if not timeline.streams:
-        return ""
-    parts = "".join(
-        f'<h3>{esc(name)} <span class="muted">({len(items)} shown)</span></h3>'
-        f'<ol class="stream">{"".join(f"<li>{value(item)}</li>" for item in items)}</ol>'
-        for name, items in sorted(timeline.streams.items())
-    )
-    return f"<section><h2>Streams</h2>{parts}</section>"
-
-
-def run_actions(info: RunInfo) -> str:
-    """The run's buttons and forms (outside the live part, so typing is kept)."""
-    id = esc(info.id)
-    return f"""<section class="actions"><h2>Act on this run</h2>
-<form data-action="signal" class="inline">
-  <label>Signal <input name="name" required placeholder="name"></label>
-  <label>Value (JSON) <input name="value" placeholder='{{"ok": true}}'></label>
-  <button type="submit">Send signal</button>
-</form>
-<form data-action="query" class="inline">
-  <label>Query <input name="name" required placeholder="name"></label>
-  <label>Argument (JSON) <input name="value" placeholder="null"></label>
-  <button type="submit">Ask</button>
-</form>
-<div class="buttons">
-  <button data-action="cancel" data-confirm="Cancel run {id}? Its code gets a Cancelled error.">
-    Cancel</button>
-  <button data-action="terminate" class="danger"
-    data-confirm="Terminate run {id}? It ends now, running no more of its code.">Terminate</button>
-  <button data-action="resume" data-confirm="Resume run {id}?">Resume</button>
-  <a href="{esc(RunsQuery(parent=info.id).url())}">Its children</a>
-</div>
-</section>"""
 
 
 # -- schedules --------------------------------------------------------------------------

@@ -5,7 +5,8 @@
 //   part swapped in when it changed (details left open stay open).
 // - The status header reads five samples of /metrics every second (name[]=...,
 //   never the whole scrape): runs open, and from two readings steps and
-//   fdatasyncs per second and the time per fdatasync.
+//   fdatasyncs per second and the time per fdatasync. A figure without a number
+//   yet is hidden, not shown as a dash.
 // - Each [data-action] button or form asks for a confirmation (data-confirm)
 //   and posts to the JSON API under /v1, the same operations as the CLI.
 // No library, nothing fetched from elsewhere.
@@ -69,11 +70,37 @@
     }
   }
 
+  // The fresh part replaces the old; details left open stay open, and what was typed
+  // in a field marked data-keep (its form's data-key and its name) is kept.
   function swap(live, fresh) {
     const open = [...live.querySelectorAll("details")].map((d) => d.open);
+    const typed = new Map();
+    let focused = null;
+    for (const field of live.querySelectorAll("[data-keep]")) {
+      const key = `${field.form ? field.form.dataset.key : ""}/${field.name}`;
+      if (field.value) typed.set(key, field.value);
+      if (field === document.activeElement) focused = key;
+    }
     live.replaceChildren(...fresh.childNodes);
     live.querySelectorAll("details").forEach((d, i) => {
       if (open[i]) d.open = true;
+    });
+    for (const field of live.querySelectorAll("[data-keep]")) {
+      const key = `${field.form ? field.form.dataset.key : ""}/${field.name}`;
+      if (typed.has(key)) field.value = typed.get(key);
+      if (key === focused) field.focus();
+    }
+    followState();
+  }
+
+  // Outside the live part, what applies to an open run only (the signal and query
+  // forms) hides once the live part says the run closed.
+  function followState() {
+    const state = document.getElementById("run-state");
+    if (!state) return;
+    const closed = state.dataset.open !== "true";
+    document.querySelectorAll(".open-only").forEach((el) => {
+      el.hidden = closed;
     });
   }
 
@@ -92,9 +119,12 @@
     return sums;
   }
 
+  // A figure is shown once it has a number; until then (or with none) it is hidden.
   function show(name, text) {
     const cell = document.querySelector(`[data-stat="${name}"]`);
-    if (cell) cell.textContent = text;
+    if (!cell) return;
+    cell.textContent = text ?? "";
+    cell.parentElement.hidden = text == null;
   }
 
   async function stats() {
@@ -108,12 +138,14 @@
     }
     const m = now.m;
     show("runs_open", String(m.fusee_runs_open ?? 0));
-    const syncTime = (sum, count) => (count > 0 ? `${((1000 * sum) / count).toFixed(2)} ms` : "–");
+    const syncTime = (sum, count) => (count > 0 ? `${((1000 * sum) / count).toFixed(2)} ms` : null);
     if (previous) {
       const seconds = (now.at - previous.at) / 1000;
       const rate = (name) => ((m[name] ?? 0) - (previous.m[name] ?? 0)) / seconds;
       show("steps_s", rate("fusee_steps_total").toFixed(0));
-      show("syncs_s", rate("fusee_fdatasync_total").toFixed(0));
+      // A store that never fdatasyncs (PostgreSQL) has no such figure: none is shown.
+      const syncs = m.fusee_fdatasync_total !== undefined;
+      show("syncs_s", syncs ? rate("fusee_fdatasync_total").toFixed(0) : null);
       const count = (m.fusee_fdatasync_seconds_count ?? 0) - (previous.m.fusee_fdatasync_seconds_count ?? 0);
       const sum = (m.fusee_fdatasync_seconds_sum ?? 0) - (previous.m.fusee_fdatasync_seconds_sum ?? 0);
       show(
