@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import orjson
 import pytest
 from playwright.sync_api import expect
 from ui_helpers import Served
@@ -33,3 +34,46 @@ def test_the_header_shows_its_figures_once_they_are_numbers_never_a_dash(
     expect(page.locator('[data-stat="steps_s"]')).to_have_text(re.compile(r"^\d+$"))
     expect(page.locator('[data-stat="syncs_s"]')).to_have_text(re.compile(r"^\d+$"))
     expect(page.locator("#stats")).not_to_contain_text("–")
+
+
+def test_a_run_starts_from_the_ui_with_the_shape_of_its_input_shown(
+    served: Served, page: Any
+) -> None:
+    page.goto(served.url + "/")
+    page.get_by_role("link", name="Start a run").click()
+    form = page.locator("form[data-start]")
+    options = form.locator("select[name=workflow] option").all_text_contents()
+    assert {"ui_quick", "ui_gated", "ui_typed", "ui_nightly"} <= set(options)
+    form.locator("select[name=workflow]").select_option("ui_typed")
+    about = page.locator('.wf-about[data-workflow="ui_typed"]')
+    expect(about).to_be_visible()
+    expect(page.locator('.wf-about[data-workflow="ui_quick"]')).to_be_hidden()
+    expect(about).to_contain_text("ui_typed(UiOrder) -> int")
+    expect(about).to_contain_text("Counts the items of an order.")
+    expect(about.locator("code.shape")).to_have_text(
+        '{"customer": str, "lines": [{"sku": str, "qty": int}, ...], '
+        '"at": datetime (ISO 8601 string)}'
+    )
+    field = form.locator("textarea[name=input]")
+    assert orjson.loads(field.input_value()) == {  # an example of that shape, to edit
+        "customer": "",
+        "lines": [{"sku": "", "qty": 0}],
+        "at": "2026-01-01T00:00:00+00:00",
+    }
+    order = {"customer": "c-1", "lines": [{"sku": "a", "qty": 2}, {"sku": "b", "qty": 3}]}
+    field.fill(orjson.dumps(order | {"at": "2026-12-05T12:00:00+00:00"}).decode())
+    form.locator("input[name=id]").fill("typed-1")
+    form.locator("button[type=submit]").click()
+    expect(page.locator("h1.run-id")).to_have_text("typed-1")
+    expect(page.locator("dl.facts .status").first).to_have_text("completed")
+    expect(page.locator(".io section").nth(1)).to_contain_text("5")
+
+    # An input that is not of the shape is refused, in the engine's words.
+    page.goto(served.url + "/start?workflow=ui_typed")
+    form.locator("textarea[name=input]").fill('{"customer": "c-2", "lines": 7}')
+    form.locator("button[type=submit]").click()
+    expect(page.locator("#flash")).to_contain_text("start refused")
+    expect(page.locator("#flash")).to_contain_text("lines")
+    form.locator("textarea[name=input]").fill("{not json")
+    form.locator("button[type=submit]").click()
+    expect(page.locator("#flash")).to_contain_text("the input is not JSON")

@@ -27,6 +27,9 @@ APP = "fusee_ui_testapp"
 APP_SOURCE = '''
 """Workflows for the web UI's browser tests (tests/ui)."""
 
+from dataclasses import dataclass
+from datetime import datetime
+
 from fusee_runtime import Ctx, Exhausted, RetryPolicy, step, workflow
 
 
@@ -99,6 +102,25 @@ async def ui_looping(ctx: Ctx, n: int) -> int:
         await ctx.continue_as_new(n + 1)
     await ctx.wait_for("go")
     return n
+
+
+@dataclass
+class UiLine:
+    sku: str
+    qty: int
+
+
+@dataclass
+class UiOrder:
+    customer: str
+    lines: list[UiLine]
+    at: datetime
+
+
+@workflow
+async def ui_typed(ctx: Ctx, order: UiOrder) -> int:
+    """Counts the items of an order."""
+    return sum(line.qty for line in order.lines)
 
 
 @workflow

@@ -147,6 +147,7 @@ def page(title: str, body: str, nav: str, logout: bool = False) -> str:
     status header."""
     links = [("runs", "/", "Runs"), ("objects", "/objects", "Objects")]
     links.append(("schedules", "/schedules", "Schedules"))
+    links.append(("start", "/start", "Start a run"))
     items = "".join(
         f'<a href="{href}"{" class=current" if key == nav else ""}>{label}</a>'
         for key, href, label in links

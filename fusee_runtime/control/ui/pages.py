@@ -10,6 +10,7 @@
 - `/history/{id}?run=RUN_ID`: that run's journal to download, as
   `fusee history --export` writes it;
 - `/schedules`: the cron schedules and their buttons;
+- `/start`: a workflow picker and its input, to start a run (`start`);
 - `/login`, `/logout`: the token, asked once when the server has one (`auth`);
 - `/ui/static/{name}`: `ui.css` and `ui.js`, shipped in the package.
 
@@ -38,7 +39,7 @@ from starlette.routing import Route
 from fusee_runtime import search
 from fusee_runtime.control.client import ControlApi
 from fusee_runtime.control.routes import status_of
-from fusee_runtime.control.ui import auth, html, views
+from fusee_runtime.control.ui import auth, html, start, views
 from fusee_runtime.control.ui.records import entries
 from fusee_runtime.control.ui.run_view import VIEWS, RunView, run_heading, run_live
 from fusee_runtime.control.ui.timeline import fold
@@ -108,12 +109,18 @@ def routes(
     async def export(request: Request) -> Response:
         return await _export(control, request)
 
+    async def start_page(request: Request) -> Response:
+        chosen = request.query_params.get("workflow", "")
+        body = start.start_form(start.startables(), chosen)
+        return _html(html.page("Start a run", body, "start", _logged_in(request)))
+
     out = [
         Route("/", runs_page, methods=["GET"]),
         Route("/objects", objects_page, methods=["GET"]),
         Route("/runs/{id:path}", run_page, methods=["GET"]),
         Route("/history/{id:path}", export, methods=["GET"]),
         Route("/schedules", schedules_page, methods=["GET"]),
+        Route("/start", start_page, methods=["GET"]),
         Route("/ui/static/{name}", _static, methods=["GET"]),
     ]
     if token:

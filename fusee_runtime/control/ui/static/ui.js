@@ -9,6 +9,7 @@
 //   yet is hidden, not shown as a dash.
 // - Each [data-action] button or form asks for a confirmation (data-confirm)
 //   and posts to the JSON API under /v1, the same operations as the CLI.
+// - The start form (form[data-start]) posts POST /v1/runs and goes to the run.
 // No library, nothing fetched from elsewhere.
 "use strict";
 
@@ -275,6 +276,48 @@
     const question = `Send signal "${name}" with ${value} to run ${heading.dataset.runId}?`;
     if (action === "signal" && !window.confirm(question)) return;
     act(action, { name, value });
+  });
+
+  // -- starting a run -------------------------------------------------------------
+
+  // The picker shows what the chosen workflow takes, and its example input while the
+  // field still holds the last example (what was typed is kept).
+  document.addEventListener("change", (event) => {
+    const select = event.target.closest("form[data-start] select[name=workflow]");
+    if (!select) return;
+    const form = select.form;
+    let example = null;
+    let was = null;
+    form.querySelectorAll(".wf-about").forEach((about) => {
+      if (!about.hidden) was = about.dataset.example;
+      about.hidden = about.dataset.workflow !== select.value;
+      if (!about.hidden) example = about.dataset.example;
+    });
+    const input = form.elements.input;
+    if (example !== null && (input.value.trim() === "" || input.value === was)) input.value = example;
+  });
+
+  document.addEventListener("submit", async (event) => {
+    const form = event.target.closest("form[data-start]");
+    if (!form) return;
+    event.preventDefault();
+    const text = form.elements.input.value.trim() || "null";
+    let input;
+    try {
+      input = JSON.parse(text);
+    } catch (error) {
+      say(`the input is not JSON: ${error.message}`, true);
+      return;
+    }
+    const body = { workflow: form.elements.workflow.value, input };
+    const id = form.elements.id.value.trim();
+    if (id) body.id = id;
+    try {
+      const run = await post("/v1/runs", body);
+      window.location.assign(`/runs/${encodeURIComponent(run.id)}?run=${encodeURIComponent(run.run_id)}`);
+    } catch (error) {
+      say(`start refused: ${error.message}`, true);
+    }
   });
 
   // -- start ----------------------------------------------------------------------
