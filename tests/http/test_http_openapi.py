@@ -46,7 +46,8 @@ def routes(app: Starlette) -> Iterator[Route]:
 
 def test_outside_v1_only_the_metrics_and_the_web_ui_are_served(app: Starlette) -> None:
     others = [r.path for r in app.routes if isinstance(r, Route) and r not in list(routes(app))]
-    pages = ["/", "/objects", "/runs/{id:path}", "/history/{id:path}", "/schedules"]
+    pages = ["/", "/objects", "/runs/{id:path}", "/history/{id:path}", "/batches/{id:path}"]
+    pages += ["/schedules"]
     pages += ["/start", "/ui/static/{name}"]
     assert others == ["/metrics", *pages]
 

@@ -270,13 +270,17 @@ def test_a_batch_acts_on_every_run_the_filter_matches_once_asked_how_many(
     page.on("dialog", yes)
     page.select_option("form[data-batch] select[name=action]", "cancel")
     page.click("form[data-batch] button[type=submit]")
-    expect(page.locator("#flash")).to_contain_text("started")
+    # The batch's page follows its progress, live.
+    expect(page.locator("span[data-progress]")).to_have_text(f"{len(listed)} of {len(listed)}")
+    expect(page.locator("dd[data-outcomes]")).to_have_text(f"cancelled: {len(listed)}")
+    expect(page.locator("dl.facts .status")).to_have_text("completed")
     assert asked == [f"cancel {len(listed)} run(s) matching this filter, each once?"]
-    batch = page.locator("#flash").text_content().split()[1]
-    ended = httpx.get(f"{served.url}/v1/runs/{batch}/result", params={"wait": 30}, timeout=60)
-    assert ended.status_code == 200, ended.text
+    batch = page.locator("h1.run-id").get_attribute("data-run-id")
     doc = httpx.get(f"{served.url}/v1/batches/{batch}").json()
     assert doc["outcomes"] == {"cancelled": len(listed)}
     for i in range(3):
         status = httpx.get(f"{served.url}/v1/runs/batch-ui-{i}").json()["status"]
         assert status == "cancelled"
+        expect(page.locator(f'table.batch-runs tr[data-id="batch-ui-{i}"]')).to_contain_text(
+            "cancelled"
+        )

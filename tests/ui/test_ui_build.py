@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 from playwright.sync_api import expect
@@ -77,3 +78,34 @@ def test_a_run_starts_from_the_ui_with_the_shape_of_its_input_shown(
     form.locator("textarea[name=input]").fill("{not json")
     form.locator("button[type=submit]").click()
     expect(page.locator("#flash")).to_contain_text("the input is not JSON")
+
+
+def test_a_batch_signal_goes_to_every_run_the_filter_matches_and_shows_its_progress(
+    served: Served, page: Any
+) -> None:
+    for i in range(2):
+        answer = httpx.post(
+            f"{served.url}/v1/runs",
+            json={"workflow": "ui_gated", "input": i, "id": f"bulk-{i}"},
+        )
+        assert answer.status_code == 201, answer.text
+    page.goto(served.url + "/?workflow=ui_gated&where=customer%3Dnone")
+    expect(page.locator("table.runs")).to_contain_text("No runs match")
+    page.goto(served.url + "/?workflow=ui_gated&status=parked")
+    expect(page.locator('table.runs tr[data-id="bulk-1"]')).to_be_visible()
+    form = page.locator("form[data-batch]")
+    expect(form.locator("input[name=signal]")).to_be_hidden()
+    form.locator("select[name=action]").select_option("signal")
+    form.locator("input[name=signal]").fill("next")
+    form.locator("input[name=value]").fill('{"by": "ui"}')
+    parked = len(
+        httpx.get(
+            f"{served.url}/v1/runs", params={"workflow": "ui_gated", "status": "parked"}
+        ).json()
+    )
+    form.locator("button[type=submit]").click()
+    expect(page.locator("span[data-progress]")).to_have_text(f"{parked} of {parked}")
+    expect(page.locator("dd[data-outcomes]")).to_have_text(f"signalled: {parked}")
+    for i in range(2):
+        page.goto(f"{served.url}/runs/bulk-{i}")
+        expect(page.locator("dl.facts")).to_contain_text("signal finish")

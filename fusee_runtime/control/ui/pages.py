@@ -11,6 +11,7 @@
   `fusee history --export` writes it;
 - `/schedules`: the cron schedules and their buttons;
 - `/start`: a workflow picker and its input, to start a run (`start`);
+- `/batches/{id}`: a batch's progress, live (`batches`);
 - `/login`, `/logout`: the token, asked once when the server has one (`auth`);
 - `/ui/static/{name}`: `ui.css` and `ui.js`, shipped in the package.
 
@@ -39,7 +40,7 @@ from starlette.routing import Route
 from fusee_runtime import search
 from fusee_runtime.control.client import ControlApi
 from fusee_runtime.control.routes import status_of
-from fusee_runtime.control.ui import auth, html, start, views
+from fusee_runtime.control.ui import auth, batches, html, start, views
 from fusee_runtime.control.ui.records import entries
 from fusee_runtime.control.ui.run_view import VIEWS, RunView, run_heading, run_live
 from fusee_runtime.control.ui.timeline import fold
@@ -109,6 +110,9 @@ def routes(
     async def export(request: Request) -> Response:
         return await _export(control, request)
 
+    async def batch_page(request: Request) -> Response:
+        return await _batch(control, request)
+
     async def start_page(request: Request) -> Response:
         chosen = request.query_params.get("workflow", "")
         body = start.start_form(start.startables(), chosen)
@@ -119,6 +123,7 @@ def routes(
         Route("/objects", objects_page, methods=["GET"]),
         Route("/runs/{id:path}", run_page, methods=["GET"]),
         Route("/history/{id:path}", export, methods=["GET"]),
+        Route("/batches/{id:path}", batch_page, methods=["GET"]),
         Route("/schedules", schedules_page, methods=["GET"]),
         Route("/start", start_page, methods=["GET"]),
         Route("/ui/static/{name}", _static, methods=["GET"]),
@@ -245,6 +250,22 @@ async def _run(control: ControlApi, request: Request) -> Response:
         return _html(body)
     page = run_heading(v) + body
     return _html(html.page(f"Run {id}", page, "runs", _logged_in(request)))
+
+
+async def _batch(control: ControlApi, request: Request) -> Response:
+    """A batch's progress (`batches`), its live part fetched again every second."""
+    id = request.path_params["id"]
+    try:
+        body = batches.batch_live(await control.batch_describe(id))
+    except FuseeError as e:  # no such batch; or its driver cannot be asked now, say
+        if _live(request):
+            return _html(html.live(f'<p class="error">{html.esc(e)}</p>'), status_of(e))
+        return _html(html.error_page(f"Batch {id}", str(e), "runs"), status_of(e))
+    if _live(request):
+        return _html(body)
+    crumbs = f'<p class="crumbs"><a href="/">Runs</a> / batch {html.esc(id)}</p>'
+    head = f'<h1 class="run-id" data-run-id="{html.esc(id)}">Batch {html.esc(id)}</h1>'
+    return _html(html.page(f"Batch {id}", crumbs + head + body, "runs", _logged_in(request)))
 
 
 async def _export(control: ControlApi, request: Request) -> Response:

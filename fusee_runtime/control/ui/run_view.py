@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TypeVar
+from urllib.parse import quote
 
 from fusee_runtime.control.ui import bars
 from fusee_runtime.control.ui.html import (
@@ -42,6 +43,7 @@ from fusee_runtime.control.ui.html import (
 from fusee_runtime.control.ui.records import Entry
 from fusee_runtime.control.ui.timeline import Attempt, Event, Operation, Timeline
 from fusee_runtime.control.ui.views import RunsQuery, object_panel, waits_for
+from fusee_runtime.engine.batches import BATCH
 from fusee_runtime.model.json import JsonObject
 from fusee_runtime.model.run import RunInfo, Status
 
@@ -159,6 +161,8 @@ def _facts(v: RunView) -> str:
     if info.error:
         facts.append(("Why", esc(info.error)))
     facts.extend(_chain_facts(v))
+    if info.workflow == BATCH:
+        facts.append(("Batch", f'<a href="/batches/{quote(info.id, safe="")}">its progress</a>'))
     return "".join(f"<dt>{k}</dt><dd>{val}</dd>" for k, val in facts)
 
 

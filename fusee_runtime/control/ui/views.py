@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from fusee_runtime.control.ui.batches import batch_form
 from fusee_runtime.control.ui.html import (
     duration,
     esc,
@@ -78,21 +79,7 @@ def runs_filters(q: RunsQuery) -> str:
   <button type="submit">Filter</button>
   <a href="/">Clear</a>
 </form>
-{batch_form(q)}"""
-
-
-def batch_form(q: RunsQuery) -> str:
-    """Act on every run the filter matches, in a batch (`POST /v1/batches`): the page asks
-    how many match first, and says so in its confirmation."""
-    where = "".join(f'<input type="hidden" name="where" value="{esc(w)}">' for w in q.where)
-    return f"""<form class="batch inline" data-batch data-status="{esc(q.status)}"
-  data-workflow="{esc(q.workflow)}" data-prefix="{esc(q.prefix)}">
-  {where}<label>Every run matching this filter:
-  <select name="action"><option value="cancel">cancel</option>
-  <option value="terminate">terminate</option><option value="resume">resume</option></select>
-  </label>
-  <button type="submit" class="danger">Act on all…</button>
-</form>"""
+{batch_form(q.status, q.workflow, q.prefix, q.where)}"""
 
 
 def runs_table(runs: list[RunInfo], q: RunsQuery, more: bool, note: str = "") -> str:

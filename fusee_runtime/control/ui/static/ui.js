@@ -234,29 +234,58 @@
     return doc;
   }
 
-  // Act on every run the filter matches: count them (a dry run), ask, then start a batch.
+  // Act on every run the filter matches: count them (a dry run), ask, start a batch, and
+  // go to its page, which follows its progress. The fields of a signal or a reset show
+  // when that act is chosen.
+  document.addEventListener("change", (event) => {
+    const select = event.target.closest("form[data-batch] select[name=action]");
+    if (!select) return;
+    select.form.querySelectorAll("[data-for]").forEach((label) => {
+      label.hidden = label.dataset.for !== select.value;
+    });
+  });
+
+  function batchOf(form) {
+    const action = form.elements.action.value;
+    const where = [...form.querySelectorAll("input[name=where]")].map((input) => input.value);
+    const batch = { action, status: form.dataset.status || null, workflow: form.dataset.workflow || null };
+    if (where.length) batch.where = where;
+    const rate = form.elements.rate.value.trim();
+    if (rate) batch.rate = Number(rate);
+    if (action === "signal") {
+      batch.signal = form.elements.signal.value.trim();
+      batch.value = JSON.parse(form.elements.value.value.trim() || "null");
+    }
+    if (action === "reset") {
+      const to = form.elements.to.value.trim();
+      batch.to = /^[0-9]+$/.test(to) ? Number(to) : to;
+    }
+    return batch;
+  }
+
   document.addEventListener("submit", async (event) => {
     const form = event.target.closest("form[data-batch]");
     if (!form) return;
     event.preventDefault();
-    const action = form.elements.action.value;
     if (form.dataset.prefix) {
       say("a batch takes the status, workflow and attribute filters, not an id prefix", true);
       return;
     }
-    const where = [...form.querySelectorAll("input[name=where]")].map((input) => input.value);
-    const filter = { action, status: form.dataset.status || null, workflow: form.dataset.workflow || null };
-    if (where.length) filter.where = where;
+    let batch;
     try {
-      const dry = await post("/v1/batches", { ...filter, dry_run: true });
-      if (!window.confirm(`${action} ${dry.count} run(s) matching this filter, each once?`)) return;
-      const batch = await post("/v1/batches", filter);
-      say(`batch ${batch.id} started: it will ${action} ${batch.total ?? dry.count} run(s); /v1/batches/${batch.id} shows each`, false);
+      batch = batchOf(form);
+    } catch (error) {
+      say(`the value is not JSON: ${error.message}`, true);
+      return;
+    }
+    try {
+      const dry = await post("/v1/batches", { ...batch, dry_run: true });
+      if (!window.confirm(`${batch.action} ${dry.count} run(s) matching this filter, each once?`)) return;
+      const started = await post("/v1/batches", batch);
+      window.location.assign(`/batches/${encodeURIComponent(started.id)}`);
     } catch (error) {
       say(`batch refused: ${error.message}`, true);
     }
-    lastLive = null;
-    refresh();
   });
 
   document.addEventListener("submit", (event) => {
