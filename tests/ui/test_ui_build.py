@@ -9,6 +9,7 @@ As in test_ui_browser.py, each test waits for what the page shows (Playwright's
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -109,3 +110,36 @@ def test_a_batch_signal_goes_to_every_run_the_filter_matches_and_shows_its_progr
     for i in range(2):
         page.goto(f"{served.url}/runs/bulk-{i}")
         expect(page.locator("dl.facts")).to_contain_text("signal finish")
+
+
+def test_a_completion_s_token_shows_behind_the_login_and_the_page_completes_it(
+    serve: Callable[..., Served], page: Any
+) -> None:
+    secret = "ui-build-token-0123456789"
+    guarded = serve("--token", secret)
+    bearer = {"Authorization": f"Bearer {secret}"}
+    answer = httpx.post(
+        f"{guarded.url}/v1/runs",
+        json={"workflow": "ui_approval", "input": 1, "id": "approve-1"},
+        headers=bearer,
+    )
+    assert answer.status_code == 201, answer.text
+    page.goto(guarded.url + "/runs/approve-1")
+    page.fill("input[name=token]", secret)
+    page.click("form.login button")
+    panel = page.locator('section.completions .completion[data-step="pick"]')
+    expect(panel).to_be_visible()
+    (awaited,) = httpx.get(f"{guarded.url}/v1/runs/approve-1/completions", headers=bearer).json()
+    expect(panel.locator("code.token")).to_have_text(awaited["token"])
+    expect(panel).to_contain_text(awaited["url"])
+    # Without the login, the page (and the token on it) is not served.
+    unlogged = httpx.get(f"{guarded.url}/runs/approve-1", follow_redirects=False)
+    assert unlogged.status_code == 303 and awaited["token"] not in unlogged.text
+
+    panel.locator("input[name=value]").fill('{"size": "L"}')
+    panel.locator("button[type=submit]").click()
+    expect(page.locator("#flash")).to_contain_text("complete: done")
+    expect(page.locator("dl.facts .status").first).to_have_text("completed")
+    expect(page.locator("section.completions")).to_have_count(0)
+    result = httpx.get(f"{guarded.url}/v1/runs/approve-1/result", headers=bearer).json()
+    assert result["result"] == {"picked": {"size": "L"}}

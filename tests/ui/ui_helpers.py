@@ -124,6 +124,13 @@ async def ui_typed(ctx: Ctx, order: UiOrder) -> int:
 
 
 @workflow
+async def ui_approval(ctx: Ctx, x: int) -> dict:
+    """Waits for step `pick` to be completed from outside."""
+    got = await ctx.await_completion("pick", lambda completion: None)
+    return {"picked": got}
+
+
+@workflow
 async def ui_parent(ctx: Ctx, x: int) -> int:
     """Starts one child and returns its result."""
     return await ctx.child(ui_quick, f"{ctx.workflow_id}-kid", x)

@@ -45,7 +45,7 @@ from fusee_runtime.control.ui.records import entries
 from fusee_runtime.control.ui.run_view import VIEWS, RunView, run_heading, run_live
 from fusee_runtime.control.ui.timeline import fold
 from fusee_runtime.errors import FuseeError, NotFound
-from fusee_runtime.model.run import RunInfo
+from fusee_runtime.model.run import RunInfo, WaitKind
 from fusee_runtime.objects import OBJECT_PREFIX, registry
 
 PAGE_RUNS = 50
@@ -233,6 +233,10 @@ async def _run(control: ControlApi, request: Request) -> Response:
     if info.workflow.startswith(OBJECT_PREFIX) and info.status.is_open:
         with contextlib.suppress(FuseeError):  # (the page shows the run all the same)
             obj = await control.object_describe(id)
+    tokens = []
+    if info.run_id == newest and any(w.kind == WaitKind.COMPLETION for w in info.waiting):
+        with contextlib.suppress(FuseeError):  # (the page shows the run all the same)
+            tokens = await control.completions(id, info.run_id)
     v = RunView(
         info,
         fold(records, info.run_id),
@@ -244,6 +248,7 @@ async def _run(control: ControlApi, request: Request) -> Response:
         view=view if view in VIEWS else "timeline",
         entries=entries(records) if view == "history" else [],
         page=_number(request.query_params.get("page", "1")),
+        completions=tokens,
     )
     body = run_live(v)
     if _live(request):

@@ -77,6 +77,8 @@ class RunView:
     """Every record of the id (the history view)."""
     page: int = 1
     """The page of the history view."""
+    completions: list[JsonObject] = field(default_factory=list)
+    """The completions the run waits for, with their tokens (`Control.completions`)."""
 
     @property
     def is_newest(self) -> bool:
@@ -132,7 +134,8 @@ def run_live(v: RunView) -> str:
     open_ = "true" if info.status.is_open and v.is_newest else "false"
     return live(
         f"""<div id="run-state" data-open="{open_}" data-status="{esc(info.status)}"></div>
-<dl class="facts">{_facts(v)}</dl>{run_buttons(v)}{object_panel(v.obj) if v.obj else ""}
+<dl class="facts">{_facts(v)}</dl>{run_buttons(v)}{_completions(v)}
+{object_panel(v.obj) if v.obj else ""}
 <div class="io"><section><h2>Input</h2>{value(timeline.input)}</section>{outcome}</div>
 {_tabs(v)}{shown}"""
     )
@@ -216,6 +219,30 @@ def run_buttons(v: RunView) -> str:
     if not buttons:
         return ""
     return f'<div class="buttons run-buttons">{"".join(buttons)}</div>'
+
+
+def _completions(v: RunView) -> str:
+    """Each `ctx.await_completion` the run waits for: its token and URL (the page is
+    behind the server's login, as the API is), and a form that completes it with a JSON
+    value (`POST /v1/complete/{token}`, as `fusee complete TOKEN VALUE` does)."""
+    if not v.completions:
+        return ""
+    parts = []
+    for c in v.completions:
+        step, op, token = esc(c.get("step")), esc(c.get("op")), esc(c.get("token"))
+        url = c.get("url")
+        where = f"<dt>URL</dt><dd><code>{esc(url)}</code> (POST a JSON value)</dd>" if url else ""
+        parts.append(
+            f"""<div class="completion" data-step="{step}" data-op="{op}">
+<h3>Step {step} (operation {op}) waits for its completion</h3>
+<dl class="facts"><dt>Token</dt><dd><code class="token">{token}</code></dd>{where}</dl>
+<form class="inline" data-complete data-token="{token}" data-key="complete-{op}"
+  data-step="{step}">
+  <label>Value (JSON) <input name="value" data-keep placeholder='{{"ok": true}}'></label>
+  <button type="submit">Complete</button>
+</form></div>"""
+        )
+    return f'<section class="completions"><h2>Completions</h2>{"".join(parts)}</section>'
 
 
 def _tabs(v: RunView) -> str:

@@ -307,6 +307,36 @@
     act(action, { name, value });
   });
 
+  // Complete a step that waits for its completion: its token's URL, with the JSON value.
+  document.addEventListener("submit", async (event) => {
+    const form = event.target.closest("form[data-complete]");
+    if (!form) return;
+    event.preventDefault();
+    const text = form.elements.value.value.trim() || "null";
+    try {
+      JSON.parse(text);
+    } catch (error) {
+      say(`the value is not JSON: ${error.message}`, true);
+      return;
+    }
+    if (!window.confirm(`Complete step "${form.dataset.step}" with ${text}?`)) return;
+    try {
+      const response = await fetch(`/v1/complete/${encodeURIComponent(form.dataset.token)}`, {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: text,
+        credentials: "same-origin",
+      });
+      const doc = await response.json().catch(() => null);
+      if (!response.ok) throw new Error(doc && doc.error ? doc.error.message : `HTTP ${response.status}`);
+      say(`complete: done (step ${form.dataset.step})`, false);
+    } catch (error) {
+      say(`complete refused: ${error.message}`, true);
+    }
+    lastLive = null;
+    refresh();
+  });
+
   // -- starting a run -------------------------------------------------------------
 
   // The picker shows what the chosen workflow takes, and its example input while the
