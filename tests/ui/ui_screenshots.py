@@ -1,10 +1,12 @@
-"""Takes the README's screenshots of the web UI: docs/ui-runs.png and docs/ui-run.png.
+"""Takes the README's screenshots of the web UI: docs/ui-runs.png, docs/ui-run.png,
+docs/ui-history.png and docs/ui-start.png.
 
     python tests/ui/ui_screenshots.py
 
 Serves a temp home with a few runs (one retried a step, slept, started a child and
-waits for a signal; one failed; some completed), opens the runs page and that run's
-page in headless Chromium, and writes the two screenshots.
+waits for a signal; one failed; some completed), opens the runs page, that run's page
+(its timeline drawn in time) and its event history, and the start page with a typed
+input, in headless Chromium, and writes the screenshots.
 """
 
 from __future__ import annotations
@@ -20,9 +22,25 @@ DEMO = "fusee_ui_demo"
 DEMO_SOURCE = '''
 """A small shop, for the web UI's screenshots."""
 
+from dataclasses import dataclass
+from datetime import date
+
 from fusee_runtime import Ctx, RetryPolicy, step, workflow
 
 tries = {}
+
+
+@dataclass
+class Line:
+    sku: str
+    qty: int
+
+
+@dataclass
+class Restock:
+    warehouse: str
+    lines: list[Line]
+    by: date
 
 
 @step
@@ -51,7 +69,14 @@ async def invoice(ctx: Ctx, order: str) -> str:
 
 
 @workflow
+async def restock(ctx: Ctx, order: Restock) -> int:
+    """Orders stock for a warehouse, by a date."""
+    return sum(line.qty for line in order.lines)
+
+
+@workflow
 async def checkout(ctx: Ctx, order: str) -> dict:
+    """Reserves, charges (retrying), invoices and ships an order once approved."""
     ctx.set_attributes({"customer": f"c-{order[-1]}"})
     stock = await reserve(order)
     await ctx.sleep("settle", 0.2)
@@ -83,15 +108,24 @@ def take(url: str) -> None:
         while "approve" not in str(httpx.get(run).json()["waiting"]):
             time.sleep(0.05)  # a script, not a test: waiting for the demo to get there
         httpx.post(f"{run}/signals/approve", json={"by": "ana"})
+    figures = '#stats span:has([data-stat="steps_s"]):visible'
     with browser() as chrome:
         page = chrome.new_page(viewport={"width": 1366, "height": 860})  # type: ignore[attr-defined]
         page.goto(url + "/")
-        page.wait_for_selector('[data-stat="sync_ms"]:not(:text("–"))')
+        page.wait_for_selector(figures)
         page.screenshot(path=str(REPO / "docs" / "ui-runs.png"))
         page.goto(url + "/runs/order-1006")
         page.wait_for_selector('table.timeline tr:has-text("invoice")')
-        page.wait_for_selector('[data-stat="sync_ms"]:not(:text("–"))')
+        page.wait_for_selector(figures)
         page.screenshot(path=str(REPO / "docs" / "ui-run.png"), full_page=True)
+        page.goto(url + "/runs/order-1006?view=history")
+        page.wait_for_selector('table.history tr:has-text("WaitStarted")')
+        page.wait_for_selector(figures)
+        page.screenshot(path=str(REPO / "docs" / "ui-history.png"))
+        page.goto(url + "/start?workflow=restock")
+        page.wait_for_selector(".wf-about code.shape")
+        page.wait_for_selector(figures)
+        page.screenshot(path=str(REPO / "docs" / "ui-start.png"))
 
 
 if __name__ == "__main__":

@@ -354,7 +354,7 @@ def _attempt(a: Attempt) -> str:
         resumed = f"; resumed at {instant(a.resumed_at)}" if a.resumed_at else ""
         then = f'; <span class="status warn">paused</span>, waits for resume{resumed}'
     elif a.retry_at:
-        then = f"; retry at {instant(a.retry_at)}"
+        then = f"; retry at {a.retry_at:%H:%M:%S}.{a.retry_at.microsecond // 1000:03d}"
     cls = ' class="paused"' if a.paused else ""
     return f"<li{cls}>attempt {a.number}: {took}{why}{then}</li>"
 

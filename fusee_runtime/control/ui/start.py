@@ -219,7 +219,7 @@ def start_form(found: list[Startable], chosen: str) -> str:
 <form class="start" data-start>
   <label>Workflow <select name="workflow">{options}</select></label>
   {about}
-  <label>Input (JSON) <textarea name="input" rows="8" spellcheck="false">{esc(example)}</textarea>
+  <label>Input (JSON) <textarea name="input" rows="12" spellcheck="false">{esc(example)}</textarea>
   </label>
   <label>Id <input name="id" placeholder="a fresh one if empty"></label>
   <button type="submit">Start</button>
