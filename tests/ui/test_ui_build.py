@@ -136,7 +136,13 @@ def test_a_completion_s_token_shows_behind_the_login_and_the_page_completes_it(
     unlogged = httpx.get(f"{guarded.url}/runs/approve-1", follow_redirects=False)
     assert unlogged.status_code == 303 and awaited["token"] not in unlogged.text
 
-    panel.locator("input[name=value]").fill('{"size": "L"}')
+    field = panel.locator("input[name=value]")
+    field.fill('{"size": "L"}')
+    # What is typed stays, focused, when the live part is swapped (an open run's is).
+    page.evaluate("document.getElementById('run-state').dataset.mark = 'before'")
+    expect(page.locator("#run-state[data-mark]")).to_have_count(0)
+    expect(field).to_have_value('{"size": "L"}')
+    expect(field).to_be_focused()
     panel.locator("button[type=submit]").click()
     expect(page.locator("#flash")).to_contain_text("complete: done")
     expect(page.locator("dl.facts .status").first).to_have_text("completed")

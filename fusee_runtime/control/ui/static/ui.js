@@ -75,12 +75,17 @@
   // in a field marked data-keep (its form's data-key and its name) is kept.
   function swap(live, fresh) {
     const open = [...live.querySelectorAll("details")].map((d) => d.open);
+    // (An open run's bars grow every second, so its part is swapped every second.)
     const typed = new Map();
     let focused = null;
+    let caret = null;
     for (const field of live.querySelectorAll("[data-keep]")) {
       const key = `${field.form ? field.form.dataset.key : ""}/${field.name}`;
       if (field.value) typed.set(key, field.value);
-      if (field === document.activeElement) focused = key;
+      if (field === document.activeElement) {
+        focused = key;
+        caret = [field.selectionStart, field.selectionEnd];
+      }
     }
     live.replaceChildren(...fresh.childNodes);
     live.querySelectorAll("details").forEach((d, i) => {
@@ -89,7 +94,10 @@
     for (const field of live.querySelectorAll("[data-keep]")) {
       const key = `${field.form ? field.form.dataset.key : ""}/${field.name}`;
       if (typed.has(key)) field.value = typed.get(key);
-      if (key === focused) field.focus();
+      if (key === focused) {
+        field.focus();
+        if (caret) field.setSelectionRange(caret[0], caret[1]);
+      }
     }
     followState();
   }
