@@ -11,16 +11,19 @@ engine gave.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fusee_cli import session
 from fusee_cli.session import Code, echo_err, error, print_json
 
 if TYPE_CHECKING:
+    from fusee_runtime import RunInfo
     from fusee_runtime.control.client import ControlApi
+
+T = TypeVar("T")
 
 _CODES = {"ok": Code.OK, "failed": Code.FAILED, "timed_out": Code.TIMED_OUT}
 
@@ -74,45 +77,67 @@ async def follow_home(
     first: ControlApi | None = None,
     say: Callable[[str], None] = echo_err,
 ) -> Outcome:
-    """Follows a run through whoever owns the home, taking over when that owner goes away.
-
-    An owner that closes or dies leaves the run to the next process that
-    opens the home: this one, unless another got there first. A watch
-    records nothing, so following again is safe. `first` is a control
-    already open to start with; `timeout_s` counts from the first try.
-    `say` prints the line that tells of a takeover: a live progress line
-    (`render.Progress.say`) must print it above itself, not over itself.
+    """Follows a run through whoever owns the home, taking over when that owner goes away
+    (`through_owners`). `first` is a control already open to start with; `timeout_s`
+    counts from the first try. `say` prints the line that tells of a takeover: a live
+    progress line (`render.Progress.say`) must print it above itself, not over itself.
 
     Raises:
         CliError: no run of that id (exit 3), or what `session.control` raises.
     """
     import asyncio
 
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout_s is None else loop.time() + timeout_s
+
+    async def watch(ctl: ControlApi, info: RunInfo | None) -> Outcome:
+        left = None if deadline is None else max(deadline - loop.time(), 0.0)
+        return await follow(ctl, workflow_id, left, progress)
+
+    return await through_owners(home, app, workflow_id, watch, first=first, say=say)
+
+
+async def through_owners(
+    home: Path,
+    app: str | None,
+    workflow_id: str,
+    body: Callable[[ControlApi, RunInfo | None], Awaitable[T]],
+    *,
+    first: ControlApi | None = None,
+    drive: bool = True,
+    say: Callable[[str], None] = echo_err,
+) -> T:
+    """`body(control, run)` on the home's owner, again on the next one each time an owner
+    goes away before it returns; `run` is the newest run of `workflow_id` as the owner
+    found it (None for `first`, a control already open to start with).
+
+    An owner that closes or dies leaves its runs to the next process that opens the
+    home: this one (with `drive`), unless another got there first. `body` must be safe
+    to call again: a follower (a watch, a followed stream) records nothing. Each
+    takeover is told with `say`.
+
+    Raises:
+        CliError: no run of that id (exit 3), or what `session.control` raises.
+    """
     from fusee_runtime import EngineClosed
     from fusee_runtime.control.client import OwnerGone, OwnerLost
 
-    loop = asyncio.get_running_loop()
-    deadline = None if timeout_s is None else loop.time() + timeout_s
     while True:
-        left = None if deadline is None else max(deadline - loop.time(), 0.0)
         owner = None
         try:
             if first is not None:
                 ctl, first = first, None
                 owner = ctl.owner
-                return await follow(ctl, workflow_id, left, progress)
-            async with session.control(home, app, drive=True) as ctl:
+                return await body(ctl, None)
+            async with session.control(home, app, drive=drive) as ctl:
                 owner = ctl.owner
-                await session.find_run(ctl, workflow_id)
+                info = await session.find_run(ctl, workflow_id)
                 owner = ctl.owner  # (after a call about the run: its journal's driver)
-                return await follow(ctl, workflow_id, left, progress)
+                return await body(ctl, info)
         except (OwnerGone, OwnerLost, EngineClosed):
             if owner is None:
                 raise  # this process's own engine closed under it: nobody to hand over to
-            say(
-                f"the process that owned the home (pid {owner}) went away; "
-                f"following {workflow_id} on"
-            )
+            say(f"{session.owner_named(owner, past=True)} went away; following {workflow_id} on")
 
 
 def report(outcome: Outcome, as_json: bool) -> Code:

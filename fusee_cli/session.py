@@ -519,15 +519,16 @@ async def find_run(ctl: ControlApi, workflow_id: str) -> RunInfo:
         raise no_run(workflow_id) from None
 
 
-def owner_named(owner: int | None) -> str:
+def owner_named(owner: int | None, past: bool = False) -> str:
     """The process that drives the runs, as a status line names it: the one that owns
     the home, or with a PostgreSQL store (`--store`, FUSEE_STORE) the worker that
-    drives the journal (its pid is on the machine it runs on); None: this one."""
+    drives the journal (its pid is on the machine it runs on); None: this one.
+    `past`: the one that did (it went away)."""
     if owner is None:
         return "this process"
     if os.environ.get("FUSEE_STORE"):
-        return f"the worker that drives the journal (pid {owner})"
-    return f"the process that owns the home (pid {owner})"
+        return f"the worker that {'drove' if past else 'drives'} the journal (pid {owner})"
+    return f"the process that {'owned' if past else 'owns'} the home (pid {owner})"
 
 
 def goes_on(workflow_id: str, owner: int | None) -> str:

@@ -52,7 +52,7 @@ import weakref
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
-from fusee_runtime.errors import Rejected
+from fusee_runtime.errors import EngineClosed, Rejected
 from fusee_runtime.model.op_records import StepStreamAppended, StreamAppended, StreamClosed
 from fusee_runtime.model.ops import StepOp, StreamAppendOp, StreamCloseOp
 from fusee_runtime.model.payload import Payload
@@ -211,7 +211,7 @@ async def follow(
     `wait`, once the items durable now are read.
 
     Raises:
-        Rejected: the engine closed while the reader waited.
+        EngineClosed: the engine closed while the reader waited.
         JournalFailed: the journal stopped accepting work.
     """
     i = 0
@@ -237,11 +237,13 @@ async def follow(
         try:
             await host.durable_future(durable + 1)
         except Rejected:
+            if host.durable_lsn > durable:
+                continue  # what became durable before the close is read out first
             raise _engine_closed(run, name) from None
 
 
-def _engine_closed(run: Run, name: str) -> Rejected:
-    return Rejected(
+def _engine_closed(run: Run, name: str) -> EngineClosed:
+    return EngineClosed(
         f"the engine closed while following stream {name!r} of run {run.workflow_id!r}; "
         "open the home again to follow it"
     )

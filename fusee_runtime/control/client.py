@@ -442,7 +442,10 @@ class ControlClient(Client):
         client = cls(home, HomeLock(home).owner())
         try:
             pong = await client.ping()
-        except OwnerGone:
+        except (OwnerGone, OwnerLost):
+            # Lost: it took the connection and closed it unanswered, as an owner that
+            # is dying does (its socket accepts until the kernel closes it). A ping
+            # does nothing: look again; the lock says whether it is still there.
             return None
         client._pid = pong["pid"]
         return client

@@ -117,7 +117,7 @@ class RunHandle:
 
         Raises:
             NotFound: no run of this id (raised here, before iterating).
-            Rejected: the engine closed while the reader waited.
+            EngineClosed: the engine closed while the reader waited.
         """
         run = self._engine.runs.get(self.id, self._target())
         return follow_stream(self._engine.driver, run, check_stream_name(name), wait=follow)

@@ -59,10 +59,12 @@ def test_no_follow_prints_what_is_durable_and_stops(cli, on, make_engine):
     assert _lines(r.stdout) == [1]
 
 
-def test_a_stream_never_written_of_a_closed_run_is_empty(cli, on):
+def test_a_stream_never_written_of_a_closed_run_is_not_found(cli, on):
+    # (Issue 42, item 2: it printed nothing and exited 0, as a misspelled name did.)
     assert cli("start", "cli_echo", "--id", "e-1", *on).exit_code == 0
     r = cli("tail-stream", "e-1", "nothing", *on)
-    assert (r.exit_code, r.stdout) == (0, "")
+    assert (r.exit_code, r.stdout) == (3, "")
+    assert r.stderr == "error: run e-1 has no stream 'nothing' (it has written none)\n"
 
 
 def test_a_follower_in_another_process_gets_items_from_the_owner(spawn, fusee, on):

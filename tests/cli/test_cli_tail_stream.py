@@ -1,0 +1,119 @@
+"""`fusee tail-stream` follows a run on past its driver's death, and says when a stream
+name is one the run does not have (issue 42, items 1 and 2).
+
+Real `fusee` processes on a real home (and on a real PostgreSQL server): the driver
+is a `fusee start` of `cli_stream` (it streams 1, waits for signal `more`, streams its
+value, closes the stream), killed with SIGKILL or stopped with SIGTERM while a
+`tail-stream` follows it. The follower takes the run over (or follows it to whoever
+drives it next), prints each item once, and ends when the stream closes. The tests
+read the processes' lines; none waits on the clock.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+Spawn = Callable[..., subprocess.Popen[str]]
+
+
+def _driver(spawn: Spawn, on: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    """`fusee start cli_stream --id s-1`, once it drives the run parked on its signal."""
+    driver = spawn("start", "cli_stream", "--id", "s-1", *on, **env)
+    assert driver.stderr is not None
+    assert driver.stderr.readline().startswith("started s-1")
+    assert driver.stderr.readline() == "s-1: waiting for signal 'more'\n"
+    return driver
+
+
+@pytest.fixture(params=["local", "postgresql"])
+def store(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The environment of every command: a local home, or `FUSEE_STORE` a database."""
+    if request.param == "local":
+        return {}
+    return {"FUSEE_STORE": request.getfixturevalue("pg_url")}
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_tail_stream_follows_the_run_on_when_its_driver_goes_away(
+    spawn: Spawn, fusee: Callable[..., Any], on: list[str], store: dict[str, str], how: int
+) -> None:
+    driver = _driver(spawn, on, store)
+    follower = spawn("tail-stream", "s-1", "items", "--json", *on, **store)
+    assert follower.stdout is not None and follower.stderr is not None
+    assert json.loads(follower.stdout.readline()) == {"index": 0, "item": 1}
+
+    driver.send_signal(how)
+    driver.communicate()
+    who = (
+        f"the worker that drove the journal (pid {driver.pid})"
+        if store
+        else f"the process that owned the home (pid {driver.pid})"
+    )
+    assert follower.stderr.readline() == f"{who} went away; following s-1 on\n"
+    sent = fusee("signal", "s-1", "more", '"two"', *on, **store)
+    assert sent.returncode == 0, sent.stderr
+
+    rest, err = follower.communicate()
+    assert follower.returncode == 0, err
+    # The item printed before the takeover is not printed again; the one after is.
+    assert [json.loads(line) for line in rest.splitlines()] == [{"index": 1, "item": "two"}]
+    assert "error" not in err
+
+
+# -- a stream name the run does not have ---------------------------------------------------
+
+
+def test_a_closed_run_s_misspelled_stream_exits_3_naming_its_streams(
+    fusee: Callable[..., Any], tmp_path: Path
+) -> None:
+    on = ["--home", str(tmp_path / "home"), "--app", "workflows"]
+    assert fusee("start", "digest", "--id", "dg-1", *on).returncode == 0
+
+    for follow in ([], ["--no-follow"]):
+        done = fusee("tail-stream", "dg-1", "entires", *follow, *on)
+
+        assert done.returncode == 3, done.stderr
+        assert done.stdout == ""
+        assert done.stderr == "error: run dg-1 has no stream 'entires' (its streams: 'entries')\n"
+
+
+def test_an_open_run_s_missing_stream_is_said_then_waited_for_until_the_run_closes(
+    spawn: Spawn, fusee: Callable[..., Any], on: list[str]
+) -> None:
+    # The run's code may still write a stream of any name while it is open: the follower
+    # says which it has and waits; once the run closes without it, it exits 3.
+    driver = _driver(spawn, on, {})
+    follower = spawn("tail-stream", "s-1", "itemz", *on)
+    assert follower.stderr is not None
+    assert follower.stderr.readline() == (
+        "run s-1 has no stream 'itemz' yet (its streams: 'items'); "
+        "waiting for its code to write one, Ctrl-C to stop\n"
+    )
+    assert fusee("signal", "s-1", "more", "2", *on).returncode == 0
+
+    out, err = follower.communicate()
+    assert (follower.returncode, out) == (3, "")
+    assert err == "error: run s-1 has no stream 'itemz' (its streams: 'items')\n"
+    assert driver.wait() == 0
+
+
+def test_a_stream_the_open_run_has_is_followed_without_a_word(
+    spawn: Spawn, fusee: Callable[..., Any], on: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    driver = _driver(spawn, on, {})
+    follower = spawn("tail-stream", "s-1", "items", *on)
+    assert follower.stdout is not None
+    assert follower.stdout.readline() == "1\n"
+    # (Past NOTICE_AFTER_S the follower looks at the run's streams: it has this one.)
+    assert fusee("signal", "s-1", "more", "2", *on).returncode == 0
+
+    out, err = follower.communicate()
+    assert (follower.returncode, out, err) == (0, "2\n", "")
+    assert driver.wait() == 0
