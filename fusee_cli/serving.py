@@ -7,6 +7,7 @@ import contextlib
 import os
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -98,7 +99,8 @@ class Output:
 
             if self._gone:
                 return
-            line = orjson.dumps({"event": name, "at": time.time(), **fields})
+            at = datetime.now(UTC).isoformat()  # (an ISO instant, as docs/json.md says)
+            line = orjson.dumps({"event": name, "at": at, **fields})
             try:
                 sys.stdout.write(line.decode() + "\n")
                 sys.stdout.flush()

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import time
 import urllib.parse
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +98,7 @@ def test_workers_drive_journals_at_once_and_a_killed_one_s_runs_are_taken_over(
         while True:  # another worker takes the dead one's journal
             worker, event = next_event(events)
             if event["event"] == "shard_taken" and event["shard"] == lost:
-                taken_at = event["at"]
+                taken_at = datetime.fromisoformat(event["at"]).timestamp()
                 break
 
         async def finish() -> tuple[dict[int, Any], dict[int, Any]]:

@@ -18,6 +18,7 @@ import queue
 import signal
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -92,9 +93,10 @@ def test_a_killed_driver_s_runs_are_taken_over_and_none_of_its_steps_runs_again(
     resumed = min(
         e["t"] for runs in executions.values() for e in runs if e["pid"] != first.proc.pid
     )
+    serving_at = datetime.fromisoformat(taken["at"]).timestamp()
     print(
         f"\ntakeover: {resumed - killed_at:.3f} s from the SIGKILL to the first step the new "
-        f"driver ran ({taken['at'] - killed_at:.3f} s to serving); {again} step(s) whose "
+        f"driver ran ({serving_at - killed_at:.3f} s to serving); {again} step(s) whose "
         f"result was not committed ran again"
     )
 

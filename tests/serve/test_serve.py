@@ -9,8 +9,10 @@ counts how many times its function ran.
 
 from __future__ import annotations
 
+import re
 import signal
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -200,6 +202,32 @@ def test_stats_lines_report_runs_steps_and_syncs(
         "fdatasync_share",
     }
     assert s.stop() == 0
+
+
+def test_every_event_line_has_an_iso_instant_and_only_documented_fields(
+    serve: Callable[..., Any], app_module: Callable[[str], Path]
+) -> None:
+    # (Issue 42, item 8: `at` was a Unix number, and the events were not in docs/json.md.)
+    app_module(SLOW_APP)
+    s = serve("--stats-every", "0.05")
+    s.until("serving")
+    s.until("stats")
+    assert s.stop() == 0
+
+    assert [e["event"] for e in s.events][-2:] == ["stopping", "stopped"]
+    documented = _documented_serve_fields()
+    for event in s.events:
+        at = datetime.fromisoformat(event["at"])
+        assert at.utcoffset() == timedelta(0), event
+        assert set(event) <= documented, (event, set(event) - documented)
+
+
+def _documented_serve_fields() -> set[str]:
+    """The fields docs/json.md's table for `fusee serve` lists (a row may name several)."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "json.md").read_text()
+    section = docs.split("## `fusee serve` (stdout not a terminal)\n", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| (`[^|]+`) \|", section, re.MULTILINE)
+    return {name for row in rows for name in re.findall(r"`(\w+)`", row)}
 
 
 def test_on_a_terminal_it_keeps_a_live_line_and_says_how_it_stopped(
