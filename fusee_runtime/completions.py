@@ -9,6 +9,14 @@ records only that an attempt issued one. So is the token a run waits on now
 (`Tokens.awaited`, what `fusee describe` and `GET /v1/runs/{id}/completions`
 show): the current one of each `await_completion`, never one it replaced.
 
+A paused `await_completion` (its `send` ran out of attempts under
+`Exhausted.PAUSE`) has no current token: it waits for `resume`, whose fresh
+attempt issues a new one. Until that token is recorded (a resume is durable
+before it, and a crash can fall in between) the last token is refused too,
+as the resume already replaced it (`current_token`): a step is finished from
+outside only while it waits for a token, never while it shows as paused nor
+once its next `send` is on its way.
+
 The secret is written under a name no other account can guess and linked
 in place, and read only if it is no symbolic link and this account's
 (`journal/safefiles.py`): nobody else can choose it, nor have it written
@@ -116,6 +124,17 @@ def _unusable(path: Path, reason: str) -> Rejected:
     )
 
 
+def current_token(op: CompletionOp) -> int | None:
+    """The number of the token that finishes `op` now (`complete` takes it), or None
+    when none does: `op` finished, is paused (it waits for `resume`), or was resumed
+    and its next attempt has not issued its token yet (none before it counts)."""
+    # `attempt` is 0 from a resume until the next CompletionIssued (fold), and before
+    # the first token.
+    if op.done or op.paused or op.attempt == 0 or not op.issued:
+        return None
+    return op.issued
+
+
 def make_token(secret: bytes, run_id: str, seq: str, issued: int) -> str:
     body = f"{run_id}-{seq}-{issued}"
     return f"{body}-{_mac(secret, body)}"
@@ -166,23 +185,24 @@ class Tokens:
 
     def awaited(self, run: Run) -> list[Awaited]:
         """The `await_completion`s open `run` waits for (a `completion` in its `waiting`),
-        in the order they began, each with its current token: the one `complete` takes
-        now. A token a later one replaced is not there, nor is the token of a paused
-        step (it waits for `resume`, which issues a new one). The secret is read, never
-        made: with none (moved aside), no token is good, and the list is empty."""
+        in the order they began, each with its current token (`current_token`): the one
+        `complete` takes now. A token a later one replaced is not there, nor is one for a
+        paused step, or a resumed one whose new token is not issued yet (it waits for
+        `resume`, which issues a new one). The secret is read, never made: with none
+        (moved aside), no token is good, and the list is empty."""
         if not run.is_open:
             return []
         waiting = [
-            (seq, op)
+            (seq, op.name, issued)
             for seq, op in run.pending.items()
-            if isinstance(op, CompletionOp) and not op.done and not op.paused and op.issued
+            if isinstance(op, CompletionOp) and (issued := current_token(op)) is not None
         ]
         secret = self.secret(create=False) if waiting else None
         if secret is None:
             return []
         return [
-            Awaited(op.name, seq, self._completion(secret, run.run_id, seq, op.issued))
-            for seq, op in waiting
+            Awaited(name, seq, self._completion(secret, run.run_id, seq, issued))
+            for seq, name, issued in waiting
         ]
 
     def _completion(self, secret: bytes, run_id: str, seq: str, issued: int) -> Completion:

@@ -325,9 +325,12 @@ class Ctx:
 
         When `send`'s attempts run out under `Exhausted.PAUSE` (the policy's, or the
         engine's default), the run pauses, as it does for a step, and `resume` sends
-        again with a fresh token. The Rust crate fails the step there instead; fusee
-        keeps one rule for every step, and a `send` that could not reach its service
-        is the failure a pause is for. Under `Exhausted.FAIL` it raises `StepFailed`.
+        again with a fresh token. While paused the step takes no token: `complete`
+        and `fail` are refused (`Rejected`, saying so), and the last attempt's token
+        stays refused after the resume, which replaced it. The Rust crate fails the
+        step there instead; fusee keeps one rule for every step, and a `send` that
+        could not reach its service is the failure a pause is for. Under
+        `Exhausted.FAIL` it raises `StepFailed`.
         """
         seq, op = self._execution.next(CompletionOp, name)
         if op is not None and op.retired:

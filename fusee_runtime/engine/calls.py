@@ -67,7 +67,9 @@ class Calls:
         Raises:
             NotFound: not a token of this home, or its run is gone.
             Rejected: the run is closed, the step already finished, or a later
-                attempt superseded the token.
+                attempt superseded the token; or the step is paused, or resumed and
+                its new token not issued yet: no token finishes it until `resume`
+                sends again with a new one.
             CodecError: the value cannot be encoded as JSON.
         """
         await self.handlers.finish(token, value, None)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from fusee_runtime.completions import Awaited, Tokens, read_token
+from fusee_runtime.completions import Awaited, Tokens, current_token, read_token
 from fusee_runtime.engine.runs import RunTable
 from fusee_runtime.engine.state import Run, Status, top
 from fusee_runtime.engine.waits import utc
@@ -386,10 +386,20 @@ class Handlers:
             raise Rejected(f"the {what} cannot finish: the run is {run.closing}")
         if op.done:
             raise Rejected(f"the {what} has already finished")
+        if op.paused:
+            raise Rejected(
+                f"the {what} is paused (`send` failed at attempt {op.attempts_failed}): no token "
+                f"finishes it until `fusee resume {run.workflow_id}` sends again with a new token"
+            )
         if op.issued != issued:
             raise Rejected(
                 f"this token of the {what} was replaced by a later one "
                 f"(token {issued} of {op.issued}: `send` ran again)"
+            )
+        if current_token(op) is None:  # resumed: its next attempt issues a new token
+            raise Rejected(
+                f"the {what} was resumed: `send` runs again with a new token, which "
+                "replaces this one"
             )
         return run, seq
 
