@@ -103,6 +103,9 @@ class Execution:
         self.park_scheduled = False
         # Live steps in flight (a run with one is not parked) and their tasks.
         self.busy = 0
+        # Of those, the ones waiting out a retry's backoff: when all are, the run shows
+        # as parked (`Run.status`), as it waits on the clock alone.
+        self.backing_off = 0
         self.step_tasks: dict[str, asyncio.Task[Any]] = {}
         # Futures of timers, waits and paused steps the code is blocked on.
         self.awaiting: set[asyncio.Future[None]] = set()

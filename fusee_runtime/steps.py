@@ -226,7 +226,11 @@ async def _backoff(
     last = run.ops[seq].failure if seq in run.ops else None
     why = f"; attempt {attempt - 1} failed: {Failure.from_json(last)}" if last else ""
     run.live.current = f"{name}: retry {attempt} at {utc(not_before):%H:%M:%S}{why}"
-    await execution.host.clock.sleep_until(not_before)
+    execution.backing_off += 1
+    try:
+        await execution.host.clock.sleep_until(not_before)
+    finally:
+        execution.backing_off -= 1
 
 
 async def _gate(

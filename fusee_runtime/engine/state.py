@@ -54,7 +54,8 @@ class Run(RunRecord):
     def status(self) -> Status:
         """Where the run is, from the facts in this order: its close once durable, a
         delayed start not begun, a queue not letting it in, a stop (recorded, or not
-        recordable), a paused step, a park, else running."""
+        recordable), a paused step, a park (or every step in flight waiting out a
+        retry's backoff: it waits on the clock alone), else running."""
         live = self.live
         closing = self.closing
         if closing is not None and live.close_durable:
@@ -68,7 +69,12 @@ class Run(RunRecord):
         for op in self.pending.values():
             if isinstance(op, StepOp) and op.paused:
                 return Status.PAUSED
-        return Status.PARKED if live.shown_parked else Status.RUNNING
+        if live.shown_parked:
+            return Status.PARKED
+        execution = live.execution
+        if execution is not None and 0 < execution.busy == execution.backing_off:
+            return Status.PARKED  # every step in flight waits out a retry's backoff
+        return Status.RUNNING
 
     def info(self) -> RunInfo:
         status = self.status

@@ -105,6 +105,26 @@ async def test_a_mock_fails_the_first_two_attempts_then_returns(fusee_env: Env) 
     assert CALLED == ["remind o-3"], "the real charge never ran"
 
 
+async def test_a_run_that_only_waits_out_a_backoff_shows_parked_then_running(
+    fusee_env: Env,
+) -> None:
+    # (Issue 42, item 8: it showed `running` while nothing of it ran, only the clock.)
+    fusee_env.mock(charge, raises=ConnectionError("card network down"), attempts=[1])
+    run = await fusee_env.start(subscription, "o-4", id="sub-4")
+    shown = await run.describe()
+    assert shown.status == Status.PARKED
+    (waits,) = shown.waiting
+    assert (waits.kind, waits.name) == ("retry", "charge")  # (a WaitKind, a str enum)
+    assert waits.until == fusee_env.now + timedelta(seconds=60)
+    assert "card network down" in (waits.detail or "")
+
+    await fusee_env.skip(seconds=60)  # attempt 2 runs the real charge, then the trial sleeps
+    assert CALLED == ["charge o-4"]
+    shown = await run.describe()
+    assert shown.status == Status.PARKED
+    assert [w.kind for w in shown.waiting] == ["timer"]
+
+
 @workflow(name="kit.other")
 async def other(ctx: Ctx, order: str) -> dict[str, Any]:
     return await charge(order, 5)
