@@ -161,8 +161,7 @@ class Execution:
             if cursor.n in run.update_log:
                 self._replay_updates(cursor.n)
             if not self.reached and (cursor.n > self.frontier or op is None or not op.done):
-                self.reached = True
-                self.host.progressed()  # handlers wait for it (`caught_up`)
+                self._reach(seq, op)
         if self.updates is not None and cls is not GroupOp and (op is None or not op.done):
             self.updates.due(None)  # replay meets the live frontier here (in a branch too)
         if op is not None:
@@ -183,6 +182,17 @@ class Execution:
         if op is None and run.stuck is not None:
             self.host.carried_on(run)  # live past the journal's end: the code matches it
         return seq, op
+
+    def _reach(self, seq: str, op: Op | None) -> None:
+        """The code replayed what the journal held: it asks for an operation past it, or
+        for one not done (at `seq`)."""
+        self.reached = True
+        run = self.run
+        if op is None or seq not in run.pending or type(op) is StepOp:
+            # Past its waits: it runs (woken, or spawned again on an open, it showed
+            # as parked until here: `Driver.spawn`).
+            run.live.shown_parked = False
+        self.host.progressed()  # handlers wait for it (`caught_up`)
 
     @property
     def caught_up(self) -> bool:

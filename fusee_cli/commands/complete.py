@@ -47,7 +47,8 @@ def complete(
     """Finish the await_completion step of TOKEN with VALUE as its result, durably.
 
     Exits 3 for a token this home never issued, 2 for a step that already
-    finished or a token a later attempt replaced.
+    finished, a token a later attempt or a resume replaced, or a paused step
+    (`fusee resume ID` sends again with a new token).
 
     Example: fusee complete 4f1c...-3-1-9a0b... '{"approved": true}'
     """

@@ -141,3 +141,17 @@ def test_a_parked_run_says_what_it_waits_for_and_until_when(cli, on):
     assert re.search(f"^n-1: sleeping {until}$", r.stderr, re.M) is None  # result shows no progress
     described = cli("describe", "n-1", *on)
     assert described.exit_code == 0
+
+
+def test_start_again_on_a_parked_run_with_no_owner_says_parked(waiting, spawn, fusee, on):
+    # (Issue 42, item 8: it said `running`: the command opened the home and spawned the
+    # run again, which showed running until its code, replayed, parked again.)
+    again = spawn("start", "cli_wait", "--id", "w-1", *on)
+    assert again.stderr is not None
+    assert again.stderr.readline() == "run w-1 already exists (cli_wait, parked); following it\n"
+    assert again.stderr.readline() == "w-1: waiting for signal 'go'\n"
+    assert json.loads(fusee("describe", "w-1", "--json", *on).stdout)["status"] == "parked"
+
+    assert fusee("signal", "w-1", "go", '"on"', *on).returncode == 0
+    out, err = again.communicate()
+    assert (again.returncode, json.loads(out)) == (0, "on"), err
