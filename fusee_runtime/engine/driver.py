@@ -366,7 +366,8 @@ class Driver:
         # A run that waits (a timer, a signal, a child...) shows as parked until its code,
         # replayed, goes past its waits (`Execution.next`): one spawned again on an
         # open, or woken, is not shown running while it only replays to park again.
-        live.shown_parked = live.shown_parked or bool(run.pending)
+        # A cancel recorded is acted on now: that one runs.
+        live.shown_parked = bool(run.pending) and run.cancel_reason is None
         live.stuck = None  # if it stops again, its code says so again
         # In a context of its own: a run started from another run's code (a child)
         # must not inherit that code's operation numbering or execution.
