@@ -49,6 +49,7 @@ from fusee_runtime.errors import (
 )
 from fusee_runtime.journal import records
 from fusee_runtime.model.json import Json, JsonObject
+from fusee_runtime.model.records import Record, RunStarted
 from fusee_runtime.model.run import RunInfo, Status, top
 from fusee_runtime.objects import object_key
 
@@ -60,6 +61,10 @@ if TYPE_CHECKING:
 
 POLL_S = 0.1
 """How often a watch looks at the run's status and progress."""
+RESET_SOURCES_MAX = 1000
+"""`history(id, run_id)` follows a reset run back through at most this many resets."""
+LOG_SCAN_LINES_MAX = 20_000
+"""`log(id, run_id=...)` looks for the run's lines among the id's newest this many."""
 
 T = TypeVar("T")
 
@@ -173,6 +178,18 @@ class Control(Operations):
     async def describe(self, id: str, run_id: str | None = None) -> RunInfo:
         return await self.engine.handle(id, run_id).describe()
 
+    def _exactly(self, id: str, run_id: str) -> None:
+        """Refuses an act on run `run_id` alone once that run closed, naming it: the act
+        goes to no other run (the engine checks again, in the same step of the loop)."""
+        run = self.engine.runs.get(id, run_id)
+        if not run.is_open:
+            newest = self.engine.runs.latest(id).run_id
+            later = f"; the newest run of {id!r} is {newest!r}" if newest != run_id else ""
+            raise Rejected(
+                f"run {run_id!r} of {id!r} is {run.closing or run.status}: nothing done, "
+                f"the act was for that run alone{later}"
+            )
+
     def _acting_on(self, id: str, run_id: str | None) -> RunHandle:
         """The handle an act goes through: pinned to `run_id` (an act follows its
         `continue_as_new` chain), or else to the newest run of `id` now, so that the run
@@ -192,17 +209,43 @@ class Control(Operations):
             status=status, workflow=workflow, limit=limit, parent=parent, where=where, before=before
         )
 
-    async def history(self, id: str) -> builtins.list[dict[str, Any]]:
-        """The records of every run of `id` as JSON (`records.as_json`)."""
-        return [records.as_json(r) for r in await self.engine.history(id)]
+    async def history(self, id: str, run_id: str | None = None) -> builtins.list[dict[str, Any]]:
+        """The records of every run of `id` as JSON (`records.as_json`), oldest first. With
+        `run_id`, those of that run and of the runs it kept operations from by a reset
+        (whole: the reader cuts them at the reset point, `RunStarted.origin["before"]`),
+        read from that run and those alone, not from every run of the id."""
+        if run_id is None:
+            return [records.as_json(r) for r in await self.engine.history(id)]
+        runs = self.engine.runs
+        run = runs.get(id, run_id)
+        recs = list(run.records)
+        seen = {run.run_id}
+        for _ in range(RESET_SOURCES_MAX):
+            source = _reset_from(run.records)
+            if source is None or source in seen:
+                break  # (a loop cannot happen; a damaged history must not hang a read)
+            seen.add(source)
+            found = runs.by_id(source)
+            if found is None or found.workflow_id != id:
+                break  # pruned: the reader says the kept operations are missing
+            run = found
+            recs.extend(run.records)
+        recs.sort(key=lambda r: r[0])
+        return [records.as_json(records.as_dict(lsn, rec)) for lsn, rec in recs]
 
-    async def log(self, id: str, last: int = 200) -> builtins.list[JsonObject]:
+    async def log(
+        self, id: str, last: int = 200, run_id: str | None = None
+    ) -> builtins.list[JsonObject]:
         """The last `last` `ctx.log` lines of the runs of `id`, oldest first (from
-        `<home>/logs`, or in PostgreSQL `fusee_logs`, on a thread: `engine/runlog.py`)."""
+        `<home>/logs`, or in PostgreSQL `fusee_logs`, on a thread: `engine/runlog.py`).
+        With `run_id`, the last `last` lines of that run among the id's newest
+        `LOG_SCAN_LINES_MAX`."""
         engine = self.engine
         run_log = engine.run_log or engine.journal.run_log(engine.home)
-
-        return await asyncio.to_thread(run_log.lines, id, last)
+        if run_id is None:
+            return await asyncio.to_thread(run_log.lines, id, last)
+        lines = await asyncio.to_thread(run_log.lines, id, LOG_SCAN_LINES_MAX)
+        return [line for line in lines if line.get("run_id") == run_id][-last:]
 
     async def journal(self, id: str, run_id: str | None = None) -> dict[str, Any]:
         """The newest run of `id` (or its run `run_id`) as a history document
@@ -225,32 +268,57 @@ class Control(Operations):
         return [[info.id, info.run_id] for info in reversed(runs)]
 
     async def signal(
-        self, id: str, name: str, value: object = None, run_id: str | None = None
+        self,
+        id: str,
+        name: str,
+        value: object = None,
+        run_id: str | None = None,
+        exact: bool = False,
     ) -> RunInfo:
         """Delivers signal `name` to the newest run of `id` (or `run_id`'s); returns that run
-        as it stands once the signal is durable."""
+        as it stands once the signal is durable. `exact`: run `run_id` alone (`Operations`)."""
+        if exact and run_id is not None:
+            self._exactly(id, run_id)
+            await self._recorded(self.engine.signal(id, name, value, run_id=run_id))
+            return await self.describe(id, run_id)
         handle = self._acting_on(id, run_id)
         await self._recorded(handle.signal(name, value))
         return await handle.describe()
 
     async def cancel(
-        self, id: str, reason: str = "cancelled", run_id: str | None = None
+        self, id: str, reason: str = "cancelled", run_id: str | None = None, exact: bool = False
     ) -> RunInfo:
         """Cancels the newest run of `id`; returns it as it stands once that is durable."""
+        if exact and run_id is not None:
+            self._exactly(id, run_id)
+            await self._recorded(self.engine.cancel(id, reason, run_id=run_id))
+            return await self.describe(id, run_id)
         handle = self._acting_on(id, run_id)
         await self._recorded(handle.cancel(reason))
         return await handle.describe()
 
     async def terminate(
-        self, id: str, reason: str = "terminated", run_id: str | None = None
+        self,
+        id: str,
+        reason: str = "terminated",
+        run_id: str | None = None,
+        exact: bool = False,
     ) -> RunInfo:
         """Terminates the newest run of `id`; returns it once closed and durable."""
+        if exact and run_id is not None:
+            self._exactly(id, run_id)
+            await self._recorded(self.engine.terminate(id, reason, run_id=run_id))
+            return await self.describe(id, run_id)
         handle = self._acting_on(id, run_id)
         await self._recorded(handle.terminate(reason))
         return await handle.describe()
 
-    async def resume(self, id: str, run_id: str | None = None) -> RunInfo:
+    async def resume(self, id: str, run_id: str | None = None, exact: bool = False) -> RunInfo:
         """Resumes the newest run of `id`; returns it as it stands once that is durable."""
+        if exact and run_id is not None:
+            self._exactly(id, run_id)
+            await self._recorded(self.engine.resume(id, run_id=run_id))
+            return await self.describe(id, run_id)
         handle = self._acting_on(id, run_id)
         await self._recorded(handle.resume())
         return await handle.describe()
@@ -534,6 +602,14 @@ class Control(Operations):
         async with contextlib.aclosing(handle.stream(name, follow)) as items:
             async for item in items:
                 yield item
+
+
+def _reset_from(recs: builtins.list[tuple[int, Record]]) -> str | None:
+    """The run a run was reset from, as its `RunStarted` says (None: it was not)."""
+    for _, rec in recs[:1]:
+        if isinstance(rec, RunStarted) and rec.origin and "reset" in rec.origin:
+            return str(rec.origin["reset"])
+    return None
 
 
 def _retrieve(future: asyncio.Future[None]) -> None:

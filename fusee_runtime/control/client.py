@@ -228,11 +228,13 @@ class Client(Operations):
             args["where"] = pairs
         return await self._ask(ops.LIST, status=status, workflow=workflow, limit=limit, **args)
 
-    async def history(self, id: str) -> builtins.list[dict[str, Any]]:
-        return await self._ask(ops.HISTORY, id=id)
+    async def history(self, id: str, run_id: str | None = None) -> builtins.list[dict[str, Any]]:
+        return await self._ask(ops.HISTORY, id=id, **_pinned(run_id))
 
-    async def log(self, id: str, last: int = 200) -> builtins.list[JsonObject]:
-        return await self._ask(ops.LOG, id=id, last=last)
+    async def log(
+        self, id: str, last: int = 200, run_id: str | None = None
+    ) -> builtins.list[JsonObject]:
+        return await self._ask(ops.LOG, id=id, last=last, **_pinned(run_id))
 
     async def journal(self, id: str, run_id: str | None = None) -> dict[str, Any]:
         return await self._ask(ops.JOURNAL, id=id, **({"run_id": run_id} if run_id else {}))
@@ -246,25 +248,36 @@ class Client(Operations):
         return await self._ask(ops.RUN_IDS, **args)
 
     async def signal(
-        self, id: str, name: str, value: object = None, run_id: str | None = None
+        self,
+        id: str,
+        name: str,
+        value: object = None,
+        run_id: str | None = None,
+        exact: bool = False,
     ) -> RunInfo:
-        answer = await self._ask(ops.SIGNAL, id=id, name=name, value=value, **_pinned(run_id))
+        args = _pinned(run_id, exact)
+        answer = await self._ask(ops.SIGNAL, id=id, name=name, value=value, **args)
         return await self._acted(id, answer)
 
     async def cancel(
-        self, id: str, reason: str = "cancelled", run_id: str | None = None
+        self, id: str, reason: str = "cancelled", run_id: str | None = None, exact: bool = False
     ) -> RunInfo:
-        answer = await self._ask(ops.CANCEL, id=id, reason=reason, **_pinned(run_id))
+        answer = await self._ask(ops.CANCEL, id=id, reason=reason, **_pinned(run_id, exact))
         return await self._acted(id, answer)
 
     async def terminate(
-        self, id: str, reason: str = "terminated", run_id: str | None = None
+        self,
+        id: str,
+        reason: str = "terminated",
+        run_id: str | None = None,
+        exact: bool = False,
     ) -> RunInfo:
-        answer = await self._ask(ops.TERMINATE, id=id, reason=reason, **_pinned(run_id))
+        answer = await self._ask(ops.TERMINATE, id=id, reason=reason, **_pinned(run_id, exact))
         return await self._acted(id, answer)
 
-    async def resume(self, id: str, run_id: str | None = None) -> RunInfo:
-        return await self._acted(id, await self._ask(ops.RESUME, id=id, **_pinned(run_id)))
+    async def resume(self, id: str, run_id: str | None = None, exact: bool = False) -> RunInfo:
+        answer = await self._ask(ops.RESUME, id=id, **_pinned(run_id, exact))
+        return await self._acted(id, answer)
 
     async def _acted(self, id: str, answer: RunInfo | None) -> RunInfo:
         """The run an act answered with. An owner of an older version answers null: then
@@ -402,10 +415,13 @@ class Client(Operations):
         return self._follow(ops.STREAM, id=id, name=name, follow=follow, **_pinned(run_id))
 
 
-def _pinned(run_id: str | None) -> dict[str, str]:
+def _pinned(run_id: str | None, exact: bool = False) -> dict[str, Any]:
     """`run_id` as an argument, sent only when given: an owner of an older version
-    takes none (and a handle that is not pinned never sends one)."""
-    return {"run_id": run_id} if run_id else {}
+    takes none (and a handle that is not pinned never sends one); `exact` likewise,
+    with a run id only."""
+    if not run_id:
+        return {}
+    return {"run_id": run_id, "exact": True} if exact else {"run_id": run_id}
 
 
 class ControlClient(Client):

@@ -63,6 +63,16 @@ _ANSWER = {200: _answer("The handler's answer.", ref("Answer"))}
 _NONE = (ref("Empty"), "Empty, or {}.", False)
 _REASON = (ref("Reason"), "Why; an empty body is {}.", False)
 
+_RUN_ID: list[Json] = [
+    _query(
+        "run_id",
+        {"type": "string"},
+        "The run to act on, one run of the id (the run a page shows): that run alone. Once "
+        "it has closed (reset, continued as new, ended) the act is refused (400), never "
+        "sent on to a later run of the id. Without it, the id's newest run.",
+    )
+]
+
 _TRACEPARENT = "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
 
 _OPERATIONS: dict[tuple[str, str], JsonObject] = {
@@ -128,6 +138,15 @@ _OPERATIONS: dict[tuple[str, str], JsonObject] = {
         "Every journal record of every run of an id, oldest first",
         {200: _answer("The records.", array("Record"))},
         (400, 404, 503),
+        query=[
+            _query(
+                "run_id",
+                {"type": "string"},
+                "Only the records of this run of the id, and of the runs it kept "
+                "operations from by a reset (their records whole: a reset run keeps those "
+                "before its RunStarted's origin.before).",
+            )
+        ],
     ),
     ("GET", "/v1/runs/{id}/completions"): _op(
         "The await_completion steps the newest run of an id waits for, with their current "
@@ -157,22 +176,34 @@ _OPERATIONS: dict[tuple[str, str], JsonObject] = {
         _RUN,
         (404, 503),
         (anything("Any JSON value."), "The signal's value; an empty body is null.", False),
+        _RUN_ID,
     ),
     ("POST", "/v1/runs/{id}/cancel"): _op(
         "Cancel the run: Cancelled is raised in its code, its compensations run",
         _RUN,
         (404, 503),
         _REASON,
+        _RUN_ID,
     ),
     ("POST", "/v1/runs/{id}/terminate"): _op(
-        "Close the run at once, running nothing more", _RUN, (404, 503), _REASON
+        "Close the run at once, running nothing more", _RUN, (404, 503), _REASON, _RUN_ID
     ),
-    ("POST", "/v1/runs/{id}/resume"): _op("Resume a paused or stuck run", _RUN, (404, 503), _NONE),
+    ("POST", "/v1/runs/{id}/resume"): _op(
+        "Resume a paused or stuck run", _RUN, (404, 503), _NONE, _RUN_ID
+    ),
     ("POST", "/v1/runs/{id}/reset"): _op(
         "Close the run as reset; start a new run that keeps the journal before `to`",
         {200: _answer("The new run.", ref("Run"))},
         (404, 503),
         (ref("ResetRequest"), "Where to reset to.", True),
+        [
+            _query(
+                "run_id",
+                {"type": "string"},
+                "The run to reset (the run a page shows): refused (400) unless it is the "
+                "id's newest run, which alone resets. Without it, the id's newest run.",
+            )
+        ],
     ),
     ("POST", "/v1/runs/{id}/queries/{name}"): _op(
         "Call the read-only query handler `name` (ctx.on_query)",

@@ -107,12 +107,16 @@ class Operations(Protocol):
         """Runs, newest first (as `Engine.list`)."""
         ...
 
-    async def history(self, id: str) -> builtins.list[dict[str, Any]]:
-        """The records of every run of `id` as JSON (`records.as_json`)."""
+    async def history(self, id: str, run_id: str | None = None) -> builtins.list[dict[str, Any]]:
+        """The records of every run of `id` as JSON (`records.as_json`); with `run_id`,
+        those of that run and of the runs a reset run kept operations from."""
         ...
 
-    async def log(self, id: str, last: int = 200) -> builtins.list[JsonObject]:
-        """The last `last` `ctx.log` lines of the runs of `id`, oldest first."""
+    async def log(
+        self, id: str, last: int = 200, run_id: str | None = None
+    ) -> builtins.list[JsonObject]:
+        """The last `last` `ctx.log` lines of the runs of `id`, oldest first; with
+        `run_id`, of that run alone."""
         ...
 
     async def journal(self, id: str, run_id: str | None = None) -> dict[str, Any]:
@@ -126,26 +130,37 @@ class Operations(Protocol):
         ...
 
     async def signal(
-        self, id: str, name: str, value: object = None, run_id: str | None = None
+        self,
+        id: str,
+        name: str,
+        value: object = None,
+        run_id: str | None = None,
+        exact: bool = False,
     ) -> RunInfo:
         """Delivers signal `name` to the newest run of `id` (or the run a pinned handle
         acts on: `run_id`, or the run its `continue_as_new` chain reached; so for every
-        act below); returns the run as it stands."""
+        act below); returns the run as it stands. With `exact`, run `run_id` alone: once
+        it closed (reset, continued as new) the act is refused (`Rejected`), never sent
+        on to a later run (so for cancel, terminate and resume)."""
         ...
 
     async def cancel(
-        self, id: str, reason: str = "cancelled", run_id: str | None = None
+        self, id: str, reason: str = "cancelled", run_id: str | None = None, exact: bool = False
     ) -> RunInfo:
         """Cancels the newest run of `id`; returns it as it stands."""
         ...
 
     async def terminate(
-        self, id: str, reason: str = "terminated", run_id: str | None = None
+        self,
+        id: str,
+        reason: str = "terminated",
+        run_id: str | None = None,
+        exact: bool = False,
     ) -> RunInfo:
         """Terminates the newest run of `id`; returns it once closed."""
         ...
 
-    async def resume(self, id: str, run_id: str | None = None) -> RunInfo:
+    async def resume(self, id: str, run_id: str | None = None, exact: bool = False) -> RunInfo:
         """Resumes the newest run of `id` (paused or stuck); returns it as it stands."""
         ...
 

@@ -160,8 +160,8 @@ async def _describe(request: Request, api: Api) -> Response:
 
 
 async def _history(request: Request, api: Api) -> Response:
-    ep.params(request, ())
-    return ep.json_response(await api.control.history(request.path_params["id"]))
+    run_id = ep.params(request, ("run_id",)).get("run_id") or None
+    return ep.json_response(await api.control.history(request.path_params["id"], run_id))
 
 
 async def _completions(request: Request, api: Api) -> Response:
@@ -299,37 +299,55 @@ def _pending(info: RunInfo) -> JsonObject:
     return {**doc, "error": info.error} if info.error else doc
 
 
+def _acted_on(request: Request) -> dict[str, Any]:
+    """The run an act is for, from the query string (`?run_id=`): that run alone, refused
+    once it closed rather than sent on to a later run of the id (`exact`), as the web
+    UI's buttons ask; without it, the id's newest run."""
+    run_id = ep.params(request, ("run_id",)).get("run_id") or None
+    return {"run_id": run_id, "exact": True} if run_id else {}
+
+
 async def _signal(request: Request, api: Api) -> Response:
     id, name = request.path_params["id"], request.path_params["name"]
-    return ep.json_response(run_json(await api.control.signal(id, name, await ep.body(request))))
+    pinned = _acted_on(request)
+    value = await ep.body(request)
+    return ep.json_response(run_json(await api.control.signal(id, name, value, **pinned)))
 
 
 async def _cancel(request: Request, api: Api) -> Response:
     id = request.path_params["id"]
+    pinned = _acted_on(request)
     reason = ep.text(await ep.fields(request, ("reason",)), "reason", "cancelled")
-    return ep.json_response(run_json(await api.control.cancel(id, reason or "cancelled")))
+    return ep.json_response(run_json(await api.control.cancel(id, reason or "cancelled", **pinned)))
 
 
 async def _terminate(request: Request, api: Api) -> Response:
     id = request.path_params["id"]
+    pinned = _acted_on(request)
     reason = ep.text(await ep.fields(request, ("reason",)), "reason", "terminated")
-    return ep.json_response(run_json(await api.control.terminate(id, reason or "terminated")))
+    return ep.json_response(
+        run_json(await api.control.terminate(id, reason or "terminated", **pinned))
+    )
 
 
 async def _resume(request: Request, api: Api) -> Response:
     id = request.path_params["id"]
+    pinned = _acted_on(request)
     await ep.fields(request, ())
-    return ep.json_response(run_json(await api.control.resume(id)))
+    return ep.json_response(run_json(await api.control.resume(id, **pinned)))
 
 
 async def _reset(request: Request, api: Api) -> Response:
+    # A reset goes to the newest run only: with `run_id`, that run must be it.
+    run_id = ep.params(request, ("run_id",)).get("run_id") or None
     to = (await ep.fields(request, ("to",), ("to",)))["to"]
     if isinstance(to, bool) or not isinstance(to, int | str):
         raise ep.bad(
             f"the field 'to' is an operation number, a position or an operation's name, "
             f"not {ep.kind(to)}"
         )
-    return ep.json_response(run_json(await api.control.reset(request.path_params["id"], to)))
+    id = request.path_params["id"]
+    return ep.json_response(run_json(await api.control.reset(id, to, run_id=run_id)))
 
 
 async def _query(request: Request, api: Api) -> Response:

@@ -202,3 +202,41 @@ def test_the_event_history_shows_every_record_and_downloads_the_export(
     )
     assert saved.read_bytes() == cli.stdout  # `fusee history --export`, byte for byte
     assert orjson.loads(saved.read_bytes())["run_id"] == shown_run(page)
+
+
+def test_an_act_confirmed_after_another_client_reset_the_run_is_refused(
+    served: Served, page: Any
+) -> None:
+    """With the confirmation open, another client resets the run: accepting acts on
+    nothing (the act names the run shown), not on the new run. And on `/runs/ID` the
+    heading follows the live part to the new run."""
+    from ui_helpers import accept
+
+    start(served, "ui_gated", 7, "race-1")
+    page.goto(served.url + "/runs/race-1")
+    expect(page.locator("dl.facts")).to_contain_text("signal next")
+    page.remove_listener("dialog", accept)
+    shown = [shown_run(page)]
+
+    def reset_then_accept(dialog: Any) -> None:
+        answer = httpx.post(f"{served.url}/v1/runs/race-1/reset", json={"to": 1})
+        assert answer.status_code == 200, answer.text
+        shown.append(answer.json()["run_id"])
+        dialog.accept()
+
+    page.on("dialog", reset_then_accept)
+    flash = page.locator("#flash")
+    for act in ("cancel", "terminate", "reset"):
+        page.locator(f"button[data-action={act}]").first.click()
+        expect(flash).to_contain_text(f"{act} refused")
+        expect(flash).to_contain_text(shown[-2])
+        # The live part, and the heading with it, names the new run.
+        expect(page.locator("#run-state")).to_have_attribute("data-run", shown[-1])
+        expect(page.locator("h1.run-id")).to_have_attribute("data-run", shown[-1])
+    page.fill("form[data-action=signal] input[name=name]", "next")
+    page.click("form[data-action=signal] button")
+    expect(flash).to_contain_text("signal refused")
+    newest = httpx.get(f"{served.url}/v1/runs/race-1").json()
+    assert (newest["run_id"], newest["status"]) == (shown[-1], "parked")
+    history = httpx.get(f"{served.url}/v1/runs/race-1/history?run_id={shown[-1]}").json()
+    assert not [r for r in history if r["run_id"] == shown[-1] and r["type"] == "SignalReceived"]

@@ -11,8 +11,9 @@ on an open run; `ui.js` hides them when the live part says the run closed
 What applies is all that is shown: Cancel and Terminate on an open run,
 Resume on a paused or stuck one, "Its children" on a run that started any,
 "Reset here" on a step of the id's newest run (only the newest run resets);
-a run that is not the newest of its id acts on nothing (the API's acts go
-to the newest).
+a run that is not the newest of its id acts on nothing (only the newest
+resets). Each act names the run shown (`?run_id=`, `data-run` of the live
+part): if another client reset it meanwhile, the act is refused.
 
 The tables are bounded whatever the run's size: the operations table lists
 the first and last `OPS_SHOWN_MAX // 2` operations, the events table
@@ -96,22 +97,15 @@ class RunView:
 
 
 def run_heading(v: RunView) -> str:
-    """The page's head: where it is, the run's id, and the forms one types in (on an
-    open run that is its id's newest)."""
-    id = esc(v.info.id)
-    crumbs = f'<p class="crumbs"><a href="/">Runs</a> / {id}'
-    if not v.is_newest:
-        crumbs += f" / run <code>{esc(v.info.run_id)}</code>"
-    head = (
-        f'{crumbs}</p><h1 class="run-id" data-run-id="{id}" data-run="{esc(v.info.run_id)}">'
-        f"{id}</h1>"
-    )
+    """The page's head outside its live part: the forms one types in (on an open run that
+    is its id's newest). What names the run is in the live part (`_names`): on `/runs/ID`
+    the run shown changes when the id gets a new run."""
     if not (v.info.status.is_open and v.is_newest):
-        return head
-    return f"""{head}<section class="actions open-only"><h2>Talk to this run</h2>
+        return ""
+    return """<section class="actions open-only"><h2>Talk to this run</h2>
 <form data-action="signal" class="inline">
   <label>Signal <input name="name" required placeholder="name"></label>
-  <label>Value (JSON) <input name="value" placeholder='{{"ok": true}}'></label>
+  <label>Value (JSON) <input name="value" placeholder='{"ok": true}'></label>
   <button type="submit">Send signal</button>
 </form>
 <form data-action="query" class="inline">
@@ -132,12 +126,28 @@ def run_live(v: RunView) -> str:
         outcome = f"<section><h2>Failure</h2>{failure(info.failure or timeline.failure)}</section>"
     shown = _history(v) if v.view == "history" else _timeline_view(v)
     open_ = "true" if info.status.is_open and v.is_newest else "false"
+    # `data-run` names the run the buttons act on (ui.js sends it as `run_id`): read
+    # from the live part, it is the run shown, never an earlier one.
     return live(
-        f"""<div id="run-state" data-open="{open_}" data-status="{esc(info.status)}"></div>
+        f"""{_names(v)}<div id="run-state" data-open="{open_}" data-status="{esc(info.status)}"
+data-run="{esc(info.run_id)}"></div>
 <dl class="facts">{_facts(v)}</dl>{run_buttons(v)}{_completions(v)}
 {object_panel(v.obj) if v.obj else ""}
 <div class="io"><section><h2>Input</h2>{value(timeline.input)}</section>{outcome}</div>
 {_tabs(v)}{shown}"""
+    )
+
+
+def _names(v: RunView) -> str:
+    """Where the page is and the run it shows: its id, and its run id when it is not the
+    newest run of its id."""
+    id = esc(v.info.id)
+    crumbs = f'<p class="crumbs"><a href="/">Runs</a> / {id}'
+    if not v.is_newest:
+        crumbs += f" / run <code>{esc(v.info.run_id)}</code>"
+    return (
+        f'{crumbs}</p><h1 class="run-id" data-run-id="{id}" data-run="{esc(v.info.run_id)}">'
+        f"{id}</h1>"
     )
 
 

@@ -175,19 +175,29 @@
     out.hidden = false;
   }
 
+  // The run the page shows, as its live part says now (not as the page first loaded:
+  // on /runs/ID that changes when the id gets a new run). An act names it (run_id), so
+  // one confirmed after another client reset the run is refused, not sent to the new run.
+  function shownRun() {
+    const state = document.getElementById("run-state");
+    return state ? state.dataset.run || "" : "";
+  }
+
   function target(action, data) {
     const heading = document.querySelector("[data-run-id]");
     const run = heading ? `/v1/runs/${encodeURIComponent(heading.dataset.runId)}` : "";
     const name = encodeURIComponent(data.name || "");
+    const shown = shownRun();
+    const pin = shown ? `?run_id=${encodeURIComponent(shown)}` : "";
     switch (action) {
       case "cancel":
       case "terminate":
       case "resume":
-        return [`${run}/${action}`, "{}"];
+        return [`${run}/${action}${pin}`, "{}"];
       case "reset":
-        return [`${run}/reset`, JSON.stringify({ to: Number(data.to) })];
+        return [`${run}/reset${pin}`, JSON.stringify({ to: Number(data.to) })];
       case "signal":
-        return [`${run}/signals/${name}`, data.value];
+        return [`${run}/signals/${name}${pin}`, data.value];
       case "query":
         return [`${run}/queries/${name}`, data.value];
       default: // pause, unpause, trigger
