@@ -449,6 +449,11 @@ class ClientHandle:
         """Every record of every run of this id, oldest first, as JSON mappings."""
         return await _read(lambda: self._transport.history(self.id))
 
+    async def completions(self) -> builtins.list[JsonObject]:
+        """The `ctx.await_completion`s the run waits for, each with the token that finishes
+        it now and its URL: `{"step", "seq", "op", "token", "url"}` (`fusee describe`)."""
+        return await _read(lambda: self._transport.completions(self.id, run_id=self.run_id))
+
     async def log(self, last: int = 200) -> builtins.list[JsonObject]:
         """The last `last` lines the runs of this id logged (`ctx.log`), oldest first."""
         return await _read(lambda: self._transport.log(self.id, last))

@@ -265,6 +265,9 @@ class ClientHandle:
     def history(self) -> builtins.list[dict[str, Any]]:
         return self._loop.run(self._handle.history())
 
+    def completions(self) -> builtins.list[JsonObject]:
+        return self._loop.run(self._handle.completions())
+
     def follow_log(self) -> Iterator[JsonObject]:
         return self._loop.iterate(self._handle.follow_log())
 

@@ -217,6 +217,7 @@ async def test_every_method_of_the_client_reaches_the_runs_driven_elsewhere(
         # complete and fail: tokens handed out on a stream.
         approved = await client.start("cl.approval", None, id="a-1")
         token = await anext(aiter(approved.stream("tokens")))
+        assert [c["token"] for c in await approved.completions()] == [token]
         await client.complete(token, {"approved": True})
         assert await approved.result() == {"approved": True}
         refused = await client.start("cl.approval", None, id="a-2")
