@@ -6,9 +6,11 @@ left out (their keys start by a call, not a start). Each shows its input
 and result types as the code annotates them, its cron schedule, and the
 first line of its docstring. Where the input's annotation is a type whose
 JSON form has a shape (`fusee_runtime.typed`: a dataclass, a `TypedDict`,
-a `NamedTuple`, a pydantic model, a list, a dict, a datetime, an `Enum`...),
-the page shows that shape (`shape_text`) and fills the input with an
-example of it (`example`), to edit.
+a `NamedTuple`, a pydantic model, a list, a tuple, a dict, a datetime, an `Enum`,
+a `Literal`, a union...), the page shows that shape (`shape_text`:
+`{"size": "small" | "large", "at": [int, str]}`) and fills the input with an
+example of it (`_example`), to edit: one that the engine reads into the annotation
+as it is (tests/unit/test_ui_start.py decodes each with `typed`, as `start` does).
 
 The form posts `POST /v1/runs` from `ui.js`, as `fusee start` does, and goes
 to the new run's page. Nothing here starts anything on a GET.
@@ -16,6 +18,7 @@ to the new run's page. Nothing here starts anything on a GET.
 
 from __future__ import annotations
 
+import collections.abc as abc
 import dataclasses
 import datetime as dt
 import enum
@@ -102,7 +105,13 @@ def _structured(tp: object) -> bool:
 
 
 def _fields(tp: object) -> dict[str, object] | None:
-    """The fields of a class whose JSON form is an object of them, with their types."""
+    """The fields of a class whose JSON form is an object of them, with their types (of
+    a generic one, `Box[int]`, its type variables given their arguments)."""
+    origin = typing.get_origin(tp)
+    if isinstance(origin, type) and origin not in (list, tuple, set, frozenset, dict):
+        fields = _fields(origin)
+        given = dict(zip(getattr(origin, "__parameters__", ()), typing.get_args(tp), strict=False))
+        return None if fields is None else {k: given.get(v, v) for k, v in fields.items()}
     if not isinstance(tp, type):
         return None
     if dataclasses.is_dataclass(tp) or typing.is_typeddict(tp) or hasattr(tp, "_fields"):
@@ -121,24 +130,52 @@ def _fields(tp: object) -> dict[str, object] | None:
 
 def shape_text(tp: object, depth: int = 0) -> str:
     """`tp`'s JSON form, spelt out: `{"id": str, "items": [Item, ...], "at": datetime
-    (ISO 8601 string)}`, nested types to `DEPTH_MAX`."""
+    (ISO 8601 string), "size": "small" | "large"}`, nested types to `DEPTH_MAX`."""
+    tp = _unwrapped(tp)
     origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Literal:
+        return " | ".join(_json(a) for a in args)
     if origin in (typing.Union, types.UnionType):
         return " | ".join("null" if a is NONE else shape_text(a, depth) for a in args)
-    if origin in (list, tuple, set, frozenset) or (origin and _is_sequence(origin)):
-        if origin is tuple and args and args[-1] is not Ellipsis:
-            return "[" + ", ".join(shape_text(a, depth + 1) for a in args) + "]"
+    if origin is tuple:
+        if _variadic(args):
+            return f"[{shape_text(args[0], depth + 1) if args else 'any'}, ...]"
+        return "[" + ", ".join(shape_text(a, depth + 1) for a in args) + "]"
+    if origin in (list, set, frozenset) or _is_sequence(origin):
         return f"[{shape_text(args[0], depth + 1) if args else 'any'}, ...]"
-    if origin is not None and isinstance(origin, type) and issubclass(origin, dict):
+    if _is_mapping(origin):
         value = shape_text(args[1], depth + 1) if len(args) == 2 else "any"
         return f'{{"<{type_name(args[0]) if args else "str"}>": {value}}}'
     return _leaf(tp, depth)
 
 
-def _is_sequence(origin: object) -> bool:
-    import collections.abc as abc
+def _unwrapped(tp: object) -> object:
+    """`Annotated[T, ...]` and a `NewType` of `T` are `T`, as the engine reads them."""
+    while True:
+        if typing.get_origin(tp) is typing.Annotated:
+            tp = typing.get_args(tp)[0]
+        elif hasattr(tp, "__supertype__"):
+            tp = tp.__supertype__
+        else:
+            return tp
 
+
+def _json(value: object) -> str:
+    """A `Literal`'s value as JSON (an enum member's: its value)."""
+    return orjson.dumps(value.value if isinstance(value, enum.Enum) else value).decode()
+
+
+def _variadic(args: tuple[object, ...]) -> bool:
+    """Whether a tuple's type arguments make it `tuple[T, ...]` (or a bare `tuple`)."""
+    return not args or (len(args) == 2 and args[1] is Ellipsis)
+
+
+def _is_sequence(origin: object) -> bool:
     return origin in (abc.Sequence, abc.MutableSequence, abc.Collection, abc.Iterable, abc.Set)
+
+
+def _is_mapping(origin: object) -> bool:
+    return isinstance(origin, type) and issubclass(origin, abc.Mapping)
 
 
 def _leaf(tp: object, depth: int) -> str:
@@ -165,42 +202,67 @@ _STRINGS: dict[type, str] = {
 }
 """Types whose JSON form is a string, and how it reads."""
 
+EXAMPLE_DEPTH_MAX = 3 * DEPTH_MAX
+"""How deep an example goes at the most: a type that holds itself with no way out (no
+`None`, no list) gets no valid example at all, and stops here."""
 
-def _example(tp: object, depth: int) -> object:  # noqa: C901  (one case per kind of type)
-    """A JSON value of `tp`'s form, to start the input field with."""
-    if tp is None or depth > DEPTH_MAX:
+
+def _example(tp: object, depth: int) -> object:
+    """A JSON value of `tp`'s form, to start the input field with: one that the
+    engine reads into `tp` (`fusee_runtime.typed`), so the form starts a run as it is.
+    Past `DEPTH_MAX` it takes the least it may (`null`, `[]`, `{}`) where the type lets
+    it, so that a type that holds itself stops."""
+    tp = _unwrapped(tp)
+    if tp is None or tp is NONE or depth > EXAMPLE_DEPTH_MAX:
         return None
     origin, args = typing.get_origin(tp), typing.get_args(tp)
+    deep = depth >= DEPTH_MAX
+    if origin is typing.Literal:
+        return orjson.loads(_json(args[0])) if args else None
     if origin in (typing.Union, types.UnionType):
         members = [a for a in args if a is not NONE]
-        return _example(members[0], depth) if members else None
-    if origin is not None:
-        if isinstance(origin, type) and issubclass(origin, dict):
-            return {}
-        return [_example(args[0], depth + 1)] if args and args[0] is not Ellipsis else []
-    fields = _fields(tp)
+        if not members or (deep and len(members) < len(args)):
+            return None
+        return _example(members[0], depth)
+    if origin is tuple:
+        if not _variadic(args):
+            return [_example(a, depth + 1) for a in args]
+        return [] if deep or not args else [_example(args[0], depth + 1)]
+    if _is_mapping(origin):
+        return {}
+    fields = _fields(tp)  # a generic dataclass's too: `Box[int]`
     if fields is not None:
         return {k: _example(v, depth + 1) for k, v in fields.items()}
-    if isinstance(tp, type):
-        if issubclass(tp, enum.Enum):
-            return next(iter(tp)).value if len(tp) else None
-        if issubclass(tp, bool):
-            return False
-        if issubclass(tp, int | float | Decimal):
-            return 0
-        if issubclass(tp, str):
-            return ""
-        if issubclass(tp, dt.datetime):
-            return "2026-01-01T00:00:00+00:00"
-        if issubclass(tp, dt.date):
-            return "2026-01-01"
-        if issubclass(tp, uuid.UUID):
-            return "00000000-0000-0000-0000-000000000000"
-        if issubclass(tp, list | tuple | set):
-            return []
-        if issubclass(tp, dict):
-            return {}
+    if origin is not None:  # a list, a set, a sequence
+        return [] if deep or not args else [_example(args[0], depth + 1)]
+    return _scalar(tp)
+
+
+def _scalar(tp: object) -> object:
+    """An example of a type that is no container of others."""
+    if not isinstance(tp, type):
+        return None
+    if issubclass(tp, enum.Enum):
+        return next(iter(tp)).value if len(tp) else None
+    for kind, value in _SCALARS:
+        if issubclass(tp, kind):
+            return value
     return None
+
+
+_SCALARS: tuple[tuple[tuple[type, ...], object], ...] = (
+    ((bool,), False),
+    ((int, float, Decimal), 0),
+    ((str,), ""),
+    ((dt.datetime,), "2026-01-01T00:00:00+00:00"),
+    ((dt.date,), "2026-01-01"),
+    ((dt.time,), "00:00:00"),
+    ((uuid.UUID,), "00000000-0000-0000-0000-000000000000"),
+    ((list, tuple, set, frozenset), ()),
+    ((dict,), {}),
+)
+"""An example of each plain type, the first that a type is a subclass of (a `bool` is
+an `int`, a `datetime` a `date`)."""
 
 
 def start_form(found: list[Startable], chosen: str) -> str:
