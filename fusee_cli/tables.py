@@ -44,13 +44,11 @@ def fits(console: Console, widths: list[int]) -> bool:
 
 def clip(value: Any, limit: int | None) -> str:
     """A JSON value on one line, cut to `limit` characters (None: whole); a value
-    encrypted with a key this process has not, as `encrypted (key k1)`."""
-    from fusee_runtime.model.sealing import label
+    encrypted with a key this process has not, as `encrypted (key k1)`: as `fusee
+    history` and the web UI say it (`history_words.clip`)."""
+    from fusee_runtime.history_words import clip as said
 
-    said = label(value)
-    text = said or (value if isinstance(value, str) else orjson.dumps(value).decode())
-    text = " ".join(text.splitlines())
-    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
+    return said(value, limit)
 
 
 def where(traceback: str) -> str | None:
