@@ -26,6 +26,7 @@ instants, integer operation numbers); `wire` has a run as JSON and back
 from __future__ import annotations
 
 import asyncio
+import bisect
 import builtins
 import contextlib
 import dataclasses
@@ -209,13 +210,17 @@ class Control(Operations):
             status=status, workflow=workflow, limit=limit, parent=parent, where=where, before=before
         )
 
-    async def history(self, id: str, run_id: str | None = None) -> builtins.list[dict[str, Any]]:
+    async def history(
+        self, id: str, run_id: str | None = None, after: int | None = None
+    ) -> builtins.list[dict[str, Any]]:
         """The records of every run of `id` as JSON (`records.as_json`), oldest first. With
         `run_id`, those of that run and of the runs it kept operations from by a reset
         (whole: the reader cuts them at the reset point, `RunStarted.origin["before"]`),
-        read from that run and those alone, not from every run of the id."""
+        read from that run and those alone, not from every run of the id. With `after`,
+        only the records past that lsn (what a reader that has the rest asks for)."""
         if run_id is None:
-            return [records.as_json(r) for r in await self.engine.history(id)]
+            every = await self.engine.history(id)
+            return [records.as_json(r) for r in every if after is None or r["lsn"] > after]
         runs = self.engine.runs
         run = runs.get(id, run_id)
         recs = list(run.records)
@@ -230,7 +235,10 @@ class Control(Operations):
                 break  # pruned: the reader says the kept operations are missing
             run = found
             recs.extend(run.records)
-        recs.sort(key=lambda r: r[0])
+        if len(seen) > 1:
+            recs.sort(key=lambda r: r[0])
+        if after is not None:
+            recs = recs[bisect.bisect_right(recs, after, key=lambda r: r[0]) :]
         return [records.as_json(records.as_dict(lsn, rec)) for lsn, rec in recs]
 
     async def log(

@@ -228,8 +228,11 @@ class Client(Operations):
             args["where"] = pairs
         return await self._ask(ops.LIST, status=status, workflow=workflow, limit=limit, **args)
 
-    async def history(self, id: str, run_id: str | None = None) -> builtins.list[dict[str, Any]]:
-        return await self._ask(ops.HISTORY, id=id, **_pinned(run_id))
+    async def history(
+        self, id: str, run_id: str | None = None, after: int | None = None
+    ) -> builtins.list[dict[str, Any]]:
+        since: dict[str, Any] = {"after": after} if after is not None else {}
+        return await self._ask(ops.HISTORY, id=id, **_pinned(run_id), **since)
 
     async def log(
         self, id: str, last: int = 200, run_id: str | None = None

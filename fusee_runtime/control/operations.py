@@ -107,9 +107,12 @@ class Operations(Protocol):
         """Runs, newest first (as `Engine.list`)."""
         ...
 
-    async def history(self, id: str, run_id: str | None = None) -> builtins.list[dict[str, Any]]:
+    async def history(
+        self, id: str, run_id: str | None = None, after: int | None = None
+    ) -> builtins.list[dict[str, Any]]:
         """The records of every run of `id` as JSON (`records.as_json`); with `run_id`,
-        those of that run and of the runs a reset run kept operations from."""
+        those of that run and of the runs a reset run kept operations from; with `after`,
+        only those past that lsn."""
         ...
 
     async def log(

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections import OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib import resources
@@ -41,10 +42,18 @@ from fusee_runtime import search
 from fusee_runtime.control.client import ControlApi
 from fusee_runtime.control.routes import status_of
 from fusee_runtime.control.ui import auth, batches, html, start, views
+from fusee_runtime.control.ui.chain import Chain, chain_of
 from fusee_runtime.control.ui.records import entries
-from fusee_runtime.control.ui.run_view import VIEWS, RunView, run_heading, run_live
-from fusee_runtime.control.ui.timeline import fold
+from fusee_runtime.control.ui.run_view import (
+    RECORDS_PAGE,
+    VIEWS,
+    RunView,
+    run_heading,
+    run_live,
+)
+from fusee_runtime.control.ui.timeline import Folding, Timeline
 from fusee_runtime.errors import FuseeError, NotFound
+from fusee_runtime.model import readable
 from fusee_runtime.model.run import RunInfo, WaitKind
 from fusee_runtime.objects import OBJECT_PREFIX, registry
 
@@ -54,6 +63,12 @@ PAGES_MAX = 10_000
 """The last page the runs page goes to (500,000 runs); a filter finds older ones."""
 PREFIX_SCAN_MAX = 10_000
 """How many of the newest runs the id prefix filter looks through."""
+FOLDS_KEPT_MAX = 8
+"""The run pages keep the folded timelines of this many runs between refreshes."""
+CHAINS_KEPT_MAX = 64
+"""The run pages keep the chains of runs of this many ids between refreshes."""
+LOG_LINES_SHOWN = 200
+"""A run's page shows its last this many `ctx.log` lines."""
 OBJECT_KEYS_MAX = 500
 """The objects page lists the newest this many open keys of each object."""
 LOGIN_BYTES_MAX = 4096
@@ -89,8 +104,10 @@ def routes(
     async def runs_page(request: Request) -> Response:
         return await _runs(control, request)
 
+    folds = Folds()
+
     async def run_page(request: Request) -> Response:
-        return await _run(control, request)
+        return await _run(control, request, folds)
 
     async def schedules_page(request: Request) -> Response:
         try:
@@ -214,15 +231,56 @@ async def list_runs(control: ControlApi, q: views.RunsQuery) -> tuple[list[RunIn
     return runs[skip : skip + PAGE_RUNS], len(runs) > skip + PAGE_RUNS, note
 
 
-async def _run(control: ControlApi, request: Request) -> Response:
+class Folds:
+    """What the run pages of this server folded, kept between their refreshes: the
+    timelines of the newest `FOLDS_KEPT_MAX` runs shown (`timeline.Folding`, folded on
+    with the records past the last one folded), and the chain of the runs of the newest
+    `CHAINS_KEPT_MAX` ids shown, read again once the id's newest run changes (only the
+    newest run resets and a new run of an id is its newest, so until then it holds)."""
+
+    def __init__(self) -> None:
+        self._folds: OrderedDict[str, Folding] = OrderedDict()
+        self._chains: OrderedDict[str, tuple[str, Chain]] = OrderedDict()
+
+    async def timeline(self, control: ControlApi, id: str, run_id: str) -> Timeline:
+        """Run `run_id`'s timeline, folded on with what its history got since."""
+        folding = self._folds.pop(run_id, None)
+        if folding is None:
+            folding = Folding(run_id)
+        after = folding.last_lsn if folding.last_lsn is not None and folding.last_lsn >= 0 else None
+        folding.add(await control.history(id, run_id, after))
+        self._folds[run_id] = folding
+        while len(self._folds) > FOLDS_KEPT_MAX:
+            self._folds.popitem(last=False)
+        return folding.timeline
+
+    async def chain(self, control: ControlApi, id: str, newest: str) -> Chain:
+        """The chain of the runs of `id` whose newest run is `newest`."""
+        kept = self._chains.pop(id, None)
+        if kept is None or kept[0] != newest:
+            records = await control.history(id)
+            kept = (newest, chain_of(rec for _, rec in map(readable.read, records)))
+        self._chains[id] = kept
+        while len(self._chains) > CHAINS_KEPT_MAX:
+            self._chains.popitem(last=False)
+        return kept[1]
+
+
+async def _run(control: ControlApi, request: Request, folds: Folds) -> Response:
     id = request.path_params["id"]
     run_id = request.query_params.get("run") or None
     view = request.query_params.get("view", "timeline")
+    view = view if view in VIEWS else "timeline"
+    page = _number(request.query_params.get("page", "1"))
     try:
         info = await control.describe(id, run_id)
         newest = info.run_id if run_id is None else (await control.describe(id)).run_id
-        records = await control.history(id)
-        log = await control.log(id)
+        timeline = await folds.timeline(control, id, info.run_id)
+        chain = await folds.chain(control, id, newest)
+        log = await control.log(id, LOG_LINES_SHOWN, info.run_id)
+        # The history view: the run's records (and what a reset kept), of which one page
+        # is put in words.
+        records = await control.history(id, info.run_id) if view == "history" else []
     except FuseeError as e:  # no such run; or its driver cannot be asked now, say
         status = status_of(e)
         if _live(request):
@@ -237,24 +295,29 @@ async def _run(control: ControlApi, request: Request) -> Response:
     if info.run_id == newest and any(w.kind == WaitKind.COMPLETION for w in info.waiting):
         with contextlib.suppress(FuseeError):  # (the page shows the run all the same)
             tokens = await control.completions(id, info.run_id)
+    pages = max((len(records) + RECORDS_PAGE - 1) // RECORDS_PAGE, 1)
+    page = min(page, pages)
+    shown = records[(page - 1) * RECORDS_PAGE : page * RECORDS_PAGE]
     v = RunView(
         info,
-        fold(records, info.run_id),
+        timeline,
         newest,
         datetime.now(UTC),
-        log=[line for line in log if line.get("run_id") in (None, info.run_id)],
+        log=log,
         obj=obj,
         pinned=run_id is not None,
-        view=view if view in VIEWS else "timeline",
-        entries=entries(records) if view == "history" else [],
-        page=_number(request.query_params.get("page", "1")),
+        view=view,
+        entries=entries(shown),
+        records=len(records),
+        page=page,
         completions=tokens,
+        chain=chain,
     )
     body = run_live(v)
     if _live(request):
         return _html(body)
-    page = run_heading(v) + body
-    return _html(html.page(f"Run {id}", page, "runs", _logged_in(request)))
+    head = run_heading(v) + body
+    return _html(html.page(f"Run {id}", head, "runs", _logged_in(request)))
 
 
 async def _batch(control: ControlApi, request: Request) -> Response:

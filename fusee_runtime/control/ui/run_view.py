@@ -28,7 +28,9 @@ from datetime import UTC, datetime
 from typing import TypeVar
 from urllib.parse import quote
 
+from fusee_runtime.control.api import LOG_SCAN_LINES_MAX
 from fusee_runtime.control.ui import bars
+from fusee_runtime.control.ui.chain import Chain
 from fusee_runtime.control.ui.html import (
     duration,
     esc,
@@ -54,6 +56,8 @@ EVENTS_SHOWN_MAX = 100
 """The events table lists the first and the last half of this many events."""
 RECORDS_PAGE = 200
 """Records on a page of the history view."""
+OTHER_RUNS_SHOWN_MAX = 10
+"""The facts link the newest this many other runs of the id (the runs list has all)."""
 VIEWS = ("timeline", "history")
 
 T = TypeVar("T")
@@ -75,11 +79,15 @@ class RunView:
     """The page was asked for this run by its run id (`?run=`), not as the newest."""
     view: str = "timeline"
     entries: list[Entry] = field(default_factory=list)
-    """Every record of the id (the history view)."""
+    """The records of the history view's page (of the run's, and those it kept)."""
+    records: int = 0
+    """How many records the history view pages through."""
     page: int = 1
     """The page of the history view."""
     completions: list[JsonObject] = field(default_factory=list)
     """The completions the run waits for, with their tokens (`Control.completions`)."""
+    chain: Chain = field(default_factory=Chain)
+    """The runs of the id, and how they follow each other (`chain.chain_of`)."""
 
     @property
     def is_newest(self) -> bool:
@@ -181,7 +189,7 @@ def _facts(v: RunView) -> str:
 
 def _chain_facts(v: RunView) -> list[tuple[str, str]]:
     """The runs this one came from and led to, each a link to its own page."""
-    id, chain = v.info.id, v.timeline.chain
+    id, chain = v.info.id, v.chain
     out = []
 
     def link(run_id: str) -> str:
@@ -200,8 +208,16 @@ def _chain_facts(v: RunView) -> list[tuple[str, str]]:
             out.append(("Continued as", f"run {link(this.continued_as)}"))
     others = chain.others(v.info.run_id)
     if others:
-        earlier = f"{len(others)} other run(s) of this id: " + ", ".join(map(link, others))
-        out.append(("Other runs", earlier))
+        # The newest ones; the runs list has them all.
+        shown = others[-OTHER_RUNS_SHOWN_MAX:]
+        said = f"{len(others):,} other run(s) of this id: " + ", ".join(map(link, shown))
+        if len(others) > len(shown):
+            every = RunsQuery(prefix=id).url()
+            said += (
+                f', and {len(others) - len(shown):,} earlier (<a href="{esc(every)}">'
+                "the runs list</a> has them all)"
+            )
+        out.append(("Other runs", said))
     return out
 
 
@@ -282,7 +298,7 @@ def _timeline_view(v: RunView) -> str:
         )
     return (
         f"{kept}{bars.bars(timeline, v.info, v.now)}{_operations(v)}{_events(timeline)}"
-        f"{_streams(timeline)}{_log(v.log)}"
+        f"{_streams(timeline)}{_log(v)}"
     )
 
 
@@ -405,10 +421,16 @@ def _streams(timeline: Timeline) -> str:
     return f"<section><h2>Streams</h2>{''.join(parts)}</section>"
 
 
-def _log(lines: list[JsonObject]) -> str:
-    """The run's `ctx.log` lines (the last ones: `Control.log`)."""
+def _log(v: RunView) -> str:
+    """The run's `ctx.log` lines (its last ones: `Control.log` of its run id)."""
+    lines = v.log
     if not lines:
-        return ""
+        if v.is_newest:
+            return ""
+        return (
+            '<section><h2>Log</h2><p class="note">No line of this run among the newest '
+            f"{LOG_SCAN_LINES_MAX:,} lines of its id that the log keeps.</p></section>"
+        )
     rows = "".join(
         f"<tr><td>{instant(_at(line))}</td><td>{esc(str(line.get('level', '')))}</td>"
         f"<td>{esc(_where(line))}</td><td>{esc(str(line.get('msg', '')))}</td></tr>"
@@ -433,11 +455,10 @@ def _where(line: JsonObject) -> str:
 
 
 def _history(v: RunView) -> str:
-    entries = v.entries
-    pages = max((len(entries) + RECORDS_PAGE - 1) // RECORDS_PAGE, 1)
+    shown = v.entries
+    pages = max((v.records + RECORDS_PAGE - 1) // RECORDS_PAGE, 1)
     page = min(v.page, pages)
-    shown = entries[(page - 1) * RECORDS_PAGE : page * RECORDS_PAGE]
-    several = len({e.run_id for e in entries if e.run_id}) > 1
+    several = len(v.timeline.chain.runs) > 1  # it kept records of the runs before it
     rows = "".join(_entry_row(e, v, several) for e in shown)
     run_th = "<th>Run</th>" if several else ""
     pager = ""
@@ -448,8 +469,9 @@ def _history(v: RunView) -> str:
         if page < pages:
             older = f'<a href="{esc(v.url(page=page + 1))}" rel="next">Later →</a>'
         pager = f'<nav class="pager">{newer}<span>page {page} of {pages}</span>{older}</nav>'
-    return f"""<section><h2>Event history <span class="muted">({len(entries):,} records of
-this id, as <code>fusee history {esc(v.info.id)}</code> shows them)</span></h2>
+    kept = " and those it kept from before its reset" if several else ""
+    return f"""<section><h2>Event history <span class="muted">({v.records:,} records: this
+run's{kept}, as <code>fusee history {esc(v.info.id)}</code> shows them)</span></h2>
 <table class="history"><thead><tr><th>lsn</th><th>Time (UTC)</th><th>Took</th><th>Record</th>
 <th>Op</th><th>Name</th>{run_th}<th>Detail</th></tr></thead><tbody>{rows}</tbody></table>
 {pager}</section>"""

@@ -215,24 +215,55 @@ class Timeline:
 def fold(records: list[JsonObject], run_id: str) -> Timeline:
     """The timeline of run `run_id` from the history of its id (`model.readable` reads
     each record back), with the operations a reset run kept from the runs before it."""
-    read = [rec for _, rec in map(readable.read, records)]
-    out = Timeline(chain=chain_of(read))
-    ops_of: dict[str, list[OpRecord]] = {}
-    for rec in read:
-        if isinstance(rec, OpRecord):
-            ops_of.setdefault(rec.run_id, []).append(rec)
-    kept, out.kept_missing = kept_records(out.chain, ops_of, run_id)
-    ops: dict[str, Operation] = {}
-    reached: list[datetime | None] = [None]  # the latest instant a record told of
-    for rec in kept:
-        _operation(out, ops, rec, reached, rec.run_id)
-    for rec in read:
-        if isinstance(rec, OpRecord) and rec.run_id == run_id:
-            _operation(out, ops, rec, reached, None)
-        elif isinstance(rec, RunEvent) and rec.run_id == run_id:
-            _run_event(out, rec)
-            reached[0] = _instant(_event_at(rec)) or reached[0]
-    return out
+    folding = Folding(run_id)
+    folding.add(records)
+    return folding.timeline
+
+
+class Folding:
+    """The timeline of run `run_id` folded so far, to fold on with the records that come
+    after (`add`): a page that shows an open run asks only for the records past
+    `last_lsn` (`Control.history(after=)`), not for the run's whole history each time.
+
+    The first `add` takes the run's records and those of the runs it kept operations
+    from by a reset (`Control.history(id, run_id)`); the later ones its own records past
+    `last_lsn` (any other record, or one folded already, is passed over)."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.timeline = Timeline()
+        self.last_lsn: int | None = None
+        """The newest record of the run folded (None: none yet)."""
+        self._ops: dict[str, Operation] = {}
+        self._reached: list[datetime | None] = [None]  # the latest instant a record told of
+
+    def add(self, records: list[JsonObject]) -> None:
+        """Folds on with `records` (`Control.history`'s JSON), oldest first."""
+        read = list(map(readable.read, records))
+        out, run_id = self.timeline, self.run_id
+        if self.last_lsn is None:
+            out.chain = chain_of(rec for _, rec in read)
+            ops_of: dict[str, list[OpRecord]] = {}
+            for _, rec in read:
+                if isinstance(rec, OpRecord):
+                    ops_of.setdefault(rec.run_id, []).append(rec)
+            kept, out.kept_missing = kept_records(out.chain, ops_of, run_id)
+            for rec in kept:
+                _operation(out, self._ops, rec, self._reached, rec.run_id)
+        last = self.last_lsn if self.last_lsn is not None else -1
+        for lsn, rec in read:
+            if lsn <= last:
+                continue  # folded already (two pages asked for the same records)
+            if isinstance(rec, OpRecord) and rec.run_id == run_id:
+                _operation(out, self._ops, rec, self._reached, None)
+            elif isinstance(rec, RunEvent) and rec.run_id == run_id:
+                _run_event(out, rec)
+                self._reached[0] = _instant(_event_at(rec)) or self._reached[0]
+            else:
+                continue
+            self.last_lsn = lsn
+        if self.last_lsn is None:
+            self.last_lsn = -1  # nothing of its own yet: its kept part is folded
 
 
 def _run_event(out: Timeline, rec: RunEvent) -> None:
