@@ -146,7 +146,7 @@ def test_a_history_folds_into_operations_with_attempts() -> None:
 
 def test_values_from_a_run_are_shown_as_text_never_as_markup() -> None:
     assert html.value("<script>alert(1)</script>") == (
-        '<pre class="value">&quot;&lt;script&gt;alert(1)&lt;/script&gt;&quot;</pre>'
+        '<pre class="value"><bdi>&quot;&lt;script&gt;alert(1)&lt;/script&gt;&quot;</bdi></pre>'
     )
     assert 'href="/runs/%3Cb%3E%2Fx"' in html.run_link("<b>/x")
     assert "&lt;b&gt;/x" in html.run_link("<b>/x")

@@ -51,6 +51,8 @@ def test_a_child_that_failed_to_start_says_so_with_its_start() -> None:
     rec |= {"workflow": "kid", "workflow_id": "k", "error": "no such workflow"}
     rec |= {"child_run_id": None, "input": None, "deadline": None, "parent_close": "terminate"}
     (op,) = fold([rec | {"started_at": at(3)}], "r").operations
-    assert (op.kind, op.name, op.child, op.state) == ("child", "kid", "k", "failed to start")
+    # Refused: no child to link to (nor to count among "Its children"), and why.
+    assert (op.kind, op.name, op.child, op.state) == ("child", "kid", None, "failed to start")
+    assert op.failure is not None and op.failure["message"] == "no such workflow"
     assert op.started_at == datetime.fromisoformat(at(3))
     assert op.attempts == []

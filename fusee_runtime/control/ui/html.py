@@ -53,12 +53,18 @@ def esc(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
+def user(text: object) -> str:
+    """Text that a run's code or a client chose (a name, a message, a value), escaped and
+    isolated (`<bdi>`): a right-to-left override in it (U+202E) turns no text around it."""
+    return f"<bdi>{esc(text)}</bdi>"
+
+
 def value(doc: object) -> str:
     """A JSON value, indented, escaped, and cut past `VALUE_CHARS_MAX` (one encrypted
     with a key the server has not: `encrypted (key k1)`)."""
     said = label(doc)
     if said is not None:
-        return f'<pre class="value sealed">{esc(said)}</pre>'
+        return f'<pre class="value sealed">{user(said)}</pre>'
     try:
         text = orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()
     except TypeError:
@@ -66,7 +72,7 @@ def value(doc: object) -> str:
     if len(text) > VALUE_CHARS_MAX:
         cut = len(text) - VALUE_CHARS_MAX
         text = f"{text[:VALUE_CHARS_MAX]}\n… ({cut} more characters)"
-    return f'<pre class="value">{esc(text)}</pre>'
+    return f'<pre class="value">{user(text)}</pre>'
 
 
 def status(name: str) -> str:

@@ -41,6 +41,7 @@ from fusee_runtime.control.ui.html import (
     run_link,
     run_url,
     status,
+    user,
     value,
 )
 from fusee_runtime.control.ui.records import Entry
@@ -162,9 +163,9 @@ def _names(v: RunView) -> str:
 def _facts(v: RunView) -> str:
     info = v.info
     parent = run_link(info.parent[0], info.parent[1]) if info.parent else "—"
-    attrs = ", ".join(f"{k}={val}" for k, val in sorted(info.attributes.items())) or "—"
+    attrs = ", ".join(user(f"{k}={val}") for k, val in sorted(info.attributes.items())) or "—"
     waiting = "; ".join(
-        waits_for(w) + (f" until {w.until:%Y-%m-%d %H:%M:%S} UTC" if w.until else "")
+        user(waits_for(w)) + (f" until {w.until:%Y-%m-%d %H:%M:%S} UTC" if w.until else "")
         for w in info.waiting
     )
     facts = [
@@ -175,12 +176,12 @@ def _facts(v: RunView) -> str:
         ("Closed", instant(info.closed_at) or "—"),
         ("Took", duration(info.started_at, info.closed_at) or "—"),
         ("Parent", parent),
-        ("Attributes", esc(attrs)),
+        ("Attributes", attrs),
     ]
     if waiting:
-        facts.append(("Waiting for", esc(waiting)))
+        facts.append(("Waiting for", waiting))
     if info.error:
-        facts.append(("Why", esc(info.error)))
+        facts.append(("Why", user(info.error)))
     facts.extend(_chain_facts(v))
     if info.workflow == BATCH:
         facts.append(("Batch", f'<a href="/batches/{quote(info.id, safe="")}">its progress</a>'))
@@ -336,8 +337,11 @@ def _operations(v: RunView) -> str:
 def _operation_row(o: Operation, v: RunView) -> str:
     info = v.info
     offset = ""
-    if o.started_at is not None:
-        offset = f"+{(o.started_at - info.started_at).total_seconds():.3f} s"
+    if o.started_at is not None and o.kept_from is not None:
+        # It ran in an earlier run, before this one began: when, not an offset.
+        offset = instant(o.started_at)
+    elif o.started_at is not None:
+        offset = f"+{max((o.started_at - info.started_at).total_seconds(), 0.0):.3f} s"
     details = []
     if o.kept_from:
         details.append(
@@ -345,7 +349,7 @@ def _operation_row(o: Operation, v: RunView) -> str:
             f"{run_link(info.id, o.kept_from, o.kept_from[:8])})</span>"
         )
     if o.child:
-        details.append(f"child {run_link(o.child)}")
+        details.append(f"child {run_link(o.child, o.child_run, o.child)}")
     if len(o.attempts) > 1 or any(a.failure for a in o.attempts):
         items = "".join(_attempt(a) for a in o.attempts)
         details.append(f'<ol class="attempts">{items}</ol>')
@@ -360,13 +364,13 @@ def _operation_row(o: Operation, v: RunView) -> str:
             f'data-confirm="Reset run {esc(info.id)} to operation {esc(o.op)} ({esc(o.name)})? '
             f'A new run replays it up to there.">Reset here</button>'
         )
-    state = esc(o.state)
+    state = user(o.state)
     if o.state in ("completed", "failed", "cancelled", "terminated", "timed_out", "paused"):
         state = status(o.state)
     kept = " kept" if o.kept_from else ""
     return (
         f'<tr class="op op-{esc(o.kind).replace(" ", "-")}{kept}" data-op="{esc(o.op)}">'
-        f"<td>{esc(o.op)}</td><td>{esc(o.kind)}</td><td>{esc(o.name)}</td><td>{state}</td>"
+        f"<td>{esc(o.op)}</td><td>{esc(o.kind)}</td><td>{user(o.name)}</td><td>{state}</td>"
         f"<td>{offset}</td><td>{duration(o.started_at, o.ended_at)}</td>"
         f"<td>{''.join(details)}</td><td>{reset}</td></tr>"
     )
@@ -374,7 +378,7 @@ def _operation_row(o: Operation, v: RunView) -> str:
 
 def _attempt(a: Attempt) -> str:
     took = duration(a.started_at, a.ended_at) or "?"
-    why = f" — {esc(a.failure.get('kind'))}: {esc(a.failure.get('message'))}" if a.failure else ""
+    why = f" — {user(a.failure.get('kind'))}: {user(a.failure.get('message'))}" if a.failure else ""
     then = ""
     if a.paused:
         resumed = f"; resumed at {instant(a.resumed_at)}" if a.resumed_at else ""
@@ -388,7 +392,7 @@ def _attempt(a: Attempt) -> str:
 def _events(timeline: Timeline) -> str:
     def row(e: Event) -> str:
         return (
-            f"<tr><td>{esc(e.type)}</td><td>{instant(e.at)}</td><td>{esc(e.text)}</td>"
+            f"<tr><td>{esc(e.type)}</td><td>{instant(e.at)}</td><td>{user(e.text)}</td>"
             f"<td>{value(e.value) if e.has_value else ''}</td></tr>"
         )
 
@@ -415,7 +419,7 @@ def _streams(timeline: Timeline) -> str:
             for n, item in enumerate(items)
         )
         parts.append(
-            f'<h3 data-stream="{esc(name)}">{esc(name)} <span class="muted">({esc(said)})</span>'
+            f'<h3 data-stream="{esc(name)}">{user(name)} <span class="muted">({esc(said)})</span>'
             f'</h3><ol class="stream">{lis}</ol>'
         )
     return f"<section><h2>Streams</h2>{''.join(parts)}</section>"
@@ -433,7 +437,7 @@ def _log(v: RunView) -> str:
         )
     rows = "".join(
         f"<tr><td>{instant(_at(line))}</td><td>{esc(str(line.get('level', '')))}</td>"
-        f"<td>{esc(_where(line))}</td><td>{esc(str(line.get('msg', '')))}</td></tr>"
+        f"<td>{user(_where(line))}</td><td>{user(str(line.get('msg', '')))}</td></tr>"
         for line in lines
     )
     return f"""<section><h2>Log</h2><table class="log"><thead><tr><th>At</th><th>Level</th>
@@ -489,5 +493,5 @@ def _entry_row(e: Entry, v: RunView, several: bool) -> str:
     return (
         f'<tr{mine} data-lsn="{e.lsn}"><td>{e.lsn}</td><td><code>{at}</code></td>'
         f"<td>{esc(e.took)}</td><td>{esc(e.type)}</td><td>{esc(e.op)}</td>"
-        f"<td>{esc(e.name)}</td>{run}<td>{esc(e.detail)}{fail}</td></tr>"
+        f"<td>{user(e.name)}</td>{run}<td>{user(e.detail)}{fail}</td></tr>"
     )

@@ -154,7 +154,9 @@ class Operation:
     has_value: bool = False
     failure: FailureJson | None = None
     child: str | None = None
-    """The workflow id of the child it started."""
+    """The workflow id of the child it started (None: none, or its start was refused)."""
+    child_run: str | None = None
+    """The run id of that child: the run it started, which a link goes to."""
     reached_at: datetime | None = None
     """When the run's code got to it, at the latest: the instant of the record before its
     first (a sleep's or a wait's records say when it ends, not when it began)."""
@@ -413,8 +415,13 @@ def _apply_other(o: Operation, rec: OpRecord) -> None:
     match rec:
         case ChildStarted():
             started = _instant(rec.started_at)
-            o.name, o.child, o.started_at = rec.workflow, rec.workflow_id, started
-            o.state = "failed to start" if rec.error else "started"
+            o.name, o.started_at = rec.workflow, started
+            if rec.error:  # refused: no child was started, nothing to link
+                o.state = "failed to start"
+                why = rec.error
+                o.failure = why if isinstance(why, dict) else {"kind": "Refused", "message": why}
+            else:
+                o.child, o.child_run, o.state = rec.workflow_id, rec.child_run_id, "started"
         case ChildClosed():
             o.state, o.ended_at = rec.status, _instant(rec.closed_at)
             o.value, o.has_value = rec.result.value, rec.status == Status.COMPLETED
