@@ -43,11 +43,15 @@ class Exhausted(enum.Enum):
     """The run pauses until `resume()` runs the step again with a fresh budget."""
 
 
+_DEFAULT_MAX = float(10)  # (known by identity: a max left out, not one given as 10)
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """How a failing step is retried. Attempts include the first.
 
-    Each delay is `initial * factor ** (attempt - 1)`, capped at `max`; with
+    Each delay is `initial * factor ** (attempt - 1)`, capped at `max` (10 s
+    unless given: an `initial` above it without a `max` is refused); with
     `jitter` it is drawn between half of that and all of it, from a hash of the
     run, the step, the attempt and the time (`steps.jitter_fraction`): on the same
     clock a run waits the same delays, and runs failing together spread. The delay taken
@@ -61,7 +65,7 @@ class RetryPolicy:
     attempts: int = 3
     initial: float = 0.1
     factor: float = 2.0
-    max: float = 10.0
+    max: float = _DEFAULT_MAX
     jitter: bool = True
     max_elapsed: float | None = None
     non_retryable: tuple[str | type[BaseException], ...] = ()
@@ -71,6 +75,7 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         if self.attempts < 1:
             raise ValueError("RetryPolicy.attempts counts the first attempt: it is at least 1")
+        max_left_out = self.max is _DEFAULT_MAX
         for name in ("initial", "max", "max_elapsed"):
             v = getattr(self, name)
             if v is not None:
@@ -80,6 +85,13 @@ class RetryPolicy:
                 object.__setattr__(self, name, s)
         if self.factor < 1:
             raise ValueError("RetryPolicy.factor must be at least 1")
+        if max_left_out and self.initial > self.max:
+            # Every delay would be the default cap: surely not what was meant. (A max
+            # given below initial is taken: it caps the first delay too.)
+            raise ValueError(
+                f"RetryPolicy.initial ({self.initial:g} s) is above the default max "
+                f"({self.max:g} s), which would cap every delay: give max too"
+            )
         kinds = self.non_retryable
         # One name or class on its own, not split into characters.
         if isinstance(kinds, str | type):

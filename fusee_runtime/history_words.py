@@ -340,6 +340,8 @@ def _completing(rec: CompletionIssued | CompletionSent | CompletionDone, limit: 
 def _any_value(rec: Record, limit: int | None) -> str:
     """Any other record: its value, result or reason ("" when none)."""
     match rec:
+        case ValueRecorded(name="now", value=v) if isinstance(v.value, int | float):
+            return when(v.value)  # `ctx.now()`: the instant, not the Unix number it keeps
         case StepCompleted(value=v) | ValueRecorded(value=v) | WaitCompleted(value=v):
             return clip(v.value, limit)
         case RunCompleted(result=v):

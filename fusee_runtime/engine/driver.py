@@ -60,7 +60,7 @@ from fusee_runtime.model.op_records import (
     WaitCompleted,
     WaitStarted,
 )
-from fusee_runtime.model.ops import TimerOp, WaitOp
+from fusee_runtime.model.ops import StepOp, TimerOp, WaitOp
 from fusee_runtime.model.payload import NULL, RESERVED, Payload, reserved
 from fusee_runtime.model.records import (
     OfRun,
@@ -359,7 +359,7 @@ class Driver:
             # Its code runs when a driving engine opens the home; meanwhile a run
             # with a pending timer or wait shows as parked, as it would there.
             run.live.parked = True
-            run.live.shown_parked = bool(run.pending)
+            run.live.shown_parked = bool(run.pending) or self._backs_off(run)
             return
         live = run.live
         live.parked = False
@@ -446,6 +446,15 @@ class Driver:
                         run, WaitCompleted(run.run_id, seq, signal_id, Payload.of(value), now)
                     )
                     break
+
+    def _backs_off(self, run: Run) -> bool:
+        """Whether a step of `run` waits out a retry's backoff now (its next attempt is
+        later): a run that would wait on the clock alone where its code runs."""
+        now = self.clock.now()
+        return any(
+            type(op) is StepOp and not op.done and op.retry_at is not None and op.retry_at > now
+            for op in run.ops.values()
+        )
 
     def carried_on(self, run: Run) -> None:
         if run.stuck is not None and run.is_open:

@@ -225,7 +225,7 @@ async def send_once_then_fail(completion: Completion) -> None:
 
 @workflow(name="completions.backoff")
 async def with_backoff(ctx: Ctx, _: None) -> Any:
-    retry = RetryPolicy(attempts=3, initial=30, jitter=False)
+    retry = RetryPolicy(attempts=3, initial=30, max=60, jitter=False)
     return await ctx.await_completion("approve", send_once_then_fail, retry=retry)
 
 

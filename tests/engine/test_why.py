@@ -33,7 +33,7 @@ def _raise_deep(n: int) -> None:
     _raise_deep(n - 1)
 
 
-@step(retry=RetryPolicy(attempts=2, initial=60))
+@step(retry=RetryPolicy(attempts=2, initial=60, max=3600))
 def why_flaky(order: str) -> None:
     raise ConnectionError(f"backend said no to {order}")
 
@@ -92,6 +92,19 @@ async def test_a_failed_attempt_records_the_traceback_of_the_users_code(make_eng
     assert (w.kind, w.name) == ("retry", "why_flaky")
     assert w.until == datetime.fromtimestamp(failed[0]["retry_at"], UTC)
     assert w.detail == "ConnectionError: backend said no to o-7"
+
+
+async def test_a_run_waiting_out_a_backoff_shows_parked_driven_or_not(make_engine) -> None:
+    # (Issue 42: it showed running while only the clock ran for it; then, found by a new
+    # user, still running in a home opened by a command, once its driver had gone.)
+    async with make_engine() as engine:
+        await engine.start(why_retrying, "o-8", id="r-2")
+        await engine.wait_until(lambda: engine.runs.latest("r-2").ops.get("1") is not None)
+        assert (await engine.handle("r-2").describe()).status == Status.PARKED
+    async with make_engine(drive=False) as passive:
+        shown = await passive.handle("r-2").describe()
+    assert shown.status == Status.PARKED
+    assert [(w.kind, w.name) for w in shown.waiting] == [("retry", "why_flaky")]
 
 
 async def test_a_failed_run_carries_its_failure_and_traceback_after_a_reopen(

@@ -398,3 +398,12 @@ class TestRetryIf:
         assert not p.retryable(Fatal("x"), 1)
         assert not p.retryable(failure_of(ValueError("v")), 1)
         assert calls == []
+
+
+def test_an_initial_delay_above_max_is_refused_not_capped_in_silence() -> None:
+    # (A new user's RetryPolicy(initial=30) retried after 5-10 s: the default max.)
+    with pytest.raises(ValueError, match=r"initial \(30 s\) is above the default max \(10 s\)"):
+        RetryPolicy(initial=30)
+    assert RetryPolicy(initial=30, max=60).backoff(1) == 30
+    assert RetryPolicy(initial=30, max=10).backoff(1) == 10  # a max given is taken
+    assert RetryPolicy(initial=10).backoff(1) == 10  # equal to the default: taken
