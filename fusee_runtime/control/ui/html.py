@@ -59,8 +59,8 @@ def user(text: object) -> str:
     return f"<bdi>{esc(text)}</bdi>"
 
 
-def value(doc: object) -> str:
-    """A JSON value, indented, escaped, and cut past `VALUE_CHARS_MAX` (one encrypted
+def value(doc: object, chars_max: int = VALUE_CHARS_MAX) -> str:
+    """A JSON value, indented, escaped, and cut past `chars_max` characters (one encrypted
     with a key the server has not: `encrypted (key k1)`)."""
     said = label(doc)
     if said is not None:
@@ -69,9 +69,9 @@ def value(doc: object) -> str:
         text = orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()
     except TypeError:
         text = repr(doc)
-    if len(text) > VALUE_CHARS_MAX:
-        cut = len(text) - VALUE_CHARS_MAX
-        text = f"{text[:VALUE_CHARS_MAX]}\n… ({cut} more characters)"
+    if len(text) > chars_max:
+        cut = len(text) - chars_max
+        text = f"{text[:chars_max]}\n… ({cut:,} more characters)"
     return f'<pre class="value">{user(text)}</pre>'
 
 

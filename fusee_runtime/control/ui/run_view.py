@@ -57,6 +57,16 @@ EVENTS_SHOWN_MAX = 100
 """The events table lists the first and the last half of this many events."""
 RECORDS_PAGE = 200
 """Records on a page of the history view."""
+STREAMS_SHOWN_MAX = 5
+"""The streams listed (by name), each with its newest `timeline.STREAM_ITEMS_MAX` items."""
+LIVE_VALUE_CHARS_MAX = 300
+"""A value in the tables and streams of the live part is cut past this many characters
+(the history view's download has it whole); the input and the result get
+`html.VALUE_CHARS_MAX`."""
+LIVE_BYTES_MAX = 400_000
+"""The budget of the live part, fetched every second: the bounds above keep it (100
+operations, 100 events, 5 streams of 20 items, each value 300 characters, 40 rows of
+bars) under it whatever the run's values (tests/http/test_http_ui_run_size.py)."""
 OTHER_RUNS_SHOWN_MAX = 10
 """The facts link the newest this many other runs of the id (the runs list has all)."""
 VIEWS = ("timeline", "history")
@@ -299,7 +309,7 @@ def _timeline_view(v: RunView) -> str:
         )
     return (
         f"{kept}{bars.bars(timeline, v.info, v.now)}{_operations(v)}{_events(timeline)}"
-        f"{_streams(timeline)}{_log(v)}"
+        f"{_streams(v)}{_log(v)}"
     )
 
 
@@ -356,7 +366,8 @@ def _operation_row(o: Operation, v: RunView) -> str:
     elif o.failure:
         details.append(failure(o.failure))
     if o.has_value:
-        details.append(f"<details><summary>value</summary>{value(o.value)}</details>")
+        shown = value(o.value, LIVE_VALUE_CHARS_MAX)
+        details.append(f"<details><summary>value</summary>{shown}</details>")
     reset = ""
     if o.resettable and v.is_newest:
         reset = (
@@ -393,7 +404,7 @@ def _events(timeline: Timeline) -> str:
     def row(e: Event) -> str:
         return (
             f"<tr><td>{esc(e.type)}</td><td>{instant(e.at)}</td><td>{user(e.text)}</td>"
-            f"<td>{value(e.value) if e.has_value else ''}</td></tr>"
+            f"<td>{value(e.value, LIVE_VALUE_CHARS_MAX) if e.has_value else ''}</td></tr>"
         )
 
     rows = _rows(timeline.events, EVENTS_SHOWN_MAX, row, 4, "events")
@@ -401,11 +412,14 @@ def _events(timeline: Timeline) -> str:
 <th>At (UTC)</th><th>What</th><th>Value</th></tr></thead><tbody>{rows}</tbody></table></section>"""
 
 
-def _streams(timeline: Timeline) -> str:
+def _streams(v: RunView) -> str:
+    timeline = v.timeline
     if not timeline.streams:
         return ""
     parts = []
-    for name, items in sorted(timeline.streams.items()):
+    names = sorted(timeline.streams)
+    for name in names[:STREAMS_SHOWN_MAX]:
+        items = timeline.streams[name]
         count = timeline.stream_counts.get(name, len(items))
         kept = timeline.kept_items.get(name, 0)
         said = f"{count} item(s)"
@@ -415,12 +429,25 @@ def _streams(timeline: Timeline) -> str:
             said += f"; the newest {len(items)} shown"
         first_kept = kept - (count - len(items))  # of the items shown, the kept ones
         lis = "".join(
-            f"<li{' class=kept' if n < first_kept else ''}>{value(item)}</li>"
+            f"<li{' class=kept' if n < first_kept else ''}>{value(item, LIVE_VALUE_CHARS_MAX)}</li>"
             for n, item in enumerate(items)
         )
+        more = ""
+        if count > len(items):
+            # tail-stream reads the newest run; an earlier one's are in its history.
+            where = "the history's download has them"
+            if v.is_newest:
+                where = f"<code>{user(f'fusee tail-stream {v.info.id} {name} --no-follow')}</code>"
+            more = f'<p class="note">{count - len(items):,} more: {where}</p>'
         parts.append(
             f'<h3 data-stream="{esc(name)}">{user(name)} <span class="muted">({esc(said)})</span>'
-            f'</h3><ol class="stream">{lis}</ol>'
+            f'</h3><ol class="stream">{lis}</ol>{more}'
+        )
+    if len(names) > STREAMS_SHOWN_MAX:
+        rest = ", ".join(user(n) for n in names[STREAMS_SHOWN_MAX:][:STREAMS_SHOWN_MAX])
+        parts.append(
+            f'<p class="note">{len(names) - STREAMS_SHOWN_MAX:,} more stream(s) not listed '
+            f"here: {rest}{', …' if len(names) > 2 * STREAMS_SHOWN_MAX else ''}</p>"
         )
     return f"<section><h2>Streams</h2>{''.join(parts)}</section>"
 

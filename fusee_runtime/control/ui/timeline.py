@@ -86,8 +86,8 @@ from fusee_runtime.model.records import (
 )
 from fusee_runtime.model.run import Status
 
-STREAM_ITEMS_MAX = 200
-"""Items shown of each stream: the newest ones."""
+STREAM_ITEMS_MAX = 20
+"""Items kept of each stream: the newest ones (`fusee tail-stream` gives them all)."""
 
 CLOSES: dict[type[Record], str] = {
     RunCompleted: "completed",
