@@ -392,6 +392,25 @@ def unusable_home(home: Path, e: OSError) -> CliError:
     return CliError(Code.USAGE, f"cannot use {home} as the fusee home: {e.strerror or e}{where}")
 
 
+def command_of(pid: int | None) -> str:
+    """` (fusee tail-stream t-1 progress)`: the command line of process `pid`, where the
+    system tells it (Linux's /proc), for a message that names a process; else ""."""
+    if pid is None:
+        return ""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    words = [w.decode(errors="replace") for w in raw.split(b"\0") if w]
+    if words and Path(words[0]).name.startswith("python") and len(words) > 1:
+        words = words[1:]  # (the script, not the interpreter that runs it)
+    if not words:
+        return ""
+    words[0] = Path(words[0]).name
+    line = " ".join(words)
+    return f" ({line if len(line) <= 80 else line[:79] + '…'})"
+
+
 def opening_error(home: Path, e: Exception) -> CliError | None:
     """The `CliError` for an error met opening or reaching a home, or None for any other.
 
@@ -405,7 +424,7 @@ def opening_error(home: Path, e: Exception) -> CliError | None:
     if isinstance(e, OSError):
         return unusable_home(home, e)
     if isinstance(e, HomeLocked):
-        return Locked(Code.USAGE, f"{e}; stop it or wait for it to finish")
+        return Locked(Code.USAGE, f"{e}{command_of(e.pid)}; stop it or wait for it to finish")
     if isinstance(e, AppImportError | JournalCorrupt | OwnerUnanswered | StoreUnavailable):
         return CliError(Code.USAGE, said(e))
     if isinstance(e, ValueError) and "Config.store" in str(e):

@@ -79,6 +79,10 @@ def test_a_second_server_on_the_home_exits_2_naming_the_owner(
     err = second.stderr.read_text()
     assert err.startswith("error: ") and err.count("\n") == 1
     assert f"locked by process {pid}" in err
+    # What holds it, where the system says (a follower that took the home over, found
+    # by a new user, was not named): the command line.
+    if Path(f"/proc/{pid}").is_dir():
+        assert f"locked by process {pid} (fusee serve" in err
     assert first.stop() == 0
 
 
