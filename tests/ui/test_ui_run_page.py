@@ -62,9 +62,20 @@ def test_a_reset_run_shows_the_operations_and_stream_items_it_kept(
     expect(heading).to_contain_text("3 item(s), 2 kept from before the reset")
     # Drawn too, as kept.
     expect(page.locator(".bars .bar-row.kept")).to_have_count(3)
-    # What tail-stream gives, the page gives.
-    streamed = httpx.get(f"{served.url}/v1/runs/kept-1/history").json()
-    assert before in {r["run_id"] for r in streamed}
+    # What tail-stream gives, the page gives: the same items, in order.
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    home = ["--home", str(served.home)]
+    tail = subprocess.run(
+        [fusee_script(), "tail-stream", "kept-1", "progress", "--no-follow", *home],
+        capture_output=True,
+        env=env,
+        check=True,
+        text=True,
+    )
+    streamed = [orjson.loads(line) for line in tail.stdout.splitlines()]
+    shown = [orjson.loads(text) for text in items.all_text_contents()]
+    assert streamed == shown == ["queued", "first", "charged"]
+    assert before != shown_run(page)
 
 
 def test_every_run_of_an_id_has_its_own_page_and_the_chain_links_them(
