@@ -145,6 +145,12 @@ def batch(
             )
         from fusee_cli.commands.list import where_of
 
+        if not where and workflow is None and status is None:
+            raise CliError(
+                Code.USAGE,
+                "a batch takes a filter: --where, --workflow or --status (--status open for "
+                "every open run)",
+            )
         sent, _ = session.json_or_string(value)
         if value is not None:
             session.check_depth(sent, "the signal's value")

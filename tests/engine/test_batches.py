@@ -274,7 +274,7 @@ async def test_a_cancel_batch_closes_runs_not_begun(make_engine: Any) -> None:
     ("args", "message"),
     [
         ({"action": "delete"}, "a batch does one of cancel, terminate, signal, reset, resume"),
-        ({"action": "cancel"}, "a batch takes a filter: --where, --workflow or --status"),
+        ({"action": "cancel"}, "a batch takes a filter: where, workflow or status"),
         ({"action": "cancel", "status": "sleepy"}, "sleepy"),
         ({"action": "cancel", "status": "completed"}, "acts on open runs, not completed ones"),
         ({"action": "signal", "status": "open"}, "a batch that signals takes --signal NAME"),
