@@ -36,22 +36,20 @@ from collections.abc import AsyncGenerator, Awaitable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from fusee_runtime.control import watching
 from fusee_runtime.control.ops import BatchAction, Operations, Pong, Throttle
-from fusee_runtime.control.wire import rate_of, run_json
+from fusee_runtime.control.wire import rate_of
 from fusee_runtime.control.wire import run_info as run_info  # (re-exported: its old home)
+from fusee_runtime.control.wire import run_json as run_json  # (re-exported too)
 from fusee_runtime.errors import (
-    Cancelled,
     JournalFailed,
     NotFound,
     Rejected,
-    RunFailed,
-    Terminated,
-    TimedOut,
 )
 from fusee_runtime.journal import records
 from fusee_runtime.model.json import Json, JsonObject
 from fusee_runtime.model.records import Record, RunStarted
-from fusee_runtime.model.run import RunInfo, Status, top
+from fusee_runtime.model.run import RunInfo, top
 from fusee_runtime.objects import object_key
 
 if TYPE_CHECKING:
@@ -60,8 +58,6 @@ if TYPE_CHECKING:
     from fusee_runtime.engine.rates import RateInfo
     from fusee_runtime.engine.state import Run
 
-POLL_S = 0.1
-"""How often a watch looks at the run's status and progress."""
 RESET_SOURCES_MAX = 1000
 """`history(id, run_id)` follows a reset run back through at most this many resets."""
 LOG_SCAN_LINES_MAX = 20_000
@@ -532,73 +528,14 @@ class Control(Operations):
                 "run (its status, its history) before trying again"
             ) from None
 
-    async def watch(
-        self, id: str, timeout: float | None = None
-    ) -> AsyncGenerator[dict[str, Any], None]:
-        """Follows the newest run of `id` until it closes, stops, or `timeout` seconds pass.
-
-        Yields `{"progress": {"status", "current"}}` when either changes,
-        then one `{"outcome": ...}`: `code` is "ok" with the durable
-        `result`, or "failed" (the run failed, was cancelled or terminated,
-        timed out, or is stuck or paused) or "timed_out" (the wait ran out)
-        with a `message`; `run` is the run as `describe` shows it then.
+    def watch(self, id: str, timeout: float | None = None) -> AsyncGenerator[dict[str, Any], None]:
+        """Follows the newest run of `id` until it closes, stops, or `timeout` seconds pass
+        (`watching.watch` says what it yields).
 
         Raises:
             NotFound: no run of that id.
         """
-        engine = self.engine
-        engine.runs.latest(id)
-        waiter = asyncio.ensure_future(engine.handle(id).result(timeout=timeout))
-        shown: tuple[str, str | None] | None = None
-        outcome: dict[str, object]
-        try:
-            while not waiter.done():
-                run = engine.runs.latest(id)
-                # A run recorded stuck whose code runs again here (the home opened to
-                # drive it, with code fixed since) says it only once it stops again.
-                replaying = run.live.task is not None and not run.live.task.done()
-                if run.status == Status.PAUSED or (run.status == Status.STUCK and not replaying):
-                    why = run.error or "no reason recorded"
-                    outcome = {"code": "failed", "message": f"run {id} is {run.status}: {why}"}
-                    break
-                now = (str(run.status), run.live.current)
-                if now != shown:
-                    shown = now
-                    yield {"progress": {"status": now[0], "current": now[1]}}
-                await asyncio.wait({waiter}, timeout=POLL_S)
-            else:
-                try:
-                    outcome = {"code": "ok", "result": waiter.result()}
-                except RunFailed as e:
-                    outcome = {
-                        "code": "failed",
-                        "message": f"run {id} failed: {e.failure}",
-                        "failure": e.failure.to_json(),
-                    }
-                except (Cancelled, Terminated) as e:
-                    outcome = {"code": "failed", "message": str(e)}
-                except TimedOut as e:
-                    status = engine.runs.latest(id).status
-                    if status == Status.TIMED_OUT:
-                        outcome = {"code": "failed", "message": str(e)}
-                    else:
-                        outcome = {
-                            "code": "timed_out",
-                            "message": f"run {id} has not finished (status {status}); "
-                            f"keep waiting with `fusee result {id} --wait`",
-                        }
-        finally:
-            if not waiter.done():
-                waiter.cancel()
-                await asyncio.gather(waiter, return_exceptions=True)
-            # The engine fails a run's `closed` future when it closes before
-            # the run does; with this waiter gone nobody would retrieve that,
-            # and asyncio would log "Future exception was never retrieved".
-            closed = engine.runs.latest(id).live.closed
-            if closed is not None:
-                closed.add_done_callback(_retrieve)
-        outcome["run"] = run_json(engine.runs.latest(id).info())
-        yield {"outcome": outcome}
+        return watching.watch(self.engine, id, timeout)
 
     async def stream(
         self, id: str, name: str, follow: bool = True, run_id: str | None = None
@@ -618,11 +555,6 @@ def _reset_from(recs: builtins.list[tuple[int, Record]]) -> str | None:
         if isinstance(rec, RunStarted) and rec.origin and "reset" in rec.origin:
             return str(rec.origin["reset"])
     return None
-
-
-def _retrieve(future: asyncio.Future[None]) -> None:
-    if not future.cancelled():
-        future.exception()
 
 
 def _object_of(id: str) -> tuple[str, str]:

@@ -99,8 +99,7 @@ def check(
         raise Rejected(f"a batch does one of {', '.join(ACTIONS)}, not {action!r}")
     if where is None and workflow is None and status is None:
         raise Rejected(
-            'a batch takes a filter: where, workflow or status (status "open" for every '
-            "open run)"
+            'a batch takes a filter: where, workflow or status (status "open" for every open run)'
         )
     want = wanted(status, None, 1)  # (Rejected for an unknown status)
     if action != "reset":
