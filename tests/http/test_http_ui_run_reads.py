@@ -109,7 +109,7 @@ async def test_an_id_of_many_runs_links_the_newest_few(engine: Engine) -> None:
     others = re.search(r"<dt>Other runs</dt><dd>(.*?)</dd>", page, re.S)
     assert others is not None
     said = others.group(1)
-    assert said.startswith(f"{LOOPS} other run(s) of this id")
+    assert said.startswith(f"{LOOPS} other runs of this id")
     assert len(re.findall(r'href="/runs/r-2\?run=', said)) == OTHER_RUNS_SHOWN_MAX
     assert f"and {LOOPS - OTHER_RUNS_SHOWN_MAX} earlier" in said
     assert 'href="/?id=r-2"' in said

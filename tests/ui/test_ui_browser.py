@@ -274,7 +274,7 @@ def test_a_batch_acts_on_every_run_the_filter_matches_once_asked_how_many(
     expect(page.locator("span[data-progress]")).to_have_text(f"{len(listed)} of {len(listed)}")
     expect(page.locator("dd[data-outcomes]")).to_have_text(f"cancelled: {len(listed)}")
     expect(page.locator("dl.facts .status")).to_have_text("completed")
-    assert asked == [f"cancel {len(listed)} run(s) matching this filter, each once?"]
+    assert asked == [f"cancel {len(listed)} runs matching this filter, each once?"]
     batch = page.locator("h1.run-id").get_attribute("data-run-id")
     doc = httpx.get(f"{served.url}/v1/batches/{batch}").json()
     assert doc["outcomes"] == {"cancelled": len(listed)}

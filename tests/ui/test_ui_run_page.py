@@ -59,7 +59,7 @@ def test_a_reset_run_shows_the_operations_and_stream_items_it_kept(
     assert items.all_text_contents() == ['"queued"', '"first"', '"charged"']
     expect(page.locator("ol.stream li.kept")).to_have_count(2)
     heading = page.locator('h3[data-stream="progress"]')
-    expect(heading).to_contain_text("3 item(s), 2 kept from before the reset")
+    expect(heading).to_contain_text("3 items, 2 kept from before the reset")
     # Drawn too, as kept.
     expect(page.locator(".bars .bar-row.kept")).to_have_count(3)
     # What tail-stream gives, the page gives: the same items, in order.
@@ -107,7 +107,7 @@ def test_every_run_of_an_id_has_its_own_page_and_the_chain_links_them(
     expect(facts).to_contain_text("Reset from")
     assert shown_run(page) == new
     expect(facts.locator(f'dd a[href="/runs/chain-1?run={old}"]').first).to_be_visible()
-    expect(facts).to_contain_text("1 other run(s) of this id")
+    expect(facts).to_contain_text("1 other run of this id")
 
     start(served, "ui_looping", 0, "loop-1")
     page.goto(served.url + "/runs/loop-1")

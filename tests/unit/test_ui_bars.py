@@ -82,7 +82,7 @@ def drawn_rows(drawn: str) -> list[tuple[str, str, str]]:
 def test_a_loop_of_a_step_and_ctx_now_is_one_row() -> None:
     ops = loop([(OpKind.STEP, "tick"), (OpKind.VALUE, "now")], 3000)
     drawn = bars(Timeline(operations=ops), info(), datetime.fromisoformat(at(100)))
-    assert "rows not drawn" not in drawn
+    assert "not drawn" not in drawn
     # The values between the steps do not end the stretch: counted in it.
     assert drawn_rows(drawn) == [("step", "1–5999", "3000"), ("value", "6000", "1")]
     assert '×3,000</span> <span class="muted">(and 2,999 value)' in drawn
@@ -91,7 +91,7 @@ def test_a_loop_of_a_step_and_ctx_now_is_one_row() -> None:
 def test_a_loop_of_two_steps_is_a_row_for_each() -> None:
     ops = loop([(OpKind.STEP, "a"), (OpKind.VALUE, "now"), (OpKind.STEP, "b")], 2000)
     drawn = bars(Timeline(operations=ops), info(), datetime.fromisoformat(at(100)))
-    assert "rows not drawn" not in drawn
+    assert "not drawn" not in drawn
     rows = drawn_rows(drawn)
     # A row for each step and one for the values between them, each across the run.
     assert [(kind, count) for kind, _, count in rows] == [

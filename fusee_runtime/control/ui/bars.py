@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from fusee_runtime.control.ui.html import duration, esc, run_link, user
+from fusee_runtime.control.ui.html import counted, duration, esc, run_link, user
 from fusee_runtime.control.ui.timeline import Operation, OpKind, Timeline
 from fusee_runtime.model.run import RunInfo
 
@@ -122,7 +122,7 @@ def bars(timeline: Timeline, info: RunInfo, now: datetime) -> str:
     left = len(rows) - len(head) - len(tail)
     drawn = "".join(_row(r, scale) for r in head)
     if left:
-        drawn += f'<div class="bar-row bar-gap">… {left:,} rows not drawn</div>'
+        drawn += f'<div class="bar-row bar-gap">… {counted(left, "row")} not drawn</div>'
     drawn += "".join(_row(r, scale) for r in tail)
     grouped = sum(1 for r in rows if len(r.ops) > 1 or r.ticks)
     note = (
@@ -289,7 +289,7 @@ def _stretch(r: Row, end: datetime) -> Span:
     cls = "stretch" + (" fail" if failed else "")
     said = f"{len(r.ops):,} × {r.first.kind} {r.first.name}"
     if failed:
-        said += f", {failed:,} failed attempt(s)"
+        said += f", {counted(failed, 'failed attempt')}"
     return Span(begin, until, cls, said)
 
 

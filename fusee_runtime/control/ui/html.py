@@ -75,6 +75,12 @@ def value(doc: object, chars_max: int = VALUE_CHARS_MAX) -> str:
     return f'<pre class="value">{user(text)}</pre>'
 
 
+def counted(n: int, one: str, many: str | None = None) -> str:
+    """A count and its noun, singular for one: `1 run`, `2 runs`, `0 runs`, `1,204 items`
+    (`many` defaults to `one` + "s")."""
+    return f"{n:,} {one if n == 1 else (many or one + 's')}"
+
+
 def status(name: str) -> str:
     """A run's status as a coloured badge."""
     return f'<span class="status {STATUS_CLASSES.get(name, "muted")}">{esc(name)}</span>'
@@ -178,7 +184,8 @@ def page(title: str, body: str, nav: str, logout: bool = False) -> str:
   <a class="brand" href="/">fusee</a>
   <nav>{items}</nav>
   <div id="stats" class="stats" aria-live="off">
-    <span hidden><b data-stat="runs_open"></b> runs open</span>
+    <span hidden><b data-stat="runs_open"></b>
+      <span data-stat="runs_open_word">runs</span> open</span>
     <span hidden><b data-stat="steps_s"></b> steps/s</span>
     <span hidden><b data-stat="syncs_s"></b> fdatasyncs/s</span>
     <span hidden><b data-stat="sync_ms"></b> per fdatasync</span>

@@ -48,7 +48,6 @@ from fusee_runtime.control.ui.run_view import (
     RECORDS_PAGE,
     VIEWS,
     RunView,
-    run_heading,
     run_live,
 )
 from fusee_runtime.control.ui.timeline import Folding, Timeline
@@ -316,8 +315,7 @@ async def _run(control: ControlApi, request: Request, folds: Folds) -> Response:
     body = run_live(v)
     if _live(request):
         return _html(body)
-    head = run_heading(v) + body
-    return _html(html.page(f"Run {id}", head, "runs", _logged_in(request)))
+    return _html(html.page(f"Run {id}", body, "runs", _logged_in(request)))
 
 
 async def _batch(control: ControlApi, request: Request) -> Response:

@@ -1,12 +1,12 @@
 """The web UI's page of one run: what it is, the runs of its id, what may be done to it,
 and two views of its history, the timeline (the default) and every record.
 
-`RunView` holds what `pages` read for it. The page's live part (`run_live`)
-is fetched again every second: its facts, the buttons that depend on the
-run's state, and the view asked for (`?view=history`). The forms one types
-in (a signal, a query) are outside it, so typing is kept, and shown only
-on an open run; `ui.js` hides them when the live part says the run closed
-(`data-open`).
+`RunView` holds what `pages` read for it. The page is its live part
+(`run_live`), fetched again every second, in the order one reads it: where
+it is and the run's name, its facts, the buttons that depend on the run's
+state, the forms one types in (a signal, a query: only on an open run that is
+its id's newest), then the view asked for (`?view=history`). The forms are
+swapped with the rest; `ui.js` keeps what was typed in them, and the focus.
 
 What applies is all that is shown: Cancel and Terminate on an open run,
 Resume on a paused or stuck one, "Its children" on a run that started any,
@@ -32,6 +32,7 @@ from fusee_runtime.control.api import LOG_SCAN_LINES_MAX
 from fusee_runtime.control.ui import bars
 from fusee_runtime.control.ui.chain import Chain
 from fusee_runtime.control.ui.html import (
+    counted,
     duration,
     esc,
     failure,
@@ -115,21 +116,22 @@ class RunView:
         return run_url(self.info.id) + query(**params)
 
 
-def run_heading(v: RunView) -> str:
-    """The page's head outside its live part: the forms one types in (on an open run that
-    is its id's newest). What names the run is in the live part (`_names`): on `/runs/ID`
-    the run shown changes when the id gets a new run."""
+def _talk(v: RunView) -> str:
+    """The forms one types in (a signal, a query), on an open run that is its id's newest.
+    They are in the live part, after what names the run and its facts: `ui.js` keeps
+    what is typed in a `data-keep` field (by its form's `data-key` and its name), and
+    the focus and caret, across the swap."""
     if not (v.info.status.is_open and v.is_newest):
         return ""
-    return """<section class="actions open-only"><h2>Talk to this run</h2>
-<form data-action="signal" class="inline">
-  <label>Signal <input name="name" required placeholder="name"></label>
-  <label>Value (JSON) <input name="value" placeholder='{"ok": true}'></label>
+    return """<section class="actions talk"><h2>Talk to this run</h2>
+<form data-action="signal" data-key="signal" class="inline">
+  <label>Signal <input name="name" data-keep required placeholder="name"></label>
+  <label>Value (JSON) <input name="value" data-keep placeholder='{"ok": true}'></label>
   <button type="submit">Send signal</button>
 </form>
-<form data-action="query" class="inline">
-  <label>Query <input name="name" required placeholder="name"></label>
-  <label>Argument (JSON) <input name="value" placeholder="null"></label>
+<form data-action="query" data-key="query" class="inline">
+  <label>Query <input name="name" data-keep required placeholder="name"></label>
+  <label>Argument (JSON) <input name="value" data-keep placeholder="null"></label>
   <button type="submit">Ask</button>
 </form>
 </section>"""
@@ -150,7 +152,7 @@ def run_live(v: RunView) -> str:
     return live(
         f"""{_names(v)}<div id="run-state" data-open="{open_}" data-status="{esc(info.status)}"
 data-run="{esc(info.run_id)}"></div>
-<dl class="facts">{_facts(v)}</dl>{run_buttons(v)}{_completions(v)}
+<dl class="facts">{_facts(v)}</dl>{run_buttons(v)}{_talk(v)}{_completions(v)}
 {object_panel(v.obj) if v.obj else ""}
 <div class="io"><section><h2>Input</h2>{value(timeline.input)}</section>{outcome}</div>
 {_tabs(v)}{shown}"""
@@ -221,7 +223,7 @@ def _chain_facts(v: RunView) -> list[tuple[str, str]]:
     if others:
         # The newest ones; the runs list has them all.
         shown = others[-OTHER_RUNS_SHOWN_MAX:]
-        said = f"{len(others):,} other run(s) of this id: " + ", ".join(map(link, shown))
+        said = f"{counted(len(others), 'other run')} of this id: " + ", ".join(map(link, shown))
         if len(others) > len(shown):
             every = RunsQuery(prefix=id).url()
             said += (
@@ -322,11 +324,12 @@ def capped(items: Sequence[T], most: int) -> tuple[Sequence[T], int, Sequence[T]
 
 
 def _rows(items: Sequence[T], most: int, row: Callable[[T], str], columns: int, what: str) -> str:
+    """The rows of `capped(items, most)`, and a row counting the `what`s left between."""
     head, hidden, tail = capped(items, most)
     gap = ""
     if hidden:
         gap = (
-            f'<tr class="gap"><td colspan="{columns}">… {hidden:,} {what} not listed here: '
+            f'<tr class="gap"><td colspan="{columns}">… {counted(hidden, what)} not listed here: '
             "the event history and its download have every record</td></tr>"
         )
     return "".join(map(row, head)) + gap + "".join(map(row, tail))
@@ -337,7 +340,7 @@ def _operations(v: RunView) -> str:
     if not ops:
         empty = '<p class="empty">No operation recorded yet.</p>'
         return f"<section><h2>Operations</h2>{empty}</section>"
-    rows = _rows(ops, OPS_SHOWN_MAX, lambda o: _operation_row(o, v), 8, "operations")
+    rows = _rows(ops, OPS_SHOWN_MAX, lambda o: _operation_row(o, v), 8, "operation")
     return f"""<section><h2>Operations <span class="muted">({len(ops):,})</span></h2>
 <table class="timeline"><thead><tr><th>#</th><th>Kind</th><th>Name</th><th>State</th>
 <th>At</th><th>Took</th><th>Details</th><th></th></tr></thead><tbody>{rows}</tbody></table>
@@ -407,7 +410,7 @@ def _events(timeline: Timeline) -> str:
             f"<td>{value(e.value, LIVE_VALUE_CHARS_MAX) if e.has_value else ''}</td></tr>"
         )
 
-    rows = _rows(timeline.events, EVENTS_SHOWN_MAX, row, 4, "events")
+    rows = _rows(timeline.events, EVENTS_SHOWN_MAX, row, 4, "event")
     return f"""<section><h2>Events</h2><table class="events"><thead><tr><th>Event</th>
 <th>At (UTC)</th><th>What</th><th>Value</th></tr></thead><tbody>{rows}</tbody></table></section>"""
 
@@ -422,7 +425,7 @@ def _streams(v: RunView) -> str:
         items = timeline.streams[name]
         count = timeline.stream_counts.get(name, len(items))
         kept = timeline.kept_items.get(name, 0)
-        said = f"{count} item(s)"
+        said = counted(count, "item")
         if kept:
             said += f", {kept} kept from before the reset"
         if count > len(items):
@@ -446,7 +449,7 @@ def _streams(v: RunView) -> str:
     if len(names) > STREAMS_SHOWN_MAX:
         rest = ", ".join(user(n) for n in names[STREAMS_SHOWN_MAX:][:STREAMS_SHOWN_MAX])
         parts.append(
-            f'<p class="note">{len(names) - STREAMS_SHOWN_MAX:,} more stream(s) not listed '
+            f'<p class="note">{counted(len(names) - STREAMS_SHOWN_MAX, "more stream")} not listed '
             f"here: {rest}{', …' if len(names) > 2 * STREAMS_SHOWN_MAX else ''}</p>"
         )
     return f"<section><h2>Streams</h2>{''.join(parts)}</section>"
@@ -503,9 +506,9 @@ def _history(v: RunView) -> str:
     kept = " and those it kept from before its reset" if several else ""
     return f"""<section><h2>Event history <span class="muted">({v.records:,} records: this
 run's{kept}, as <code>fusee history {esc(v.info.id)}</code> shows them)</span></h2>
-<table class="history"><thead><tr><th>lsn</th><th>Time (UTC)</th><th>Took</th><th>Record</th>
-<th>Op</th><th>Name</th>{run_th}<th>Detail</th></tr></thead><tbody>{rows}</tbody></table>
-{pager}</section>"""
+<div class="scroll"><table class="history"><thead><tr><th>lsn</th><th>Time (UTC)</th><th>Took</th>
+<th>Record</th><th>Op</th><th>Name</th>{run_th}<th>Detail</th></tr></thead><tbody>{rows}</tbody>
+</table></div>{pager}</section>"""
 
 
 def _entry_row(e: Entry, v: RunView, several: bool) -> str:
@@ -519,6 +522,7 @@ def _entry_row(e: Entry, v: RunView, several: bool) -> str:
     mine = "" if not several or e.run_id == v.info.run_id else ' class="other-run"'
     return (
         f'<tr{mine} data-lsn="{e.lsn}"><td>{e.lsn}</td><td><code>{at}</code></td>'
-        f"<td>{esc(e.took)}</td><td>{esc(e.type)}</td><td>{esc(e.op)}</td>"
-        f"<td>{user(e.name)}</td>{run}<td>{user(e.detail)}{fail}</td></tr>"
+        f'<td>{esc(e.took)}</td><td class="word">{esc(e.type)}</td><td>{esc(e.op)}</td>'
+        f'<td class="word">{user(e.name)}</td>{run}<td class="detail">{user(e.detail)}{fail}</td>'
+        "</tr>"
     )

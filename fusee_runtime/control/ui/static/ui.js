@@ -99,21 +99,14 @@
         if (caret) field.setSelectionRange(caret[0], caret[1]);
       }
     }
-    followState();
-  }
-
-  // Outside the live part, what applies to an open run only (the signal and query
-  // forms) hides once the live part says the run closed.
-  function followState() {
-    const state = document.getElementById("run-state");
-    if (!state) return;
-    const closed = state.dataset.open !== "true";
-    document.querySelectorAll(".open-only").forEach((el) => {
-      el.hidden = closed;
-    });
   }
 
   // -- the status header ----------------------------------------------------------
+
+  // "1 run", "2 runs", "0 runs": a count and its noun (html.counted, in Python).
+  function counted(n, one, many) {
+    return `${n} ${n === 1 ? one : many}`;
+  }
 
   let previous = null;
 
@@ -146,7 +139,9 @@
       return;
     }
     const m = now.m;
-    show("runs_open", String(m.fusee_runs_open ?? 0));
+    const open = m.fusee_runs_open ?? 0;
+    show("runs_open", String(open));
+    show("runs_open_word", open === 1 ? "run" : "runs");
     const syncTime = (sum, count) => (count > 0 ? `${((1000 * sum) / count).toFixed(2)} ms` : null);
     if (previous) {
       const seconds = (now.at - previous.at) / 1000;
@@ -167,10 +162,18 @@
 
   // -- the buttons ----------------------------------------------------------------
 
-  function say(text, bad) {
+  // The banner: `text`, then a link (`[href, text]`) if given. It says what was done,
+  // never a run's status, which the live part shows as it stands.
+  function say(text, bad, link) {
     const out = document.getElementById("flash");
     if (!out) return;
     out.textContent = text;
+    if (link) {
+      const a = document.createElement("a");
+      a.href = link[0];
+      a.textContent = link[1];
+      out.append(a);
+    }
     out.className = bad ? "flash bad" : "flash ok";
     out.hidden = false;
   }
@@ -225,8 +228,15 @@
       say(`${action} refused: ${why}`, true);
     } else if (action === "query") {
       say(`${data.name} = ${JSON.stringify(doc.result, null, 2)}`, false);
+    } else if (action === "reset" && doc && doc.run_id) {
+      // Its status would be stale by the time it shows (the new run goes on at once): the
+      // page's facts say it.
+      const heading = document.querySelector("[data-run-id]");
+      const id = heading ? heading.dataset.runId : doc.id;
+      const href = `/runs/${encodeURIComponent(id)}?run=${encodeURIComponent(doc.run_id)}`;
+      say("reset: done; the new run is ", false, [href, doc.run_id]);
     } else {
-      say(`${action}: done${doc && doc.status ? ` (the run is ${doc.status})` : ""}`, false);
+      say(`${action}: done`, false);
     }
     lastLive = null;
     refresh();
@@ -298,7 +308,7 @@
     }
     try {
       const dry = await post("/v1/batches", { ...batch, dry_run: true });
-      if (!window.confirm(`${batch.action} ${dry.count} run(s) matching this filter, each once?`)) return;
+      if (!window.confirm(`${batch.action} ${counted(dry.count, "run", "runs")} matching this filter, each once?`)) return;
       const started = await post("/v1/batches", batch);
       window.location.assign(`/batches/${encodeURIComponent(started.id)}`);
     } catch (error) {
