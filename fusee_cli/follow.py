@@ -112,32 +112,62 @@ async def through_owners(
     found it (None for `first`, a control already open to start with).
 
     An owner that closes or dies leaves its runs to the next process that opens the
-    home: this one (with `drive`), unless another got there first. `body` must be safe
-    to call again: a follower (a watch, a followed stream) records nothing. Each
-    takeover is told with `say`.
+    home: this one (with `drive`), unless another got there first. A home this one
+    opened is given to a server that starts and asks for it (`Control.give_way`), and
+    the run is followed on through that server. `body` must be safe to call again: a
+    follower (a watch, a followed stream) records nothing. Each takeover is told with
+    `say`.
 
     Raises:
         CliError: no run of that id (exit 3), or what `session.control` raises.
     """
     from fusee_runtime import EngineClosed
+    from fusee_runtime.control.api import Control
     from fusee_runtime.control.client import OwnerGone, OwnerLost
 
     while True:
         owner = None
+        ctl: ControlApi | None = None
         try:
             if first is not None:
                 ctl, first = first, None
                 owner = ctl.owner
                 return await body(ctl, None)
-            async with session.control(home, app, drive=drive) as ctl:
+            async with session.control(home, app, drive=drive, gives_way=drive) as ctl:
                 owner = ctl.owner
                 info = await session.find_run(ctl, workflow_id)
                 owner = ctl.owner  # (after a call about the run: its journal's driver)
                 return await body(ctl, info)
         except (OwnerGone, OwnerLost, EngineClosed):
-            if owner is None:
+            if owner is not None:
+                said = session.owner_named(owner, past=True)
+                say(f"{said} went away; following {workflow_id} on")
+            elif isinstance(ctl, Control) and ctl.gave_way:
+                await ctl.given_way()
+                first = await _server(home)
+                to = f"the server that asked for it (pid {first.owner})" if first else "no one"
+                say(f"gave the home to {to}; following {workflow_id} on")
+            else:
                 raise  # this process's own engine closed under it: nobody to hand over to
-            say(f"{session.owner_named(owner, past=True)} went away; following {workflow_id} on")
+
+
+async def _server(home: Path) -> ControlApi | None:
+    """The server this process gave the home to, once it serves it (None: none did within
+    `connect.LOCK_WAIT_S`: following takes the home again)."""
+    import asyncio
+    import os
+
+    from fusee_runtime.control.client import ControlClient
+    from fusee_runtime.control.connect import LOCK_WAIT_S, RETRY_OPEN_S
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + LOCK_WAIT_S
+    while loop.time() < deadline:
+        client = await ControlClient.connect(home)
+        if client is not None and client.owner != os.getpid():
+            return client
+        await asyncio.sleep(RETRY_OPEN_S)
+    return None
 
 
 def report(outcome: Outcome, as_json: bool) -> Code:

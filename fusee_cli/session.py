@@ -462,8 +462,13 @@ async def open_engine(
 
 
 @contextlib.asynccontextmanager
-async def control(home: Path, app: str | None, *, drive: bool) -> AsyncIterator[ControlApi]:
+async def control(
+    home: Path, app: str | None, *, drive: bool, gives_way: bool = False
+) -> AsyncIterator[ControlApi]:
     """The home's control API: its owner's, over the socket, or else this process's own.
+
+    `gives_way`: a command that opens the home only to follow a run lets a server
+    that starts take it (`Control.give_way`; `follow.through_owners` follows on).
 
     `app` is what a home opened here loads; a command that only reads gives
     None, so that it imports none of the app's code (a slow or broken app
@@ -476,6 +481,7 @@ async def control(home: Path, app: str | None, *, drive: bool) -> AsyncIterator[
     Raises:
         CliError: the owner does not answer, or what `open_engine` raises.
     """
+    from fusee_runtime.control.api import Control
     from fusee_runtime.control.connect import connect
 
     def waiting(pid: int | None) -> None:
@@ -492,6 +498,8 @@ async def control(home: Path, app: str | None, *, drive: bool) -> AsyncIterator[
             if mapped is None:
                 raise
             raise mapped from None
+        if isinstance(ctl, Control):
+            ctl.engine.gives_way = gives_way
         yield ctl
 
 

@@ -87,7 +87,7 @@ async def _result(
             outcome = await follow(ctl, workflow_id, 0)
     else:
         # With no owner serving the home, this process runs the run while it waits.
-        async with session.control(home, app, drive=True) as ctl:
+        async with session.control(home, app, drive=True, gives_way=True) as ctl:
             first: Any = ctl
             try:
                 await session.find_run(ctl, workflow_id)

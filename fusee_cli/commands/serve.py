@@ -414,7 +414,7 @@ async def _serve(
     async with contextlib.AsyncExitStack() as stack:
         if layout is not None:  # a standby serves HTTP too: it asks the driver
             await http.serve_routed(stack, layout, driving, home, **leased)
-        engine = await _take_journal(stack, opening, store, stop, out, http)
+        engine = await _take_journal(home, stack, opening, store, stop, out, http)
         if engine is None:  # stopped while standing by
             out.event("stopping", signal=got[0] if got else None, grace=grace)
             out.event("stopped", runs_open=0)  # it drove nothing
@@ -489,6 +489,7 @@ def _bind_http(address: tuple[str, int] | None, token: str | None, public_url: s
 
 
 async def _take_journal(
+    home: Path,
     stack: contextlib.AsyncExitStack,
     opening: Callable[[], contextlib.AbstractAsyncContextManager[Engine]],
     store: str | None,
@@ -499,15 +500,48 @@ async def _take_journal(
     """The home's engine (`opening`), open until `stack` closes, once this process may
     drive its journal: at once for a home's, after standing by (`_standby`) for a
     store's. None if stopped while standing by."""
+    import asyncio
+
+    from fusee_runtime.control.connect import LOCK_WAIT_S, RETRY_OPEN_S
+
+    loop = asyncio.get_running_loop()
+    asked_at: float | None = None
     while True:
         if store is not None and not await _standby(store, stop, out, http.url):
             return None
         try:
             return await stack.enter_async_context(opening())
-        except session.Locked:
+        except session.Locked as locked:
             if store is None:
-                raise
+                # A command that holds the home only to follow a run gives it up.
+                if asked_at is None:
+                    if not await _given_way(home):
+                        raise
+                    asked_at = loop.time()
+                elif stop.is_set() or loop.time() - asked_at > LOCK_WAIT_S:
+                    raise session.Locked(
+                        locked.code, f"{locked.message} (it was asked to give way)"
+                    ) from None
+                await asyncio.sleep(RETRY_OPEN_S)
             # Another standby took the journal first: wait for it in turn.
+
+
+async def _given_way(home: Path) -> bool:
+    """Asks the process that holds the home to give it up (`Control.give_way`): True if
+    it does (a command following a run), False if it will not, or serves no socket."""
+    from fusee_runtime import Rejected
+    from fusee_runtime.control.client import ControlClient, OwnerGone, OwnerLost
+
+    try:
+        holder = await ControlClient.connect(home)
+        if holder is None:
+            return False
+        await holder.give_way()
+    except Rejected:
+        return False
+    except (OwnerGone, OwnerLost):
+        pass  # it went away as it answered: the lock says
+    return True
 
 
 def _serving(

@@ -223,7 +223,7 @@ async def _start(
 
     asked = started.workflow_id
     # --detach only records the start: no run's code runs in this process.
-    async with session.control(home, app, drive=not detach) as ctl:
+    async with session.control(home, app, drive=not detach, gives_way=not detach) as ctl:
         started.owner = ctl.owner
         try:
             info, existed = await ctl.start(workflow, value, id=asked, **flow)

@@ -119,12 +119,12 @@ async def _tail(
 
     async def tail(ctl: ControlApi, info: RunInfo | None) -> None:
         nonlocal printed, pinned, run_open
-        assert info is not None
         if pinned is None:
+            assert info is not None  # (the first call is made with the run found)
             pinned, run_open = info.run_id, info.status.is_open
         index = 0
         notice = None
-        if follow and run_open and printed == 0 and not said:
+        if info is not None and follow and run_open and printed == 0 and not said:
             notice = asyncio.create_task(say_if_absent(ctl, info))
         try:
             async with contextlib.aclosing(ctl.stream(workflow_id, name, follow, pinned)) as items:

@@ -85,6 +85,11 @@ class Control(Operations):
         self.engine = engine
 
     @property
+    def gave_way(self) -> bool:
+        """The engine closes (or closed) for a server that asked (`give_way`)."""
+        return self.engine.giving_way is not None
+
+    @property
     def owner(self) -> int | None:
         """The pid of the owner serving the calls, or None when they run in this process."""
         return None
@@ -101,6 +106,26 @@ class Control(Operations):
 
     async def ping(self) -> Pong:
         return {"pid": os.getpid(), "home": str(self.engine.home), "host": socket.gethostname()}
+
+    async def give_way(self) -> dict[str, Any]:
+        engine = self.engine
+        if not engine.gives_way:
+            raise Rejected(
+                f"process {os.getpid()} drives the home for more than following a run: "
+                "it does not give way"
+            )
+        if engine.giving_way is None:
+            engine.giving_way = asyncio.get_running_loop().create_task(self._give_way())
+        return {"pid": os.getpid()}
+
+    async def _give_way(self) -> None:
+        await asyncio.sleep(0)  # (this answer goes out first: the close stops the server)
+        await self.engine.close()
+
+    async def given_way(self) -> None:
+        """Returns once the close `give_way` began is done (the home is let go)."""
+        if self.engine.giving_way is not None:
+            await asyncio.shield(self.engine.giving_way)
 
     async def start(
         self,
@@ -528,14 +553,14 @@ class Control(Operations):
                 "run (its status, its history) before trying again"
             ) from None
 
-    def watch(self, id: str, timeout: float | None = None) -> AsyncGenerator[dict[str, Any], None]:
+    async def watch(
+        self, id: str, timeout: float | None = None
+    ) -> AsyncGenerator[dict[str, Any], None]:
         """Follows the newest run of `id` until it closes, stops, or `timeout` seconds pass
-        (`watching.watch` says what it yields).
-
-        Raises:
-            NotFound: no run of that id.
-        """
-        return watching.watch(self.engine, id, timeout)
+        (`watching.watch` says what it yields; `NotFound`: no run of that id)."""
+        async with contextlib.aclosing(watching.watch(self.engine, id, timeout)) as events:
+            async for event in events:
+                yield event
 
     async def stream(
         self, id: str, name: str, follow: bool = True, run_id: str | None = None

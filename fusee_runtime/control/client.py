@@ -153,6 +153,9 @@ class Client(Operations):
         """Who serves the calls: `pid`, `home`, `host`."""
         return await self._ask(ops.PING)
 
+    async def give_way(self) -> dict[str, Any]:
+        return await self._ask(ops.GIVE_WAY)
+
     async def start(
         self,
         workflow: str,

@@ -53,6 +53,13 @@ class Operations(Protocol):
         """Who answers: `pid`, `home`, `host`."""
         ...
 
+    async def give_way(self) -> dict[str, Any]:
+        """Asked by a server that starts (`fusee serve`) of a command that drives the home
+        only to follow a run (`start`, `result --wait`, `tail-stream`): it closes the home
+        so the server can take it, and follows the run on through the server; answered
+        `{"pid"}` once its close began. Any other owner refuses (`Rejected`)."""
+        ...
+
     async def start(
         self,
         workflow: str,

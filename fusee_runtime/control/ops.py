@@ -282,6 +282,14 @@ def _queue_added(answers: builtins.list[Json], args: Args) -> Json:
 PING = _call(
     Operations.ping, lambda o, a: o.ping(**a), _pong, acts=False, route=Route.FIRST, http=True
 )
+GIVE_WAY = _call(
+    Operations.give_way,
+    lambda o, a: o.give_way(**a),
+    _object,
+    acts=False,
+    route=Route.FIRST,
+    http=False,
+)
 START = _call(
     Operations.start, lambda o, a: o.start(**a), _started, acts=True, route=Route.ANY, http=True
 )
@@ -493,7 +501,8 @@ STREAM = _stream(Operations.stream, lambda o, a: o.stream(**a), route=Route.ID, 
 OPS: dict[str, Op] = {
     op.name: op
     for op in (
-        *(PING, START, UPDATE_WITH_START, DESCRIBE, LIST, HISTORY, LOG, JOURNAL, RUN_IDS),
+        *(PING, GIVE_WAY, START, UPDATE_WITH_START, DESCRIBE, LIST, HISTORY, LOG, JOURNAL),
+        RUN_IDS,
         *(SIGNAL, CANCEL, TERMINATE, RESUME, RESET, COMPLETE, FAIL, COMPLETIONS),
         *(QUERY, UPDATE, RESULT),
         *(OBJECT_CALL, OBJECT_DESCRIBE, BATCH, BATCH_DESCRIBE),

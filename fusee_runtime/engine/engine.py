@@ -138,6 +138,11 @@ class Engine(FlowControl, Calls):
         self.objects = Objects(self)
         """Virtual objects: calls to their keys (`engine/objects.py`)."""
         self.driver.objects = self.objects
+        self.gives_way = False
+        """Opened by a command only to follow a run: a server that starts may ask it to
+        close and let it have the home (the control API's `give_way`)."""
+        self.giving_way: asyncio.Task[None] | None = None
+        """The close `give_way` began (None: not asked)."""
         self._lock: HomeLock | None = None
         self._control: ControlServer | None = None
         self._hurry = asyncio.Event()

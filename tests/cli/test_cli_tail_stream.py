@@ -117,3 +117,58 @@ def test_a_stream_the_open_run_has_is_followed_without_a_word(
     out, err = follower.communicate()
     assert (follower.returncode, out, err) == (0, "2\n", "")
     assert driver.wait() == 0
+
+
+# -- a server that starts takes the home from a follower ------------------------------------
+
+
+@pytest.mark.parametrize("follower_is", ["tail-stream", "start"])
+def test_a_server_that_starts_takes_the_home_from_a_follower_which_follows_on(
+    spawn: Spawn, fusee: Callable[..., Any], on: list[str], follower_is: str
+) -> None:
+    # (Found by a new user: a follower that had taken the home over when the server died
+    # kept the restarted server out: "home is locked by process N".)
+    if follower_is == "tail-stream":
+        assert fusee("start", "cli_stream", "--id", "s-1", "--detach", *on).returncode == 0
+        follower = spawn("tail-stream", "s-1", "items", "--json", *on)  # drives it here
+        assert follower.stdout is not None and follower.stderr is not None
+        assert json.loads(follower.stdout.readline()) == {"index": 0, "item": 1}
+    else:
+        follower = _driver(spawn, on, {})
+        assert follower.stdout is not None and follower.stderr is not None
+
+    server = spawn("serve", *on)
+    assert server.stdout is not None
+    serving = json.loads(server.stdout.readline())
+    assert (serving["event"], serving["pid"]) == ("serving", server.pid)
+    assert follower.stderr.readline() == (
+        f"gave the home to the server that asked for it (pid {server.pid}); following s-1 on\n"
+    )
+    sent = fusee("signal", "s-1", "more", '"two"', *on)
+    assert f"(pid {server.pid})" in sent.stderr  # the server drives the run now
+
+    out, err = follower.communicate()
+    assert follower.returncode == 0, err
+    if follower_is == "tail-stream":
+        assert [json.loads(line) for line in out.splitlines()] == [{"index": 1, "item": "two"}]
+    else:
+        assert json.loads(out) == 2  # the run's result, through the server
+    server.send_signal(signal.SIGTERM)
+    server.communicate()
+    assert server.returncode == 0
+
+
+def test_a_server_does_not_take_the_home_from_another_server(
+    spawn: Spawn, fusee: Callable[..., Any], on: list[str]
+) -> None:
+    first = spawn("serve", *on)
+    assert first.stdout is not None
+    assert json.loads(first.stdout.readline())["event"] == "serving"
+
+    second = fusee("serve", *on)
+
+    assert second.returncode == 2
+    assert second.stderr.startswith(f"error: home {on[1]} is locked by process {first.pid} (")
+    first.send_signal(signal.SIGTERM)
+    first.communicate()
+    assert first.returncode == 0
