@@ -12,6 +12,7 @@ read the processes' lines; none waits on the clock.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 from collections.abc import Callable
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from fusee_runtime.engine.home import HomeLock
 
 Spawn = Callable[..., subprocess.Popen[str]]
 
@@ -172,3 +175,25 @@ def test_a_server_does_not_take_the_home_from_another_server(
     first.send_signal(signal.SIGTERM)
     first.communicate()
     assert first.returncode == 0
+
+
+def test_a_server_waits_for_a_holder_that_serves_no_socket_to_let_go(
+    spawn: Spawn, on: list[str], home: Path
+) -> None:
+    # A command holding the home for a moment (or an owner still opening it): the server
+    # waits for it, as other commands do, instead of failing at once.
+    home.mkdir(mode=0o700)
+    lock = HomeLock(home)
+    lock.acquire()
+    try:
+        server = spawn("serve", *on)
+        assert server.stdout is not None and server.stderr is not None
+        said = server.stderr.readline()
+        assert said.startswith(f"waiting for process {os.getpid()}"), said
+        assert said.endswith(f"to let go of {home}\n"), said
+    finally:
+        lock.release()
+    assert json.loads(server.stdout.readline())["event"] == "serving"
+    server.send_signal(signal.SIGTERM)
+    server.communicate()
+    assert server.returncode == 0
