@@ -498,56 +498,19 @@ async def _take_journal(
     http: Http,
 ) -> Engine | None:
     """The home's engine (`opening`), open until `stack` closes, once this process may
-    drive its journal: at once for a home's, after standing by (`_standby`) for a
-    store's. None if stopped while standing by."""
-    import asyncio
+    drive its journal: a home's once its holder lets go (`taking.take_home`), a store's
+    after standing by (`_standby`). None if stopped while standing by."""
+    from fusee_cli.taking import take_home
 
-    from fusee_runtime.control.connect import LOCK_WAIT_S, RETRY_OPEN_S
-    from fusee_runtime.engine.home import HomeLock
-
-    loop = asyncio.get_running_loop()
-    asked_at: float | None = None
+    if store is None:
+        return await take_home(home, stack, opening, stop)
     while True:
-        if store is not None and not await _standby(store, stop, out, http.url):
+        if not await _standby(store, stop, out, http.url):
             return None
         try:
             return await stack.enter_async_context(opening())
-        except session.Locked as locked:
-            if store is None:
-                # A command that holds the home only to follow a run gives it up; one
-                # that holds it for a moment lets go.
-                if asked_at is None:
-                    if not await _given_way(home):
-                        raise
-                    asked_at = loop.time()
-                    pid = HomeLock(home).owner()
-                    holder = f"process {pid}{session.command_of(pid)}" if pid else "its holder"
-                    session.echo_err(f"waiting for {holder} to let go of {home}")
-                elif stop.is_set() or loop.time() - asked_at > LOCK_WAIT_S:
-                    waited = f"waited {LOCK_WAIT_S:g} s for it to give way or let go"
-                    raise session.Locked(locked.code, f"{locked.message} ({waited})") from None
-                await asyncio.sleep(RETRY_OPEN_S)
-            # Another standby took the journal first: wait for it in turn.
-
-
-async def _given_way(home: Path) -> bool:
-    """Asks the process that holds the home to give it up (`Control.give_way`): False if
-    it will not (a server, an app's engine); True if it does (a command following a run)
-    or serves no socket (a command holding it for a moment, an owner still opening):
-    then the lock is worth waiting for."""
-    from fusee_runtime import Rejected
-    from fusee_runtime.control.client import ControlClient, OwnerGone, OwnerLost
-
-    try:
-        holder = await ControlClient.connect(home)
-        if holder is None:
-            return True
-        await holder.give_way()
-    except Rejected:
-        return False
-    except (OwnerGone, OwnerLost):
-        pass  # it went away as it answered: the lock says
-    return True
+        except session.Locked:
+            pass  # Another standby took the journal first: wait for it in turn.
 
 
 def _serving(
