@@ -45,7 +45,7 @@ from fusee_runtime.control.ui.html import (
     user,
     value,
 )
-from fusee_runtime.control.ui.records import Entry
+from fusee_runtime.control.ui.records import Said, shown_at
 from fusee_runtime.control.ui.timeline import Attempt, Event, Operation, Timeline
 from fusee_runtime.control.ui.views import RunsQuery, object_panel, waits_for
 from fusee_runtime.engine.batches import BATCH
@@ -90,7 +90,7 @@ class RunView:
     pinned: bool = False
     """The page was asked for this run by its run id (`?run=`), not as the newest."""
     view: str = "timeline"
-    entries: list[Entry] = field(default_factory=list)
+    entries: list[Said] = field(default_factory=list)
     """The records of the history view's page (of the run's, and those it kept)."""
     records: int = 0
     """How many records the history view pages through."""
@@ -511,8 +511,8 @@ run's{kept}, as <code>fusee history {esc(v.info.id)}</code> shows them)</span></
 </table></div>{pager}</section>"""
 
 
-def _entry_row(e: Entry, v: RunView, several: bool) -> str:
-    at = e.at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] if e.at else ""
+def _entry_row(e: Said, v: RunView, several: bool) -> str:
+    at = shown_at(e)
     run = ""
     if several:
         this = " this-run" if e.run_id == v.info.run_id else ""
